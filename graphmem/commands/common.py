@@ -1,0 +1,89 @@
+"""Options shared by the commands: the model, symbolic dims, the passes."""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..errors import GraphmemError
+from ..load import load
+from ..pipeline import DEFAULT_PASSES, Result, available_passes, plan_graph
+from ..plan import Plan
+from ..zoo import resolve
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic dimension (repeatable), e.g. --dim N=8")
+
+
+def add_pass_args(p: argparse.ArgumentParser) -> None:
+    names = ", ".join(available_passes())
+    p.add_argument("--passes", metavar="LIST", default=None,
+                   help=f"comma-separated passes to run (default: {','.join(DEFAULT_PASSES)}; "
+                        f"known: {names}); 'none' runs none")
+    for name in available_passes():
+        p.add_argument(f"--no-{name}", dest=f"no_{name}", action="store_true",
+                       help=f"switch the {name} pass off")
+    from graphmem.passes.place import STRATEGIES
+    p.add_argument("--placement", default="best", choices=["best", *STRATEGIES],
+                   help="placement strategy for the place pass (default: best of all)")
+    p.add_argument("--alignment", type=int, default=64, metavar="BYTES",
+                   help="offset alignment in bytes (default 64)")
+
+
+def parse_dims(items: list[str]) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise GraphmemError(f"--dim {item!r}: expected NAME=VALUE, e.g. --dim N=8")
+        try:
+            v = int(value)
+        except ValueError:
+            raise GraphmemError(f"--dim {item!r}: {value!r} is not an integer") from None
+        if v < 0:
+            raise GraphmemError(f"--dim {item!r}: a dimension cannot be negative")
+        dims[name] = v
+    return dims
+
+
+def chosen_passes(args) -> list[str]:
+    if args.passes is None:
+        names = list(DEFAULT_PASSES)
+    elif args.passes.strip() in ("", "none"):
+        names = []
+    else:
+        names = [n.strip() for n in args.passes.split(",") if n.strip()]
+    return [n for n in names if not getattr(args, f"no_{n}", False)]
+
+
+def model_path(args) -> Path:
+    return resolve(args.model)
+
+
+def model_stem(args) -> str:
+    name = Path(args.model).name
+    return name[:-5] if name.endswith(".onnx") else name
+
+
+def load_graph(args):
+    """(graph, seconds) for the command's model and --dim bindings."""
+    t0 = time.perf_counter()
+    graph = load(model_path(args), parse_dims(args.dim))
+    return graph, time.perf_counter() - t0
+
+
+def plan_from_args(args, graph=None) -> Result:
+    """Plan the command's model with the command's pass options."""
+    if graph is None:
+        graph, _ = load_graph(args)
+    return plan_graph(graph, chosen_passes(args), alignment=args.alignment,
+                      placement=args.placement, model_name=Path(model_path(args)).name
+                      if Path(args.model).exists() else model_stem(args) + ".onnx",
+                      bindings=parse_dims(args.dim))
+
+
+def read_plan(path: str) -> Plan:
+    return Plan.load(path)

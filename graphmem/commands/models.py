@@ -1,0 +1,36 @@
+"""``graphmem models``: list the Model Zoo graphs shipped with onnx; ``--write DIR``."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..zoo import ZOO, write_all, zoo_path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("models", help="list the Model Zoo graphs that ship with onnx",
+                       description="List the zoo graphs; any command takes their names.")
+    p.add_argument("--write", metavar="DIR", help="copy them into DIR as <name>.onnx")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    console = Console()
+    if args.write:
+        for path in write_all(args.write):
+            console.print(f"wrote {path}")
+        return 0
+    import onnx
+    table = Table(title="Model Zoo graphs shipped with onnx", header_style="bold")
+    for col in ("name", "nodes", "opset", "file"):
+        table.add_column(col)
+    for name in ZOO:
+        p = zoo_path(name)
+        if p is None:
+            table.add_row(name, "-", "-", "not in this onnx package")
+            continue
+        m = onnx.load(str(p), load_external_data=False)
+        opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+        table.add_row(name, str(len(m.graph.node)), str(opset), str(p))
+    console.print(table)
+    return 0

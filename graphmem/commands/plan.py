@@ -1,0 +1,70 @@
+"""``graphmem plan MODEL``: plan the arena and write the plan file."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from ..pipeline import Result
+from .common import add_model_args, add_pass_args, load_graph, model_stem, plan_from_args
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plan", help="plan the memory of a model and write graphmem.plan/1 JSON",
+                       description="Plan every tensor of MODEL at an offset in one arena.")
+    add_model_args(p)
+    add_pass_args(p)
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="plan file to write (default: <model>.plan.json; '-' prints it)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print no summary")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    graph, load_seconds = load_graph(args)
+    result = plan_from_args(args, graph)
+    out = args.output or f"{model_stem(args)}.plan.json"
+    if out == "-":
+        sys.stdout.write(result.plan.to_json())
+    else:
+        result.plan.save(out)
+    if not args.quiet:
+        console = Console(stderr=out == "-")
+        print_summary(console, result, load_seconds, None if out == "-" else out)
+    return 0
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def print_summary(console: Console, result: Result, load_seconds: float, written: str | None):
+    plan, graph = result.plan, result.graph
+    s = plan.stats
+    table = Table(title=f"graphmem plan: {plan.model}", show_header=True, header_style="bold")
+    table.add_column("", style="bold")
+    table.add_column("bytes", justify="right")
+    table.add_column("MiB", justify="right")
+    table.add_column("note")
+    table.add_row("nodes", str(len(plan.order)), "",
+                  f"{graph.node_count} in the file, {len(graph.folded_nodes)} folded")
+    table.add_row("weights", f"{graph.weight_bytes():,}", mib(graph.weight_bytes()),
+                  f"{len(graph.weights)} initializers, {len(graph.constants)} folded constants")
+    table.add_row("naive activations", f"{s['naive_bytes']:,}", mib(s["naive_bytes"]),
+                  f"{len(plan.tensors)} tensors, one buffer each")
+    table.add_row("lower bound", f"{s['lower_bound_bytes']:,}", mib(s["lower_bound_bytes"]),
+                  "largest total live at one step, no aliasing")
+    table.add_row("aliased peak", f"{s['aliased_peak_bytes']:,}", mib(s["aliased_peak_bytes"]),
+                  "the same, aliased tensors counted once")
+    frag = (plan.arena_bytes / s["aliased_peak_bytes"] - 1) * 100 if s["aliased_peak_bytes"] else 0
+    table.add_row("[green]arena", f"[green]{plan.arena_bytes:,}", f"[green]{mib(plan.arena_bytes)}",
+                  f"{frag:+.2f}% over the aliased peak")
+    for r in result.reports:
+        note = ", ".join(f"{k} {v}" for k, v in r.detail.items() if not isinstance(v, dict))
+        table.add_row(f"  pass {r.name}", f"-{r.bytes_saved:,}", mib(r.bytes_saved),
+                      f"{note}; {r.seconds * 1000:.0f} ms")
+    table.add_row("time", "", "", f"load {load_seconds:.2f} s, plan {result.seconds:.3f} s")
+    console.print(table)
+    if written:
+        console.print(f"wrote {written}")

@@ -1,0 +1,100 @@
+"""graphmem's own graph IR: plain frozen data, no onnx types past the loader."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A value of the graph with a fully known static shape."""
+
+    name: str
+    dtype: str  # numpy-style name: "float32", "int64", "bool", "bfloat16", ...
+    shape: tuple[int, ...]
+    bits: int  # bits per element (4 for int4, 8 for int8, 32 for float32)
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)  # prod(()) == 1: a scalar is one element
+
+    @property
+    def bytes(self) -> int:
+        """Dense size in bytes (sub-byte types round up to whole bytes)."""
+        return (self.numel * self.bits + 7) // 8
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator. ``index`` is its position in the model's top-level ``graph.node``."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]  # "" marks an omitted optional input
+    outputs: tuple[str, ...]  # "" marks an omitted optional output
+    attrs: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # Outer-scope tensors read by subgraphs (If/Loop/Scan bodies): they must stay
+    # alive until this node has run, like ordinary inputs.
+    implicit_inputs: tuple[str, ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every tensor this node reads, explicit and implicit, without blanks."""
+        return tuple(t for t in self.inputs if t) + self.implicit_inputs
+
+    @property
+    def label(self) -> str:
+        return f"node {self.index} ({self.op_type}{' ' + repr(self.name) if self.name else ''})"
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A loaded model: the nodes that run, and every tensor's static type.
+
+    ``nodes`` holds only the nodes that run at inference time; nodes whose outputs
+    are all folded constants are in ``folded_nodes`` instead.
+    """
+
+    name: str
+    nodes: tuple[Node, ...]
+    tensors: Mapping[str, Tensor]  # every tensor, weights and constants included
+    inputs: tuple[str, ...]  # graph inputs that are not initializers
+    outputs: tuple[str, ...]
+    weights: frozenset[str]  # initializers
+    constants: tuple[str, ...]  # folded at plan time, in production order
+    folded_nodes: tuple[int, ...] = ()
+    opset: int = 0
+    model_path: str | None = None
+    node_count: int = 0  # len(graph.node) in the file, folded nodes included
+
+    def producers(self) -> dict[str, Node]:
+        return {t: n for n in self.nodes for t in n.outputs if t}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for t in dict.fromkeys(n.reads):
+                out.setdefault(t, []).append(n)
+        return out
+
+    def arena_tensors(self) -> list[str]:
+        """The tensors a plan places: graph inputs, then node outputs in file order.
+
+        Weights and folded constants are not arena tensors.
+        """
+        static = self.weights | set(self.constants)
+        names = [t for t in self.inputs if t not in static]
+        seen = set(names)
+        for n in self.nodes:
+            for t in n.outputs:
+                if t and t not in seen and t not in static:
+                    seen.add(t)
+                    names.append(t)
+        return names
+
+    def weight_bytes(self) -> int:
+        return sum(self.tensors[t].bytes for t in (self.weights | set(self.constants))
+                   if t in self.tensors)

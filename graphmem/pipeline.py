@@ -1,0 +1,141 @@
+"""load -> order -> liveness -> passes -> Plan: the data flow of one planning run."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .assignment import Assignment, Context, align_up, groups, layout_bytes
+from .errors import GraphmemError
+from .ir import Graph
+from .liveness import liveness
+from .load import load
+from .plan import Plan, TensorPlan, expected_kind, plan_stats, validate
+from .schedule import check_order, file_order
+
+DEFAULT_PASSES = ("inplace", "share", "place")
+
+
+@dataclass(frozen=True)
+class PassReport:
+    name: str
+    bytes_saved: int  # arena before the pass minus after it (one buffer per group if unplaced)
+    bytes_after: int
+    seconds: float
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Result:
+    plan: Plan
+    graph: Graph
+    assignment: Assignment
+    reports: tuple[PassReport, ...]
+    seconds: float  # planning time, load excluded
+
+
+def available_passes() -> dict:
+    from graphmem.passes import PASSES
+    return dict(PASSES)
+
+
+def resolve_passes(names: Sequence[str]) -> list[str]:
+    """Check pass names; return them in pipeline order (aliasing before placement)."""
+    known = list(available_passes())
+    for n in names:
+        if n not in known:
+            raise GraphmemError(f"unknown pass {n!r}; choose from {', '.join(known)}")
+    return [n for n in known if n in set(names)]
+
+
+def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
+               order: Sequence[int] | None = None, alignment: int = 64,
+               placement: str = "best", model_name: str | None = None,
+               bindings: Mapping[str, int] | None = None, check: bool = True) -> Result:
+    """Run the chosen passes on a loaded graph and return the plan and per-pass reports.
+
+    ``order`` defaults to the file order. With ``check`` (the default) the plan is
+    validated independently before it is returned.
+    """
+    if alignment <= 0:
+        raise GraphmemError(f"alignment must be positive, not {alignment}")
+    start = time.perf_counter()
+    order = list(order) if order is not None else file_order(graph)
+    bad = check_order(graph, order)
+    if bad:
+        raise GraphmemError(bad[0])
+    ctx = Context(graph, tuple(order), liveness(graph, order), alignment)
+    registry = available_passes()
+    a = Assignment()
+    reports = []
+    before = layout_bytes(ctx, a)
+    for name in resolve_passes(passes):
+        fn = registry[name]
+        if name == "place":
+            fn = partial(fn, strategy=placement)
+        t0 = time.perf_counter()
+        a, detail = fn(ctx, a)
+        after = layout_bytes(ctx, a)
+        reports.append(PassReport(name, before - after, after, time.perf_counter() - t0, detail))
+        before = after
+    a = _finish_layout(ctx, a)
+    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph), dict(bindings or {}))
+    if check:
+        validate(plan, graph)
+    return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
+
+
+def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
+               **options) -> Result:
+    """Load an ONNX file and plan it (see :func:`plan_graph` for the options)."""
+    graph = load(path, dims)
+    options.setdefault("model_name", Path(path).name)
+    return plan_graph(graph, bindings=dims, **options)
+
+
+def _model_name(graph: Graph) -> str:
+    return Path(graph.model_path).name if graph.model_path else graph.name
+
+
+def _finish_layout(ctx: Context, a: Assignment) -> Assignment:
+    """Offsets for an assignment that no placement pass placed: one buffer per block."""
+    if a.offsets is not None:
+        return a
+    gs = groups(ctx, a)
+    offsets: dict[str, int] = {}
+    top = 0
+    if a.storage is not None:
+        block_offset = []
+        for b in a.storage_bytes:
+            block_offset.append(top)
+            top += align_up(b, ctx.alignment)
+        for g in gs:
+            offsets[g.root] = block_offset[a.storage[g.root]] if g.root in a.storage else 0
+    else:
+        for g in gs:
+            offsets[g.root] = top if g.bytes else 0
+            top += align_up(g.bytes, ctx.alignment)
+    return a.with_(offsets=offsets, arena_bytes=top)
+
+
+def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan:
+    graph = ctx.graph
+    tensors = {}
+    for name, iv in ctx.intervals.items():
+        root, rel = a.root_of(name)
+        alias_of, kind = a.alias.get(name, (None, None))
+        tensors[name] = TensorPlan(
+            kind=expected_kind(graph, name), bytes=graph.tensors[name].bytes,
+            offset=a.offsets[root] + rel if graph.tensors[name].bytes else 0,
+            live=(iv.first, iv.last), alias_of=alias_of, alias=kind,
+            slice_of=a.slice_of.get(name))
+    arena = a.arena_bytes or 0
+    plan = Plan(model=model, bindings=bindings, alignment=ctx.alignment,
+                order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,
+                tensors=tensors,
+                passes=[{"name": r.name, "bytes_saved": r.bytes_saved} for r in reports])
+    stats = plan_stats(plan)
+    return Plan(**{**plan.__dict__, "stats": stats})

@@ -1,0 +1,383 @@
+"""The plan file ``graphmem.plan/1``: data, JSON in and out, and the independent check.
+
+``validate(plan, graph)`` recomputes liveness and the aliasing rules from the graph
+itself and knows nothing of how the plan was made; every test and the verifier
+call it on every plan.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import ops
+from .errors import GraphmemError, PlanInvalid
+from .ir import Graph
+from .liveness import liveness
+from .schedule import check_order
+
+FORMAT = "graphmem.plan/1"
+KINDS = ("input", "output", "activation")
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    kind: str
+    bytes: int
+    offset: int
+    live: tuple[int, int]
+    alias_of: str | None = None
+    alias: str | None = None  # "view" | "inplace"
+    slice_of: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "bytes": self.bytes, "offset": self.offset,
+                               "live": list(self.live)}
+        if self.alias_of is not None:
+            out["alias_of"] = self.alias_of
+            out["alias"] = self.alias
+        if self.slice_of is not None:
+            out["slice_of"] = self.slice_of
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    bindings: dict[str, int]
+    alignment: int
+    order: list[int]
+    constants: list[str]
+    arena_bytes: int
+    tensors: dict[str, TensorPlan]
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    format: str = FORMAT
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format, "model": self.model, "bindings": dict(self.bindings),
+            "alignment": self.alignment, "order": list(self.order),
+            "constants": list(self.constants), "arena_bytes": self.arena_bytes,
+            "tensors": {name: t.to_json() for name, t in self.tensors.items()},
+            "passes": [dict(p) for p in self.passes], "stats": dict(self.stats),
+        }
+
+    def to_json(self) -> str:
+        """Deterministic JSON text: one tensor per line, stable key order."""
+        d = self.to_dict()
+        lines = ["{"]
+        keys = list(d)
+        for i, k in enumerate(keys):
+            comma = "," if i < len(keys) - 1 else ""
+            if k == "tensors":
+                items = list(d["tensors"].items())
+                if not items:
+                    lines.append(f'  "tensors": {{}}{comma}')
+                    continue
+                lines.append('  "tensors": {')
+                for j, (name, t) in enumerate(items):
+                    sep = "," if j < len(items) - 1 else ""
+                    lines.append(f"    {json.dumps(name)}: {json.dumps(t)}{sep}")
+                lines.append(f"  }}{comma}")
+            else:
+                lines.append(f"  {json.dumps(k)}: {json.dumps(d[k])}{comma}")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically: a temp file in the same folder, then rename."""
+        write_atomic(path, self.to_json())
+
+    @staticmethod
+    def from_dict(d: Any, source: str = "plan") -> "Plan":
+        """Parse a plan object, refusing any other format or a malformed file."""
+        if not isinstance(d, dict):
+            raise GraphmemError(f"{source}: not a graphmem plan (expected a JSON object)")
+        fmt = d.get("format")
+        if fmt != FORMAT:
+            raise GraphmemError(f"{source}: unknown plan format {fmt!r} (expected {FORMAT!r})")
+        try:
+            tensors = {}
+            for name, t in d["tensors"].items():
+                live = t["live"]
+                if not (isinstance(live, list) and len(live) == 2):
+                    raise ValueError(f"tensor {name!r}: live must be [first, last]")
+                tensors[str(name)] = TensorPlan(
+                    kind=str(t["kind"]), bytes=_int(t["bytes"]), offset=_int(t["offset"]),
+                    live=(_int(live[0]), _int(live[1])), alias_of=t.get("alias_of"),
+                    alias=t.get("alias"), slice_of=t.get("slice_of"))
+            return Plan(model=str(d["model"]),
+                        bindings={str(k): _int(v) for k, v in d["bindings"].items()},
+                        alignment=_int(d["alignment"]), order=[_int(i) for i in d["order"]],
+                        constants=[str(c) for c in d["constants"]],
+                        arena_bytes=_int(d["arena_bytes"]), tensors=tensors,
+                        passes=list(d.get("passes", [])),
+                        stats={str(k): _int(v) for k, v in d.get("stats", {}).items()})
+        except KeyError as exc:
+            raise GraphmemError(f"{source}: corrupt plan, missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise GraphmemError(f"{source}: corrupt plan ({exc})") from None
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> "Plan":
+        p = Path(path)
+        if not p.is_file():
+            raise GraphmemError(f"{p}: no such plan file")
+        try:
+            d = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise GraphmemError(f"{p}: not a JSON plan file ({exc})") from None
+        return Plan.from_dict(d, str(p))
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"expected an integer, got {v!r}")
+    return v
+
+
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
+    """Write a file under a temp name in its folder, then rename it into place."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise GraphmemError(f"{p}: cannot write, folder {str(folder)!r} does not exist")
+    mode = "wb" if isinstance(text, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, mode) as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------- validation
+
+def expected_kind(graph: Graph, tensor: str) -> str:
+    if tensor in graph.inputs:
+        return "input"
+    if tensor in graph.outputs:
+        return "output"
+    return "activation"
+
+
+def problems(plan: Plan, graph: Graph) -> list[str]:
+    """Every rule of ``graphmem.plan/1`` that ``plan`` breaks for ``graph`` (empty: valid)."""
+    out: list[str] = []
+    if plan.format != FORMAT:
+        return [f"format is {plan.format!r}, not {FORMAT!r}"]
+    if plan.alignment <= 0:
+        return [f"alignment {plan.alignment} is not positive"]
+    out += check_order(graph, plan.order)
+    if out:
+        return out
+    const_expected = set(graph.constants)
+    if set(plan.constants) != const_expected:
+        extra = sorted(set(plan.constants) - const_expected)
+        miss = sorted(const_expected - set(plan.constants))
+        out.append(f"constants: {extra[0]!r} is not a foldable constant" if extra else
+                   f"constants: {miss[0]!r} is computed from weights alone but not listed")
+    intervals = liveness(graph, plan.order)
+    names = set(intervals)
+    if set(plan.tensors) != names:
+        extra = sorted(set(plan.tensors) - names)
+        miss = sorted(names - set(plan.tensors))
+        if extra:
+            out.append(f"tensors: {extra[0]!r} is not a tensor the graph computes or takes as input")
+        if miss:
+            out.append(f"tensors: {miss[0]!r} is missing")
+        return out
+    producer = {t: n for n in graph.nodes for t in n.outputs if t}
+    for name, t in plan.tensors.items():
+        info = graph.tensors[name]
+        want_kind = expected_kind(graph, name)
+        if t.kind != want_kind:
+            out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
+        if t.bytes != info.bytes:
+            out.append(f"tensor {name!r}: bytes {t.bytes}, but {info.dtype}{list(info.shape)} "
+                       f"is {info.bytes}")
+        if t.offset < 0 or t.offset % plan.alignment:
+            out.append(f"tensor {name!r}: offset {t.offset} is not a non-negative multiple "
+                       f"of the alignment {plan.alignment}")
+        if t.offset + t.bytes > plan.arena_bytes:
+            out.append(f"tensor {name!r}: ends at {t.offset + t.bytes}, past the arena "
+                       f"({plan.arena_bytes} bytes)")
+        iv = intervals[name]
+        if t.live != (iv.first, iv.last):
+            out.append(f"tensor {name!r}: live {list(t.live)}, expected [{iv.first}, {iv.last}]")
+    if out:
+        return out
+    out += _alias_problems(plan, graph, producer)
+    if out:
+        return out
+    out += _overlap_problems(plan)
+    out += _stats_problems(plan, graph)
+    return out
+
+
+def validate(plan: Plan, graph: Graph) -> None:
+    """Raise :class:`PlanInvalid` naming each broken rule; return None for a valid plan."""
+    found = problems(plan, graph)
+    if found:
+        raise PlanInvalid(found)
+
+
+def _group_roots(plan: Plan) -> dict[str, str]:
+    """Tensor -> root of its alias/slice group (following alias_of and slice_of)."""
+    parent = {name: name for name in plan.tensors}
+
+    def find(t: str) -> str:
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    for name, t in plan.tensors.items():
+        for other in (t.alias_of, t.slice_of):
+            if other is not None and other in parent:
+                a, b = find(name), find(other)
+                if a != b:
+                    parent[a] = b
+    return {name: find(name) for name in plan.tensors}
+
+
+def _alias_problems(plan: Plan, graph: Graph, producer) -> list[str]:
+    out = []
+    position = {idx: pos for pos, idx in enumerate(plan.order)}
+    roots = _group_roots(plan)
+    members: dict[str, list[str]] = {}
+    for name, r in roots.items():
+        members.setdefault(r, []).append(name)
+    for name, t in plan.tensors.items():
+        if (t.alias_of is None) != (t.alias is None):
+            out.append(f"tensor {name!r}: alias_of and alias must be given together")
+            continue
+        if t.alias_of is not None:
+            out += _check_alias(plan, graph, producer, position, members, roots, name, t)
+        if t.slice_of is not None:
+            out += _check_slice(plan, graph, producer, name, t)
+    return out
+
+
+def _check_alias(plan, graph, producer, position, members, roots, name, t) -> list[str]:
+    src = t.alias_of
+    if src not in plan.tensors:
+        return [f"tensor {name!r}: alias_of {src!r} is not an arena tensor"]
+    node = producer.get(name)
+    if node is None or src not in node.inputs:
+        return [f"tensor {name!r}: alias_of {src!r}, but its producer does not read {src!r}"]
+    i, o = node.inputs.index(src), node.outputs.index(name)
+    s = plan.tensors[src]
+    if t.offset != s.offset:
+        return [f"tensor {name!r}: alias of {src!r} at offset {t.offset}, not {s.offset}"]
+    if t.alias == "view":
+        pairs = ops.view_pairs(node)
+        if not any(src == node.inputs[a] and b == o for a, b in pairs):
+            return [f"tensor {name!r}: {node.op_type} is not a view op for input {src!r}"]
+        if t.bytes != s.bytes:
+            return [f"tensor {name!r}: a view must have the bytes of {src!r}"]
+        return []
+    if t.alias != "inplace":
+        return [f"tensor {name!r}: alias {t.alias!r} is neither 'view' nor 'inplace'"]
+    pairs = ops.overwrite_pairs(node)
+    if not any(src == node.inputs[a] and b == o for a, b in pairs):
+        return [f"tensor {name!r}: {node.op_type} may not overwrite its input {src!r}"]
+    if t.bytes > s.bytes:
+        return [f"tensor {name!r}: in-place output larger than {src!r}"]
+    pos = position[node.index]
+    for m in members[roots[name]]:
+        mt = plan.tensors[m]
+        if mt.kind == "input":
+            return [f"tensor {name!r}: overwrites the storage of graph input {m!r}"]
+        if mt.live[0] < pos and mt.live[1] > pos:
+            return [f"tensor {name!r}: overwrites {src!r} in place at position {pos}, but "
+                    f"{m!r}, which shares that storage, is read later (at {mt.live[1]})"]
+    return []
+
+
+def _check_slice(plan, graph, producer, name, t) -> list[str]:
+    out_name = t.slice_of
+    if out_name not in plan.tensors:
+        return [f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"]
+    node = producer.get(out_name)
+    if node is None or node.op_type != "Concat" or node.inputs.count(name) != 1:
+        return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
+    if plan.tensors[name].kind != "activation":
+        return [f"tensor {name!r}: a graph input or output cannot be a Concat slice"]
+    info = graph.tensors[out_name]
+    axis = node.attrs.get("axis", 0)
+    axis = axis + len(info.shape) if axis < 0 else axis
+    if any(d != 1 for d in info.shape[:axis]):
+        return [f"tensor {name!r}: the slices of {out_name!r} are not contiguous "
+                f"(a dimension before axis {axis} is not 1)"]
+    before = 0
+    for inp in node.inputs[:node.inputs.index(name)]:
+        before += graph.tensors[inp].bytes
+    want = plan.tensors[out_name].offset + before
+    if t.offset != want:
+        return [f"tensor {name!r}: slice of {out_name!r} at offset {t.offset}, expected {want}"]
+    return []
+
+
+def _overlap_problems(plan: Plan) -> list[str]:
+    """Tensors of different groups live at the same time on the same bytes."""
+    roots = _group_roots(plan)
+    items = sorted((t.live[0], t.live[1], t.offset, t.offset + t.bytes, name)
+                   for name, t in plan.tensors.items() if t.bytes > 0)
+    active: list[tuple[int, int, int, str]] = []  # (last, start, end, name)
+    for first, last, start, end, name in items:
+        active = [a for a in active if a[0] >= first]
+        for a_last, a_start, a_end, a_name in active:
+            if a_start < end and start < a_end and roots[a_name] != roots[name]:
+                return [f"tensors {a_name!r} and {name!r} are live at the same time "
+                        f"(from position {first}) and overlap in bytes "
+                        f"[{max(a_start, start)}, {min(a_end, end)})"]
+        active.append((last, start, end, name))
+    return []
+
+
+def _stats_problems(plan: Plan, graph: Graph) -> list[str]:
+    if not plan.stats:
+        return []
+    want = plan_stats(plan)
+    for key, value in want.items():
+        if key in plan.stats and plan.stats[key] != value:
+            return [f"stats.{key} is {plan.stats[key]}, the plan's own tensors give {value}"]
+    return []
+
+
+def plan_stats(plan: Plan) -> dict[str, int]:
+    """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors."""
+    roots = _group_roots(plan)
+    steps = len(plan.order)
+    naive = sum(t.bytes for t in plan.tensors.values())
+    delta = [0] * (steps + 3)
+    for t in plan.tensors.values():
+        delta[t.live[0] + 1] += t.bytes
+        delta[t.live[1] + 2] -= t.bytes
+    group_live: dict[str, list[int]] = {}  # root -> [first, last, bytes]
+    for name, t in plan.tensors.items():
+        g = group_live.setdefault(roots[name], [t.live[0], t.live[1], t.bytes])
+        g[0], g[1], g[2] = min(g[0], t.live[0]), max(g[1], t.live[1]), max(g[2], t.bytes)
+    delta_g = [0] * (steps + 3)
+    for first, last, nbytes in group_live.values():
+        delta_g[first + 1] += nbytes
+        delta_g[last + 2] -= nbytes
+    return {"naive_bytes": naive, "lower_bound_bytes": _peak(delta),
+            "aliased_peak_bytes": _peak(delta_g), "arena_bytes": plan.arena_bytes}
+
+
+def _peak(delta: list[int]) -> int:
+    best = running = 0
+    for d in delta:
+        running += d
+        best = max(best, running)
+    return best

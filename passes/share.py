@@ -1,0 +1,72 @@
+"""MXNet-style storage sharing: a free pool of blocks keyed by size.
+
+Follows ``src/nnvm/plan_memory.cc``: walking the order, each storage group asks
+the pool for a block in ``[size / match_range, size * match_range)``, larger
+blocks first (the smallest that is large enough), then the largest of the
+smaller ones (which then grows); a group's block returns to the pool after its
+last use. As with ``NNVM_AUTO_SEARCH_MATCH_RANGE``, match ranges 1, 2, 4, 8 and
+16 are tried and the smallest total kept. The result is storage blocks, not
+offsets: ``layout_bytes`` is the sum of the block sizes.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+
+from graphmem.assignment import Assignment, Context, Record, groups, records
+
+MATCH_RANGES = (1, 2, 4, 8, 16)
+
+
+def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
+    gs = groups(ctx, a)
+    recs = records(ctx, gs)
+    best = None
+    for match_range in MATCH_RANGES:
+        block_of, block_bytes = share_blocks(recs, match_range)
+        total = sum(block_bytes)
+        if best is None or total < best[0]:
+            best = (total, match_range, block_of, block_bytes)
+    total, match_range, block_of, block_bytes = best
+    storage = {}
+    for r in recs:
+        storage[gs[r.id].root] = block_of[r.id]
+    new = a.with_(storage=storage, storage_bytes=tuple(block_bytes))
+    return new, {"blocks": len(block_bytes), "match_range": match_range, "total_bytes": total}
+
+
+def share_blocks(recs: list[Record], match_range: int) -> tuple[dict[int, int], list[int]]:
+    """Assign each record a block id; returns ({record id: block}, block sizes)."""
+    block_bytes: list[int] = []
+    block_of: dict[int, int] = {}
+    free: list[tuple[int, int, int]] = []  # (block bytes, release sequence, block id)
+    seq = 0
+    releases: list[tuple[int, int]] = []  # heap of (last step, block)
+    for r in sorted(recs, key=lambda r: (r.first, r.id)):
+        # release every block whose owner died before this record is produced
+        while releases and releases[0][0] < r.first:
+            _, block = heapq.heappop(releases)
+            bisect.insort(free, (block_bytes[block], seq, block))
+            seq += 1
+        block = _take(free, r.bytes, match_range)
+        if block is None:
+            block = len(block_bytes)
+            block_bytes.append(r.bytes)
+        else:
+            block_bytes[block] = max(block_bytes[block], r.bytes)
+        block_of[r.id] = block
+        heapq.heappush(releases, (r.last, block))
+    return block_of, block_bytes
+
+
+def _take(free: list[tuple[int, int, int]], size: int, match_range: int) -> int | None:
+    if match_range == 0 or not free:
+        return None
+    mid = bisect.bisect_left(free, (size, -1, -1))
+    hi = bisect.bisect_right(free, (size * match_range, float("inf"), 0))
+    if mid < hi:  # the smallest block that is large enough
+        return free.pop(mid)[2]
+    lo = bisect.bisect_left(free, (size // match_range, -1, -1))
+    if lo < mid:  # the largest of the smaller blocks; it grows to fit
+        return free.pop(mid - 1)[2]
+    return None

@@ -1,0 +1,39 @@
+"""Shared helpers for graphmem's tests: tiny ONNX graphs built by hand."""
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto, helper
+
+import graphmem
+from graphmem.load import from_model
+
+F = TensorProto.FLOAT
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, value_info=()):
+    """A ModelProto from helper.make_node lists and (name, elem, shape) triples."""
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        list(initializers),
+        value_info=[helper.make_tensor_value_info(n, t, s) for n, t, s in value_info])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def graph_of(model, dims=None):
+    return from_model(model, dims)
+
+
+def plan_of(model, passes=graphmem.DEFAULT_PASSES, **kw):
+    """Plan a ModelProto; the pipeline validates the plan before returning it."""
+    graph = graph_of(model, kw.pop("dims", None))
+    result = graphmem.plan_graph(graph, passes, **kw)
+    graphmem.validate(result.plan, graph)
+    return result
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -1,0 +1,67 @@
+"""End to end: every zoo graph plans, validates, and meets the arena bar of issue 3."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import graphmem
+from graphmem.cli import main
+from graphmem.zoo import ZOO, zoo_path
+
+MIB = 2 ** 20
+# Arena bar at file order with the default passes (MiB), and the no-aliasing bound.
+BAR = {"bvlc_alexnet": (2.14, 2.14), "densenet121": (6.96, 8.04), "inception_v1": (4.43, 6.12),
+       "inception_v2": (3.83, 6.12), "resnet50": (6.89, 9.19), "shufflenet": (2.97, 2.97),
+       "squeezenet": (3.75, 6.02), "vgg19": (24.50, 24.50), "zfnet512": (8.70, 8.70)}
+
+
+@pytest.fixture(scope="module", params=ZOO)
+def zoo_result(request):
+    graph = graphmem.load(zoo_path(request.param))
+    return request.param, graph, graphmem.plan_graph(graph)
+
+
+def test_zoo_plan_meets_bar(zoo_result):
+    name, graph, result = zoo_result
+    plan = result.plan
+    graphmem.validate(plan, graph)
+    arena_bar, lower_bound = BAR[name]
+    assert round(plan.stats["lower_bound_bytes"] / MIB, 2) == lower_bound
+    assert plan.arena_bytes / MIB <= arena_bar + 0.005
+    # fragmentation: within 1% of the aliased peak, the floor for these aliases
+    assert plan.arena_bytes <= 1.01 * plan.stats["aliased_peak_bytes"]
+    assert plan.stats["aliased_peak_bytes"] <= plan.stats["lower_bound_bytes"]
+
+
+def test_zoo_weights_are_constants_not_activations(zoo_result):
+    name, graph, result = zoo_result
+    # the zoo's weights are ConstantOfShape outputs: folded, so not in the arena
+    assert graph.constants
+    assert not set(graph.constants) & set(result.plan.tensors)
+    assert graph.weight_bytes() > result.plan.stats["lower_bound_bytes"] / 10
+
+
+def test_share_alone_is_reported(zoo_result):
+    name, graph, result = zoo_result
+    share = next(r for r in result.reports if r.name == "share")
+    assert share.detail["total_bytes"] >= result.plan.arena_bytes
+    only_share = graphmem.plan_graph(graph, ["inplace", "share"])
+    assert only_share.plan.arena_bytes == share.detail["total_bytes"]
+
+
+@pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
+def test_plan_is_byte_identical(name, tmp_cwd):
+    assert main(["plan", name, "-o", "a.json", "-q"]) == 0
+    assert main(["plan", name, "-o", "b.json", "-q"]) == 0
+    assert (tmp_cwd / "a.json").read_bytes() == (tmp_cwd / "b.json").read_bytes()
+
+
+def test_cli_plan_default_output_name(tmp_cwd, capsys):
+    assert main(["plan", "resnet50.onnx"]) == 0
+    out = capsys.readouterr()
+    assert "Model Zoo" in out.err
+    plan = json.loads((tmp_cwd / "resnet50.plan.json").read_text())
+    assert plan["format"] == "graphmem.plan/1"
+    assert plan["model"] == "resnet50.onnx"
+    assert "arena" in out.out and "lower bound" in out.out
