@@ -1,0 +1,122 @@
+"""The inplace pass on hand-built graphs: views, overwrites, and every guard."""
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+import numpy as np
+
+from conftest import F, make_model, plan_of
+
+S = [1, 4, 8, 8]  # 256 float32 elements = 1024 bytes
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+def aliases(result):
+    return {n: (t.alias_of, t.alias) for n, t in result.plan.tensors.items() if t.alias_of}
+
+
+def test_chain_of_elementwise_ops_runs_in_one_buffer():
+    m = make_model([node("Relu", ["x"], ["a"]), node("Sigmoid", ["a"], ["b"]),
+                    node("Tanh", ["b"], ["y"])], [("x", F, S)], [("y", F, S)])
+    r = plan_of(m, ["inplace"])
+    # a cannot overwrite x (a graph input); b over a, y over b
+    assert aliases(r) == {"b": ("a", "inplace"), "y": ("b", "inplace")}
+    assert r.plan.tensors["y"].offset == r.plan.tensors["a"].offset
+    assert r.plan.arena_bytes == 2 * 1024
+
+
+def test_inplace_forbidden_when_input_is_read_later():
+    # a is read by Relu (b) and later by Add: b must not overwrite a
+    m = make_model([node("Sigmoid", ["x"], ["a"]), node("Relu", ["a"], ["b"]),
+                    node("Add", ["a", "b"], ["y"])], [("x", F, S)], [("y", F, S)])
+    r = plan_of(m, ["inplace"])
+    assert "b" not in aliases(r)
+    # Add is the last reader of both a and b: it overwrites the first one that qualifies
+    assert aliases(r) == {"y": ("a", "inplace")}
+
+
+def test_graph_inputs_and_outputs_are_never_overwritten():
+    # x is a graph input; o1 is a graph output read by a later node
+    m = make_model([node("Relu", ["x"], ["o1"]), node("Exp", ["o1"], ["o2"])],
+                   [("x", F, S)], [("o1", F, S), ("o2", F, S)])
+    r = plan_of(m, ["inplace", "place"])
+    assert aliases(r) == {}
+    t = r.plan.tensors
+    assert t["o1"].live == (0, 2) and t["o2"].live == (1, 2)
+    assert t["x"].live == (-1, 0)
+    # o1 stays readable to the end; x's bytes may be reused once it is dead (step 1)
+    assert t["o1"].offset not in (t["x"].offset, t["o2"].offset)
+
+
+def test_view_chain_shares_storage_with_its_base():
+    m = make_model([node("Relu", ["x"], ["a"]),
+                    node("Reshape", ["a", "shape"], ["v1"]),
+                    node("Flatten", ["v1"], ["v2"], axis=1),
+                    node("Identity", ["v2"], ["v3"]),
+                    node("Exp", ["v3"], ["y"])],
+                   [("x", F, S)], [("y", F, [1, 256])],
+                   [numpy_helper.from_array(np.array([1, 4, 64], np.int64), "shape")])
+    r = plan_of(m, ["inplace"])
+    assert aliases(r) == {"v1": ("a", "view"), "v2": ("v1", "view"), "v3": ("v2", "view"),
+                          "y": ("v3", "inplace")}
+    assert len({t.offset for n, t in r.plan.tensors.items() if n != "x"}) == 1
+
+
+def test_view_whose_base_is_read_later_blocks_overwrite():
+    # v = Reshape(a); Exp(v) would like to overwrite v, but a (same storage) is read later
+    m = make_model([node("Relu", ["x"], ["a"]),
+                    node("Reshape", ["a", "shape"], ["v"]),
+                    node("Exp", ["v"], ["e"]),
+                    node("Reshape", ["e", "back"], ["e4"]),
+                    node("Add", ["a", "e4"], ["y"])],
+                   [("x", F, S)], [("y", F, S)],
+                   [numpy_helper.from_array(np.array([1, 256], np.int64), "shape"),
+                    numpy_helper.from_array(np.array(S, np.int64), "back")])
+    r = plan_of(m, ["inplace", "place"])
+    al = aliases(r)
+    assert al["v"] == ("a", "view")
+    assert "e" not in al  # the regression: a view's base still live
+    t = r.plan.tensors
+    assert t["e"].offset != t["a"].offset
+
+
+def test_dtype_and_size_mismatch_block_inplace():
+    # Cast changes the dtype: never in place; Add broadcasting a [1,4,1,1] input
+    # cannot overwrite the small input
+    m = make_model([node("Relu", ["x"], ["a"]), node("Cast", ["a"], ["h"], to=TensorProto.FLOAT16),
+                    node("Relu", ["s"], ["s2"]), node("Add", ["s2", "h"], ["y"])],
+                   [("x", F, S), ("s", TensorProto.FLOAT16, [1, 4, 1, 1])],
+                   [("y", TensorProto.FLOAT16, S)])
+    r = plan_of(m, ["inplace"])
+    assert aliases(r) == {"y": ("h", "inplace")}
+
+
+def test_dead_output_keeps_its_own_storage_at_its_step():
+    # Dropout's mask is read by nobody: it lives at its producer's step only and is
+    # placed, not freed before it is written (onnxruntime PR #21019)
+    m = make_model([node("Relu", ["x"], ["a"]), node("Dropout", ["a"], ["d", "mask"]),
+                    node("Exp", ["d"], ["y"])],
+                   [("x", F, S)], [("y", F, S)], opset=12)
+    r = plan_of(m)
+    t = r.plan.tensors
+    assert t["mask"].live == (1, 1)
+    assert t["mask"].bytes == 256  # bool
+    assert not (t["mask"].offset < t["d"].offset + 1024 and t["d"].offset < t["mask"].offset + 256)
+
+
+def test_batchnorm_overwrites_its_input_in_inference():
+    C = 4
+    inits = [numpy_helper.from_array(np.ones(C, np.float32), n) for n in ("sc", "b", "m", "v")]
+    m = make_model([node("Relu", ["x"], ["a"]), node("BatchNormalization", ["a", "sc", "b", "m", "v"], ["y"])],
+                   [("x", F, S)], [("y", F, S)], inits)
+    assert aliases(plan_of(m, ["inplace"])) == {"y": ("a", "inplace")}
+
+
+def test_unknown_domain_op_never_aliases():
+    from graphmem.ops import overwrite_pairs, view_pairs
+    from graphmem.ir import Node
+    n = Node(0, "", "Relu", "com.example", ("a",), ("b",))
+    assert view_pairs(n) == [] and overwrite_pairs(n) == []
