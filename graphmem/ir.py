@@ -95,6 +95,16 @@ class Graph:
                     names.append(t)
         return names
 
+    def weight_names(self) -> list[str]:
+        """Initializers and folded constants that running nodes read (or that are outputs).
+
+        Shape tensors that only fed folded nodes are not counted: a runtime needs to
+        hold only what the remaining nodes read.
+        """
+        static = self.weights | set(self.constants)
+        used = dict.fromkeys(t for n in self.nodes for t in n.reads if t in static)
+        used.update(dict.fromkeys(t for t in self.outputs if t in static))
+        return [t for t in used if t in self.tensors]
+
     def weight_bytes(self) -> int:
-        return sum(self.tensors[t].bytes for t in (self.weights | set(self.constants))
-                   if t in self.tensors)
+        return sum(self.tensors[t].bytes for t in self.weight_names())

@@ -50,7 +50,8 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
     table.add_row("nodes", str(len(plan.order)), "",
                   f"{graph.node_count} in the file, {len(graph.folded_nodes)} folded")
     table.add_row("weights", f"{graph.weight_bytes():,}", mib(graph.weight_bytes()),
-                  f"{len(graph.weights)} initializers, {len(graph.constants)} folded constants")
+                  f"{len(graph.weight_names())} tensors read by running nodes "
+                  f"({len(graph.constants)} folded constants)")
     table.add_row("naive activations", f"{s['naive_bytes']:,}", mib(s["naive_bytes"]),
                   f"{len(plan.tensors)} tensors, one buffer each")
     table.add_row("lower bound", f"{s['lower_bound_bytes']:,}", mib(s["lower_bound_bytes"]),
