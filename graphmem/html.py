@@ -81,7 +81,8 @@ def render(view: PlanView) -> str:
     bindings = ", ".join(f"{k}={v}" for k, v in plan.bindings.items()) or "none"
     return _PAGE.format(
         title=e(f"graphmem: {plan.model}"), model=e(plan.model), version=e(__version__),
-        fmt=e(plan.format), steps=len(plan.order), ntensors=len(plan.tensors),
+        fmt=e(plan.format), steps=len(plan.order), file_nodes=view.file_nodes,
+        folded=view.folded_nodes, ntensors=len(plan.tensors),
         alignment=plan.alignment, bindings=e(bindings), cards=card_html, saving=saving,
         pass_rows=pass_rows, peak_step=view.peak_step, peak_op=e(peak_op),
         peak_live=_mib(view.live[view.peak_step + 1]), npeak=len(view.peak_tensors),
@@ -135,6 +136,7 @@ svg{display:block;background:#fff}svg text{font-size:11px;fill:#444}
 # The page's script: draws from the JSON, one delegated listener per interactive area.
 _JS = r"""
 "use strict";
+const T0 = performance.now();
 const D = JSON.parse(document.getElementById("data").textContent);
 const MiB = 1048576;
 const fmtMiB = b => (b / MiB).toFixed(2) + " MiB";
@@ -307,7 +309,30 @@ function drawAll() { drawTimeline(); drawLayout(); }
 let resizeTimer = null;
 window.addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(drawAll, 150); });
 legend(); drawAll(); hookTimeline(); hookLayout(); hookTable(); drawTable();
+document.body.dataset.drawMs = (performance.now() - T0).toFixed(1);
 document.body.dataset.drawn = "1";
+
+// file:///report.html#selftest: drive the delegated handlers once and record what they
+// showed, for the headless-browser test (which can read the DOM but cannot move a mouse)
+if (location.hash === "#selftest") {
+  const out = {};
+  const tl = document.getElementById("timeline"), r = tl.getBoundingClientRect();
+  const x = xScale(+tl.dataset.w);
+  const px = x(D.peak_step) + 0.5 * (x(D.peak_step + 1) - x(D.peak_step));
+  tl.dispatchEvent(new MouseEvent("mousemove", {clientX: r.left + px, clientY: r.top + 50, bubbles: true}));
+  out.status = document.getElementById("status").textContent;
+  const rect = document.querySelector("#layout rect.t");
+  rect.dispatchEvent(new MouseEvent("mouseover", {bubbles: true, clientX: 10, clientY: 10}));
+  out.tip_for = T[+rect.getAttribute("data-i")].name;
+  out.tip = document.getElementById("tip").textContent;
+  const th = document.querySelector('#layers th[data-k="bytes"]');
+  th.click(); th.click();  // ascending, then descending
+  out.first_row_bytes = document.querySelector("#layers-body tr td:nth-child(6)").textContent;
+  out.rows = document.querySelectorAll("#layers-body tr").length;
+  const pre = document.createElement("pre");
+  pre.id = "selftest"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}
 """
 
 _PAGE = """<!DOCTYPE html>
@@ -329,7 +354,8 @@ window.addEventListener("unhandledrejection", function (ev) {{ window.onerror(St
 <style>{css}</style></head>
 <body>
 <header><h1>graphmem memory report: {model}</h1>
-<div class="sub">{fmt} &middot; {steps} steps &middot; {ntensors} arena tensors &middot;
+<div class="sub">{fmt} &middot; {steps} steps ({file_nodes:,} nodes in the file, {folded:,} folded
+into constants) &middot; {ntensors} arena tensors &middot;
 alignment {alignment} &middot; dims {bindings} &middot; graphmem {version}</div></header>
 <main>
 <pre id="errors"></pre>

@@ -56,6 +56,8 @@ class PlanView:
     live_unaliased: list[int]
     peak_step: int  # position with the most aliased live bytes (first such)
     peak_tensors: list[str]  # every tensor live at peak_step
+    file_nodes: int = 0  # nodes in the model file, folded ones included
+    folded_nodes: int = 0
 
 
 def check_plan_fits(plan: Plan, graph: Graph, source: str) -> None:
@@ -99,7 +101,8 @@ def build(plan: Plan, graph: Graph) -> PlanView:
     peak_i = max(range(len(live)), key=lambda i: (live[i], -i)) if live else 0
     peak_step = peak_i - 1
     peak_tensors = [r.name for r in rows if r.first <= peak_step <= r.last]
-    return PlanView(plan, rows, steps, live, live_u, peak_step, peak_tensors)
+    return PlanView(plan, rows, steps, live, live_u, peak_step, peak_tensors,
+                    graph.node_count, len(graph.folded_nodes))
 
 
 def _sweep(spans, steps: int) -> list[int]:
