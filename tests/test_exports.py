@@ -9,6 +9,7 @@ import re
 import networkx as nx
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 
 import graphmem
@@ -312,3 +313,60 @@ def test_report_html_hooks(tmp_cwd):
     p2.add_argument("--plan")
     report_html.add_html_args(p2)
     assert p2.parse_args(["m", "--plan", "x"]).plan == "x"
+
+
+def _symbolic_model():
+    from onnx import TensorProto, helper
+    F = TensorProto.FLOAT
+    w = onnx.numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["flat"]),
+             helper.make_node("Add", ["flat", "flat"], ["y"])]
+    shape = onnx.numpy_helper.from_array(np.array([-1, 2], dtype=np.int64), "shape")
+    return helper.make_model(helper.make_graph(
+        nodes, "sym", [helper.make_tensor_value_info("x", F, ["N", 4])],
+        [helper.make_tensor_value_info("y", F, ["M", 2])], [w, shape]),
+        opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_symbolic_model_keeps_its_dims_and_saved_bindings(tmp_cwd):
+    import onnxruntime as ort
+    onnx.save(_symbolic_model(), "sym.onnx")
+    assert main(["plan", "sym.onnx", "--dim", "N=3", "-q", "-o", "p.json"]) == 0
+    # the saved plan's bindings are used when no --dim is given
+    assert main(["export", "sym.onnx", "--plan", "p.json", "--annotated", "a.onnx",
+                 "--graphml", "g.graphml"]) == 0
+    a = onnx.load("a.onnx")
+    onnx.checker.check_model(a)
+    assert read_plan("a.onnx").bindings == {"N": 3}
+    # shapes bound for planning are not pinned into the file: it still runs at any N
+    h = next(vi for vi in a.graph.value_info if vi.name == "h")
+    assert not h.type.tensor_type.HasField("shape")
+    sess = ort.InferenceSession(a.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], 2 * np.maximum(x, 0).reshape(-1, 2))
+    # a --dim that disagrees with the saved plan is refused
+    assert main(["export", "sym.onnx", "--dim", "N=4", "--plan", "p.json", "--html", "r.html"]) == 2
+    assert not (tmp_cwd / "r.html").exists()
+
+
+def test_external_weights_stay_reachable(tmp_cwd, capsys, monkeypatch):
+    (tmp_cwd / "m").mkdir()
+    (tmp_cwd / "out").mkdir()
+    # w (64 bytes) goes external, the Reshape target (16 bytes) stays inline
+    onnx.save(_symbolic_model(), "m/ext.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="ext.data", size_threshold=80)
+    # run from the model's folder: the loader's onnx.checker call resolves external
+    # data against the working directory
+    monkeypatch.chdir(tmp_cwd / "m")
+    assert main(["export", "ext.onnx", "--dim", "N=2", "--annotated", "../out/a.onnx"]) == 2
+    assert "external" in capsys.readouterr().err
+    assert list((tmp_cwd / "out").iterdir()) == []
+    assert main(["export", "ext.onnx", "--dim", "N=2", "--annotated", "a.onnx"]) == 0
+    refs = onnx.load("a.onnx", load_external_data=False)
+    assert refs.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    onnx.checker.check_model("a.onnx")  # by path: the checker reads ext.data next to it
+    a = onnx.load("a.onnx")  # the weights load from ext.data
+    assert onnx.numpy_helper.to_array(a.graph.initializer[0]).tolist() == np.eye(4).tolist()
+    assert read_plan("a.onnx").bindings == {"N": 2}

@@ -70,6 +70,7 @@ def run(args) -> int:
     for flag, path in outputs:
         if flag == "annotated":
             model = annotate_model(view, graph)
+            _check_external_data(model, graph.model_path, path)
             texts.append((path, model.SerializeToString()))
         elif flag == "html":
             from ..html import render
@@ -119,6 +120,16 @@ def planned_view(args) -> tuple[PlanView, Graph]:
 def annotate_model(view: PlanView, graph: Graph) -> onnx.ModelProto:
     from ..annotate import annotate
     return annotate(read_model(graph.model_path), view, graph)
+
+
+def _check_external_data(model: onnx.ModelProto, model_path: str, out: str) -> None:
+    """Weights in external files are referenced by relative path: keep them reachable."""
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    src, dst = Path(model_path).resolve().parent, Path(out).resolve().parent
+    if external and src != dst:
+        raise GraphmemError(f"{out}: {Path(model_path).name} keeps its weights in external "
+                            f"files, which the annotated model refers to by relative path; "
+                            f"write it into {str(src)!r} next to them")
 
 
 def _extract(args) -> int:
