@@ -1,24 +1,30 @@
 """The annotated ONNX model: the same model with its plan attached where Netron shows it.
 
 Per tensor (the ``ValueInfoProto`` of graph inputs and outputs, a new ``value_info``
-entry for every other arena tensor): ``metadata_props`` ``graphmem.bytes``,
-``graphmem.offset``, ``graphmem.live`` ("first..last"), ``graphmem.storage``,
-``graphmem.alias_of``/``graphmem.alias``/``graphmem.slice_of`` where set, and a one-line
-``doc_string``. Per node: ``graphmem.step`` (position in the order; folded nodes get
-``graphmem.folded``) and ``graphmem.live_bytes`` at that step, plus a doc_string line.
-Model ``metadata_props``: ``graphmem.format``, ``graphmem.arena_bytes``,
-``graphmem.lower_bound_bytes``, ``graphmem.aliased_peak_bytes``, ``graphmem.passes`` and
+entry for every other arena tensor): ``bytes``, ``offset``, ``live`` ("first..last"),
+``storage`` (tensors with one id share bytes), ``kind``, and ``alias_of``/``alias``/
+``slice_of`` where set. Per node: ``step`` (position in the order) and ``live_bytes`` /
+``live_bytes_unaliased`` at that step; folded nodes get ``folded``. Netron shows a value
+info's ``doc_string`` as the tensor's description and a node's ``doc_string`` and
+``metadata_props`` in its properties.
+
+Where they go depends on the IR version. ``metadata_props`` on tensors and nodes came
+with IR version 10: a model at IR >= 10 (or any model with ``raise_ir_version``) gets
+them as ``graphmem.<field>`` entries. An older model (the zoo's are IR 3) keeps its IR
+version, because raising it changes which graph optimisations ONNX Runtime applies (on
+densenet121 the outputs then differ in the last bit); its tensors and nodes carry the
+fields in a ``[graphmem] key=value ...`` doc_string line (:func:`doc_fields` reads it).
+Either way the model's own ``metadata_props`` (every IR version has them) hold
+``graphmem.format``, ``.arena_bytes``, ``.lower_bound_bytes``, ``.aliased_peak_bytes``,
+``.naive_bytes``, ``.alignment``, ``.passes``, ``.pass_savings``, ``.peak_step`` and
 ``graphmem.plan``, the whole plan file text, so :func:`read_plan` gets back exactly the
 plan that was written.
-
-``ValueInfoProto.metadata_props`` is an IR version 10 field, so the model's
-``ir_version`` is raised to at least 10 (opset imports are untouched; ONNX Runtime runs
-such a model exactly as before).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 
 import onnx
 
@@ -32,14 +38,24 @@ PREFIX = "graphmem."
 PLAN_KEY = "graphmem.plan"
 MIN_IR_VERSION = 10  # first IR version with ValueInfoProto/NodeProto.metadata_props
 _DOC_TAG = "[graphmem] "
+_NAME_FIELDS = ("alias_of", "slice_of")
+_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 
-def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph) -> onnx.ModelProto:
-    """A copy of ``model`` with ``view``'s plan attached; ``model`` is left as it is."""
+def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph, *,
+             raise_ir_version: bool = False) -> onnx.ModelProto:
+    """A copy of ``model`` with ``view``'s plan attached; ``model`` is left as it is.
+
+    ``raise_ir_version`` raises an older model to IR version 10 so that tensors and
+    nodes get ``metadata_props``; without it such a model keeps its IR version and
+    gets the same fields in ``doc_string`` only.
+    """
     plan = view.plan
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    out.ir_version = max(out.ir_version, MIN_IR_VERSION)
+    if raise_ir_version:
+        out.ir_version = max(out.ir_version, MIN_IR_VERSION)
+    props = out.ir_version >= MIN_IR_VERSION
     g = out.graph
     _strip(out)
 
@@ -51,13 +67,13 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph) -> onnx.Model
             if node.op_type != s.op:
                 raise GraphmemError(f"node {idx} of the model is {node.op_type}, the plan's "
                                     f"graph has {s.op} there: not the model that was planned")
-            _props(node, step=s.step, live_bytes=s.live_bytes,
-                   live_bytes_unaliased=s.live_bytes_unaliased)
-            _doc(node, f"step {s.step} of {len(plan.order)}; live {_mib(s.live_bytes)} "
-                       f"({s.live_bytes} bytes) of a {_mib(plan.arena_bytes)} arena")
+            _mark(node, props, f"({_mib(s.live_bytes)} live of a {_mib(plan.arena_bytes)} "
+                               f"arena at step {s.step} of {len(plan.order)})",
+                  step=s.step, live_bytes=s.live_bytes,
+                  live_bytes_unaliased=s.live_bytes_unaliased)
         elif idx in graph.folded_nodes:
-            _props(node, folded=1)
-            _doc(node, "folded into a constant at plan time; not in the arena")
+            _mark(node, props, "(folded into a constant at plan time; not in the arena)",
+                  folded=1)
 
     # per tensor: reuse the graph's own input/output ValueInfo, add value_info for the rest
     existing = {vi.name: vi for vi in list(g.input) + list(g.output)}
@@ -81,13 +97,9 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph) -> onnx.Model
             fields.update(alias_of=r.alias_of, alias=r.alias)
         if r.slice_of is not None:
             fields["slice_of"] = r.slice_of
-        _props(vi, **fields)
-        share = (f"; {r.alias} of {r.alias_of}" if r.alias_of else "") + \
-                (f"; slice of {r.slice_of}" if r.slice_of else "")
-        _doc(vi, f"{r.bytes} bytes at offset {r.offset}, live {r.first}..{r.last}, "
-                 f"storage {r.storage}{share}")
+        _mark(vi, props, f"({_mib(r.bytes)})", **fields)
 
-    # model level
+    # model level (model metadata_props exist in every IR version)
     s = plan.stats
     _props(out, format=FORMAT, arena_bytes=plan.arena_bytes,
            lower_bound_bytes=s.get("lower_bound_bytes", ""),
@@ -98,6 +110,15 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph) -> onnx.Model
                                     for p in plan.passes}),
            peak_step=view.peak_step, plan=plan.to_json())
     return out
+
+
+def doc_fields(doc_string: str) -> dict[str, str]:
+    """The ``key=value`` fields of the graphmem line of a doc_string (names unquoted)."""
+    for line in doc_string.split("\n"):
+        if line.startswith(_DOC_TAG):
+            return {k: json.loads(v) if v.startswith('"') else v
+                    for k, v in _FIELD.findall(line[len(_DOC_TAG):])}
+    return {}
 
 
 def read_plan(path: str | os.PathLike) -> Plan:
@@ -145,9 +166,16 @@ def _props(msg, **fields) -> None:
         entry.value = str(value)
 
 
-def _doc(msg, text: str) -> None:
+def _mark(msg, props: bool, note: str, **fields) -> None:
+    """Fields as metadata_props (IR >= 10) and as one ``[graphmem] k=v ...`` doc line."""
+    if props:
+        _props(msg, **fields)
+    # names are JSON-quoted so that spaces or '=' in them cannot break the line apart
+    text = " ".join(f"{k}={json.dumps(v) if k in _NAME_FIELDS else v}"
+                    for k, v in fields.items())
+    line = f"{_DOC_TAG}{text} {note}"
     # appended, so a doc_string the model already had is kept
-    msg.doc_string = f"{msg.doc_string}\n{_DOC_TAG}{text}" if msg.doc_string else _DOC_TAG + text
+    msg.doc_string = f"{msg.doc_string}\n{line}" if msg.doc_string else line
 
 
 def _mib(n: int) -> str:

@@ -13,7 +13,7 @@ import onnx.numpy_helper
 import pytest
 
 import graphmem
-from graphmem.annotate import annotate, plan_of_model, read_plan
+from graphmem.annotate import annotate, doc_fields, plan_of_model, read_plan
 from graphmem.cli import main
 from graphmem.commands import report_html
 from graphmem.commands.common import add_model_args
@@ -60,14 +60,14 @@ def test_view_timeline_matches_plan_stats(zoo):
 
 # ---------------------------------------------------------------- annotated ONNX
 
-def test_annotated_model_round_trips_and_checks(zoo):
+@pytest.mark.parametrize("raise_ir", [False, True], ids=["keep-ir", "ir10"])
+def test_annotated_model_round_trips_and_checks(zoo, raise_ir):
     name, graph, view, model = zoo
     plan = view.plan
-    out = annotate(model, view, graph)
-    data = out.SerializeToString()
-    back = onnx.load_from_string(data)
-    onnx.checker.check_model(back)
-    assert back.ir_version >= 10
+    out = annotate(model, view, graph, raise_ir_version=raise_ir)
+    back = onnx.load_from_string(out.SerializeToString())
+    onnx.checker.check_model(back, full_check=True)
+    assert back.ir_version == (10 if raise_ir else model.ir_version)
     assert list(back.opset_import) == list(model.opset_import)
     got = plan_of_model(back, name)
     assert got == plan
@@ -76,62 +76,105 @@ def test_annotated_model_round_trips_and_checks(zoo):
     assert meta["graphmem.format"] == "graphmem.plan/1"
     assert int(meta["graphmem.arena_bytes"]) == plan.arena_bytes
     assert int(meta["graphmem.lower_bound_bytes"]) == plan.stats["lower_bound_bytes"]
+    assert int(meta["graphmem.aliased_peak_bytes"]) == plan.stats["aliased_peak_bytes"]
     assert meta["graphmem.passes"] == "inplace,share,place"
+    assert json.loads(meta["graphmem.pass_savings"]) == \
+        {p["name"]: p["bytes_saved"] for p in plan.passes}
+
+    def fields(msg):
+        # IR >= 10: metadata_props; older: the doc_string line; the two never disagree
+        from_doc = doc_fields(msg.doc_string)
+        if raise_ir:
+            from_props = {k[len("graphmem."):]: v for k, v in props(msg).items()}
+            assert from_props == from_doc
+        else:
+            assert not msg.metadata_props
+        return from_doc
+
     # every arena tensor carries its placement where Netron shows value info
     infos = {vi.name: vi for vi in list(back.graph.input) + list(back.graph.output) +
              list(back.graph.value_info)}
     for r in view.tensors:
-        p = props(infos[r.name])
-        assert int(p["graphmem.bytes"]) == r.bytes
-        assert int(p["graphmem.offset"]) == r.offset
-        assert p["graphmem.live"] == f"{r.first}..{r.last}"
-        assert int(p["graphmem.storage"]) == r.storage
-        assert p.get("graphmem.alias_of") == r.alias_of
-        assert p.get("graphmem.alias") == r.alias
-        assert "[graphmem]" in infos[r.name].doc_string
+        f = fields(infos[r.name])
+        assert int(f["bytes"]) == r.bytes and int(f["offset"]) == r.offset
+        assert f["live"] == f"{r.first}..{r.last}"
+        assert int(f["storage"]) == r.storage and f["kind"] == r.kind
+        assert f.get("alias_of") == r.alias_of and f.get("alias") == r.alias
+        assert f.get("slice_of") == r.slice_of
     # every running node carries its step and the live bytes there
-    for s in view.steps:
-        p = props(back.graph.node[s.node])
-        assert int(p["graphmem.step"]) == s.step
-        assert int(p["graphmem.live_bytes"]) == s.live_bytes
+    for st in view.steps:
+        f = fields(back.graph.node[st.node])
+        assert int(f["step"]) == st.step
+        assert int(f["live_bytes"]) == st.live_bytes
+        assert int(f["live_bytes_unaliased"]) == st.live_bytes_unaliased
     for idx in graph.folded_nodes:
-        assert props(back.graph.node[idx])["graphmem.folded"] == "1"
+        assert fields(back.graph.node[idx])["folded"] == "1"
     # the model itself is unchanged apart from the annotations
     assert [n.op_type for n in back.graph.node] == [n.op_type for n in model.graph.node]
     assert [list(n.input) for n in back.graph.node] == [list(n.input) for n in model.graph.node]
-    assert len(back.graph.initializer) == len(model.graph.initializer)
+    assert [list(n.attribute) for n in back.graph.node] == \
+        [list(n.attribute) for n in model.graph.node]
+    assert list(back.graph.initializer) == list(model.graph.initializer)
 
 
 def test_annotating_twice_does_not_stack(zoo):
     name, graph, view, model = zoo
     once = annotate(model, view, graph)
-    twice = annotate(once, view, graph)
-    assert twice.SerializeToString() == once.SerializeToString()
+    assert annotate(once, view, graph).SerializeToString() == once.SerializeToString()
+    once10 = annotate(model, view, graph, raise_ir_version=True)
+    assert annotate(once10, view, graph).SerializeToString() == once10.SerializeToString()
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v1"])
-def test_annotated_model_runs_the_same_in_onnxruntime(name):
+def test_doc_fields_quote_names():
+    from graphmem.annotate import _mark
+    vi = onnx.ValueInfoProto(doc_string="kept")
+    _mark(vi, False, "(note)", bytes=4, alias_of='a b="c"=d', alias="view")
+    assert vi.doc_string.startswith("kept\n[graphmem] ")
+    assert doc_fields(vi.doc_string) == {"bytes": "4", "alias_of": 'a b="c"=d', "alias": "view"}
+
+
+def _ort_outputs(model, graph, level=None):
     import onnxruntime as ort
-    graph = graphmem.load(zoo_path(name))
-    view = build(graphmem.plan_graph(graph).plan, graph)
-    model = read_model(zoo_path(name))
-    annotated = annotate(model, view, graph)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.log_severity_level = 3  # the zoo's initializers-as-inputs warn on every load
-    outs = []
-    for m in (model, annotated):
-        sess = ort.InferenceSession(m.SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
-        feed = {}
-        rng = np.random.default_rng(0)
-        for i in sess.get_inputs():
-            if i.name in graph.inputs:
-                feed[i.name] = rng.standard_normal(graph.tensors[i.name].shape).astype(np.float32)
-        outs.append(sess.run(None, feed))
-    assert feed  # the data input was fed
-    for a, b in zip(*outs):
+    if level is not None:
+        opts.graph_optimization_level = level
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {i.name: rng.standard_normal(graph.tensors[i.name].shape).astype(np.float32)
+            for i in sess.get_inputs() if i.name in graph.inputs}
+    assert feed  # the data input is fed; the weights are the model's own
+    return sess.run(None, feed)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v1", "resnet50",
+                                  "densenet121"])
+def test_annotated_model_runs_the_same_in_onnxruntime(name):
+    graph = graphmem.load(zoo_path(name))
+    view = build(graphmem.plan_graph(graph).plan, graph)
+    model = read_model(zoo_path(name))
+    want = _ort_outputs(model, graph)
+    got = _ort_outputs(annotate(model, view, graph), graph)
+    assert len(got) == len(want)
+    for a, b in zip(want, got):
         assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def test_raised_ir_version_runs_in_onnxruntime():
+    import onnxruntime as ort
+    graph = graphmem.load(zoo_path("densenet121"))
+    view = build(graphmem.plan_graph(graph).plan, graph)
+    model = read_model(zoo_path("densenet121"))
+    raised = annotate(model, view, graph, raise_ir_version=True)
+    # IR 10 lets ONNX Runtime optimise differently: equal to rounding, and bit for bit
+    # with graph optimisations off
+    for a, b in zip(_ort_outputs(model, graph), _ort_outputs(raised, graph)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    off = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for a, b in zip(_ort_outputs(model, graph, off), _ort_outputs(raised, graph, off)):
         np.testing.assert_array_equal(a, b)
 
 

@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
     add_pass_args(p)
     add_plan_arg(p)
     p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
+    p.add_argument("--raise-ir-version", action="store_true", dest="raise_ir_version",
+                   help="raise an older model to IR version 10 so that tensors and nodes "
+                        "get metadata_props (default: keep its IR version, use doc_string)")
     p.add_argument("--html", metavar="PATH", help="write the HTML memory report here")
     p.add_argument("--graphml", metavar="PATH", help="write GraphML here")
     p.add_argument("--plan-from", metavar="ANNOTATED", dest="plan_from",
@@ -69,7 +72,7 @@ def run(args) -> int:
     texts = []
     for flag, path in outputs:
         if flag == "annotated":
-            model = annotate_model(view, graph)
+            model = annotate_model(view, graph, args.raise_ir_version)
             _check_external_data(model, graph.model_path, path)
             texts.append((path, model.SerializeToString()))
         elif flag == "html":
@@ -117,9 +120,11 @@ def planned_view(args) -> tuple[PlanView, Graph]:
     return build(result.plan, graph), graph
 
 
-def annotate_model(view: PlanView, graph: Graph) -> onnx.ModelProto:
+def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False
+                   ) -> onnx.ModelProto:
     from ..annotate import annotate
-    return annotate(read_model(graph.model_path), view, graph)
+    return annotate(read_model(graph.model_path), view, graph,
+                    raise_ir_version=raise_ir_version)
 
 
 def _check_external_data(model: onnx.ModelProto, model_path: str, out: str) -> None:
