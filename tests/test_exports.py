@@ -413,3 +413,23 @@ def test_external_weights_stay_reachable(tmp_cwd, capsys, monkeypatch):
     a = onnx.load("a.onnx")  # the weights load from ext.data
     assert onnx.numpy_helper.to_array(a.graph.initializer[0]).tolist() == np.eye(4).tolist()
     assert read_plan("a.onnx").bindings == {"N": 2}
+
+
+def test_export_without_passes(tmp_cwd):
+    assert main(["export", "squeezenet", "--passes", "none", "--annotated", "a.onnx",
+                 "--html", "r.html", "--graphml", "g.graphml"]) == 0
+    plan = read_plan("a.onnx")
+    assert plan.passes == [] and not any(t.alias_of for t in plan.tensors.values())
+    page = (tmp_cwd / "r.html").read_text()
+    assert "no passes ran" in page
+    assert embedded(page)["arena"] == plan.arena_bytes
+    g = nx.read_graphml(tmp_cwd / "g.graphml", force_multigraph=True)
+    assert g.graph["passes"] == "none"
+    # an annotated model is itself a model to export from: annotations are replaced
+    assert main(["export", "a.onnx", "--annotated", "b.onnx"]) == 0
+    b = read_plan("b.onnx")
+    assert [p["name"] for p in b.passes] == ["inplace", "share", "place"]
+    assert b.arena_bytes < plan.arena_bytes
+    model_b = onnx.load("b.onnx")
+    assert [p.key for p in model_b.metadata_props].count("graphmem.plan") == 1
+    assert all(n.doc_string.count("[graphmem]") <= 1 for n in model_b.graph.node)
