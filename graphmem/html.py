@@ -129,6 +129,8 @@ svg{display:block;background:#fff}svg text{font-size:11px;fill:#444}
 #tip{position:fixed;pointer-events:none;background:#222;color:#fff;font-size:12px;padding:6px 8px;
  border-radius:4px;display:none;max-width:520px;white-space:pre;z-index:10}
 #layout rect.t:hover{stroke:#000;stroke-width:1.5}
+#layout rect.sel{stroke:#000;stroke-width:2.5;fill-opacity:1}
+#layers-body tr{cursor:pointer}#layers-body tr:hover{background:#f0f6ff}
 #status{font-size:12px;color:#444;min-height:18px}
 #errors{color:#b00;white-space:pre-wrap}#errors:empty{display:none}
 """
@@ -181,7 +183,7 @@ function drawTimeline() {
   const w = svg.parentNode.clientWidth || 1000, h = 280;
   svg.setAttribute("width", w); svg.setAttribute("height", h);
   const x = xScale(w);
-  const lb = D.stats.lower_bound_bytes || 0;
+  const lb = D.stats.lower_bound_bytes || 0, ap = D.stats.aliased_peak_bytes || 0;
   const ymax = Math.max(D.arena, lb, ...D.live_unaliased, 1) * 1.08;
   const y = b => h - M.b - b * (h - M.t - M.b) / ymax;
   const path = arr => {
@@ -197,6 +199,7 @@ function drawTimeline() {
     `<path d="${path(D.live_unaliased)}" fill="#dde5ee" stroke="#9fb3c8" stroke-width="1"/>` +
     `<path d="${path(D.live)}" fill="#9ecae1" fill-opacity="0.6" stroke="#2171b5" stroke-width="1.2" class="live"/>` +
     hline(lb, "#e08214", "6 3", "lower bound") +
+    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak") : "") +
     hline(D.arena, "#c0392b", "", "arena") +
     `<line x1="${px}" x2="${px}" y1="${M.t}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
     `<circle cx="${px}" cy="${y(D.live[D.peak_step + 1])}" r="4" fill="#c0392b" class="peak"/>` +
@@ -289,7 +292,7 @@ function drawTable() {
   const k = sortKey, dir = sortDir;
   ROWS.sort((a, b) => (a[k] < b[k] ? -dir : a[k] > b[k] ? dir : a.step - b.step));
   document.getElementById("layers-body").innerHTML = ROWS.map(r =>
-    `<tr><td class=r>${r.step}</td><td>${esc(r.node)}</td><td>${esc(r.op)}</td>` +
+    `<tr data-i="${r.i}"><td class=r>${r.step}</td><td>${esc(r.node)}</td><td>${esc(r.op)}</td>` +
     `<td>${esc(r.tensor)}</td><td>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
     `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td>${esc(r.alias)}</td></tr>`).join("");
   for (const th of document.querySelectorAll("#layers th[data-k]")) {
@@ -305,10 +308,22 @@ function hookTable() {
   });
 }
 
+// clicking a table row outlines that tensor in the layout (one listener for all rows)
+function hookSelect() {
+  document.getElementById("layers-body").addEventListener("click", ev => {
+    const tr = ev.target.closest("tr[data-i]");
+    if (!tr) return;
+    for (const el of document.querySelectorAll("#layout rect.sel")) el.classList.remove("sel");
+    const rect = document.querySelector(`#layout rect[data-i="${tr.dataset.i}"]`);
+    if (rect) { rect.classList.add("sel"); rect.parentNode.appendChild(rect); }
+    document.getElementById("layout").scrollIntoView({block: "nearest"});
+  });
+}
+
 function drawAll() { drawTimeline(); drawLayout(); }
 let resizeTimer = null;
 window.addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(drawAll, 150); });
-legend(); drawAll(); hookTimeline(); hookLayout(); hookTable(); drawTable();
+legend(); drawAll(); hookTimeline(); hookLayout(); hookTable(); hookSelect(); drawTable();
 document.body.dataset.drawMs = (performance.now() - T0).toFixed(1);
 document.body.dataset.drawn = "1";
 
@@ -329,6 +344,11 @@ if (location.hash === "#selftest") {
   th.click(); th.click();  // ascending, then descending
   out.first_row_bytes = document.querySelector("#layers-body tr td:nth-child(6)").textContent;
   out.rows = document.querySelectorAll("#layers-body tr").length;
+  const row = document.querySelector("#layers-body tr");
+  row.querySelector("td").click();
+  const sel = document.querySelector("#layout rect.sel");
+  out.selected = sel ? T[+sel.getAttribute("data-i")].name : null;
+  out.first_row_tensor = T[+row.dataset.i].name;
   const pre = document.createElement("pre");
   pre.id = "selftest"; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
@@ -385,7 +405,8 @@ arena from offset 0. Hover for details. <span class="legend" id="legend"></span>
 <th class=r>offset</th><th>live</th><th>shares</th></tr></thead>
 <tbody>{peak_rows}</tbody></table></div></section>
 
-<section><h2>Layers</h2><div>One row per tensor a node produces; click a heading to sort.</div>
+<section><h2>Layers</h2><div>One row per tensor a node produces; click a heading to sort, a row to
+outline its tensor in the layout.</div>
 <div class="scroll"><table id="layers"><thead><tr><th data-k="step" class=r>step</th>
 <th data-k="node">node</th><th data-k="op">op</th><th data-k="tensor">output</th>
 <th data-k="shape">shape</th><th data-k="bytes" class=r>bytes</th>

@@ -86,12 +86,12 @@ def test_report_draws_in_headless_chromium(name, tmp_path):
     assert 'class="peak"' in timeline and f"peak at step {view.peak_step}" in timeline
     # the layout: one rectangle per tensor that takes bytes
     layout = svg(dom, "layout")
-    rect_ids = [int(i) for i in re.findall(r'<rect class="t" data-i="(\d+)"', layout)]
+    rect_ids = [int(i) for i in re.findall(r'<rect class="t[^"]*" data-i="(\d+)"', layout)]
     sized = [i for i, r in enumerate(view.tensors) if r.bytes > 0]
     assert sorted(rect_ids) == sized
     # the sortable table has one row per node output
     body = re.search(r'<tbody id="layers-body">(.*?)</tbody>', dom, re.S).group(1)
-    assert body.count("<tr>") == sum(1 for r in view.tensors if r.producer is not None)
+    assert body.count("<tr data-i=") == sum(1 for r in view.tensors if r.producer is not None)
     # the delegated handlers, driven once by the page's #selftest hook
     result = json.loads(htmllib.unescape(re.search(r'<pre id="selftest">(.*?)</pre>', dom,
                                                    re.S).group(1)))
@@ -101,6 +101,7 @@ def test_report_draws_in_headless_chromium(name, tmp_path):
     assert f"{tip_row.bytes:,} bytes" in result["tip"]
     biggest = max(r.bytes for r in view.tensors if r.producer is not None)
     assert result["first_row_bytes"] == f"{biggest:,}"
+    assert result["selected"] == result["first_row_tensor"]  # row click outlines its rect
     # every tensor live at the peak is in the drawn page
     for t in view.peak_tensors:
         assert htmllib.escape(t) in dom
