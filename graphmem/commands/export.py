@@ -1,0 +1,157 @@
+"""``graphmem export MODEL``: the annotated ONNX model, the HTML report, GraphML.
+
+Any subset of ``--annotated A.onnx``, ``--html R.html``, ``--graphml G.graphml`` in one
+run. ``--plan P`` uses a saved plan (a plan JSON file, or an annotated model) instead of
+planning again; a plan made for another model is refused. ``--plan-from A.onnx
+[--plan-out P.json]`` reads the plan back out of an annotated model.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+
+from ..errors import GraphmemError
+from ..ir import Graph
+from ..load import load, read_model
+from ..pipeline import DEFAULT_PASSES, plan_graph
+from ..plan import Plan, write_atomic
+from ..planview import PlanView, build, check_plan_fits
+from .common import add_pass_args, chosen_passes, model_path, model_stem, parse_dims
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export", help="write the plan as an annotated ONNX model, an HTML report, GraphML",
+        description="Export MODEL's memory plan for review: --annotated (ONNX with the plan "
+                    "in metadata, for Netron), --html (self-contained report), --graphml "
+                    "(networkx GraphML). --plan-from reads the plan back out of an "
+                    "annotated model.")
+    p.add_argument("model", nargs="?",
+                   help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic dimension (repeatable), e.g. --dim N=8")
+    add_pass_args(p)
+    add_plan_arg(p)
+    p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
+    p.add_argument("--raise-ir-version", action="store_true", dest="raise_ir_version",
+                   help="raise an older model to IR version 10 so that tensors and nodes "
+                        "get metadata_props (default: keep its IR version, use doc_string)")
+    p.add_argument("--html", metavar="PATH", help="write the HTML memory report here")
+    p.add_argument("--graphml", metavar="PATH", help="write GraphML here")
+    p.add_argument("--plan-from", metavar="ANNOTATED", dest="plan_from",
+                   help="read the plan stored in an annotated model (no MODEL needed)")
+    p.add_argument("--plan-out", metavar="PATH", dest="plan_out",
+                   help="with --plan-from: plan file to write (default <model>.plan.json; "
+                        "'-' prints it)")
+    p.set_defaults(func=run)
+
+
+def add_plan_arg(p) -> None:
+    p.add_argument("--plan", metavar="PLAN",
+                   help="use this saved plan (plan JSON, or an annotated .onnx) instead of "
+                        "planning again; it must be a plan for MODEL")
+
+
+def run(args) -> int:
+    if args.plan_from:
+        return _extract(args)
+    if args.plan_out:
+        raise GraphmemError("--plan-out goes with --plan-from")
+    if not args.model:
+        raise GraphmemError("export: give a MODEL (or --plan-from ANNOTATED)")
+    outputs = [(flag, path) for flag, path in (("annotated", args.annotated),
+                                               ("html", args.html),
+                                               ("graphml", args.graphml)) if path]
+    if not outputs:
+        raise GraphmemError("export: nothing to write; give --annotated, --html and/or "
+                            "--graphml")
+    view, graph = planned_view(args)
+    # everything is rendered before anything is written: bad input leaves no files
+    texts = []
+    for flag, path in outputs:
+        if flag == "annotated":
+            model = annotate_model(view, graph, args.raise_ir_version)
+            _check_external_data(model, graph.model_path, path)
+            texts.append((path, model.SerializeToString()))
+        elif flag == "html":
+            from ..html import render
+            texts.append((path, render(view)))
+        else:
+            from ..graphml import graphml_text
+            texts.append((path, graphml_text(view, graph)))
+    for path, text in texts:
+        write_atomic(path, text)
+        print(f"wrote {path}")
+    return 0
+
+
+def load_any_plan(path: str) -> Plan:
+    """A plan from a plan JSON file, or from an annotated ONNX model."""
+    if Path(path).suffix.lower() == ".onnx":
+        from ..annotate import read_plan
+        if not Path(path).is_file():
+            raise GraphmemError(f"{path}: no such annotated model")
+        return read_plan(path)
+    return Plan.load(path)
+
+
+def planned_view(args) -> tuple[PlanView, Graph]:
+    """The command's model, planned (or its saved --plan checked against it), as a view.
+
+    Works on any parser with ``model`` and ``dim``; the pass options and ``--plan`` are
+    used where the parser has them, else the defaults.
+    """
+    dims = parse_dims(getattr(args, "dim", None) or [])
+    saved = getattr(args, "plan", None)
+    if saved:
+        plan = load_any_plan(saved)
+        graph = load(model_path(args), dims or plan.bindings)
+        check_plan_fits(plan, graph, saved)
+        return build(plan, graph), graph
+    graph = load(model_path(args), dims)
+    passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
+    name = Path(model_path(args)).name if Path(args.model).exists() else \
+        model_stem(args) + ".onnx"
+    result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
+                        placement=getattr(args, "placement", "best"), model_name=name,
+                        bindings=dims)
+    return build(result.plan, graph), graph
+
+
+def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False
+                   ) -> onnx.ModelProto:
+    from ..annotate import annotate
+    return annotate(read_model(graph.model_path), view, graph,
+                    raise_ir_version=raise_ir_version)
+
+
+def _check_external_data(model: onnx.ModelProto, model_path: str, out: str) -> None:
+    """Weights in external files are referenced by relative path: keep them reachable."""
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    src, dst = Path(model_path).resolve().parent, Path(out).resolve().parent
+    if external and src != dst:
+        raise GraphmemError(f"{out}: {Path(model_path).name} keeps its weights in external "
+                            f"files, which the annotated model refers to by relative path; "
+                            f"write it into {str(src)!r} next to them")
+
+
+def _extract(args) -> int:
+    if args.model or args.annotated or args.html or args.graphml or args.plan:
+        raise GraphmemError("--plan-from only extracts a plan; to export from a saved plan "
+                            "use MODEL --plan ANNOTATED.onnx")
+    from ..annotate import read_plan
+    if not Path(args.plan_from).is_file():
+        raise GraphmemError(f"{args.plan_from}: no such annotated model")
+    plan = read_plan(args.plan_from)
+    stem = Path(args.plan_from).name
+    for suffix in (".onnx", ".annotated"):
+        stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
+    out = args.plan_out or f"{stem}.plan.json"
+    if out == "-":
+        sys.stdout.write(plan.to_json())
+    else:
+        plan.save(out)
+        print(f"wrote {out}")
+    return 0

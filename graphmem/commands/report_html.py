@@ -1,0 +1,26 @@
+"""``graphmem report MODEL --html OUT``: the HTML part of the report command.
+
+The report command itself (text/JSON memory analysis) lives in its own module; it
+calls :func:`add_html_args` on its parser and :func:`write_html` when ``--html`` is
+given. ``graphmem export MODEL --html OUT`` writes the same page.
+"""
+from __future__ import annotations
+
+from ..plan import write_atomic
+from .export import add_plan_arg, planned_view
+
+
+def add_html_args(parser) -> None:
+    """Add ``--html PATH`` (and ``--plan`` if the parser has none) to ``parser``."""
+    parser.add_argument("--html", metavar="PATH",
+                        help="write a self-contained HTML memory report here")
+    if "--plan" not in parser._option_string_actions:  # argparse has no public lookup
+        add_plan_arg(parser)
+
+
+def write_html(args) -> str:
+    """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
+    from ..html import render
+    view, _ = planned_view(args)
+    write_atomic(args.html, render(view))
+    return args.html
