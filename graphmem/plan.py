@@ -150,6 +150,10 @@ def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
     mode = "wb" if isinstance(text, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
     try:
+        # mkstemp makes the file private (0600); give it the usual umask-based mode
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, mode) as f:
             f.write(text)
         os.replace(tmp, p)
