@@ -363,16 +363,32 @@ def plan_stats(plan: Plan) -> dict[str, int]:
     for t in plan.tensors.values():
         delta[t.live[0] + 1] += t.bytes
         delta[t.live[1] + 2] -= t.bytes
-    group_live: dict[str, list[int]] = {}  # root -> [first, last, bytes]
+    members: dict[str, list] = {}
     for name, t in plan.tensors.items():
-        g = group_live.setdefault(roots[name], [t.live[0], t.live[1], t.bytes])
-        g[0], g[1], g[2] = min(g[0], t.live[0]), max(g[1], t.live[1]), max(g[2], t.bytes)
+        if t.bytes:
+            members.setdefault(roots[name], []).append(t)
     delta_g = [0] * (steps + 3)
-    for first, last, nbytes in group_live.values():
+    for first, last, nbytes in (r for ts in members.values() for r in _group_regions(ts)):
         delta_g[first + 1] += nbytes
         delta_g[last + 2] -= nbytes
     return {"naive_bytes": naive, "lower_bound_bytes": _peak(delta),
             "aliased_peak_bytes": _peak(delta_g), "arena_bytes": plan.arena_bytes}
+
+
+def _group_regions(ts: list[TensorPlan]) -> list[tuple[int, int, int]]:
+    """(first, last, bytes) of a storage group: its byte range, split where Concat
+    slices make parts of it live at different times; each part is live from the first
+    to the last use of a tensor on it (a group without slices is one part)."""
+    if len({t.offset for t in ts}) == 1:
+        return [(min(t.live[0] for t in ts), max(t.live[1] for t in ts),
+                 max(t.bytes for t in ts))]
+    cuts = sorted({t.offset for t in ts} | {t.offset + t.bytes for t in ts})
+    out = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        on = [t for t in ts if t.offset < hi and lo < t.offset + t.bytes]
+        if on:
+            out.append((min(t.live[0] for t in on), max(t.live[1] for t in on), hi - lo))
+    return out
 
 
 def _peak(delta: list[int]) -> int:
