@@ -12,7 +12,7 @@ from graphmem.passes.place import Tied, best_fit, place_records
 from graphmem.assignment import Record
 from models.generate import inception_cell, unet
 
-from conftest import F, graph_of, make_model, plan_of
+from conftest import F, make_model, plan_of
 
 NO_CONCAT = ("inplace", "share", "place")
 

@@ -13,7 +13,7 @@ from graphmem.passes.reorder import beam_order, build_model, exact_order, peak_o
 from graphmem.zoo import ZOO, zoo_path
 from models.generate import inception_cell, randwire, unet
 
-from conftest import F, graph_of, make_model, plan_of
+from conftest import F, make_model, plan_of
 
 NO_REORDER = ("concat", "inplace", "share", "place")
 
