@@ -6,6 +6,7 @@ Assignment is immutable, so no pass can change what an earlier one decided.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Mapping
 
 from .ir import Graph
@@ -63,7 +64,12 @@ class Assignment:
         return replace(self, **changes)
 
     def root_of(self, tensor: str) -> tuple[str, int]:
-        """(root tensor, byte offset of ``tensor`` inside the root's storage)."""
+        """(root tensor, byte offset of ``tensor`` inside the root's storage).
+
+        Aliases share their source's offset; a Concat slice sits inside the Concat
+        output. When a member of an alias group is a slice (an in-place Relu written
+        into a Concat), the whole alias group lives in that slice.
+        """
         offset = 0
         while True:
             if tensor in self.slice_of:
@@ -71,8 +77,22 @@ class Assignment:
                 tensor = self.slice_of[tensor]
             elif tensor in self.alias:
                 tensor = self.alias[tensor][0]
+            elif tensor in self._sliced_member:
+                tensor = self._sliced_member[tensor]
             else:
                 return tensor, offset
+
+    @cached_property
+    def _sliced_member(self) -> dict[str, str]:
+        """Alias-group root -> the member of its alias group that is a Concat slice."""
+        out: dict[str, str] = {}
+        for t in self.slice_of:
+            r = t
+            while r in self.alias:
+                r = self.alias[r][0]
+            if r != t:
+                assert out.setdefault(r, t) == t, f"two slices in the alias group of {r!r}"
+        return out
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,11 @@ from .load import load
 from .plan import Plan, TensorPlan, expected_kind, plan_stats, validate
 from .schedule import check_order, file_order
 
-DEFAULT_PASSES = ("inplace", "share", "place")
+DEFAULT_PASSES = ("reorder", "concat", "inplace", "share", "place")
+# Passes that choose the execution order: they run first, on the file order, and
+# return their order in detail["order"]; the rest is then planned for both orders
+# and the smaller arena kept, so such a pass never makes a plan worse.
+ORDER_PASSES = ("reorder",)
 
 
 @dataclass(frozen=True)
@@ -69,10 +73,39 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         raise GraphmemError(bad[0])
     ctx = Context(graph, tuple(order), liveness(graph, order), alignment)
     registry = available_passes()
+    names = resolve_passes(passes)
+    order_passes = [n for n in names if n in ORDER_PASSES]
+    names = [n for n in names if n not in ORDER_PASSES]
+    ctx, a, reports = _run_passes(ctx, names, registry, placement)
+    for name in order_passes:
+        t0 = time.perf_counter()
+        _, detail = registry[name](ctx, Assignment())
+        new_order = list(detail.pop("order", ctx.order))
+        bad = check_order(graph, new_order)
+        assert not bad, f"pass {name} returned an invalid order: {bad[0]}"
+        saved = 0
+        if tuple(new_order) != ctx.order:
+            cand = Context(graph, tuple(new_order), liveness(graph, new_order), alignment)
+            cand_ctx, cand_a, cand_reports = _run_passes(cand, names, registry, placement)
+            saved = a.arena_bytes - cand_a.arena_bytes
+            if saved > 0:
+                ctx, a, reports = cand_ctx, cand_a, cand_reports
+            detail["arena_file_order"] = a.arena_bytes + max(saved, 0)
+        detail["reordered"] = saved > 0
+        reports.insert(0, PassReport(name, max(saved, 0), a.arena_bytes,
+                                     time.perf_counter() - t0, detail))
+    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph), dict(bindings or {}))
+    if check:
+        validate(plan, graph)
+    return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
+
+
+def _run_passes(ctx: Context, names, registry, placement: str):
+    """Run the passes in order for one execution order; the layout is finished."""
     a = Assignment()
     reports = []
     before = layout_bytes(ctx, a)
-    for name in resolve_passes(passes):
+    for name in names:
         fn = registry[name]
         if name == "place":
             fn = partial(fn, strategy=placement)
@@ -81,11 +114,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         after = layout_bytes(ctx, a)
         reports.append(PassReport(name, before - after, after, time.perf_counter() - t0, detail))
         before = after
-    a = _finish_layout(ctx, a)
-    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph), dict(bindings or {}))
-    if check:
-        validate(plan, graph)
-    return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
+    return ctx, _finish_layout(ctx, a), reports
 
 
 def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,

@@ -360,28 +360,53 @@ def _stats_problems(plan: Plan, graph: Graph) -> list[str]:
 
 def plan_stats(plan: Plan) -> dict[str, int]:
     """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors."""
+    aliased, unaliased = live_timelines(plan)
+    return {"naive_bytes": sum(t.bytes for t in plan.tensors.values()),
+            "lower_bound_bytes": max(unaliased, default=0),
+            "aliased_peak_bytes": max(aliased, default=0), "arena_bytes": plan.arena_bytes}
+
+
+def live_timelines(plan: Plan) -> tuple[list[int], list[int]]:
+    """Live bytes at positions -1 .. len(order) (index 0 is position -1): (aliased, unaliased).
+
+    Aliased counts each storage group once (split into byte regions where Concat
+    slices make parts of it live at different times); unaliased counts every tensor.
+    """
     roots = _group_roots(plan)
-    steps = len(plan.order)
-    naive = sum(t.bytes for t in plan.tensors.values())
-    delta = [0] * (steps + 3)
-    for t in plan.tensors.values():
-        delta[t.live[0] + 1] += t.bytes
-        delta[t.live[1] + 2] -= t.bytes
-    group_live: dict[str, list[int]] = {}  # root -> [first, last, bytes]
+    members: dict[str, list] = {}
     for name, t in plan.tensors.items():
-        g = group_live.setdefault(roots[name], [t.live[0], t.live[1], t.bytes])
-        g[0], g[1], g[2] = min(g[0], t.live[0]), max(g[1], t.live[1]), max(g[2], t.bytes)
-    delta_g = [0] * (steps + 3)
-    for first, last, nbytes in group_live.values():
-        delta_g[first + 1] += nbytes
-        delta_g[last + 2] -= nbytes
-    return {"naive_bytes": naive, "lower_bound_bytes": _peak(delta),
-            "aliased_peak_bytes": _peak(delta_g), "arena_bytes": plan.arena_bytes}
+        if t.bytes:
+            members.setdefault(roots[name], []).append(t)
+    steps = len(plan.order)
+    unaliased = _sweep(((t.live[0], t.live[1], t.bytes) for t in plan.tensors.values()), steps)
+    aliased = _sweep((r for ts in members.values() for r in _group_regions(ts)), steps)
+    return aliased, unaliased
 
 
-def _peak(delta: list[int]) -> int:
-    best = running = 0
-    for d in delta:
+def _sweep(spans, steps: int) -> list[int]:
+    """Sum of bytes over (first, last, bytes) spans at each position -1..steps."""
+    delta = [0] * (steps + 3)
+    for first, last, nbytes in spans:
+        delta[first + 1] += nbytes
+        delta[last + 2] -= nbytes
+    out, running = [], 0
+    for d in delta[:-1]:
         running += d
-        best = max(best, running)
-    return best
+        out.append(running)
+    return out
+
+
+def _group_regions(ts: list[TensorPlan]) -> list[tuple[int, int, int]]:
+    """(first, last, bytes) of a storage group: its byte range, split where Concat
+    slices make parts of it live at different times; each part is live from the first
+    to the last use of a tensor on it (a group without slices is one part)."""
+    if len({t.offset for t in ts}) == 1:
+        return [(min(t.live[0] for t in ts), max(t.live[1] for t in ts),
+                 max(t.bytes for t in ts))]
+    cuts = sorted({t.offset for t in ts} | {t.offset + t.bytes for t in ts})
+    out = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        on = [t for t in ts if t.offset < hi and lo < t.offset + t.bytes]
+        if on:
+            out.append((min(t.live[0] for t in on), max(t.live[1] for t in on), hi - lo))
+    return out

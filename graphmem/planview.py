@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .errors import GraphmemError
 from .ir import Graph
-from .plan import Plan, _group_roots, problems
+from .plan import Plan, _group_roots, live_timelines, problems
 
 
 @dataclass(frozen=True)
@@ -86,14 +86,7 @@ def build(plan: Plan, graph: Graph) -> PlanView:
             producer=node.index if node else None,
             producer_op=node.op_type if node else "(graph input)",
             producer_name=node.name if node else ""))
-    steps_n = len(plan.order)
-    live_u = _sweep([(r.first, r.last, r.bytes) for r in rows], steps_n)
-    # a storage group occupies max(bytes) from its first to its last use
-    spans: dict[int, list[int]] = {}
-    for r in rows:
-        s = spans.setdefault(r.storage, [r.first, r.last, r.bytes])
-        s[0], s[1], s[2] = min(s[0], r.first), max(s[1], r.last), max(s[2], r.bytes)
-    live = _sweep([tuple(s) for s in spans.values()], steps_n)
+    live, live_u = live_timelines(plan)
     by_index = {n.index: n for n in graph.nodes}
     steps = [StepRow(step=pos, node=idx, op=by_index[idx].op_type, name=by_index[idx].name,
                      live_bytes=live[pos + 1], live_bytes_unaliased=live_u[pos + 1])
@@ -103,16 +96,3 @@ def build(plan: Plan, graph: Graph) -> PlanView:
     peak_tensors = [r.name for r in rows if r.first <= peak_step <= r.last]
     return PlanView(plan, rows, steps, live, live_u, peak_step, peak_tensors,
                     graph.node_count, len(graph.folded_nodes))
-
-
-def _sweep(spans, steps: int) -> list[int]:
-    """Sum of bytes over (first, last, bytes) spans at each position -1..steps."""
-    delta = [0] * (steps + 3)
-    for first, last, nbytes in spans:
-        delta[first + 1] += nbytes
-        delta[last + 2] -= nbytes
-    out, running = [], 0
-    for d in delta[:-1]:
-        running += d
-        out.append(running)
-    return out

@@ -1,16 +1,20 @@
 """graphmem's passes. Each is ``run(ctx, assignment) -> (assignment, detail)``.
 
-``PASSES`` maps the names used by the CLI (``--passes inplace,share,place``) to
+``PASSES`` maps the names used by the CLI (``--passes reorder,concat,inplace,share,place``) to
 the functions, in the order the default pipeline runs them.
 """
+from .concat import run as concat
 from .inplace import run as inplace
 from .place import run as place
+from .reorder import run as reorder
 from .share import run as share
 
 PASSES = {
+    "reorder": reorder,
+    "concat": concat,
     "inplace": inplace,
     "share": share,
     "place": place,
 }
 
-__all__ = ["PASSES", "inplace", "share", "place"]
+__all__ = ["PASSES", "reorder", "concat", "inplace", "share", "place"]

@@ -4,6 +4,13 @@ Walks the order once. A view output joins its input's storage group. An
 element-wise output overwrites an input's storage when every tensor of that
 group is read for the last time at this step, the group holds no graph input,
 and the sizes and dtypes match exactly.
+
+A storage group can hold Concat slices (the ``concat`` pass runs first). The plan's
+in-place rule covers the whole group: at the step of every in-place write, no member
+of the group may be live across it (produced before and read after). Each join
+checks that rule for the merged group, so no in-place op can overwrite bytes of a
+Concat output while a slice or the output is still to be read. A join never puts
+two Concat slices into one alias group, nor a graph input into a group with slices.
 """
 from __future__ import annotations
 
@@ -20,6 +27,14 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     for t, r in parent.items():
         group_last[r] = max(group_last.get(r, -1), iv[t].last)
     pinned = {parent[t] for t in graph.inputs if t in parent}
+    # per storage group: its members' live ranges and the positions of in-place writes
+    lives: dict[str, list[tuple[int, int]]] = {}
+    for t, r in parent.items():
+        lives.setdefault(r, []).append((iv[t].first, iv[t].last))
+    writes: dict[str, list[int]] = {r: [] for r in lives}
+    sliced = {r for r in (parent[t] for t in a.slice_of if t in parent)}
+    # alias groups (alias edges only): at most one Concat slice each
+    alias_root: dict[str, str] = {t: s for t, (s, _) in a.alias.items()}
     views = overwrites = 0
 
     def find(t: str) -> str:
@@ -28,19 +43,49 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             t = parent[t]
         return t
 
-    def join(out: str, src: str, kind: str) -> None:
+    def afind(t: str) -> str:
+        while t in alias_root:
+            t = alias_root[t]
+        return t
+
+    slice_in_alias = {afind(t) for t in a.slice_of}
+
+    def allowed(out: str, src: str, pos: int | None) -> bool:
+        """May ``out`` join ``src``'s storage (an in-place write at ``pos`` if given)?"""
+        go, gs = find(out), find(src)
+        if go == gs:
+            return False
+        if afind(out) in slice_in_alias and afind(src) in slice_in_alias:
+            return False  # one alias group, two Concat slices: two places at once
+        if (go in sliced or gs in sliced) and (go in pinned or gs in pinned):
+            return False  # a graph input must not move into a Concat output
+        # the in-place rule over the merged group (pairs within one old group held already)
+        pairs = [(lives[go], writes[gs]), (lives[gs], writes[go]),
+                 (lives[go] + lives[gs], [pos] if pos is not None else [])]
+        return not any(first < p < last for members, ps in pairs if ps
+                       for p in ps for first, last in members)
+
+    def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
         old, new = find(out), find(src)
         alias[out] = (src, kind)
         parent[old] = new
         group_last[new] = max(group_last[new], group_last.pop(old, -1))
+        lives[new] = lives[new] + lives.pop(old)
+        writes[new] = writes[new] + writes.pop(old) + ([pos] if pos is not None else [])
         if old in pinned:
             pinned.add(new)
+        if old in sliced:
+            sliced.add(new)
+        ao, as_ = afind(out), afind(src)
+        alias_root[ao] = as_
+        if ao in slice_in_alias:
+            slice_in_alias.add(as_)
 
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
         for i, o in view_pairs(node):
             src, out = node.inputs[i], node.outputs[o]
-            if _can_alias(ctx, alias, src, out):
+            if _can_alias(ctx, alias, src, out) and allowed(out, src, None):
                 join(out, src, "view")
                 views += 1
         for i, o in overwrite_pairs(node):
@@ -51,9 +96,9 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             if s.dtype != d.dtype or s.shape != d.shape or s.bytes == 0:
                 continue
             r = find(src)
-            if r in pinned or group_last[r] > pos:
+            if r in pinned or group_last[r] > pos or not allowed(out, src, pos):
                 continue
-            join(out, src, "inplace")
+            join(out, src, "inplace", pos)
             overwrites += 1
     new = a.with_(alias=alias)
     return new, {"views": views, "inplace": overwrites}

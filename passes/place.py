@@ -13,7 +13,27 @@ import bisect
 import random
 from typing import Callable, Sequence
 
+from dataclasses import dataclass
+
 from graphmem.assignment import Assignment, Context, Record, align_up, groups, records
+
+
+@dataclass(frozen=True)
+class Tied:
+    """Records that must sit at fixed offsets from one another (XLA-style colocation).
+
+    A Concat output with slices is one ``Tied``: a part per byte region, each live
+    from the first write into that region, so other buffers may use a slice's bytes
+    before the slice is produced. ``bytes``/``first``/``last`` describe the envelope,
+    which is what the ordering strategies see; ``parts`` are ``(relative offset,
+    Record)`` pairs, and best fit places them all at one base offset.
+    """
+
+    id: int
+    bytes: int
+    first: int
+    last: int
+    parts: tuple[tuple[int, Record], ...]
 
 
 def _breadth(recs: Sequence[Record]) -> dict[int, int]:
@@ -64,15 +84,45 @@ STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
 }
 
 
-def best_fit(ordered: Sequence[Record], alignment: int = 1) -> tuple[dict[int, int], int]:
+def _fit_tied(placed, t: Tied, alignment: int) -> int:
+    """The lowest base offset at which no part of ``t`` meets a placed record."""
+    busy = []  # per part: (rel, bytes, [(offset, end) of placed records live with it])
+    for rel, p in t.parts:
+        busy.append((rel, p.bytes, [(off, end) for first, last, off, end in placed
+                                    if first <= p.last and p.first <= last]))
+    base = 0
+    moved = True
+    while moved:
+        moved = False
+        for rel, nbytes, spans in busy:
+            lo, hi = base + rel, base + rel + nbytes
+            for off, end in spans:
+                if off < hi and lo < end:
+                    base = align_up(end - rel, alignment)
+                    moved = True
+                    break
+            if moved:
+                break
+    return base
+
+
+def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1) -> tuple[dict[int, int], int]:
     """Place records in the given order, each in the best-fitting free gap.
 
+    A :class:`Tied` set is placed whole at the lowest offset where all its parts fit.
     Returns ({record id: offset}, arena size). Record sizes are expected aligned.
     """
     placed: list[tuple[int, int, int, int]] = []  # (first, last, offset, end) sorted by first
     offsets: dict[int, int] = {}
     total = 0
     for r in ordered:
+        if isinstance(r, Tied):
+            base = _fit_tied(placed, r, alignment)
+            offsets[r.id] = base
+            for rel, p in r.parts:
+                total = max(total, base + rel + p.bytes)
+                bisect.insort(placed, (p.first, p.last, base + rel, base + rel + p.bytes))
+            continue
         # records placed so far whose life overlaps r's
         busy = sorted((off, end) for first, last, off, end in placed
                       if first <= r.last and r.first <= last)
@@ -89,10 +139,19 @@ def best_fit(ordered: Sequence[Record], alignment: int = 1) -> tuple[dict[int, i
     return offsets, total
 
 
-def max_live(recs: Sequence[Record]) -> int:
+def max_live(recs: Sequence[Record | Tied]) -> int:
     """The largest total of record bytes live at one step: no placement can be smaller."""
-    b = _breadth(recs)
+    b = _breadth(list(_parts(recs)))
     return max(b.values(), default=0)
+
+
+def _parts(recs):
+    """Plain records, with each Tied set expanded into its parts (fresh ids)."""
+    n = 0
+    for r in recs:
+        for p in (x for _, x in r.parts) if isinstance(r, Tied) else (r,):
+            yield Record(n, p.bytes, p.first, p.last)
+            n += 1
 
 
 # Hill climbing re-runs best fit up to this many times in all, fewer for large
@@ -162,9 +221,44 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     return best[0], best[1], best[2], tried
 
 
+def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
+    """Placement items for storage groups: a Record each, a Tied set for a group with slices.
+
+    A group's bytes are split at every member's boundary; each region lives from the
+    first to the last use of any member covering it. Adjacent regions with the same
+    life are merged. Item ids are indices into ``gs``; zero-sized groups are left out.
+    """
+    plain = {r.id: r for r in records(ctx, gs)}
+    items: list[Record | Tied] = []
+    for i, g in enumerate(gs):
+        if i not in plain:
+            continue
+        spans = [(a.root_of(t)[1], ctx.graph.tensors[t].bytes, ctx.intervals[t])
+                 for t in g.members if ctx.graph.tensors[t].bytes > 0]
+        if all(rel == 0 for rel, _, _ in spans):
+            items.append(plain[i])
+            continue
+        size = plain[i].bytes
+        cuts = sorted({0, size} | {rel for rel, _, _ in spans}
+                      | {min(rel + n, size) for rel, n, _ in spans})
+        regions: list[list[int]] = []  # [lo, hi, first, last]
+        for lo, hi in zip(cuts, cuts[1:]):
+            lives = [iv for rel, n, iv in spans if rel < hi and lo < rel + n]
+            first = min((iv.first for iv in lives), default=g.first)
+            last = max((iv.last for iv in lives), default=g.last)
+            if regions and regions[-1][2:] == [first, last]:
+                regions[-1][1] = hi
+            else:
+                regions.append([lo, hi, first, last])
+        parts = tuple((lo, Record(k, hi - lo, first, last))
+                      for k, (lo, hi, first, last) in enumerate(regions))
+        items.append(Tied(i, size, g.first, g.last, parts) if len(parts) > 1 else plain[i])
+    return items
+
+
 def run(ctx: Context, a: Assignment, strategy: str = "best") -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
-    recs = records(ctx, gs)
+    recs = group_items(ctx, a, gs)
     offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
     root_offsets = {g.root: 0 for g in gs}  # zero-sized groups sit at offset 0
     for r in recs:

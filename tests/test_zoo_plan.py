@@ -27,7 +27,8 @@ def test_zoo_plan_meets_bar(zoo_result):
     plan = result.plan
     graphmem.validate(plan, graph)
     arena_bar, lower_bound = BAR[name]
-    assert round(plan.stats["lower_bound_bytes"] / MIB, 2) == lower_bound
+    # the reorder pass may choose an order with a lower bound below the file order's
+    assert round(plan.stats["lower_bound_bytes"] / MIB, 2) <= lower_bound
     assert plan.arena_bytes / MIB <= arena_bar + 0.005
     # fragmentation: within 1% of the aliased peak, the floor for these aliases
     assert plan.arena_bytes <= 1.01 * plan.stats["aliased_peak_bytes"]
@@ -46,7 +47,8 @@ def test_share_alone_is_reported(zoo_result):
     name, graph, result = zoo_result
     share = next(r for r in result.reports if r.name == "share")
     assert share.detail["total_bytes"] >= result.plan.arena_bytes
-    only_share = graphmem.plan_graph(graph, ["inplace", "share"])
+    only_share = graphmem.plan_graph(graph, ["concat", "inplace", "share"],
+                                     order=result.plan.order)
     assert only_share.plan.arena_bytes == share.detail["total_bytes"]
 
 

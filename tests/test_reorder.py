@@ -1,0 +1,126 @@
+"""The reorder pass: exact search, beam heuristic, and never worse than the file order."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from onnx import helper
+
+import graphmem
+from graphmem.cli import main
+from graphmem.ir import Graph, Node, Tensor
+from graphmem.passes.reorder import beam_order, build_model, exact_order, peak_of
+from graphmem.zoo import ZOO, zoo_path
+from models.generate import inception_cell, randwire, unet
+
+from conftest import F, make_model, plan_of
+
+NO_REORDER = ("concat", "inplace", "share", "place")
+
+
+def _two_branches():
+    # file order runs both big producers first: peak 2 big + x; branch by branch is better
+    nodes = [helper.make_node("Tile", ["x", "reps"], ["p1"]),
+             helper.make_node("Tile", ["x", "reps"], ["p2"]),
+             helper.make_node("ReduceSum", ["p1"], ["q1"], keepdims=1),
+             helper.make_node("ReduceSum", ["p2"], ["q2"], keepdims=1),
+             helper.make_node("Add", ["q1", "q2"], ["y"])]
+    reps = helper.make_tensor("reps", 7, [2], [1, 64])
+    return make_model(nodes, [("x", F, [1, 16])], [("y", F, [1, 1])], [reps])
+
+
+def test_reorder_runs_branches_one_by_one():
+    model = _two_branches()
+    res = plan_of(model)
+    base = plan_of(model, NO_REORDER)
+    order = [res.graph.nodes[i].outputs[0] for i in res.plan.order]
+    assert order.index("q1") < order.index("p2") or order.index("q2") < order.index("p1")
+    assert res.plan.arena_bytes < base.plan.arena_bytes
+    rep = res.reports[0]
+    assert rep.name == "reorder" and rep.detail["reordered"]
+    assert rep.bytes_saved == base.plan.arena_bytes - res.plan.arena_bytes
+
+
+def test_exact_matches_bruteforce_on_tiny_graphs():
+    import itertools
+    for seed in range(20):
+        graph = _random_graph(random.Random(seed), 7)
+        m = build_model(graph)
+        n = len(m.nodes)
+        best = min(peak_of(m, list(p)) for p in itertools.permutations(range(n))
+                   if _valid(m, p))
+        order, peak = exact_order(m, max_states=10 ** 6)
+        assert peak == best == peak_of(m, order)
+        assert _valid(m, order)
+
+
+def test_heuristic_within_5_percent_of_exact_on_random_dags():
+    rng = random.Random(2024)
+    close = 0
+    for _ in range(200):
+        graph = _random_graph(rng, rng.randint(6, 20))
+        m = build_model(graph)
+        h_order, h_peak = beam_order(m)
+        assert _valid(m, h_order) and peak_of(m, h_order) == h_peak
+        found = exact_order(m, upper=h_peak, max_states=10 ** 6)
+        assert found is not None
+        e_order, e_peak = found
+        assert e_peak <= h_peak and _valid(m, e_order)
+        close += h_peak <= 1.05 * e_peak
+    assert close >= 180
+
+
+def test_zoo_never_worse_than_file_order():
+    for name in ZOO:
+        graph = graphmem.load(zoo_path(name))
+        with_reorder = graphmem.plan_graph(graph).plan
+        file_order = graphmem.plan_graph(graph, NO_REORDER).plan
+        assert with_reorder.arena_bytes <= file_order.arena_bytes, name
+
+
+@pytest.mark.parametrize("make", [lambda: randwire(seed=3), inception_cell, unet,
+                                  lambda: inception_cell(relu=True)])
+def test_generated_never_worse_than_file_order(make):
+    model = make()
+    assert plan_of(model).plan.arena_bytes <= plan_of(model, NO_REORDER).plan.arena_bytes
+
+
+def test_cli_no_reorder_keeps_file_order(tmp_cwd):
+    import json
+    from onnx import save
+    save(_two_branches(), str(tmp_cwd / "m.onnx"))
+    assert main(["plan", "m.onnx", "-o", "a.json", "-q", "--no-reorder"]) == 0
+    assert main(["plan", "m.onnx", "-o", "b.json", "-q"]) == 0
+    a = json.loads((tmp_cwd / "a.json").read_text())
+    b = json.loads((tmp_cwd / "b.json").read_text())
+    assert a["order"] == [0, 1, 2, 3, 4] and b["order"] != a["order"]
+    assert b["arena_bytes"] < a["arena_bytes"]
+    assert [p["name"] for p in b["passes"]][0] == "reorder"
+
+
+def _valid(m, order) -> bool:
+    done = 0
+    for v in order:
+        if m.preds[v] & ~done:
+            return False
+        done |= 1 << v
+    return done == (1 << len(m.nodes)) - 1
+
+
+def _random_graph(rng: random.Random, n: int) -> Graph:
+    """A random DAG of ``n`` Sum nodes over float tensors of mixed sizes."""
+    tensors = {"x": Tensor("x", "float32", (rng.choice([16, 256]),), 32)}
+    nodes = []
+    names = ["x"]
+    for i in range(n):
+        k = rng.randint(1, min(3, len(names)))
+        # prefer recent tensors, as real networks do, with some long skips
+        ins = list(dict.fromkeys(rng.choice(names[-4:]) if rng.random() < 0.7
+                                 else rng.choice(names) for _ in range(k)))
+        out = f"t{i}"
+        tensors[out] = Tensor(out, "float32", (rng.choice([16, 64, 256, 1024, 4096]),), 32)
+        nodes.append(Node(i, out, "Sum", "", tuple(ins), (out,)))
+        names.append(out)
+    read = {t for node in nodes for t in node.inputs}
+    outputs = tuple(t for t in names[1:] if t not in read)
+    return Graph("random", tuple(nodes), tensors, ("x",), outputs, frozenset(), ())
