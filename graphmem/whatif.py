@@ -188,16 +188,25 @@ class Batcher:
 
 
 def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
-    """Every arena tensor of ``g`` is its ``base`` size or exactly ``new/old`` times it."""
+    """Tensors computed from the rebatched inputs hold exactly ``new/old`` times their
+    elements in ``g``; every other arena tensor keeps its size."""
+    grown = {t for t in base.inputs if t in g.tensors
+             and g.tensors[t].numel != base.tensors[t].numel}
+    for n in base.nodes:  # base.nodes is in a topological order
+        if any(t in grown for t in n.reads):
+            grown.update(o for o in n.outputs if o)
     for name in base.arena_tensors():
         a, b = base.tensors[name], g.tensors.get(name)
         if b is None:
             raise GraphmemError(f"rebatching lost tensor {name!r}")
-        if b.numel * old not in (a.numel * new, a.numel * old):
+        scales = name in grown
+        if b.numel * old != (a.numel * new if scales else a.numel * old):
+            expected = f"{new}/{old} times as many elements" if scales else "the same size"
             raise GraphmemError(
                 f"cannot set the batch to {new}: tensor {name!r} has shape {list(a.shape)} at "
-                f"batch {old} but {list(b.shape)} at batch {new}; a shape in the model "
-                "hard-codes the batch (give the model a symbolic batch dim and use --dim)")
+                f"batch {old} but {list(b.shape)} at batch {new}, not {expected}; a shape in "
+                "the model hard-codes the batch (give the model a symbolic batch dim and use "
+                "--dim)")
 
 
 # ---------------------------------------------------------------------- footprints
