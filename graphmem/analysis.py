@@ -163,8 +163,8 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
 
     Fields: ``node`` (index in the file), ``name``, ``op``, ``output_shapes``,
     ``params``, ``param_bytes`` (weights and constants the node reads),
-    ``activation_bytes`` (its outputs), ``live_bytes`` (arena bytes in use while it
-    runs), ``macs`` (None for an op without a cost rule), ``bytes_moved``,
+    ``activation_bytes`` (its outputs), ``workspace_bytes`` (its im2col buffer),
+    ``live_bytes`` (arena bytes in use while it runs), ``macs`` (None for an op without a cost rule), ``bytes_moved``,
     ``intensity`` (MACs per byte moved, None when nothing moves), ``bound``
     ("compute", "bandwidth" or "none"), ``time_s`` (roofline time on ``dev``).
     """
@@ -196,6 +196,7 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
             "params": sum(graph.tensors[t].numel for t in params if is_param(graph, t)),
             "param_bytes": param_bytes,
             "activation_bytes": act_bytes,
+            "workspace_bytes": im2col_bytes(n, graph.tensors),
             "live_bytes": live[pos],
             "macs": macs,
             "bytes_moved": moved,

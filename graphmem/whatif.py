@@ -108,12 +108,15 @@ def rebatch(model: onnx.ModelProto, batch: int, old: int) -> onnx.ModelProto:
     for n in g.node:
         for i, t in enumerate(n.input):
             users.setdefault(t, []).append((n, i))
-    rewrites: list[tuple[onnx.NodeProto, str]] = []
-    for n in g.node:  # file order is topological for the models we rewrite (checked by load)
-        if any(t in tainted for t in n.input):
-            tainted.update(o for o in n.output if o)
-            if n.op_type == "Reshape" and len(n.input) > 1 and n.input[0] in tainted:
-                rewrites.append((n, n.input[1]))
+    grew = True
+    while grew:  # to a fixpoint: the file's node order need not be topological
+        before = len(tainted)
+        for n in g.node:
+            if any(t in tainted for t in n.input):
+                tainted.update(o for o in n.output if o)
+        grew = len(tainted) > before
+    rewrites = [(n, n.input[1]) for n in g.node
+                if n.op_type == "Reshape" and len(n.input) > 1 and n.input[0] in tainted]
     for node, shape_name in rewrites:
         value = _shape_value(shape_name, inits, constants)
         if value is None or value.ndim != 1 or not len(value) or int(value[0]) != old:
@@ -121,8 +124,7 @@ def rebatch(model: onnx.ModelProto, batch: int, old: int) -> onnx.ModelProto:
         new = value.copy()
         new[0] = batch
         # Another reader (a Reshape of a weight, say) keeps the old value.
-        shared = any(not (u is node or (u.op_type == "Reshape" and i == 1 and
-                                        u.input[0] in tainted))
+        shared = any(not (u.op_type == "Reshape" and i == 1 and u.input[0] in tainted)
                      for u, i in users.get(shape_name, []))
         if shared:
             name = f"{shape_name}__graphmem_batch"

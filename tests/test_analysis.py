@@ -228,6 +228,7 @@ def test_zoo_report_is_consistent(zoo_report):
     # weights are counted once even when several nodes read them
     assert t["weight_bytes"] <= sum(r["param_bytes"] for r in layers)
     assert t["workspace_bytes"] > 0 and t["workspace_node"] is not None
+    assert max(r["workspace_bytes"] for r in layers) == t["workspace_bytes"]
     # the busiest step of the plan fills the aliased peak (each alias group once)
     assert max(r["live_bytes"] for r in layers) == plan.stats["aliased_peak_bytes"]
     written: dict[int, int] = {}

@@ -134,7 +134,7 @@ def print_breakdown(console: Console, data: dict) -> None:
     table.add_row("MACs", f"{t['macs']:,}", "", f"{count(t['macs'])}MAC{unknown}")
     d = data["device"]
     table.add_row("roofline time", "", "",
-                  f"{t['time_s'] * 1e3:.3f} ms on {d['name']} ({d['flops'] / 1e12:g} TFLOP/s, "
+                  f"{t['time_s'] * 1e3:.3g} ms on {d['name']} ({d['flops'] / 1e12:g} TFLOP/s, "
                   f"{d['bandwidth'] / 1e9:g} GB/s, ridge {d['ridge_macs_per_byte']:.1f} MAC/B)")
     console.print(table)
 
