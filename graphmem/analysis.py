@@ -216,17 +216,55 @@ def _live_bytes(plan: Plan) -> list[int]:
             continue
         for pos in range(max(t.live[0], 0), min(t.live[1], steps - 1) + 1):
             ranges[pos].append((t.offset, t.offset + t.bytes))
-    out = []
-    for rs in ranges:
-        rs.sort()
-        total, end = 0, -1
-        for start, stop in rs:
-            if stop <= end:
-                continue
+    return [_union(sorted(rs)) for rs in ranges]
+
+
+def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
+    """The step where the most arena bytes are in use, and the storage live there.
+
+    Tensors sharing storage (views, in-place outputs, Concat slices) are one entry,
+    named after its largest live tensor; entries are largest first and their bytes add
+    up to ``live_bytes``.
+    """
+    layers = layers if layers is not None else layer_table(graph, plan)
+    if not layers:
+        return {"node": None, "op": None, "live_bytes": 0, "tensors": []}
+    pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
+    groups: dict[str, list[str]] = {}
+    for name, t in plan.tensors.items():
+        if t.bytes and t.live[0] <= pos <= t.live[1]:
+            groups.setdefault(_storage_root(plan, name), []).append(name)
+    entries = []
+    for members in groups.values():
+        ranges = sorted((plan.tensors[m].offset, plan.tensors[m].offset + plan.tensors[m].bytes)
+                        for m in members)
+        main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
+        entries.append({"name": main, "shares_with": sorted(set(members) - {main}),
+                        "bytes": _union(ranges), "offset": ranges[0][0],
+                        "shape": list(graph.tensors[main].shape)})
+    entries.sort(key=lambda d: (-d["bytes"], d["offset"]))
+    return {"node": layers[pos]["node"], "op": layers[pos]["op"],
+            "live_bytes": layers[pos]["live_bytes"], "tensors": entries}
+
+
+def _storage_root(plan: Plan, name: str) -> str:
+    seen = set()
+    t = plan.tensors[name]
+    while name not in seen and (t.alias_of or t.slice_of) in plan.tensors:
+        seen.add(name)
+        name = t.alias_of or t.slice_of
+        t = plan.tensors[name]
+    return name
+
+
+def _union(ranges: list[tuple[int, int]]) -> int:
+    """Bytes covered by sorted [start, stop) ranges."""
+    total, end = 0, -1
+    for start, stop in ranges:
+        if stop > end:
             total += stop - max(start, end)
             end = stop
-        out.append(total)
-    return out
+    return total
 
 
 def report(graph: Graph, plan: Plan, dev: Device | None = None) -> dict:
@@ -240,6 +278,7 @@ def report(graph: Graph, plan: Plan, dev: Device | None = None) -> dict:
                    "ridge_macs_per_byte": dev.ridge},
         "totals": {**totals(graph, plan),
                    "time_s": sum(r["time_s"] for r in layers)},
+        "peak": peak(graph, plan, layers),
         "layers": layers,
     }
 

@@ -231,6 +231,9 @@ def test_zoo_report_is_consistent(zoo_report):
     assert max(r["workspace_bytes"] for r in layers) == t["workspace_bytes"]
     # the busiest step of the plan fills the aliased peak (each alias group once)
     assert max(r["live_bytes"] for r in layers) == plan.stats["aliased_peak_bytes"]
+    # and the peak's storage entries add up to it
+    assert sum(e["bytes"] for e in rep["peak"]["tensors"]) == rep["peak"]["live_bytes"] \
+        == plan.stats["aliased_peak_bytes"]
     written: dict[int, int] = {}
     for tensor, node in graph.producers().items():
         written[node.index] = written.get(node.index, 0) + graph.tensors[tensor].bytes
@@ -276,3 +279,20 @@ def test_report_bad_options(argv, message, capsys):
     assert main(["report", "squeezenet", "--json", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("graphmem: ") and message in err[-1]
+
+
+def test_peak_lists_shared_storage_once():
+    shape = numpy_helper.from_array(np.array([4, 16], np.int64), "shape")
+    nodes = [helper.make_node("Exp", ["x"], ["a"]),
+             helper.make_node("Reshape", ["a", "shape"], ["v"]),  # a view: a's storage
+             helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Add", ["v", "s"], ["t"]),
+             helper.make_node("Mul", ["t", "a"], ["y"])]
+    g = from_model(make_model(nodes, [("x", F, [4, 16])], [("y", F, [4, 16])], [shape]))
+    plan = graphmem.plan_graph(g).plan
+    assert plan.tensors["v"].alias == "view"
+    p = analysis.peak(g, plan)
+    assert (p["node"], p["op"]) == (2, "Sigmoid")
+    assert p["live_bytes"] == 3 * 256 == sum(e["bytes"] for e in p["tensors"])
+    assert sorted((e["name"], e["shares_with"]) for e in p["tensors"]) == \
+        [("s", []), ("v", ["a"]), ("x", [])]

@@ -89,6 +89,7 @@ def run(args) -> int:
         return 0
     console = Console(width=None if sys.stdout.isatty() else 160)
     print_breakdown(console, data)
+    print_peak(console, data)
     print_by_op(console, data)
     if not args.no_layers:
         print_layers(console, data)
@@ -136,6 +137,23 @@ def print_breakdown(console: Console, data: dict) -> None:
     table.add_row("roofline time", "", "",
                   f"{t['time_s'] * 1e3:.3g} ms on {d['name']} ({d['flops'] / 1e12:g} TFLOP/s, "
                   f"{d['bandwidth'] / 1e9:g} GB/s, ridge {d['ridge_macs_per_byte']:.1f} MAC/B)")
+    console.print(table)
+
+
+def print_peak(console: Console, data: dict, most: int = 8) -> None:
+    p = data["peak"]
+    if p["node"] is None:
+        return
+    table = Table(title=f"peak: {mib(p['live_bytes'])} MiB live at node {p['node']} "
+                        f"({p['op']})", header_style="bold")
+    for col in ("tensor", "shape", "MiB", "offset"):
+        table.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
+    for t in p["tensors"][:most]:
+        shares = f" (+{len(t['shares_with'])} sharing it)" if t["shares_with"] else ""
+        table.add_row(t["name"] + shares, "x".join(map(str, t["shape"])), mib(t["bytes"]), f"{t['offset']:,}")
+    if len(p["tensors"]) > most:
+        rest = sum(t["bytes"] for t in p["tensors"][most:])
+        table.add_row(f"... {len(p['tensors']) - most} more", "", mib(rest), "")
     console.print(table)
 
 
