@@ -4,7 +4,7 @@
   a fixed batch (the zoo's inputs are ``[1, 3, 224, 224]``) is rewritten: the graph
   inputs' first dim, and the Reshape shape constants that hard-code the batch on
   batch-dependent data. The result is checked: every batch-dependent tensor must hold
-  exactly ``N / old`` times its elements, the others none more.
+  exactly ``N / old`` times its elements, and every other tensor keep its size.
 - Precision: every floating tensor of the IR takes the element size of the target
   type (float16: 2 bytes, int8: 1 byte) and the graph is planned again, so alignment
   and packing are those of the real sizes.
@@ -163,9 +163,9 @@ class Batcher:
         self.model = _copy_without_weights(model)
         self.model_path = model_path
         self.axis = batch_axis(model, self.dims)
-        from_model(model, {**self.dims, **self._binding(self.axis.size)}, check=True,
-                   model_path=model_path)  # onnx.checker on the model as it is, once
-        self.base = self._load(self.axis.size)
+        # onnx.checker runs once, on the model as given; rewritten copies skip it.
+        self.base = from_model(model, {**self.dims, **self._binding(self.axis.size)},
+                               check=True, model_path=model_path)
         self._cache: dict[int, Graph] = {self.axis.size: self.base}
 
     def _binding(self, batch: int) -> dict[str, int]:
@@ -183,8 +183,7 @@ class Batcher:
             raise GraphmemError(f"batch must be at least 1, not {batch}")
         if batch not in self._cache:
             g = self._load(batch)
-            if self.axis.symbol is None:
-                check_scaling(self.base, g, self.axis.size, batch)
+            check_scaling(self.base, g, self.axis.size, batch)
             self._cache = {self.axis.size: self.base, batch: g}  # keep memory flat in fit
         return self._cache[batch]
 
