@@ -7,7 +7,11 @@ Conventions (one MAC = one multiply and one add; FLOPs are about 2 x MACs):
   published counts we check against (AlexNet conv1: 55*55*96 * 3*11*11 = 105,415,200).
 - ConvTranspose: input elements times ``(C_out / group) * prod(kernel)``.
 - Gemm: ``M * N * K``; MatMul: output elements (batch dims included) times ``K``. Bias,
-  alpha and beta are not counted.
+  alpha and beta are not counted. Einsum (without ``...``): the product of the sizes of
+  all its indices.
+- LSTM, GRU, RNN: per time step and sequence, the gate products ``W x + R h``, i.e.
+  ``steps * batch * (|W| + |R|)``; the gate nonlinearities are not counted.
+- Resize, Upsample: one per output element.
 - MaxPool, AveragePool, LpPool: output elements times the kernel size; global pools and
   Reduce* ops: input elements (each input element is visited once).
 - Element-wise ops (Relu, Add, Mul, Sigmoid, Clip, ...): one per output element; a
@@ -81,6 +85,13 @@ def node_macs(node: Node, tensors: Mapping[str, Tensor]) -> int | None:
         return out.numel * k
     if op == "MatMul":
         return out.numel * ins[0].shape[-1]
+    if op == "Einsum":
+        return _einsum_macs(str(node.attrs.get("equation", "")), ins)
+    if op in ("LSTM", "GRU", "RNN"):
+        x, w, r = ins[0], ins[1], ins[2]
+        return x.numel // x.shape[-1] * (w.numel + r.numel)
+    if op in ("Resize", "Upsample"):
+        return out.numel
     if op in _POOL:
         return out.numel * prod(node.attrs.get("kernel_shape") or [1])
     if op in _GLOBAL_POOL or op in _REDUCE:
@@ -94,6 +105,20 @@ def node_macs(node: Node, tensors: Mapping[str, Tensor]) -> int | None:
     if op in _PER_ELEMENT:
         return out.numel * _PER_ELEMENT[op]
     return None
+
+
+def _einsum_macs(equation: str, ins) -> int | None:
+    lhs = equation.replace(" ", "").split("->")[0]
+    terms = lhs.split(",")
+    if "." in lhs or len(terms) != len(ins) or any(t is None for t in ins):
+        return None
+    size: dict[str, int] = {}
+    for term, t in zip(terms, ins):
+        if len(term) != len(t.shape):
+            return None
+        for letter, d in zip(term, t.shape):
+            size[letter] = max(size.get(letter, 1), d)
+    return prod(size.values())
 
 
 def im2col_bytes(node: Node, tensors: Mapping[str, Tensor]) -> int:

@@ -143,6 +143,20 @@ def test_macs_of_each_op_kind():
     assert node_macs(g2.nodes[0], g2.tensors) is None
 
 
+def test_einsum_and_recurrent_macs():
+    nodes = [helper.make_node("Einsum", ["a", "b"], ["e"], equation="bij,bjk->bik"),
+             helper.make_node("LSTM", ["x", "w", "r"], ["", "h"], hidden_size=8)]
+    w = numpy_helper.from_array(np.zeros((1, 32, 5), np.float32), "w")
+    r = numpy_helper.from_array(np.zeros((1, 32, 8), np.float32), "r")
+    g = from_model(make_model(nodes, [("a", F, [2, 3, 4]), ("b", F, [2, 4, 6]),
+                                      ("x", F, [7, 2, 5])],
+                              [("e", F, [2, 3, 6]), ("h", F, [1, 2, 8])], [w, r]))
+    einsum, lstm = g.nodes
+    assert node_macs(einsum, g.tensors) == 2 * 3 * 4 * 6
+    # 7 steps x 2 sequences x 4 gates x 8 units x (5 inputs + 8 recurrent)
+    assert node_macs(lstm, g.tensors) == 7 * 2 * 4 * 8 * (5 + 8)
+
+
 def test_gemm_macs_follow_trans_a():
     a = numpy_helper.from_array(np.zeros((5, 3), np.float32), "a")  # K=5, M=3 with transA
     node = helper.make_node("Gemm", ["a", "x"], ["y"], transA=1)
