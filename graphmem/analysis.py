@@ -67,7 +67,7 @@ class Device:
 
 
 def compute_class(graph: Graph) -> str:
-    """"float16", "int8" or "float32": which peak of a device applies to this graph.
+    """Which peak of a device applies to this graph: "float16", "int8" or "float32".
 
     Decided by the weights read by running nodes, the bulk of what the kernels compute on.
     """
@@ -113,6 +113,7 @@ def static_reads(graph: Graph) -> list[str]:
 
 
 def weight_bytes(graph: Graph) -> int:
+    """Bytes of the weights and folded constants running nodes read, each once."""
     return sum(graph.tensors[t].bytes for t in static_reads(graph))
 
 
