@@ -21,9 +21,15 @@ from .planview import PlanView
 _ESC = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
 
 
-def report_data(view: PlanView) -> dict:
-    """The JSON the page draws from (plain lists, compact for large graphs)."""
+def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
+    """The JSON the page draws from (plain lists, compact for large graphs).
+
+    ``layers`` (``analysis.layer_table`` rows, in plan order) adds MACs and parameter
+    counts per step to the layer table.
+    """
     plan = view.plan
+    cost = [[r.get("macs"), r.get("params")] for r in layers] if layers else \
+        [[None, None] for _ in view.steps]
     step_of_node = {s.node: s.step for s in view.steps}
     index = {r.name: i for i, r in enumerate(view.tensors)}
     return {
@@ -34,8 +40,8 @@ def report_data(view: PlanView) -> dict:
         "bindings": dict(plan.bindings), "steps": len(plan.order),
         "live": view.live, "live_unaliased": view.live_unaliased,
         "peak_step": view.peak_step, "peak": [index[t] for t in view.peak_tensors],
-        # per step: [node index, op type, node name]
-        "ops": [[s.node, s.op, s.name] for s in view.steps],
+        # per step: [node index, op type, node name, MACs (null: no cost rule), params]
+        "ops": [[s.node, s.op, s.name, *cost[s.step]] for s in view.steps],
         # per tensor: name, kind, bytes, offset, first, last, storage, alias_of, alias,
         # slice_of, dtype, shape, producer op, producer name, producer step (-1: input)
         "t": [[r.name, r.kind, r.bytes, r.offset, r.first, r.last, r.storage, r.alias_of,
@@ -46,11 +52,11 @@ def report_data(view: PlanView) -> dict:
     }
 
 
-def render(view: PlanView) -> str:
-    """The whole report page as one HTML string."""
+def render(view: PlanView, layers: list[dict] | None = None) -> str:
+    """The whole report page as one HTML string (``layers``: see :func:`report_data`)."""
     plan, s = view.plan, view.plan.stats
     e = html.escape
-    data = json.dumps(report_data(view), separators=(",", ":")).translate(_ESC)
+    data = json.dumps(report_data(view, layers), separators=(",", ":")).translate(_ESC)
     naive = s.get("naive_bytes", 0)
     cards = [
         ("arena", plan.arena_bytes, "one buffer holds every activation"),
@@ -286,7 +292,8 @@ function legend() {
 // per-layer table: one row per tensor a node produces
 const ROWS = T.filter(t => t.step >= 0).map(t => ({step:t.step, node:t.node, op:t.op,
   tensor:t.name, shape:t.shape, bytes:t.bytes, offset:t.offset, live:t.first, last:t.last,
-  alias:share(t) || "-", i:t.i}));
+  alias:share(t) || "-", macs:D.ops[t.step][3] ?? -1, params:D.ops[t.step][4] ?? -1, i:t.i}));
+const fmtCost = v => v < 0 ? "" : fmtInt(v);
 let sortKey = "step", sortDir = 1;
 function drawTable() {
   const k = sortKey, dir = sortDir;
@@ -294,7 +301,8 @@ function drawTable() {
   document.getElementById("layers-body").innerHTML = ROWS.map(r =>
     `<tr data-i="${r.i}"><td class=r>${r.step}</td><td>${esc(r.node)}</td><td>${esc(r.op)}</td>` +
     `<td>${esc(r.tensor)}</td><td>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
-    `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td>${esc(r.alias)}</td></tr>`).join("");
+    `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td>${esc(r.alias)}</td>` +
+    `<td class=r>${fmtCost(r.macs)}</td><td class=r>${fmtCost(r.params)}</td></tr>`).join("");
   for (const th of document.querySelectorAll("#layers th[data-k]")) {
     th.textContent = th.dataset.label + (th.dataset.k === k ? (dir > 0 ? " \u25b2" : " \u25bc") : "");
   }
@@ -411,7 +419,8 @@ outline its tensor in the layout.</div>
 <th data-k="node">node</th><th data-k="op">op</th><th data-k="tensor">output</th>
 <th data-k="shape">shape</th><th data-k="bytes" class=r>bytes</th>
 <th data-k="offset" class=r>offset</th><th data-k="live">live</th>
-<th data-k="alias">in-place / view</th></tr></thead><tbody id="layers-body"></tbody></table>
+<th data-k="alias">in-place / view</th><th data-k="macs" class=r>MACs</th>
+<th data-k="params" class=r>params</th></tr></thead><tbody id="layers-body"></tbody></table>
 </div></section>
 </main>
 <div id="tip"></div>

@@ -76,8 +76,9 @@ def run(args) -> int:
             _check_external_data(model, graph.model_path, path)
             texts.append((path, model.SerializeToString()))
         elif flag == "html":
+            from ..analysis import layer_table
             from ..html import render
-            texts.append((path, render(view)))
+            texts.append((path, render(view, layer_table(graph, view.plan))))
         else:
             from ..graphml import graphml_text
             texts.append((path, graphml_text(view, graph)))

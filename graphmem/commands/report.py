@@ -69,7 +69,7 @@ def build(args) -> dict:
     """The report object (what ``--json`` prints)."""
     view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
     if args.html:
-        write_atomic(args.html, render_html(view))
+        write_atomic(args.html, render_html(view, analysis.layer_table(graph, view.plan)))
     dev = device_from_args(args, graph)
     out = analysis.report(graph, view.plan, dev)
     out["dtype"] = float_dtype(graph)

@@ -6,6 +6,7 @@ given. ``graphmem export MODEL --html OUT`` writes the same page.
 """
 from __future__ import annotations
 
+from ..analysis import layer_table
 from ..plan import write_atomic
 from .export import add_plan_arg, planned_view
 
@@ -21,6 +22,6 @@ def add_html_args(parser) -> None:
 def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
     from ..html import render
-    view, _ = planned_view(args)
-    write_atomic(args.html, render(view))
+    view, graph = planned_view(args)
+    write_atomic(args.html, render(view, layer_table(graph, view.plan)))
     return args.html
