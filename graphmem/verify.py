@@ -128,7 +128,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     t0 = time.perf_counter()
     final, mismatch, checked = runner.run(feeds, reference if check_all else None, on_step)
     t_arena = time.perf_counter() - t0
-    outputs = compare_outputs(graph, final, reference, provider)
+    # A check_all run stops at its first mismatch, before any output is read back.
+    outputs = compare_outputs(graph, final, reference, provider) if mismatch is None else []
     insensitive = False
     if not check_all and graph.inputs:
         other = reference_run(model, graph, random_inputs(graph, seed + 1), ort_provider)
@@ -503,7 +504,8 @@ class _ArenaRun:
             if t.live[1] < pos:
                 why.append(f"the plan ends its live range at position {t.live[1]}, so its "
                            "bytes were free (poisoned) before this read")
-            over = self._overlaps(x, t.live[0], pos)
+            # written before this node ran: its own outputs come after its reads
+            over = self._overlaps(x, t.live[0], pos - 1)
             if over:
                 why.append("written over by " + ", ".join(self._describe(o) for o in over))
             names += over
