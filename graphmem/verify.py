@@ -21,7 +21,7 @@ from typing import Callable, Mapping
 import numpy as np
 import onnx
 
-from .arena import HostArena, OrtArena, free_ranges
+from .arena import HostArena, OrtArena, free_ranges, intersect, merged
 from .constants import evaluate_constants
 from .errors import GraphmemError
 from .ir import Graph, Node
@@ -397,9 +397,15 @@ class _ArenaRun:
         checked = 0
         total = len(plan.order)
         owned = self._owned_per_step()
+        # Bytes written since they were last poisoned. Free bytes nobody wrote are
+        # still poison, so only these need filling again: the cost follows the bytes
+        # the nodes write, not the arena size times the number of nodes.
+        dirty = merged([self._span(n) for n in feeds if n in plan.tensors])
         for pos, idx in enumerate(plan.order):
             _, live = next(owned)
-            arena.poison(free_ranges(plan.arena_bytes, live))
+            live = merged(live)
+            arena.poison(intersect(dirty, free_ranges(plan.arena_bytes, live)))
+            dirty = intersect(dirty, live)
             node = self.by_index[idx]
             bad_inputs = []
             if reference is not None:
@@ -412,6 +418,7 @@ class _ArenaRun:
             else:
                 self._run_node(arena, node)
                 self.nodes_run += 1
+            dirty = merged(dirty + [self._span(o) for o in node.outputs if o])
             if reference is not None:
                 for t in (o for o in node.outputs if o):
                     got = self._read(arena, t)

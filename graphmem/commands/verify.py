@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -76,7 +77,7 @@ def print_report(console: Console, r: VerifyReport) -> None:
     if r.problems:
         console.print("[red]FAIL[/]: the plan breaks the rules of graphmem.plan/1:")
         for p in r.problems:
-            console.print(f"  - {p}", markup=False, highlight=False)
+            console.print(f"  - {p}", markup=False, highlight=False, soft_wrap=True)
         return
     skipped = (f", {r.nodes_skipped} Concat skipped (inputs already in their slices)"
                if r.nodes_skipped else "")
@@ -97,7 +98,8 @@ def print_report(console: Console, r: VerifyReport) -> None:
                       "input seeds, so only NaN from freed bytes can reach them; "
                       "--check-all compares every tensor")
     if r.mismatch:
-        console.print(f"[red]FAIL[/]: {r.mismatch.describe()}", markup=True, highlight=False)
+        console.print("[red]FAIL[/]: " + escape(r.mismatch.describe()), highlight=False,
+                      soft_wrap=True)
     elif r.passed:
         console.print(f"[green]PASS[/] ({r.seconds:.2f} s)")
     else:
