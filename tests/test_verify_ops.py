@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -20,7 +21,7 @@ from graphmem.verify import verify
 from conftest import make_model
 
 F, B, U8 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.UINT8
-SHAPE = [2, 3, 4]
+SHAPE = [2, 3, 64]  # long enough for the vectorized loops
 BOOL_OPS = {"Not", "And", "Or", "Xor"}
 VARIADIC = {"Max", "Min", "Mean", "Sum"}
 
@@ -41,13 +42,13 @@ def _case(op: str, arity: int, small: int | None, tmp_path):
         for name, v in (("s", 1.5), ("b", 0.25), ("m", 0.1), ("v", 2.0)):
             inits.append(numpy_helper.from_array(np.full([3], v, np.float32), name))
         extra = ["s", "b", "m", "v"]
-        shapes = [[2, 3, 4]]
+        shapes = [SHAPE]
     elif op == "Clip":
         inits = [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
                  numpy_helper.from_array(np.array(0.5, np.float32), "hi")]
         extra = ["lo", "hi"]
     elif op == "PRelu":
-        inits = [numpy_helper.from_array(np.linspace(0.1, 0.9, 4).astype(np.float32), "slope")]
+        inits = [numpy_helper.from_array(np.linspace(0.1, 0.9, 64).astype(np.float32), "slope")]
         extra = ["slope"]
     if op == "BitShift":
         attrs["direction"] = "LEFT"
@@ -82,6 +83,34 @@ def _cases():
 @pytest.mark.parametrize("op,arity,index,small", list(_cases()),
                          ids=lambda v: str(v))
 def test_overwrite_op_runs_in_place(op, arity, index, small, tmp_path):
+    _run_in_place(op, arity, index, small, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
+                    reason="needs onnxruntime-gpu with CUDAExecutionProvider and a CUDA device")
+@pytest.mark.parametrize("op,arity,index,small", list(_cases()),
+                         ids=lambda v: str(v))
+def test_overwrite_op_runs_in_place_on_cuda(op, arity, index, small, tmp_path):
+    _run_in_place(op, arity, index, small, tmp_path, "cuda")
+
+
+def test_a_kernel_that_cannot_run_in_place_fails(tmp_path):
+    """The control: Transpose written over its own input is caught at that node."""
+    nodes = [helper.make_node("Identity", ["x"], ["p"]),
+             helper.make_node("Transpose", ["p"], ["y"], perm=[1, 0])]
+    model = make_model(nodes, [("x", F, [64, 64])], [("y", F, [64, 64])])
+    path = tmp_path / "transpose.onnx"
+    path.write_bytes(model.SerializeToString())
+    graph = graphmem.load(path)
+    plan = _in_place(graphmem.plan_graph(graph, []).plan, "y", "p")
+    assert graphmem.problems(plan, graph)  # not in the table, so the rules refuse it
+    report = verify(plan, graph, runtime_only=True)
+    assert not report.passed and report.mismatch.node.startswith("node 1 (Transpose")
+    assert report.mismatch.overlapping == ("p",)
+
+
+def _run_in_place(op, arity, index, small, tmp_path, provider):
     path = _case(op, arity, small, tmp_path)
     graph = graphmem.load(path)
     plan = graphmem.plan_graph(graph, []).plan
@@ -89,5 +118,5 @@ def test_overwrite_op_runs_in_place(op, arity, index, small, tmp_path):
     assert (index, 0) in ops.overwrite_pairs(graph.nodes[-1])
     mutated = _in_place(plan, "y", src)
     graphmem.validate(mutated, graph)  # the rules accept it ...
-    report = verify(mutated, graph, check_all=True)
+    report = verify(mutated, graph, check_all=True, provider=provider)
     assert report.passed, report.mismatch and report.mismatch.describe()  # ... and the kernel
