@@ -69,7 +69,7 @@ def test_zoo_each_pass_alone_verifies_all(graphs, name, passes):
 
 def test_default_mode_passes_a_zoo_plan(graphs):
     report = _check(graphs("resnet50"), PASS_SETS["default"])
-    assert report.intermediates_checked == 0
+    assert report.outputs_ignore_inputs and report.intermediates_checked > 0
 
 
 def test_check_all_compares_every_tensor(graphs):
@@ -78,11 +78,19 @@ def test_check_all_compares_every_tensor(graphs):
     assert report.intermediates_checked == len(graph.arena_tensors()) - len(graph.inputs)
 
 
-def test_zoo_outputs_ignore_their_inputs_and_the_report_says_so(graphs):
-    # constant weights: the softmax is the same for any input; say it, so that a PASS
-    # without --check-all is read for what it is
-    report = _check(graphs("squeezenet"), PASS_SETS["default"])
+def test_zoo_outputs_ignore_their_inputs_so_every_tensor_is_compared(graphs):
+    # constant weights: the softmax is the same for any input, so comparing it alone
+    # would pass any plan that writes no NaN into it
+    graph = graphs("squeezenet")
+    report = _check(graph, PASS_SETS["default"])
     assert report.outputs_ignore_inputs
+    assert report.intermediates_checked == len(graph.arena_tensors()) - len(graph.inputs)
+
+
+def test_outputs_that_follow_the_input_are_compared_alone(tmp_path):
+    graph = graphmem.load(tiny_model(tmp_path))
+    report = _check(graph, PASS_SETS["default"])
+    assert not report.outputs_ignore_inputs and report.intermediates_checked == 0
 
 
 def test_ortvalue_arena_on_cpu_runs_the_cuda_code_path(tmp_path, graphs):

@@ -95,8 +95,8 @@ def print_report(console: Console, r: VerifyReport) -> None:
         console.print(table)
     if r.outputs_ignore_inputs:
         console.print("[yellow]note[/]: the reference outputs are identical for two different "
-                      "input seeds, so only NaN from freed bytes can reach them; "
-                      "--check-all compares every tensor")
+                      "input seeds (they ignore the input), so every tensor was compared "
+                      "as it was produced, as with --check-all")
     if r.mismatch:
         console.print("[red]FAIL[/]: " + escape(r.mismatch.describe()), highlight=False,
                       soft_wrap=True)
