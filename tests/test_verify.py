@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper

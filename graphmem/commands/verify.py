@@ -1,7 +1,6 @@
 """``graphmem verify MODEL``: run the model inside its planned arena on ONNX Runtime."""
 from __future__ import annotations
 
-import sys
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +27,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def add_verify_args(p, *, prefix: str = "") -> None:
+def add_verify_args(p) -> None:
     """Options shared by ``verify`` and ``plan --verify``."""
     p.add_argument("--provider", choices=list(PROVIDERS), default="cpu",
                    help="ONNX Runtime execution provider (default cpu; cuda needs "
