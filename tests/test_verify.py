@@ -229,3 +229,16 @@ def test_verify_refuses_unknown_provider(graphs):
     graph = graphs("squeezenet")
     with pytest.raises(GraphmemError):
         verify(graphmem.plan_graph(graph).plan, graph, provider="tpu")
+
+
+def test_symbolic_dims_from_the_command_line_and_from_the_plan(tmp_cwd, capsys):
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Add", ["s", "x"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", 8])], [("y", F, ["N", 8])])
+    (tmp_cwd / "dyn.onnx").write_bytes(model.SerializeToString())
+    assert main(["verify", "dyn.onnx", "--dim", "N=3"]) == 0
+    assert main(["plan", "dyn.onnx", "--dim", "N=5", "-q", "-o", "dyn.json"]) == 0
+    assert main(["verify", "dyn.onnx", "--plan", "dyn.json"]) == 0  # N=5 from the plan
+    assert "PASS" in capsys.readouterr().out
+    assert main(["verify", "dyn.onnx", "--plan", "dyn.json", "--dim", "N=4"]) == 2
+    assert "N=5" in capsys.readouterr().err
