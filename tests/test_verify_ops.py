@@ -120,3 +120,39 @@ def _run_in_place(op, arity, index, small, tmp_path, provider):
     graphmem.validate(mutated, graph)  # the rules accept it ...
     report = verify(mutated, graph, check_all=True, provider=provider)
     assert report.passed, report.mismatch and report.mismatch.describe()  # ... and the kernel
+
+
+VIEW_CASES = {
+    "Reshape": ([2, 3, 64], [6, 64], {}, [np.array([6, 64], np.int64)]),
+    "Flatten": ([2, 3, 64], [2, 192], {"axis": 1}, []),
+    "Squeeze": ([1, 3, 64], [3, 64], {}, [np.array([0], np.int64)]),
+    "Unsqueeze": ([3, 64], [1, 3, 64], {}, [np.array([0], np.int64)]),
+    "Identity": ([2, 3, 64], [2, 3, 64], {}, []),
+    "Dropout": ([2, 3, 64], [2, 3, 64], {}, []),
+}
+
+
+@pytest.mark.parametrize("op", sorted(ops.VIEW))
+def test_view_op_runs_on_its_input_bytes(op, tmp_path):
+    """A view's output at its input's offset, while the input is still read later."""
+    shape, out_shape, attrs, consts = VIEW_CASES[op]
+    inits = [numpy_helper.from_array(c, f"c{i}") for i, c in enumerate(consts)]
+    nodes = [helper.make_node("Neg", ["x"], ["p"]),
+             helper.make_node(op, ["p"] + [f"c{i}" for i in range(len(consts))], ["v"], **attrs),
+             helper.make_node("Sigmoid", ["v"], ["s"]),
+             helper.make_node("Neg", ["p"], ["q"])]  # p is read after the view
+    model = make_model(nodes, [("x", F, shape)], [("s", F, out_shape), ("q", F, shape)],
+                       initializers=inits, opset=20)
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(model.SerializeToString())
+    graph = graphmem.load(path)
+    plan = graphmem.plan_graph(graph, []).plan
+    tensors = dict(plan.tensors)
+    tensors["v"] = dataclasses.replace(tensors["v"], offset=tensors["p"].offset,
+                                       alias_of="p", alias="view")
+    from graphmem.plan import plan_stats
+    view = dataclasses.replace(plan, tensors=tensors)
+    view = dataclasses.replace(view, stats=plan_stats(view))
+    graphmem.validate(view, graph)
+    report = verify(view, graph, check_all=True)
+    assert report.passed, report.mismatch and report.mismatch.describe()
