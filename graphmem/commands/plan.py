@@ -18,6 +18,9 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", metavar="PATH",
                    help="plan file to write (default: <model>.plan.json; '-' prints it)")
     p.add_argument("--quiet", "-q", action="store_true", help="print no summary")
+    p.add_argument("--verify", action="store_true",
+                   help="then run the model inside the planned arena on ONNX Runtime (CPU) "
+                        "and compare with a plain run (see `graphmem verify`); exit 1 on FAIL")
     p.set_defaults(func=run)
 
 
@@ -32,6 +35,13 @@ def run(args) -> int:
     if not args.quiet:
         console = Console(stderr=out == "-")
         print_summary(console, result, load_seconds, None if out == "-" else out)
+    if args.verify:
+        from argparse import Namespace
+        from .verify import print_report, run_verify
+        report = run_verify(result.plan, graph, Namespace(
+            provider="cpu", runtime_only=False, check_all=False, seed=0))
+        print_report(Console(stderr=out == "-"), report)
+        return 0 if report.passed else 1
     return 0
 
 

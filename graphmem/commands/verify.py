@@ -1,0 +1,105 @@
+"""``graphmem verify MODEL``: run the model inside its planned arena on ONNX Runtime."""
+from __future__ import annotations
+
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import GraphmemError
+from ..load import load
+from ..verify import PROVIDERS, VerifyReport, verify
+from .common import (add_model_args, add_pass_args, load_graph, model_path, parse_dims,
+                     plan_from_args, read_plan)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "verify", help="run the model inside its planned arena on ONNX Runtime and compare",
+        description="Plan MODEL (or read --plan), run every node on ONNX Runtime with its "
+                    "tensors bound at their arena offsets, and compare with a plain run. "
+                    "Exit 0 on PASS, 1 when the plan is wrong, 2 on unusable input.")
+    add_model_args(p)
+    add_pass_args(p)
+    p.add_argument("--plan", metavar="PATH", help="verify this plan file instead of planning")
+    add_verify_args(p)
+    p.set_defaults(func=run)
+
+
+def add_verify_args(p) -> None:
+    """Options shared by ``verify`` and ``plan --verify``."""
+    p.add_argument("--provider", choices=list(PROVIDERS), default="cpu",
+                   help="ONNX Runtime execution provider (default cpu; cuda needs "
+                        "onnxruntime-gpu and a GPU)")
+    p.add_argument("--runtime-only", action="store_true",
+                   help="skip the plan-format rules and trust the plan: only the run decides")
+    p.add_argument("--check-all", action="store_true",
+                   help="compare every intermediate tensor with the reference as it is produced")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+
+
+def run(args) -> int:
+    if args.plan:
+        plan = read_plan(args.plan)
+        dims = dict(plan.bindings)
+        for name, value in parse_dims(args.dim).items():
+            if name in dims and dims[name] != value:
+                raise GraphmemError(f"--dim {name}={value}, but the plan was made with "
+                                    f"{name}={dims[name]}")
+            dims[name] = value
+        graph = load(model_path(args), dims)
+    else:
+        graph, _ = load_graph(args)
+        plan = plan_from_args(args, graph).plan
+    report = run_verify(plan, graph, args)
+    print_report(Console(), report)
+    return 0 if report.passed else 1
+
+
+def run_verify(plan, graph, args) -> VerifyReport:
+    """Verify with a progress bar over the nodes on stderr."""
+    err = Console(stderr=True)
+    with Progress(TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("nodes"), TimeElapsedColumn(), console=err,
+                  transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("nodes", total=len(plan.order))
+        return verify(plan, graph, provider=args.provider, runtime_only=args.runtime_only,
+                      check_all=args.check_all, seed=args.seed,
+                      on_step=lambda done, total: progress.update(task, completed=done))
+
+
+def print_report(console: Console, r: VerifyReport) -> None:
+    console.print(f"[bold]graphmem verify[/]: {r.model}")
+    console.print(f"provider      {r.provider}")
+    console.print(f"arena         {r.arena_bytes:,} bytes ({r.arena_bytes / 2**20:,.2f} MiB)")
+    if r.problems:
+        console.print("[red]FAIL[/]: the plan breaks the rules of graphmem.plan/1:")
+        for p in r.problems:
+            console.print(f"  - {p}", markup=False, highlight=False, soft_wrap=True)
+        return
+    skipped = (f", {r.nodes_skipped} Concat skipped (inputs already in their slices)"
+               if r.nodes_skipped else "")
+    console.print(f"nodes run     {r.nodes_run} of {r.nodes_total}{skipped}; "
+                  f"{r.sessions_built} one-node sessions")
+    if r.intermediates_checked:
+        console.print(f"checked       {r.intermediates_checked} tensors as they were produced")
+    table = Table(show_header=True, header_style="bold")
+    for col in ("graph output", "type", "max abs diff", ""):
+        table.add_column(col)
+    for o in r.outputs:
+        table.add_row(o.name, f"{o.dtype}{list(o.shape)}", f"{o.max_abs_diff:.3g}",
+                      "[green]ok" if o.ok else "[red]differs")
+    if r.outputs:
+        console.print(table)
+    if r.outputs_ignore_inputs:
+        console.print("[yellow]note[/]: the reference outputs are identical for two different "
+                      "input seeds (they ignore the input), so every tensor was compared "
+                      "as it was produced, as with --check-all")
+    if r.mismatch:
+        console.print("[red]FAIL[/]: " + escape(r.mismatch.describe()), highlight=False,
+                      soft_wrap=True)
+    elif r.passed:
+        console.print(f"[green]PASS[/] ({r.seconds:.2f} s)")
+    else:
+        console.print("[red]FAIL[/]: a graph output differs from the reference")

@@ -1,0 +1,246 @@
+"""graphmem verify: zoo plans run correctly inside their arenas; the CLI's exit codes."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import graphmem
+from graphmem.arena import free_ranges
+from graphmem.cli import main
+from graphmem.errors import GraphmemError
+from graphmem.verify import random_inputs, verify
+from graphmem.zoo import ZOO, zoo_path
+
+from conftest import make_model
+from test_verify_mutations import shorten_live_range, tiny_model
+
+F = TensorProto.FLOAT
+PASS_SETS = {"default": list(graphmem.DEFAULT_PASSES), "inplace": ["inplace"],
+             "share": ["share"], "place": ["place"], "none": []}
+# Each pass alone on a few graphs that cover the ops (Concat, Sum, BN, Reshape,
+# Transpose, Dropout) in the default run; every graph under -m slow.
+QUICK = ("squeezenet", "shufflenet", "inception_v1")
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = graphmem.load(zoo_path(name))
+        return cache[name]
+    return get
+
+
+def _check(graph, passes, **kw):
+    plan = graphmem.plan_graph(graph, passes).plan
+    report = verify(plan, graph, **kw)
+    assert report.passed, (report.problems, report.mismatch and report.mismatch.describe())
+    assert report.nodes_run + report.nodes_skipped == len(plan.order)
+    return report
+
+
+# The zoo's outputs do not depend on its inputs (constant weights), so these runs
+# compare every tensor (check_all), the check that sees finite corruption too.
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_default_passes_verify(graphs, name):
+    report = _check(graphs(name), PASS_SETS["default"], check_all=True)
+    assert all(o.max_abs_diff <= 1e-5 for o in report.outputs)
+
+
+@pytest.mark.parametrize("passes", ["inplace", "share", "place", "none"])
+@pytest.mark.parametrize("name", QUICK)
+def test_zoo_each_pass_alone_verifies(graphs, name, passes):
+    _check(graphs(name), PASS_SETS[passes], check_all=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("passes", ["inplace", "share", "place", "none"])
+@pytest.mark.parametrize("name", [n for n in ZOO if n not in QUICK])
+def test_zoo_each_pass_alone_verifies_all(graphs, name, passes):
+    _check(graphs(name), PASS_SETS[passes], check_all=True)
+
+
+def test_default_mode_passes_a_zoo_plan(graphs):
+    report = _check(graphs("resnet50"), PASS_SETS["default"])
+    assert report.outputs_ignore_inputs and report.intermediates_checked > 0
+
+
+def test_check_all_compares_every_tensor(graphs):
+    graph = graphs("squeezenet")
+    report = _check(graph, PASS_SETS["default"], check_all=True)
+    assert report.intermediates_checked == len(graph.arena_tensors()) - len(graph.inputs)
+
+
+def test_zoo_outputs_ignore_their_inputs_so_every_tensor_is_compared(graphs):
+    # constant weights: the softmax is the same for any input, so comparing it alone
+    # would pass any plan that writes no NaN into it
+    graph = graphs("squeezenet")
+    report = _check(graph, PASS_SETS["default"])
+    assert report.outputs_ignore_inputs
+    assert report.intermediates_checked == len(graph.arena_tensors()) - len(graph.inputs)
+
+
+def test_outputs_that_follow_the_input_are_compared_alone(tmp_path):
+    graph = graphmem.load(tiny_model(tmp_path))
+    report = _check(graph, PASS_SETS["default"])
+    assert not report.outputs_ignore_inputs and report.intermediates_checked == 0
+
+
+def test_ortvalue_arena_on_cpu_runs_the_cuda_code_path(tmp_path, graphs):
+    """The device arena (one OrtValue, copies through ORT) passes and fails like the host one."""
+    graph = graphs("squeezenet")
+    _check(graph, PASS_SETS["default"], arena="ortvalue", check_all=True)
+    tiny = graphmem.load(tiny_model(tmp_path))
+    plan = graphmem.plan_graph(tiny, []).plan
+    bad, q, tensor = shorten_live_range(tiny, plan)
+    report = verify(bad, tiny, runtime_only=True, arena="ortvalue")
+    assert not report.passed and report.mismatch.position == q
+
+
+def _concat_model(tmp_path):
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Sigmoid", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Mul", ["c", "c"], ["y"])]
+    model = make_model(nodes, [("x", F, [1, 2, 4, 4])], [("y", F, [1, 4, 4, 4])])
+    path = tmp_path / "concat.onnx"
+    path.write_bytes(model.SerializeToString())
+    return graphmem.load(path)
+
+
+def _as_slices(plan, first, second):
+    c = plan.tensors["c"]
+    t = dict(plan.tensors)
+    t["a"] = dataclasses.replace(t["a"], offset=c.offset + first, slice_of="c")
+    t["b"] = dataclasses.replace(t["b"], offset=c.offset + second, slice_of="c")
+    return dataclasses.replace(plan, tensors=t)
+
+
+def test_concat_of_slices_is_skipped_and_checked(tmp_path):
+    graph = _concat_model(tmp_path)
+    plan = graphmem.plan_graph(graph, []).plan
+    n = plan.tensors["a"].bytes
+    good = _as_slices(plan, 0, n)
+    report = verify(good, graph, runtime_only=True, check_all=True)
+    assert report.passed and report.nodes_skipped == 1 and report.nodes_run == 3
+    swapped = _as_slices(plan, n, 0)  # each input written into the other's slice
+    report = verify(swapped, graph, runtime_only=True)
+    assert not report.passed
+    assert report.mismatch.node.startswith("node 2 (Concat")
+
+
+def test_index_inputs_stay_in_range(tmp_path):
+    nodes = [helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)]
+    model = make_model(nodes, [("table", F, [3, 5]), ("idx", TensorProto.INT64, [64])],
+                       [("y", F, [64, 5])])
+    path = tmp_path / "gather.onnx"
+    path.write_bytes(model.SerializeToString())
+    graph = graphmem.load(path)
+    feeds = random_inputs(graph, 0)
+    assert feeds["idx"].min() >= 0 and feeds["idx"].max() < 3
+    _check(graph, PASS_SETS["default"])
+
+
+def test_free_ranges():
+    assert free_ranges(100, []) == [(0, 100)]
+    assert free_ranges(100, [(10, 20), (15, 30), (50, 100)]) == [(0, 10), (30, 50)]
+    assert free_ranges(64, [(0, 64)]) == []
+
+
+# ------------------------------------------------------------------------- CLI
+
+def test_cli_verify_passes(capsys):
+    assert main(["verify", "squeezenet"]) == 0
+    out = capsys.readouterr().out
+    assert "CPUExecutionProvider" in out and "PASS" in out and "softmaxout_1" in out
+    # the concat pass writes the fire modules' branches into their Concat outputs,
+    # so those 8 Concats have nothing to copy and are skipped
+    assert "58 of 66, 8 Concat skipped" in out
+
+
+def test_cli_plan_verify(tmp_cwd, capsys):
+    assert main(["plan", "zfnet512", "--verify", "-q"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert (tmp_cwd / "zfnet512.plan.json").is_file()
+
+
+def test_cli_plan_file_and_bad_inputs(tmp_cwd, capsys):
+    assert main(["plan", "squeezenet", "-q", "-o", "sq.json"]) == 0
+    assert main(["verify", "squeezenet", "--plan", "sq.json"]) == 0
+    capsys.readouterr()
+    # a plan made for another model
+    assert main(["verify", "zfnet512", "--plan", "sq.json"]) == 2
+    assert "another model" in capsys.readouterr().err
+    # not a plan, not JSON, no file, not a model
+    (tmp_cwd / "x.json").write_text(json.dumps({"format": "other/1"}))
+    assert main(["verify", "squeezenet", "--plan", "x.json"]) == 2
+    (tmp_cwd / "y.json").write_text("{not json")
+    assert main(["verify", "squeezenet", "--plan", "y.json"]) == 2
+    assert main(["verify", "squeezenet", "--plan", "missing.json"]) == 2
+    (tmp_cwd / "m.onnx").write_bytes(b"garbage")
+    assert main(["verify", "m.onnx"]) == 2
+    err = capsys.readouterr().err
+    assert all(line.startswith("graphmem: ") for line in err.strip().splitlines())
+
+
+def test_cli_rule_broken_names_the_rule(tmp_cwd, capsys):
+    assert main(["plan", "squeezenet", "-q", "-o", "sq.json"]) == 0
+    d = json.loads((tmp_cwd / "sq.json").read_text())
+    d["alignment"] = 128
+    d["tensors"]["data_0"]["offset"] = 64
+    (tmp_cwd / "bad.json").write_text(json.dumps(d))
+    assert main(["verify", "squeezenet", "--plan", "bad.json"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "is not a non-negative multiple of the alignment 128" in out
+
+
+def test_provider_cuda_without_gpu_is_bad_input(capsys):
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("a CUDA provider is present here")
+    assert main(["verify", "squeezenet", "--provider", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "onnxruntime-gpu" in err and "CUDA" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
+                    reason="needs onnxruntime-gpu with CUDAExecutionProvider and a CUDA device")
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_verifies_on_cuda(graphs, name):
+    report = _check(graphs(name), PASS_SETS["default"], provider="cuda", check_all=True)
+    assert report.provider == "CUDAExecutionProvider"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
+                    reason="needs onnxruntime-gpu with CUDAExecutionProvider and a CUDA device")
+def test_cuda_mutation_fails(tmp_path):
+    tiny = graphmem.load(tiny_model(tmp_path))
+    plan = graphmem.plan_graph(tiny, []).plan
+    bad, q, _ = shorten_live_range(tiny, plan)
+    report = verify(bad, tiny, runtime_only=True, provider="cuda")
+    assert not report.passed and report.mismatch.position == q
+
+
+def test_verify_refuses_unknown_provider(graphs):
+    graph = graphs("squeezenet")
+    with pytest.raises(GraphmemError):
+        verify(graphmem.plan_graph(graph).plan, graph, provider="tpu")
+
+
+def test_symbolic_dims_from_the_command_line_and_from_the_plan(tmp_cwd, capsys):
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Add", ["s", "x"], ["y"])]
+    model = make_model(nodes, [("x", F, ["N", 8])], [("y", F, ["N", 8])])
+    (tmp_cwd / "dyn.onnx").write_bytes(model.SerializeToString())
+    assert main(["verify", "dyn.onnx", "--dim", "N=3"]) == 0
+    assert main(["plan", "dyn.onnx", "--dim", "N=5", "-q", "-o", "dyn.json"]) == 0
+    assert main(["verify", "dyn.onnx", "--plan", "dyn.json"]) == 0  # N=5 from the plan
+    assert "PASS" in capsys.readouterr().out
+    assert main(["verify", "dyn.onnx", "--plan", "dyn.json", "--dim", "N=4"]) == 2
+    assert "N=5" in capsys.readouterr().err
