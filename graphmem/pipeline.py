@@ -82,7 +82,8 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         reports.append(PassReport(name, before - after, after, time.perf_counter() - t0, detail))
         before = after
     a = _finish_layout(ctx, a)
-    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph), dict(bindings or {}))
+    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph),
+                    dict(bindings if bindings is not None else graph.bindings))
     if check:
         validate(plan, graph)
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)

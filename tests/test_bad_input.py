@@ -1,0 +1,222 @@
+"""Bad input: one line ``graphmem: ...`` on stderr, exit 2, and the output file untouched.
+
+Every case goes through the CLI (``graphmem plan MODEL -o OUT``) with OUT created
+beforehand, so a partial write or a truncation would show.
+"""
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphmem
+from graphmem.cli import main
+from graphmem.errors import GraphmemError
+from graphmem.plan import Plan
+from graphmem.plan_match import check_plan_for
+
+from conftest import F, make_model
+
+SENTINEL = "an older plan that must survive\n"
+
+
+def relu_model():
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2, 3])],
+                      [("y", F, [2, 3])])
+
+
+def refused(capsys, tmp_path, model, *extra, out=None) -> str:
+    """Run ``graphmem plan`` and return its one error line, checking exit 2 and OUT intact."""
+    out = out or tmp_path / "out.plan.json"
+    if out.parent.is_dir():
+        out.write_text(SENTINEL)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main(["plan", str(model), "-o", str(out), "-q", *extra])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1 and lines[0].startswith("graphmem: "), err
+    assert "Traceback" not in err
+    if out.parent.is_dir():
+        assert out.read_text() == SENTINEL
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temp file left
+    return lines[0]
+
+
+def save(model, path):
+    onnx.save(model, str(path))  # onnx.save does not run the checker
+    return path
+
+
+def test_missing_file(capsys, tmp_path):
+    line = refused(capsys, tmp_path, tmp_path / "nowhere.onnx")
+    assert "nowhere.onnx: no such file" in line
+
+
+def test_directory(capsys, tmp_path):
+    (tmp_path / "adir").mkdir()
+    assert "is a directory" in refused(capsys, tmp_path, tmp_path / "adir")
+
+
+def test_empty_file(capsys, tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert "empty file" in refused(capsys, tmp_path, tmp_path / "empty.onnx")
+
+
+def test_text_file(capsys, tmp_path):
+    (tmp_path / "notes.onnx").write_text("these are notes,\nnot a model\n")
+    assert "not an ONNX model" in refused(capsys, tmp_path, tmp_path / "notes.onnx")
+
+
+def test_truncated_file(capsys, tmp_path):
+    data = relu_model().SerializeToString()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 2])
+    assert "not an ONNX model" in refused(capsys, tmp_path, tmp_path / "cut.onnx")
+
+
+def test_every_truncation_is_refused_or_planned(tmp_path):
+    """No prefix of a model file gives a traceback (some prefixes are valid models)."""
+    data = relu_model().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    planned = 0
+    for n in range(len(data)):
+        path.write_bytes(data[:n])
+        try:
+            graphmem.load(path)
+            planned += 1
+        except GraphmemError as exc:
+            assert "\n" not in str(exc)
+    assert planned < len(data) // 2
+
+
+def test_corrupt_bytes(capsys, tmp_path):
+    data = bytearray(relu_model().SerializeToString())
+    data[5:25] = b"\xff" * 20
+    (tmp_path / "bad.onnx").write_bytes(bytes(data))
+    assert "graphmem: " in refused(capsys, tmp_path, tmp_path / "bad.onnx")
+
+
+def test_fails_onnx_checker(capsys, tmp_path):
+    m = make_model([helper.make_node("NoSuchOp", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "onnx.checker" in line and "NoSuchOp" in line
+
+
+def test_cycle_names_the_loop(capsys, tmp_path):
+    m = make_model([helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Add", ["a", "x"], ["b"]),
+                    helper.make_node("Relu", ["a"], ["y"])], [("x", F, [2])], [("y", F, [2])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "cycle" in line
+    assert "node 0 (Relu) -> 'a' -> node 1 (Add)" in line and "'b'" in line
+
+
+def test_tensor_nobody_produces(capsys, tmp_path):
+    m = make_model([helper.make_node("Add", ["x", "ghost"], ["y"])], [("x", F, [2])],
+                   [("y", F, [2])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "'ghost'" in line and "node 0 (Add)" in line and "no node produces" in line
+
+
+def test_graph_output_nobody_produces(capsys, tmp_path):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])],
+                   [("y", F, [2]), ("z", F, [2])])
+    assert "'z'" in refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+
+
+def test_duplicate_tensor_names(capsys, tmp_path):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Sigmoid", ["x"], ["y"])],
+                   [("x", F, [2])], [("y", F, [2])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "duplicate tensor name 'y'" in line and "node 1 (Sigmoid)" in line
+
+
+def test_node_overwrites_graph_input_name(capsys, tmp_path):
+    m = make_model([helper.make_node("Relu", ["x"], ["x"])], [("x", F, [2])], [("x", F, [2])])
+    assert "duplicate tensor name 'x'" in refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+
+
+def unknown_domain_model(with_shape: bool):
+    nodes = [helper.make_node("Foo", ["x"], ["t"], domain="com.example"),
+             helper.make_node("Relu", ["t"], ["y"])]
+    m = make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])],
+                   value_info=[("t", F, [4, 3])] if with_shape else ())
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    return m
+
+
+def test_unknown_domain_without_shapes_names_the_op(capsys, tmp_path):
+    line = refused(capsys, tmp_path, save(unknown_domain_model(False), tmp_path / "m.onnx"))
+    assert "'t'" in line and "Foo" in line and "com.example" in line and "value_info" in line
+
+
+def test_unknown_domain_with_shapes_plans_as_opaque(tmp_path):
+    path = save(unknown_domain_model(True), tmp_path / "m.onnx")
+    assert main(["plan", str(path), "-o", str(tmp_path / "p.json"), "-q"]) == 0
+    plan = Plan.load(tmp_path / "p.json")
+    graph = graphmem.load(path)
+    graphmem.validate(plan, graph)
+    assert plan.tensors["t"].bytes == 4 * 3 * 4  # the shape value_info gives
+    assert plan.tensors["t"].alias_of is None  # opaque: never shares with its input
+
+
+def test_output_in_missing_folder(capsys, tmp_path):
+    path = save(relu_model(), tmp_path / "m.onnx")
+    line = refused(capsys, tmp_path, path, out=tmp_path / "no" / "such" / "p.json")
+    assert "does not exist" in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_unbound_dim_names_itself(capsys, tmp_path):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, ["batch", 3])],
+                   [("y", F, ["batch", 3])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "'batch'" in line and "--dim batch=" in line
+
+
+def test_unknown_dim_name(capsys, tmp_path):
+    path = save(relu_model(), tmp_path / "m.onnx")
+    assert "--dim seq" in refused(capsys, tmp_path, path, "--dim", "seq=4")
+
+
+def test_bad_dim_syntax(capsys, tmp_path):
+    path = save(relu_model(), tmp_path / "m.onnx")
+    assert "NAME=VALUE" in refused(capsys, tmp_path, path, "--dim", "seq")
+
+
+def test_string_tensor_names_itself(capsys, tmp_path):
+    m = make_model([helper.make_node("Identity", ["words"], ["y"])],
+                   [("words", TensorProto.STRING, [3])], [("y", TensorProto.STRING, [3])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "'words'" in line and "strings" in line
+
+
+# ---------------------------------------------------------------- plan files (API level:
+# no command in this branch reads --plan yet; `verify` will, through the same calls)
+
+def test_plan_file_of_another_format(tmp_path):
+    (tmp_path / "p.json").write_text(json.dumps({"format": "someone.else/3", "tensors": {}}))
+    with pytest.raises(GraphmemError, match="unknown plan format 'someone.else/3'"):
+        Plan.load(tmp_path / "p.json")
+    (tmp_path / "q.json").write_text("[1, 2, 3]")
+    with pytest.raises(GraphmemError, match="not a graphmem plan"):
+        Plan.load(tmp_path / "q.json")
+    (tmp_path / "r.json").write_text("{not json")
+    with pytest.raises(GraphmemError, match="not a JSON plan file"):
+        Plan.load(tmp_path / "r.json")
+    (tmp_path / "s.json").write_text(json.dumps({"format": "graphmem.plan/1", "model": "m"}))
+    with pytest.raises(GraphmemError, match="missing field"):
+        Plan.load(tmp_path / "s.json")
+
+
+def test_plan_file_for_another_model(tmp_path):
+    a = save(relu_model(), tmp_path / "a.onnx")
+    b = save(make_model([helper.make_node("Sigmoid", ["inp"], ["out"])], [("inp", F, [5])],
+                        [("out", F, [5])]), tmp_path / "b.onnx")
+    plan_a = graphmem.plan_model(a).plan
+    graph_b = graphmem.load(b)
+    with pytest.raises(GraphmemError, match=r"not a plan for b.onnx \(it was made for 'a.onnx'\)"):
+        check_plan_for(plan_a, graph_b, "a.plan.json")
+    assert graphmem.problems(plan_a, graph_b)  # the rule check rejects it as well
+    check_plan_for(plan_a, graphmem.load(a))  # its own model: no complaint
