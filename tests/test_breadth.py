@@ -7,7 +7,6 @@ The sets ship inside the onnx package (``onnx/backend/test/data``): ``pytorch-co
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import onnx
@@ -16,6 +15,8 @@ import pytest
 import graphmem
 from graphmem.assignment import align_up
 from graphmem.errors import GraphmemError
+
+from verify_hook import verify_or_skip
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 SETS = ("pytorch-converted", "pytorch-operator", "simple", "node")
@@ -78,21 +79,6 @@ def ort_load_error(path: Path) -> str | None:
     except Exception as exc:  # ORT raises several exception types for a bad model
         return " ".join(str(exc).split())[:300]
     return None
-
-
-def verify_or_skip(path: Path, result: graphmem.Result, dims: dict) -> None:
-    """Run the plan in one arena on ONNX Runtime and compare outputs: the verify hook.
-
-    SWITCH-ON POINT: ``graphmem.verify`` is built on its own branch. Until it is merged
-    this skips with a reason; once merged, adapt the one call below to its API (the
-    AttributeError that follows a merge says where).
-    """
-    try:
-        verify = importlib.import_module("graphmem.verify")
-    except ModuleNotFoundError:
-        pytest.skip("graphmem.verify is not merged yet: planned and validated only")
-    report = verify.verify_plan(str(path), result.plan, dims=dims)
-    assert report.ok, report
 
 
 @pytest.mark.parametrize("name", MODELS)
