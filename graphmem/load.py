@@ -63,6 +63,9 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
                dim_default: int | None = None) -> Graph:
     """Like :func:`load`, for a ModelProto already in memory."""
     dims = dict(dims or {})
+    bad = _invalid_name(model.graph)
+    if bad:
+        raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     model = _copy_without_weights(model)
     # Our own structural checks first: they name the node and tensor, where the
     # checker only says "not topologically sorted" for a cycle or a missing producer.
@@ -110,6 +113,47 @@ def _one_line(exc: BaseException) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
+def _invalid_name(g: onnx.GraphProto, where: str = "graph") -> str | None:
+    """The first tensor or op name that is not valid UTF-8 (protobuf hands those over
+    as bytes), checked on every load: a cheap walk over names only."""
+    for kind, vis in (("input", g.input), ("output", g.output), ("value_info", g.value_info),
+                      ("initializer", g.initializer)):
+        for vi in vis:
+            if isinstance(vi.name, bytes):
+                return f"the name of {where} {kind} {vi.name!r}"
+    for idx, n in enumerate(g.node):
+        for text in (n.op_type, n.domain, *n.input, *n.output):
+            if isinstance(text, bytes):
+                return f"{text!r} in {where} node {idx}"
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                if (found := _invalid_name(sub, f"a subgraph of node {idx}")) is not None:
+                    return found
+    return None
+
+
+def _invalid_text(msg, where: str = "model") -> str | None:
+    """The first string field anywhere that is not valid UTF-8, as ``where.field``.
+
+    Slower than :func:`_invalid_name`; used to explain a UnicodeDecodeError.
+    """
+    for field, value in msg.ListFields():
+        is_text = field.type == field.TYPE_STRING
+        if not is_text and field.type != field.TYPE_MESSAGE:
+            continue
+        repeated = getattr(field, "is_repeated", None)
+        if repeated is None:  # protobuf before 6
+            repeated = field.label == field.LABEL_REPEATED
+        for i, v in enumerate(value if repeated else [value]):
+            at = f"{where}.{field.name}" + (f"[{i}]" if repeated else "")
+            if is_text:
+                if isinstance(v, bytes):
+                    return f"{at} {v!r}"
+            elif (found := _invalid_text(v, at)) is not None:
+                return found
+    return None
+
+
 def _check(model: onnx.ModelProto, order: list[int]) -> None:
     """onnx.checker on a copy that needs no weight bytes and lists nodes in ``order``.
 
@@ -141,6 +185,10 @@ def _check(model: onnx.ModelProto, order: list[int]) -> None:
         onnx.checker.check_model(copy)
     except onnx.checker.ValidationError as exc:
         raise GraphmemError(f"the model fails onnx.checker: {_one_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        # the checker's own message quotes the corrupt text and cannot be decoded
+        where = _invalid_text(model) or _one_line(exc)
+        raise GraphmemError(f"the model is corrupt: {where} is not valid UTF-8 text") from None
 
 
 def _copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -9,6 +9,8 @@ import json
 
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import graphmem
@@ -220,3 +222,36 @@ def test_plan_file_for_another_model(tmp_path):
         check_plan_for(plan_a, graph_b, "a.plan.json")
     assert graphmem.problems(plan_a, graph_b)  # the rule check rejects it as well
     check_plan_for(plan_a, graphmem.load(a))  # its own model: no complaint
+
+
+# ---------------------------------------------------------------- corrupt bytes, fuzzed
+
+def _fuzz_base():
+    from test_model_features import if_model
+    return if_model().SerializeToString()
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 255)), min_size=1,
+                      max_size=4))
+def test_corrupted_bytes_never_give_a_traceback(tmp_path, edits):
+    """Any byte changes to a model with subgraphs: a plan or a one-line refusal."""
+    data = bytearray(_fuzz_base())
+    for pos, value in edits:
+        data[pos % len(data)] = value
+    path = tmp_path / "fuzzed.onnx"
+    path.write_bytes(bytes(data))
+    try:
+        graph = graphmem.load(path)
+        graphmem.validate(graphmem.plan_graph(graph).plan, graph)
+    except GraphmemError as exc:
+        assert "\n" not in str(exc) and str(exc)
+
+
+def test_invalid_utf8_name_is_named(capsys, tmp_path):
+    data = relu_model().SerializeToString()
+    i = data.index(b"Relu")
+    corrupt = data[:i] + b"R\xdelu" + data[i + 4:]
+    (tmp_path / "m.onnx").write_bytes(corrupt)
+    line = refused(capsys, tmp_path, tmp_path / "m.onnx")
+    assert "not valid UTF-8" in line and "node 0" in line
