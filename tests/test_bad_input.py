@@ -255,3 +255,10 @@ def test_invalid_utf8_name_is_named(capsys, tmp_path):
     (tmp_path / "m.onnx").write_bytes(corrupt)
     line = refused(capsys, tmp_path, tmp_path / "m.onnx")
     assert "not valid UTF-8" in line and "node 0" in line
+
+
+def test_node_reading_its_own_output(capsys, tmp_path):
+    m = make_model([helper.make_node("Add", ["x", "a"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                   [("x", F, [2])], [("y", F, [2])])
+    line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+    assert "cycle: node 0 (Add) -> 'a' -> node 0 (Add)" in line

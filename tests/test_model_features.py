@@ -253,7 +253,27 @@ def loop_model():
     return make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])], [trip, cond])
 
 
-@pytest.mark.parametrize("build,node,captured", [(if_model, "If", "c"), (loop_model, "Loop", "w")])
+def scan_model():
+    """A Scan summing the rows of ``xs`` into a carried state, scaled by outer ``w``."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["row", "w"], ["scaled"]),
+         helper.make_node("Add", ["s_in", "scaled"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["each"])], "body",
+        [helper.make_tensor_value_info("s_in", F, [3]), helper.make_tensor_value_info("row", F, [3])],
+        [helper.make_tensor_value_info("s_out", F, [3]),
+         helper.make_tensor_value_info("each", F, [3])])
+    nodes = [helper.make_node("Sigmoid", ["x"], ["w"]),
+             helper.make_node("Relu", ["x"], ["s0"]),
+             helper.make_node("Tanh", ["x"], ["k"]),
+             helper.make_node("Scan", ["s0", "xs"], ["s", "rows"], body=body,
+                              num_scan_inputs=1),
+             helper.make_node("Mul", ["s", "k"], ["y"])]
+    return make_model(nodes, [("x", F, [3]), ("xs", F, [4, 3])],
+                      [("y", F, [3]), ("rows", F, [4, 3])])
+
+
+@pytest.mark.parametrize("build,node,captured", [(if_model, "If", "c"), (loop_model, "Loop", "w"),
+                                                 (scan_model, "Scan", "w")])
 def test_control_flow_captured_tensor_lives_until_the_node(build, node, captured, tmp_path):
     model = build()
     import onnxruntime as ort
@@ -276,7 +296,7 @@ def test_control_flow_captured_tensor_lives_until_the_node(build, node, captured
     assert json.loads((tmp_path / "p.json").read_text())["tensors"][captured]["live"][1] == pos
 
 
-@pytest.mark.parametrize("build", [if_model, loop_model])
+@pytest.mark.parametrize("build", [if_model, loop_model, scan_model])
 def test_control_flow_verifies(build, tmp_path):
     path = save(build(), tmp_path / "cf.onnx")
     verify_or_skip(path, graphmem.plan_model(path), {})
