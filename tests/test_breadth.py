@@ -107,7 +107,7 @@ def test_verifies_on_onnxruntime(name):
         pytest.skip(f"graphmem refuses it: tensor that {REFUSED[name]}")
     assert error is None, f"ONNX Runtime cannot load {name}: {error}"
     dims = DIMS.get(name, {})
-    verify_or_skip(path, graphmem.plan_graph(graphmem.load(path, dims)), dims)
+    verify_or_skip(path, graphmem.plan_graph(graphmem.load(path, dims)))
 
 
 def test_the_sets_are_there():

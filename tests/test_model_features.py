@@ -299,7 +299,7 @@ def test_control_flow_captured_tensor_lives_until_the_node(build, node, captured
 @pytest.mark.parametrize("build", [if_model, loop_model, scan_model])
 def test_control_flow_verifies(build, tmp_path):
     path = save(build(), tmp_path / "cf.onnx")
-    verify_or_skip(path, graphmem.plan_model(path), {})
+    verify_or_skip(path, graphmem.plan_model(path))
 
 
 def test_unsorted_graph_plans_like_onnxruntime_runs_it():
