@@ -10,10 +10,12 @@ profile: ``pytest tests/test_property.py --hypothesis-profile long`` runs thousa
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from itertools import combinations
 from math import prod
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -132,6 +134,19 @@ def test_random_dags_through_the_json_file(model, tmp_path_factory):
     again = graphmem.Plan.load(path)
     assert again == plan
     graphmem.validate(again, graph)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("graphmem.verify") is None,
+                    reason="graphmem.verify is not merged yet: planned and validated only")
+@settings(max_examples=max(10, settings.default.max_examples // 10), deadline=None)
+@given(model=dag_models(max_nodes=10), passes=st.sampled_from(PASS_SETS))
+def test_a_sample_of_random_plans_verifies_on_onnxruntime(model, passes, tmp_path_factory):
+    from graphmem.verify import verify
+    path = tmp_path_factory.mktemp("dag") / "random.onnx"
+    onnx.save(model, str(path))
+    graph = graphmem.load(path)
+    report = verify(graphmem.plan_graph(graph, passes).plan, graph)
+    assert report.passed, report.mismatch.describe() if report.mismatch else report
 
 
 # -------------------------------------------------------- validate must reject mutants
