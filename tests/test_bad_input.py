@@ -31,7 +31,8 @@ def relu_model():
 def refused(capsys, tmp_path, model, *extra, out=None) -> str:
     """Run ``graphmem plan`` and return its one error line, checking exit 2 and OUT intact."""
     out = out or tmp_path / "out.plan.json"
-    if out.parent.is_dir():
+    keep = out.parent.is_dir() and not out.is_dir()
+    if keep:
         out.write_text(SENTINEL)
     before = sorted(p.name for p in tmp_path.iterdir())
     rc = main(["plan", str(model), "-o", str(out), "-q", *extra])
@@ -40,7 +41,7 @@ def refused(capsys, tmp_path, model, *extra, out=None) -> str:
     assert rc == 2, err
     assert len(lines) == 1 and lines[0].startswith("graphmem: "), err
     assert "Traceback" not in err
-    if out.parent.is_dir():
+    if keep:
         assert out.read_text() == SENTINEL
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temp file left
     return lines[0]
@@ -290,3 +291,21 @@ def test_node_reading_its_own_output(capsys, tmp_path):
                    [("x", F, [2])], [("y", F, [2])])
     line = refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
     assert "cycle: node 0 (Add) -> 'a' -> node 0 (Add)" in line
+
+
+def test_output_path_is_a_directory(capsys, tmp_path):
+    path = save(relu_model(), tmp_path / "m.onnx")
+    (tmp_path / "outdir").mkdir()
+    line = refused(capsys, tmp_path, path, out=tmp_path / "outdir")
+    assert "is a directory" in line and (tmp_path / "outdir").is_dir()
+
+
+def test_write_failure_leaves_nothing(capsys, tmp_path, monkeypatch):
+    """A failing write (disk full, permissions) is one line, and no temp file stays."""
+    path = save(relu_model(), tmp_path / "m.onnx")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("graphmem.plan.os.replace", full)
+    line = refused(capsys, tmp_path, path)
+    assert "No space left on device" in line
