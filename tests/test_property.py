@@ -124,6 +124,29 @@ def test_random_dags_plan_and_validate_under_every_pass_combination(model, align
                 assert not any(t.alias_of for t in result.plan.tensors.values())
 
 
+def random_topological_order(graph, draw) -> list[int]:
+    """Any order that runs each node after its producers, ties broken by hypothesis."""
+    producer = {t: n.index for n in graph.nodes for t in n.outputs if t}
+    deps = {n.index: {producer[t] for t in n.reads if t in producer} for n in graph.nodes}
+    order: list[int] = []
+    while len(order) < len(deps):
+        ready = sorted(i for i, d in deps.items() if i not in order and d <= set(order))
+        order.append(draw(st.sampled_from(ready)))
+    return order
+
+
+@settings(deadline=None)
+@given(model=dag_models(), data=st.data())
+def test_random_dags_under_any_execution_order(model, data):
+    graph = from_model(model)
+    order = random_topological_order(graph, data.draw)
+    for passes in PASS_SETS:
+        result = graphmem.plan_graph(graph, passes, order=order, check=False)
+        assert result.plan.order == order
+        graphmem.validate(result.plan, graph)
+        check_bounds(result.plan)
+
+
 @settings(deadline=None)
 @given(model=dag_models(max_nodes=10))
 def test_random_dags_through_the_json_file(model, tmp_path_factory):
