@@ -69,6 +69,8 @@ class Graph:
     opset: int = 0
     model_path: str | None = None
     node_count: int = 0  # len(graph.node) in the file, folded nodes included
+    # every symbolic dimension bound at load time (by --dim or --dim-default)
+    bindings: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}

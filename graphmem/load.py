@@ -45,27 +45,35 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
 
 
 def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
-         check: bool = True) -> Graph:
+         check: bool = True, dim_default: int | None = None) -> Graph:
     """Load an ONNX model into a :class:`Graph` with every shape static.
 
-    ``dims`` binds symbolic dimensions by name (``{"N": 8}``). Weights are not read
-    into memory unless a small constant's value is needed for shape inference.
+    ``dims`` binds symbolic dimensions by name (``{"N": 8}``); ``dim_default``, when
+    given, binds every symbolic dimension of a graph input that ``dims`` leaves open
+    (``Graph.bindings`` then says which). Weights are not read into memory unless a
+    small constant's value is needed for shape inference.
     """
     model = read_model(path)
     return from_model(model, dims, check=check, base_dir=str(Path(path).parent),
-                      model_path=str(path))
+                      model_path=str(path), dim_default=dim_default)
 
 
 def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
-               check: bool = True, base_dir: str = ".", model_path: str | None = None) -> Graph:
+               check: bool = True, base_dir: str = ".", model_path: str | None = None,
+               dim_default: int | None = None) -> Graph:
     """Like :func:`load`, for a ModelProto already in memory."""
     dims = dict(dims or {})
-    if check:
-        _check(model)
+    bad = _invalid_name(model.graph)
+    if bad:
+        raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     model = _copy_without_weights(model)
-    _bind_dims(model, dims)
+    # Our own structural checks first: they name the node and tensor, where the
+    # checker only says "not topologically sorted" for a cycle or a missing producer.
     _check_names(model)
     order = _topological_order(model.graph)
+    if check:
+        _check(model, order)
+    bindings = _bind_dims(model, dims, dim_default)
     model = _infer(model)
     types = _collect_types(model)
     folded_nodes, constants = _fold(model, order, types)
@@ -90,8 +98,12 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
         name, node = missing[0]
         where = f"output of node {node.index} ({node.op_type}{' ' + repr(node.name) if node.name else ''})"
         more = f"; {len(missing) - 1} more tensors are unknown too" if len(missing) > 1 else ""
-        raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}")
-    return _build(model, order, types, folded_nodes, constants, model_path)
+        hint = ""
+        if node.domain not in ("", "ai.onnx"):
+            hint = (f"; {node.op_type!r} is from domain {node.domain!r}, which graphmem runs "
+                    "as an opaque op: give the shapes of its outputs in the model's value_info")
+        raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
+    return _build(model, order, types, folded_nodes, constants, model_path, bindings)
 
 
 # --------------------------------------------------------------------------- checks
@@ -101,11 +113,82 @@ def _one_line(exc: BaseException) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
-def _check(model: onnx.ModelProto) -> None:
+def _invalid_name(g: onnx.GraphProto, where: str = "graph") -> str | None:
+    """The first tensor or op name that is not valid UTF-8 (protobuf hands those over
+    as bytes), checked on every load: a cheap walk over names only."""
+    for kind, vis in (("input", g.input), ("output", g.output), ("value_info", g.value_info),
+                      ("initializer", g.initializer)):
+        for vi in vis:
+            if isinstance(vi.name, bytes):
+                return f"the name of {where} {kind} {vi.name!r}"
+    for idx, n in enumerate(g.node):
+        for text in (n.op_type, n.domain, *n.input, *n.output):
+            if isinstance(text, bytes):
+                return f"{text!r} in {where} node {idx}"
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                if (found := _invalid_name(sub, f"a subgraph of node {idx}")) is not None:
+                    return found
+    return None
+
+
+def _invalid_text(msg, where: str = "model") -> str | None:
+    """The first string field anywhere that is not valid UTF-8, as ``where.field``.
+
+    Slower than :func:`_invalid_name`; used to explain a UnicodeDecodeError.
+    """
+    for field, value in msg.ListFields():
+        is_text = field.type == field.TYPE_STRING
+        if not is_text and field.type != field.TYPE_MESSAGE:
+            continue
+        repeated = getattr(field, "is_repeated", None)
+        if repeated is None:  # protobuf before 6
+            repeated = field.label == field.LABEL_REPEATED
+        for i, v in enumerate(value if repeated else [value]):
+            at = f"{where}.{field.name}" + (f"[{i}]" if repeated else "")
+            if is_text:
+                if isinstance(v, bytes):
+                    return f"{at} {v!r}"
+            elif (found := _invalid_text(v, at)) is not None:
+                return found
+    return None
+
+
+def _check(model: onnx.ModelProto, order: list[int]) -> None:
+    """onnx.checker on a copy that needs no weight bytes and lists nodes in ``order``.
+
+    ONNX Runtime runs graphs whose nodes are not sorted, so the checker sees them
+    sorted; initializers without data here (external or dropped) become graph inputs
+    of the same type, since the checker would otherwise look for their files.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    g = copy.graph
+    if order != list(range(len(g.node))):
+        nodes = []
+        for i in order:
+            n = onnx.NodeProto()
+            n.CopyFrom(model.graph.node[i])
+            nodes.append(n)
+        del g.node[:]
+        g.node.extend(nodes)
+    external = [t for t in g.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external:
+        inputs = {i.name for i in g.input}
+        keep = [t for t in g.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+        for t in external:
+            if t.name not in inputs:
+                g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        del g.initializer[:]
+        g.initializer.extend(keep)
     try:
-        onnx.checker.check_model(_copy_without_weights(model))
+        onnx.checker.check_model(copy)
     except onnx.checker.ValidationError as exc:
         raise GraphmemError(f"the model fails onnx.checker: {_one_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        # the checker's own message quotes the corrupt text and cannot be decoded
+        where = _invalid_text(model) or _one_line(exc)
+        raise GraphmemError(f"the model is corrupt: {where} is not valid UTF-8 text") from None
 
 
 def _copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -184,10 +267,26 @@ def _topological_order(g: onnx.GraphProto) -> list[int]:
             if indegree[u] == 0:
                 heapq.heappush(ready, u)
     if len(order) < len(g.node):
-        stuck = min(set(range(len(g.node))) - set(order))
-        raise GraphmemError(
-            f"the graph has a cycle: node {stuck} ({g.node[stuck].op_type}) depends on itself")
+        raise GraphmemError(f"the graph has a cycle: {_find_cycle(g, set(order), deps, reads)}")
     return order
+
+
+def _find_cycle(g: onnx.GraphProto, done: set[int], deps: list[set[int]],
+                reads: list[list[str]]) -> str:
+    """A cycle among the nodes a topological sort could not place, as readable text."""
+    # Every unplaced node has an unplaced producer, so walking producers from any of
+    # them must come back to a node already seen: that loop is a cycle.
+    node = min(set(range(len(g.node))) - done)
+    path: list[int] = []
+    while node not in path:
+        path.append(node)
+        node = min(d for d in deps[node] if d not in done)
+    loop = path[path.index(node):][::-1]  # producer before consumer
+    steps = []
+    for a, b in zip(loop, loop[1:] + loop[:1]):
+        tensor = next(t for t in reads[b] if t in g.node[a].output)
+        steps.append(f"node {a} ({g.node[a].op_type}) -> {tensor!r} -> ")
+    return "".join(steps) + f"node {loop[0]} ({g.node[loop[0]].op_type})"
 
 
 def _subgraph_reads(graph: onnx.GraphProto) -> set[str]:
@@ -216,9 +315,13 @@ def _reads(n: onnx.NodeProto) -> list[str]:
 
 # --------------------------------------------------------------------------- shapes
 
-def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> None:
+def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
+               default: int | None = None) -> dict[str, int]:
+    """Bind symbolic dims in place; return every binding made (``default`` included)."""
     g = model.graph
     inits = {t.name for t in g.initializer}
+    dims = dict(dims)
+    explicit = set(dims)
     used: set[str] = set()
     for vi in g.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
@@ -230,6 +333,8 @@ def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> None:
             if d.HasField("dim_value") and d.dim_value >= 0:
                 continue
             if d.HasField("dim_param") and d.dim_param:
+                if d.dim_param not in dims and default is not None:
+                    dims[d.dim_param] = int(default)
                 if d.dim_param not in dims:
                     raise GraphmemError(
                         f"symbolic dimension {d.dim_param!r} (axis {axis} of input {vi.name!r}) "
@@ -252,9 +357,10 @@ def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> None:
         for d in shape.dim:
             if d.HasField("dim_param"):
                 d.dim_value = int(dims[d.dim_param])
-    unknown = sorted(set(dims) - used - _all_dim_params(model))
+    unknown = sorted(explicit - used - _all_dim_params(model))
     if unknown:
         raise GraphmemError(f"--dim {unknown[0]}: the model has no symbolic dimension of that name")
+    return dims
 
 
 def _all_dim_params(model: onnx.ModelProto) -> set[str]:
@@ -444,7 +550,7 @@ def _node(idx: int, n: onnx.NodeProto, outer_reads: tuple[str, ...] = ()) -> Nod
                 implicit_inputs=outer_reads)
 
 
-def _build(model, order, types, folded, constants, model_path) -> Graph:
+def _build(model, order, types, folded, constants, model_path, bindings) -> Graph:
     g = model.graph
     inits = {t.name for t in g.initializer}
     tensors: dict[str, Tensor] = {}
@@ -468,4 +574,4 @@ def _build(model, order, types, folded, constants, model_path) -> Graph:
         outputs=tuple(o.name for o in g.output),
         weights=frozenset(inits), constants=tuple(constants),
         folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
-        node_count=len(g.node))
+        node_count=len(g.node), bindings=dict(bindings))

@@ -94,7 +94,8 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         detail["reordered"] = saved > 0
         reports.insert(0, PassReport(name, max(saved, 0), a.arena_bytes,
                                      time.perf_counter() - t0, detail))
-    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph), dict(bindings or {}))
+    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph),
+                    dict(bindings if bindings is not None else graph.bindings))
     if check:
         validate(plan, graph)
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)

@@ -37,3 +37,12 @@ def plan_of(model, passes=graphmem.DEFAULT_PASSES, **kw):
 def tmp_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# Hypothesis run sizes: a few hundred examples by default, thousands with
+# `pytest --hypothesis-profile long` (the plugin loads that after this file).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("graphmem", max_examples=200, deadline=None)
+settings.register_profile("long", max_examples=3000, deadline=None)
+settings.load_profile("graphmem")

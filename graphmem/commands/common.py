@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,19 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                    help="bind a symbolic dimension (repeatable), e.g. --dim N=8")
+    p.add_argument("--dim-default", type=_dim_value, default=None, metavar="N",
+                   help="bind every symbolic dimension that no --dim binds to N "
+                        "(off unless given; says on stderr which it bound)")
+
+
+def _dim_value(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("a dimension cannot be negative")
+    return v
 
 
 def add_pass_args(p: argparse.ArgumentParser) -> None:
@@ -71,7 +85,12 @@ def model_stem(args) -> str:
 def load_graph(args):
     """(graph, seconds) for the command's model and --dim bindings."""
     t0 = time.perf_counter()
-    graph = load(model_path(args), parse_dims(args.dim))
+    dims = parse_dims(args.dim)
+    default = getattr(args, "dim_default", None)
+    graph = load(model_path(args), dims, dim_default=default)
+    defaulted = [f"{k}={v}" for k, v in graph.bindings.items() if k not in dims]
+    if defaulted:
+        print(f"graphmem: --dim-default {default} bound {', '.join(defaulted)}", file=sys.stderr)
     return graph, time.perf_counter() - t0
 
 
@@ -82,7 +101,7 @@ def plan_from_args(args, graph=None) -> Result:
     return plan_graph(graph, chosen_passes(args), alignment=args.alignment,
                       placement=args.placement, model_name=Path(model_path(args)).name
                       if Path(args.model).exists() else model_stem(args) + ".onnx",
-                      bindings=parse_dims(args.dim))
+                      bindings=graph.bindings)
 
 
 def read_plan(path: str) -> Plan:
