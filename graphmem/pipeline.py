@@ -53,11 +53,13 @@ def resolve_passes(names: Sequence[str]) -> list[str]:
 
 def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                order: Sequence[int] | None = None, alignment: int = 64,
-               placement: str = "best", model_name: str | None = None,
+               placement: str = "best", time_limit: float = 10.0,
+               model_name: str | None = None,
                bindings: Mapping[str, int] | None = None, check: bool = True) -> Result:
     """Run the chosen passes on a loaded graph and return the plan and per-pass reports.
 
-    ``order`` defaults to the file order. With ``check`` (the default) the plan is
+    ``order`` defaults to the file order. ``time_limit`` bounds the solver of
+    ``placement="optimal"`` (seconds). With ``check`` (the default) the plan is
     validated independently before it is returned.
     """
     if alignment <= 0:
@@ -75,7 +77,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     for name in resolve_passes(passes):
         fn = registry[name]
         if name == "place":
-            fn = partial(fn, strategy=placement)
+            fn = partial(fn, strategy=placement, time_limit=time_limit)
         t0 = time.perf_counter()
         a, detail = fn(ctx, a)
         after = layout_bytes(ctx, a)

@@ -214,14 +214,24 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     return best[0], best[1], best[2], tried
 
 
-def run(ctx: Context, a: Assignment, strategy: str = "best") -> tuple[Assignment, dict]:
+def run(ctx: Context, a: Assignment, strategy: str = "best",
+        time_limit: float = 10.0) -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
     recs = records(ctx, gs)
-    offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
+    if strategy == "optimal":  # the MIP of place_exact, warm-started by "best"
+        from .place_exact import place_optimal
+        exact = place_optimal(recs, ctx.alignment, time_limit)
+        offsets, total, used = exact.offsets, exact.total, "optimal"
+        tried = {exact.heuristic: exact.heuristic_total, "optimal": exact.total}
+        extra = {"proven_optimal": exact.optimal, "lower_bound": exact.lower_bound,
+                 "gap": round(exact.gap, 6)}
+    else:
+        offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
+        extra = {}
     root_offsets = {g.root: 0 for g in gs}  # zero-sized groups sit at offset 0
     for r in recs:
         root_offsets[gs[r.id].root] = offsets[r.id]
-    detail = {"strategy": used, "tried": tried}
+    detail = {"strategy": used, "tried": tried, **extra}
     if a.storage_bytes is not None:
         detail["share_bytes"] = sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
     return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail
