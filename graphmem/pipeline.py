@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .assignment import Assignment, Context, align_up, groups, layout_bytes
+from .assignment import Assignment, Context, align_up, groups, layout_bytes, roots
 from .errors import GraphmemError
 from .ir import Graph
 from .liveness import liveness
@@ -126,8 +126,9 @@ def _finish_layout(ctx: Context, a: Assignment) -> Assignment:
 def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan:
     graph = ctx.graph
     tensors = {}
+    root_of = roots(a, ctx.intervals)
     for name, iv in ctx.intervals.items():
-        root, rel = a.root_of(name)
+        root, rel = root_of[name]
         alias_of, kind = a.alias.get(name, (None, None))
         tensors[name] = TensorPlan(
             kind=expected_kind(graph, name), bytes=graph.tensors[name].bytes,

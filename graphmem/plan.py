@@ -6,6 +6,7 @@ call it on every plan.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import tempfile
@@ -215,11 +216,12 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
             out.append(f"tensor {name!r}: live {list(t.live)}, expected [{iv.first}, {iv.last}]")
     if out:
         return out
-    out += _alias_problems(plan, graph, producer)
+    roots = _group_roots(plan)
+    out += _alias_problems(plan, graph, producer, roots)
     if out:
         return out
-    out += _overlap_problems(plan)
-    out += _stats_problems(plan, graph)
+    out += _overlap_problems(plan, roots)
+    out += _stats_problems(plan, graph, roots)
     return out
 
 
@@ -249,25 +251,53 @@ def _group_roots(plan: Plan) -> dict[str, str]:
     return {name: find(name) for name in plan.tensors}
 
 
-def _alias_problems(plan: Plan, graph: Graph, producer) -> list[str]:
+def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -> list[str]:
     out = []
     position = {idx: pos for pos, idx in enumerate(plan.order)}
-    roots = _group_roots(plan)
     members: dict[str, list[str]] = {}
     for name, r in roots.items():
         members.setdefault(r, []).append(name)
+    guard = _OverwriteGuard(plan, members)
     for name, t in plan.tensors.items():
         if (t.alias_of is None) != (t.alias is None):
             out.append(f"tensor {name!r}: alias_of and alias must be given together")
             continue
         if t.alias_of is not None:
-            out += _check_alias(plan, graph, producer, position, members, roots, name, t)
+            out += _check_alias(plan, graph, producer, position, members, roots, name, t, guard)
         if t.slice_of is not None:
             out += _check_slice(plan, graph, producer, name, t)
     return out
 
 
-def _check_alias(plan, graph, producer, position, members, roots, name, t) -> list[str]:
+class _OverwriteGuard:
+    """Per storage group: does any member hold a graph input, or live across a step?
+
+    Answers in O(log n) what the member loop of ``_check_alias`` answers in O(group),
+    so a long chain of in-place ops is not quadratic; the loop still runs (and words
+    the problem) whenever this says a problem is possible.
+    """
+
+    def __init__(self, plan: Plan, members: dict[str, list[str]]):
+        self.plan, self.members = plan, members
+        self.cache: dict[str, tuple[bool, list[int], list[int]]] = {}
+
+    def may_break(self, root: str, pos: int) -> bool:
+        if root not in self.cache:
+            tensors = self.plan.tensors
+            ms = sorted((tensors[m].live[0], tensors[m].live[1]) for m in self.members[root])
+            firsts, reach, best = [], [], None
+            for first, last in ms:
+                best = last if best is None else max(best, last)
+                firsts.append(first)
+                reach.append(best)  # the latest last use among members starting by here
+            has_input = any(tensors[m].kind == "input" for m in self.members[root])
+            self.cache[root] = (has_input, firsts, reach)
+        has_input, firsts, reach = self.cache[root]
+        k = bisect.bisect_left(firsts, pos)  # members with first < pos
+        return has_input or (k > 0 and reach[k - 1] > pos)
+
+
+def _check_alias(plan, graph, producer, position, members, roots, name, t, guard) -> list[str]:
     src = t.alias_of
     if src not in plan.tensors:
         return [f"tensor {name!r}: alias_of {src!r} is not an arena tensor"]
@@ -293,6 +323,8 @@ def _check_alias(plan, graph, producer, position, members, roots, name, t) -> li
     if t.bytes > s.bytes:
         return [f"tensor {name!r}: in-place output larger than {src!r}"]
     pos = position[node.index]
+    if not guard.may_break(roots[name], pos):
+        return []
     for m in members[roots[name]]:
         mt = plan.tensors[m]
         if mt.kind == "input":
@@ -327,9 +359,9 @@ def _check_slice(plan, graph, producer, name, t) -> list[str]:
     return []
 
 
-def _overlap_problems(plan: Plan) -> list[str]:
+def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[str]:
     """Tensors of different groups live at the same time on the same bytes."""
-    roots = _group_roots(plan)
+    roots = roots if roots is not None else _group_roots(plan)
     items = sorted((t.live[0], t.live[1], t.offset, t.offset + t.bytes, name)
                    for name, t in plan.tensors.items() if t.bytes > 0)
     active: list[tuple[int, int, int, str]] = []  # (last, start, end, name)
@@ -344,19 +376,19 @@ def _overlap_problems(plan: Plan) -> list[str]:
     return []
 
 
-def _stats_problems(plan: Plan, graph: Graph) -> list[str]:
+def _stats_problems(plan: Plan, graph: Graph, roots: dict[str, str] | None = None) -> list[str]:
     if not plan.stats:
         return []
-    want = plan_stats(plan)
+    want = plan_stats(plan, roots)
     for key, value in want.items():
         if key in plan.stats and plan.stats[key] != value:
             return [f"stats.{key} is {plan.stats[key]}, the plan's own tensors give {value}"]
     return []
 
 
-def plan_stats(plan: Plan) -> dict[str, int]:
+def plan_stats(plan: Plan, roots: dict[str, str] | None = None) -> dict[str, int]:
     """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors."""
-    roots = _group_roots(plan)
+    roots = roots if roots is not None else _group_roots(plan)
     steps = len(plan.order)
     naive = sum(t.bytes for t in plan.tensors.values())
     delta = [0] * (steps + 3)
