@@ -13,7 +13,7 @@ from .errors import GraphmemError
 from .ir import Graph
 from .liveness import liveness
 from .load import load
-from .plan import Plan, TensorPlan, expected_kind, plan_stats, validate
+from .plan import Plan, TensorPlan, expected_kind, io_sets, plan_stats, validate
 from .schedule import check_order, file_order
 
 DEFAULT_PASSES = ("inplace", "share", "place")
@@ -127,11 +127,12 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
     graph = ctx.graph
     tensors = {}
     root_of = roots(a, ctx.intervals)
+    io = io_sets(graph)
     for name, iv in ctx.intervals.items():
         root, rel = root_of[name]
         alias_of, kind = a.alias.get(name, (None, None))
         tensors[name] = TensorPlan(
-            kind=expected_kind(graph, name), bytes=graph.tensors[name].bytes,
+            kind=expected_kind(graph, name, io), bytes=graph.tensors[name].bytes,
             offset=a.offsets[root] + rel if graph.tensors[name].bytes else 0,
             live=(iv.first, iv.last), alias_of=alias_of, alias=kind,
             slice_of=a.slice_of.get(name))

@@ -162,12 +162,20 @@ def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
 
 # ---------------------------------------------------------------------- validation
 
-def expected_kind(graph: Graph, tensor: str) -> str:
-    if tensor in graph.inputs:
+def expected_kind(graph: Graph, tensor: str, io: tuple[set, set] | None = None) -> str:
+    """input, output or activation; ``io`` is ``io_sets(graph)``, to ask for many tensors."""
+    inputs, outputs = io if io is not None else (graph.inputs, graph.outputs)
+    if tensor in inputs:
         return "input"
-    if tensor in graph.outputs:
+    if tensor in outputs:
         return "output"
     return "activation"
+
+
+def io_sets(graph: Graph) -> tuple[set, set]:
+    """The graph's inputs and outputs as sets (they are tuples: a lookup per tensor
+    would cost O(outputs), quadratic for a graph with many outputs)."""
+    return set(graph.inputs), set(graph.outputs)
 
 
 def problems(plan: Plan, graph: Graph) -> list[str]:
@@ -197,9 +205,10 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
             out.append(f"tensors: {miss[0]!r} is missing")
         return out
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
+    io = io_sets(graph)
     for name, t in plan.tensors.items():
         info = graph.tensors[name]
-        want_kind = expected_kind(graph, name)
+        want_kind = expected_kind(graph, name, io)
         if t.kind != want_kind:
             out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
         if t.bytes != info.bytes:

@@ -194,19 +194,27 @@ def measure_one(family: str, n: int) -> dict:
 
 
 def run(args) -> None:
-    from bench import ROOT, environment, write_section
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
-    for family in FAMILIES:
-        for n in sizes:
-            proc = subprocess.run([sys.executable, __file__, family, str(n)],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise SystemExit(f"scale {family} {n}: {proc.stderr.strip()[-500:]}")
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            print(f"{family:12s} {n:>9,d}  plan {row['plan_s']:8.2f} s  peak RSS "
-                  f"{row['peak_rss_mib']:7.0f} MiB  {row['passes_s']}", file=sys.stderr)
+    todo = [(family, n) for n in sizes for family in FAMILIES]  # small sizes first
+    for k, (family, n) in enumerate(todo):
+        proc = subprocess.run([sys.executable, __file__, family, str(n)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"scale {family} {n}: {proc.stderr.strip()[-500:]}")
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{family:12s} {n:>9,d}  plan {row['plan_s']:8.2f} s  peak RSS "
+              f"{row['peak_rss_mib']:7.0f} MiB  {row['passes_s']}", file=sys.stderr)
+        if k < len(todo) - 1:  # keep what is measured so far, marked as partial
+            _report(args, sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["nodes"])),
+                    f"Partial: {k + 1} of {len(todo)} measurements done; the run goes on.")
+    rows.sort(key=lambda r: (FAMILIES.index(r["family"]), r["nodes"]))
+    _report(args, rows, "")
+
+
+def _report(args, rows: list[dict], status: str) -> None:
+    from bench import ROOT, environment, write_section
     table = ["| family | nodes | tensors | plan s | s per 1k nodes | inplace s | share s "
              "| place s | peak RSS MiB | graph alone MiB | arena / aliased peak |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -235,7 +243,7 @@ def run(args) -> None:
             slopes.append(f"{family} {math.log(t1 / t0) / math.log(n1 / n0):.2f}")
     body = "\n".join([
         "## Planning at scale", "",
-        environment(), "",
+        environment(), "", *([f"**{status}**", ""] if status else []),
         "Synthetic graphs built directly as graphmem IR (tools/scale.py; no ONNX file, "
         "so no load time), planned by `graphmem.plan_graph(graph)` with the default passes "
         "(inplace, share, place with the best of all strategies) and the independent "
@@ -246,12 +254,14 @@ def run(args) -> None:
         + ", ".join(slopes) + ".", "",
         *verdict, "",
         "![plan time vs nodes, log-log](scale.svg)", ""])
-    print(body)
+    if not status:
+        print(body)
     if not args.no_write:
         from graphmem.plan import write_atomic
         write_atomic(ROOT / "docs" / "scale.svg", svg)
         write_section("scale", body)
-        print("wrote docs/benchmarks.md and docs/scale.svg", file=sys.stderr)
+        if not status:
+            print("wrote docs/benchmarks.md and docs/scale.svg", file=sys.stderr)
 
 
 def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:
