@@ -132,8 +132,8 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
         root, rel = root_of[name]
         alias_of, kind = a.alias.get(name, (None, None))
         tensors[name] = TensorPlan(
-            kind=expected_kind(graph, name, io), bytes=graph.tensors[name].bytes,
-            offset=a.offsets[root] + rel if graph.tensors[name].bytes else 0,
+            kind=expected_kind(graph, name, io), bytes=ctx.sizes[name],
+            offset=a.offsets[root] + rel if ctx.sizes[name] else 0,
             live=(iv.first, iv.last), alias_of=alias_of, alias=kind,
             slice_of=a.slice_of.get(name))
     arena = a.arena_bytes or 0

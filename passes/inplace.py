@@ -8,7 +8,7 @@ and the sizes and dtypes match exactly.
 from __future__ import annotations
 
 from graphmem.assignment import Assignment, Context, roots
-from graphmem.ops import overwrite_pairs, view_pairs
+from graphmem.ops import OVERWRITE, VIEW, overwrite_pairs, view_pairs
 
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
@@ -39,6 +39,8 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
+        if node.op_type not in VIEW and node.op_type not in OVERWRITE:
+            continue  # neither table lists it: both pair lists would be empty
         for i, o in view_pairs(node):
             src, out = node.inputs[i], node.outputs[o]
             if _can_alias(ctx, alias, src, out):

@@ -50,3 +50,29 @@ def test_validator_still_names_an_overwrite_of_a_storage_read_later():
     with pytest.raises(PlanInvalid) as err:
         graphmem.validate(dataclasses.replace(plan, tensors=bad, stats={}), graph)
     assert "'a', which shares that storage, is read later" in str(err.value)
+
+
+def test_share_stops_at_the_floor_with_the_exhaustive_answer():
+    import importlib
+    import random
+
+    from graphmem.assignment import Record
+    share = importlib.import_module("graphmem.passes.share")
+    rng = random.Random(4)
+    for _ in range(60):
+        recs = []
+        for i in range(rng.randrange(1, 40)):
+            first = rng.randrange(30)
+            recs.append(Record(i, 64 * rng.randrange(1, 9), first, first + rng.randrange(6)))
+        exhaustive = min((sum(share.share_blocks(recs, m)[1]), k)
+                         for k, m in enumerate(share.MATCH_RANGES))
+        floor = share._max_live(recs)
+        assert floor <= exhaustive[0]
+        # the pass's loop, as run() does it: stop at the first range reaching the floor
+        best = None
+        for k, m in enumerate(share.MATCH_RANGES):
+            total = sum(share.share_blocks(recs, m)[1])
+            best = (total, k) if best is None or total < best[0] else best
+            if best[0] <= floor:
+                break
+        assert best == exhaustive
