@@ -34,9 +34,16 @@ class Context:
     intervals: Mapping[str, Interval]  # per arena tensor
     alignment: int = 64
 
-    @property
+    @cached_property
     def sizes(self) -> dict[str, int]:
+        # cached: every pass asks, and a Tensor computes its bytes on each call
         return {t: self.graph.tensors[t].bytes for t in self.intervals}
+
+    @cached_property
+    def groups_memo(self) -> list:
+        """[(alias, slice_of, groups)] of the last :func:`groups` call: the report after a
+        pass, share and place all ask for the groups of the same aliases."""
+        return []
 
 
 @dataclass(frozen=True)
@@ -106,18 +113,68 @@ class Group:
     last: int
 
 
+def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
+    """``a.root_of(t)`` for every name, sharing the walk up each alias chain.
+
+    Linear in the number of names even for one long chain of in-place ops, where
+    calling ``root_of`` per tensor would be quadratic.
+    """
+    memo: dict[str, tuple[str, int]] = {}
+    sliced = a._sliced_member if a.slice_of else {}
+    for t in names:
+        path = []
+        cur = t
+        while cur not in memo:
+            if cur in a.slice_of:
+                path.append((cur, a.slice_offset[cur]))
+                cur = a.slice_of[cur]
+            elif cur in a.alias:
+                path.append((cur, 0))
+                cur = a.alias[cur][0]
+            elif cur in sliced:  # an alias group that lives in a Concat slice
+                path.append((cur, 0))
+                cur = sliced[cur]
+            else:
+                memo[cur] = (cur, 0)
+                break
+        root, offset = memo[cur]
+        for name, delta in reversed(path):
+            offset += delta
+            memo[name] = (root, offset)
+    return memo
+
+
 def groups(ctx: Context, a: Assignment) -> list[Group]:
     """Storage groups in order of the root's first appearance."""
+    memo = ctx.groups_memo
+    if memo and memo[0][0] is a.alias and memo[0][1] is a.slice_of:
+        return list(memo[0][2])
+    out = _groups(ctx, a)
+    memo[:] = [(a.alias, a.slice_of, out)]
+    return list(out)
+
+
+def _groups(ctx: Context, a: Assignment) -> list[Group]:
     sizes = ctx.sizes
+    intervals = ctx.intervals
+    if not a.alias and not a.slice_of:  # every tensor is its own group
+        return [Group(t, (t,), sizes[t], iv.first, iv.last) for t, iv in intervals.items()]
+    root_of = roots(a, intervals)
     members: dict[str, list[str]] = {}
-    for t in ctx.intervals:
-        members.setdefault(a.root_of(t)[0], []).append(t)
-    out = []
-    for root, ts in members.items():
-        out.append(Group(root, tuple(ts), sizes[root],
-                         min(ctx.intervals[t].first for t in ts),
-                         max(ctx.intervals[t].last for t in ts)))
-    return out
+    span: dict[str, list[int]] = {}
+    for t, iv in intervals.items():
+        r = root_of[t][0]
+        if r in members:
+            members[r].append(t)
+            s = span[r]
+            if iv.first < s[0]:
+                s[0] = iv.first
+            if iv.last > s[1]:
+                s[1] = iv.last
+        else:
+            members[r] = [t]
+            span[r] = [iv.first, iv.last]
+    return [Group(r, tuple(ts), sizes[r], span[r][0], span[r][1]) for r, ts in members.items()]
 
 
 def records(ctx: Context, gs: list[Group]) -> list[Record]:
@@ -132,4 +189,6 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
         return a.arena_bytes
     if a.storage_bytes is not None:
         return sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
+    if not a.alias and not a.slice_of:  # one group per tensor
+        return sum(align_up(b, ctx.alignment) for b in ctx.sizes.values())
     return sum(align_up(g.bytes, ctx.alignment) for g in groups(ctx, a))

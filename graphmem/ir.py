@@ -43,6 +43,8 @@ class Node:
     @property
     def reads(self) -> tuple[str, ...]:
         """Every tensor this node reads, explicit and implicit, without blanks."""
+        if "" not in self.inputs and not self.implicit_inputs:
+            return self.inputs  # the common case, without building a new tuple
         return tuple(t for t in self.inputs if t) + self.implicit_inputs
 
     @property

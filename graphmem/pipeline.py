@@ -8,12 +8,12 @@ from functools import partial
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .assignment import Assignment, Context, align_up, groups, layout_bytes
+from .assignment import Assignment, Context, align_up, groups, layout_bytes, roots
 from .errors import GraphmemError
 from .ir import Graph
 from .liveness import liveness
 from .load import load
-from .plan import Plan, TensorPlan, expected_kind, plan_stats, validate
+from .plan import Plan, TensorPlan, expected_kind, io_sets, plan_stats, validate
 from .schedule import check_order, file_order
 
 DEFAULT_PASSES = ("reorder", "concat", "inplace", "share", "place")
@@ -57,11 +57,13 @@ def resolve_passes(names: Sequence[str]) -> list[str]:
 
 def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                order: Sequence[int] | None = None, alignment: int = 64,
-               placement: str = "best", model_name: str | None = None,
+               placement: str = "best", time_limit: float = 10.0,
+               model_name: str | None = None,
                bindings: Mapping[str, int] | None = None, check: bool = True) -> Result:
     """Run the chosen passes on a loaded graph and return the plan and per-pass reports.
 
-    ``order`` defaults to the file order. With ``check`` (the default) the plan is
+    ``order`` defaults to the file order. ``time_limit`` bounds the solver of
+    ``placement="optimal"`` (seconds). With ``check`` (the default) the plan is
     validated independently before it is returned.
     """
     if alignment <= 0:
@@ -76,7 +78,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     names = resolve_passes(passes)
     order_passes = [n for n in names if n in ORDER_PASSES]
     names = [n for n in names if n not in ORDER_PASSES]
-    ctx, a, reports = _run_passes(ctx, names, registry, placement)
+    ctx, a, reports = _run_passes(ctx, names, registry, placement, time_limit)
     for name in order_passes:
         t0 = time.perf_counter()
         _, detail = registry[name](ctx, Assignment())
@@ -86,7 +88,8 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         saved = 0
         if tuple(new_order) != ctx.order:
             cand = Context(graph, tuple(new_order), liveness(graph, new_order), alignment)
-            cand_ctx, cand_a, cand_reports = _run_passes(cand, names, registry, placement)
+            cand_ctx, cand_a, cand_reports = _run_passes(cand, names, registry, placement,
+                                                            time_limit)
             saved = a.arena_bytes - cand_a.arena_bytes
             if saved > 0:
                 ctx, a, reports = cand_ctx, cand_a, cand_reports
@@ -101,7 +104,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
 
 
-def _run_passes(ctx: Context, names, registry, placement: str):
+def _run_passes(ctx: Context, names, registry, placement: str, time_limit: float = 10.0):
     """Run the passes in order for one execution order; the layout is finished."""
     a = Assignment()
     reports = []
@@ -109,7 +112,7 @@ def _run_passes(ctx: Context, names, registry, placement: str):
     for name in names:
         fn = registry[name]
         if name == "place":
-            fn = partial(fn, strategy=placement)
+            fn = partial(fn, strategy=placement, time_limit=time_limit)
         t0 = time.perf_counter()
         a, detail = fn(ctx, a)
         after = layout_bytes(ctx, a)
@@ -154,12 +157,14 @@ def _finish_layout(ctx: Context, a: Assignment) -> Assignment:
 def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan:
     graph = ctx.graph
     tensors = {}
+    root_of = roots(a, ctx.intervals)
+    io = io_sets(graph)
     for name, iv in ctx.intervals.items():
-        root, rel = a.root_of(name)
+        root, rel = root_of[name]
         alias_of, kind = a.alias.get(name, (None, None))
         tensors[name] = TensorPlan(
-            kind=expected_kind(graph, name), bytes=graph.tensors[name].bytes,
-            offset=a.offsets[root] + rel if graph.tensors[name].bytes else 0,
+            kind=expected_kind(graph, name, io), bytes=ctx.sizes[name],
+            offset=a.offsets[root] + rel if ctx.sizes[name] else 0,
             live=(iv.first, iv.last), alias_of=alias_of, alias=kind,
             slice_of=a.slice_of.get(name))
     arena = a.arena_bytes or 0

@@ -6,6 +6,7 @@ call it on every plan.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import tempfile
@@ -172,12 +173,20 @@ def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
 
 # ---------------------------------------------------------------------- validation
 
-def expected_kind(graph: Graph, tensor: str) -> str:
-    if tensor in graph.inputs:
+def expected_kind(graph: Graph, tensor: str, io: tuple[set, set] | None = None) -> str:
+    """input, output or activation; ``io`` is ``io_sets(graph)``, to ask for many tensors."""
+    inputs, outputs = io if io is not None else (graph.inputs, graph.outputs)
+    if tensor in inputs:
         return "input"
-    if tensor in graph.outputs:
+    if tensor in outputs:
         return "output"
     return "activation"
+
+
+def io_sets(graph: Graph) -> tuple[set, set]:
+    """The graph's inputs and outputs as sets (they are tuples: a lookup per tensor
+    would cost O(outputs), quadratic for a graph with many outputs)."""
+    return set(graph.inputs), set(graph.outputs)
 
 
 def problems(plan: Plan, graph: Graph) -> list[str]:
@@ -207,9 +216,10 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
             out.append(f"tensors: {miss[0]!r} is missing")
         return out
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
+    io = io_sets(graph)
     for name, t in plan.tensors.items():
         info = graph.tensors[name]
-        want_kind = expected_kind(graph, name)
+        want_kind = expected_kind(graph, name, io)
         if t.kind != want_kind:
             out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
         if t.bytes != info.bytes:
@@ -226,11 +236,12 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
             out.append(f"tensor {name!r}: live {list(t.live)}, expected [{iv.first}, {iv.last}]")
     if out:
         return out
-    out += _alias_problems(plan, graph, producer)
+    roots = _group_roots(plan)
+    out += _alias_problems(plan, graph, producer, roots)
     if out:
         return out
-    out += _overlap_problems(plan)
-    out += _stats_problems(plan, graph)
+    out += _overlap_problems(plan, roots)
+    out += _stats_problems(plan, graph, roots)
     return out
 
 
@@ -260,25 +271,53 @@ def _group_roots(plan: Plan) -> dict[str, str]:
     return {name: find(name) for name in plan.tensors}
 
 
-def _alias_problems(plan: Plan, graph: Graph, producer) -> list[str]:
+def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -> list[str]:
     out = []
     position = {idx: pos for pos, idx in enumerate(plan.order)}
-    roots = _group_roots(plan)
     members: dict[str, list[str]] = {}
     for name, r in roots.items():
         members.setdefault(r, []).append(name)
+    guard = _OverwriteGuard(plan, members)
     for name, t in plan.tensors.items():
         if (t.alias_of is None) != (t.alias is None):
             out.append(f"tensor {name!r}: alias_of and alias must be given together")
             continue
         if t.alias_of is not None:
-            out += _check_alias(plan, graph, producer, position, members, roots, name, t)
+            out += _check_alias(plan, graph, producer, position, members, roots, name, t, guard)
         if t.slice_of is not None:
             out += _check_slice(plan, graph, producer, name, t)
     return out
 
 
-def _check_alias(plan, graph, producer, position, members, roots, name, t) -> list[str]:
+class _OverwriteGuard:
+    """Per storage group: does any member hold a graph input, or live across a step?
+
+    Answers in O(log n) what the member loop of ``_check_alias`` answers in O(group),
+    so a long chain of in-place ops is not quadratic; the loop still runs (and words
+    the problem) whenever this says a problem is possible.
+    """
+
+    def __init__(self, plan: Plan, members: dict[str, list[str]]):
+        self.plan, self.members = plan, members
+        self.cache: dict[str, tuple[bool, list[int], list[int]]] = {}
+
+    def may_break(self, root: str, pos: int) -> bool:
+        if root not in self.cache:
+            tensors = self.plan.tensors
+            ms = sorted((tensors[m].live[0], tensors[m].live[1]) for m in self.members[root])
+            firsts, reach, best = [], [], None
+            for first, last in ms:
+                best = last if best is None else max(best, last)
+                firsts.append(first)
+                reach.append(best)  # the latest last use among members starting by here
+            has_input = any(tensors[m].kind == "input" for m in self.members[root])
+            self.cache[root] = (has_input, firsts, reach)
+        has_input, firsts, reach = self.cache[root]
+        k = bisect.bisect_left(firsts, pos)  # members with first < pos
+        return has_input or (k > 0 and reach[k - 1] > pos)
+
+
+def _check_alias(plan, graph, producer, position, members, roots, name, t, guard) -> list[str]:
     src = t.alias_of
     if src not in plan.tensors:
         return [f"tensor {name!r}: alias_of {src!r} is not an arena tensor"]
@@ -304,6 +343,8 @@ def _check_alias(plan, graph, producer, position, members, roots, name, t) -> li
     if t.bytes > s.bytes:
         return [f"tensor {name!r}: in-place output larger than {src!r}"]
     pos = position[node.index]
+    if not guard.may_break(roots[name], pos):
+        return []
     for m in members[roots[name]]:
         mt = plan.tensors[m]
         if mt.kind == "input":
@@ -338,9 +379,9 @@ def _check_slice(plan, graph, producer, name, t) -> list[str]:
     return []
 
 
-def _overlap_problems(plan: Plan) -> list[str]:
+def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[str]:
     """Tensors of different groups live at the same time on the same bytes."""
-    roots = _group_roots(plan)
+    roots = roots if roots is not None else _group_roots(plan)
     items = sorted((t.live[0], t.live[1], t.offset, t.offset + t.bytes, name)
                    for name, t in plan.tensors.items() if t.bytes > 0)
     active: list[tuple[int, int, int, str]] = []  # (last, start, end, name)
@@ -355,31 +396,33 @@ def _overlap_problems(plan: Plan) -> list[str]:
     return []
 
 
-def _stats_problems(plan: Plan, graph: Graph) -> list[str]:
+def _stats_problems(plan: Plan, graph: Graph, roots: dict[str, str] | None = None) -> list[str]:
     if not plan.stats:
         return []
-    want = plan_stats(plan)
+    want = plan_stats(plan, roots)
     for key, value in want.items():
         if key in plan.stats and plan.stats[key] != value:
             return [f"stats.{key} is {plan.stats[key]}, the plan's own tensors give {value}"]
     return []
 
 
-def plan_stats(plan: Plan) -> dict[str, int]:
+def plan_stats(plan: Plan, roots: dict[str, str] | None = None) -> dict[str, int]:
     """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors."""
-    aliased, unaliased = live_timelines(plan)
+    aliased, unaliased = live_timelines(plan, roots)
     return {"naive_bytes": sum(t.bytes for t in plan.tensors.values()),
             "lower_bound_bytes": max(unaliased, default=0),
             "aliased_peak_bytes": max(aliased, default=0), "arena_bytes": plan.arena_bytes}
 
 
-def live_timelines(plan: Plan) -> tuple[list[int], list[int]]:
+def live_timelines(plan: Plan, roots: dict[str, str] | None = None
+                   ) -> tuple[list[int], list[int]]:
     """Live bytes at positions -1 .. len(order) (index 0 is position -1): (aliased, unaliased).
 
     Aliased counts each storage group once (split into byte regions where Concat
     slices make parts of it live at different times); unaliased counts every tensor.
+    ``roots`` (:func:`_group_roots`) may be passed in when the caller has them.
     """
-    roots = _group_roots(plan)
+    roots = roots if roots is not None else _group_roots(plan)
     members: dict[str, list] = {}
     for name, t in plan.tensors.items():
         if t.bytes:

@@ -14,15 +14,16 @@ two Concat slices into one alias group, nor a graph input into a group with slic
 """
 from __future__ import annotations
 
-from graphmem.assignment import Assignment, Context
-from graphmem.ops import overwrite_pairs, view_pairs
+from graphmem.assignment import Assignment, Context, roots
+from graphmem.ops import OVERWRITE, VIEW, overwrite_pairs, view_pairs
 
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     graph, iv = ctx.graph, ctx.intervals
     by_index = {n.index: n for n in graph.nodes}
     alias = dict(a.alias)
-    parent: dict[str, str] = {t: a.root_of(t)[0] for t in iv}  # union-find over groups
+    root_of = roots(a, iv)
+    parent: dict[str, str] = {t: root_of[t][0] for t in iv}  # union-find over groups
     group_last: dict[str, int] = {}
     for t, r in parent.items():
         group_last[r] = max(group_last.get(r, -1), iv[t].last)
@@ -83,6 +84,8 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
+        if node.op_type not in VIEW and node.op_type not in OVERWRITE:
+            continue  # neither table lists it: both pair lists would be empty
         for i, o in view_pairs(node):
             src, out = node.inputs[i], node.outputs[o]
             if _can_alias(ctx, alias, src, out) and allowed(out, src, None):
@@ -93,7 +96,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             if not _can_alias(ctx, alias, src, out):
                 continue
             s, d = graph.tensors[src], graph.tensors[out]
-            if s.dtype != d.dtype or s.shape != d.shape or s.bytes == 0:
+            if s.dtype != d.dtype or s.shape != d.shape or ctx.sizes[src] == 0:
                 continue
             r = find(src)
             if r in pinned or group_last[r] > pos or not allowed(out, src, pos):
@@ -110,4 +113,4 @@ def _can_alias(ctx: Context, alias, src: str, out: str) -> bool:
         return False
     if out in alias or src == out:
         return False
-    return ctx.graph.tensors[src].bytes == ctx.graph.tensors[out].bytes
+    return ctx.sizes[src] == ctx.sizes[out]  # both are arena tensors: cached sizes

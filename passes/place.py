@@ -9,11 +9,13 @@ the smallest arena (the first in ``STRATEGIES`` order on ties), so it is determi
 """
 from __future__ import annotations
 
-import bisect
+import heapq
 import random
 from typing import Callable, Sequence
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from graphmem.assignment import Assignment, Context, Record, align_up, groups, records
 
@@ -42,15 +44,18 @@ def _breadth(recs: Sequence[Record]) -> dict[int, int]:
         return {}
     lo = min(r.first for r in recs)
     hi = max(r.last for r in recs)
-    delta = [0] * (hi - lo + 2)
-    for r in recs:
-        delta[r.first - lo] += r.bytes
-        delta[r.last - lo + 1] -= r.bytes
-    live, running = [], 0
-    for d in delta[:-1]:
-        running += d
-        live.append(running)
-    return {r.id: max(live[r.first - lo:r.last - lo + 1]) for r in recs}
+    delta = np.zeros(hi - lo + 2, dtype=np.int64)
+    firsts = np.fromiter((r.first - lo for r in recs), np.int64, len(recs))
+    lasts = np.fromiter((r.last - lo for r in recs), np.int64, len(recs))
+    np.add.at(delta, firsts, np.fromiter((r.bytes for r in recs), np.int64, len(recs)))
+    np.add.at(delta, lasts + 1, -np.fromiter((r.bytes for r in recs), np.int64, len(recs)))
+    live = np.cumsum(delta)  # live[-1] is 0: a sentinel so every slice end is in range
+    # maximum over [first, last] for every record at once: reduceat over the
+    # interleaved (first, last + 1) bounds, keeping every other result
+    bounds = np.empty(2 * len(recs), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = firsts, lasts + 1
+    peaks = np.maximum.reduceat(live, bounds)[0::2]
+    return {r.id: int(p) for r, p in zip(recs, peaks)}
 
 
 def _by_size(recs):
@@ -106,43 +111,100 @@ def _fit_tied(placed, t: Tied, alignment: int) -> int:
     return base
 
 
-def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1) -> tuple[dict[int, int], int]:
+def overlaps(recs: Sequence[Record]) -> dict[int, list[int]]:
+    """For each record id, the ids of the other records whose lives overlap its own.
+
+    One sweep over the records by first use, keeping the live ones in a heap by
+    last use: O(n log n + E) for E overlapping pairs (E is n times the live width).
+    """
+    by_first = sorted(recs, key=lambda r: (r.first, r.id))
+    adj: dict[int, list[int]] = {r.id: [] for r in by_first}
+    live: list[tuple[int, int]] = []  # heap of (last, id)
+    for r in by_first:
+        while live and live[0][0] < r.first:
+            heapq.heappop(live)
+        mine = adj[r.id]
+        for _, other in live:
+            mine.append(other)
+            adj[other].append(r.id)
+        heapq.heappush(live, (r.last, r.id))
+    return adj
+
+
+def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
+             adj: dict[int, list[int]] | None = None) -> tuple[dict[int, int], int]:
     """Place records in the given order, each in the best-fitting free gap.
 
+    The gap is searched among the already placed records whose lives overlap: the
+    smallest gap large enough, the lowest offset on ties, else on top of them all.
     A :class:`Tied` set is placed whole at the lowest offset where all its parts fit.
-    Returns ({record id: offset}, arena size). Record sizes are expected aligned.
+    Returns ({record id: offset}, arena size). Record sizes are expected aligned and
+    positive. ``adj`` is :func:`overlaps` of the same records (computed if omitted;
+    pass it to share the work between runs): each record then looks only at its
+    own overlaps, so a run costs O(E log w), not O(n^2).
     """
-    placed: list[tuple[int, int, int, int]] = []  # (first, last, offset, end) sorted by first
+    if adj is None:
+        adj = overlaps(ordered)
     offsets: dict[int, int] = {}
+    ends: dict[int, int] = {}  # placed plain records: id -> end offset
+    lives: dict[int, tuple[int, int]] = {}  # placed plain records: id -> (first, last)
+    tied: dict[int, list[tuple[int, int, int, int]]] = {}  # placed Tied: (first, last, off, end) per part
     total = 0
     for r in ordered:
         if isinstance(r, Tied):
-            base = _fit_tied(placed, r, alignment)
+            near = []
+            for j in adj[r.id]:
+                if j in ends:
+                    near.append((*lives[j], offsets[j], ends[j]))
+                elif j in tied:
+                    near.extend(tied[j])
+            base = _fit_tied(near, r, alignment)
             offsets[r.id] = base
-            for rel, p in r.parts:
-                total = max(total, base + rel + p.bytes)
-                bisect.insort(placed, (p.first, p.last, base + rel, base + rel + p.bytes))
+            tied[r.id] = [(p.first, p.last, base + rel, base + rel + p.bytes)
+                          for rel, p in r.parts]
+            total = max(total, max(end for _, _, _, end in tied[r.id]))
             continue
-        # records placed so far whose life overlaps r's
-        busy = sorted((off, end) for first, last, off, end in placed
-                      if first <= r.last and r.first <= last)
+        # records placed so far whose life overlaps r's, by offset
+        busy = []
+        for j in adj[r.id]:
+            if j in ends:
+                busy.append((offsets[j], ends[j]))
+            elif j in tied:
+                busy.extend((off, end) for first, last, off, end in tied[j]
+                            if first <= r.last and r.first <= last)
+        busy.sort()
         best_gap, best_off, top = None, None, 0
+        size = r.bytes
         for off, end in busy:
             gap = off - top
-            if gap >= r.bytes and (best_gap is None or gap < best_gap):
+            if gap >= size and (best_gap is None or gap < best_gap):
                 best_gap, best_off = gap, top
-            top = max(top, end)
+            if end > top:
+                top = end
         offset = best_off if best_off is not None else align_up(top, alignment)
         offsets[r.id] = offset
-        total = max(total, offset + r.bytes)
-        bisect.insort(placed, (r.first, r.last, offset, offset + r.bytes))
+        ends[r.id] = offset + size
+        lives[r.id] = (r.first, r.last)
+        if offset + size > total:
+            total = offset + size
     return offsets, total
 
 
 def max_live(recs: Sequence[Record | Tied]) -> int:
     """The largest total of record bytes live at one step: no placement can be smaller."""
-    b = _breadth(list(_parts(recs)))
-    return max(b.values(), default=0)
+    recs = list(_parts(recs))
+    if not recs:
+        return 0
+    lo = min(r.first for r in recs)
+    delta = [0] * (max(r.last for r in recs) - lo + 2)
+    for r in recs:
+        delta[r.first - lo] += r.bytes
+        delta[r.last - lo + 1] -= r.bytes
+    best = running = 0
+    for d in delta:
+        running += d
+        best = max(best, running)
+    return best
 
 
 def _parts(recs):
@@ -161,7 +223,8 @@ CLIMB_MAX_RUNS = 400
 
 
 def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
-               seed: int = 0) -> tuple[dict[int, int], int, list[Record], int]:
+               seed: int = 0, adj: dict[int, list[int]] | None = None,
+               ) -> tuple[dict[int, int], int, list[Record], int]:
     """Improve a best-fit order: move a record that reaches the arena's top earlier.
 
     Accepts moves that do not grow the arena, stops at ``floor`` or after ``runs``
@@ -170,7 +233,9 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
     """
     rng = random.Random(seed)
     order = list(ordered)
-    offsets, total = best_fit(order, alignment)
+    if adj is None:
+        adj = overlaps(order)
+    offsets, total = best_fit(order, alignment, adj)
     used = 0
     while used < runs and total > floor:
         top = [i for i, r in enumerate(order) if offsets[r.id] + r.bytes == total]
@@ -178,7 +243,7 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
         j = rng.randrange(i) if i > 0 else 0
         candidate = order[:]
         candidate.insert(j, candidate.pop(i))
-        new_offsets, new_total = best_fit(candidate, alignment)
+        new_offsets, new_total = best_fit(candidate, alignment, adj)
         used += 1
         if new_total <= total:
             order, offsets, total = candidate, new_offsets, new_total
@@ -189,8 +254,9 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
                   alignment: int = 1) -> tuple[dict[int, int], int, str, dict[str, int]]:
     """Offsets for records by one strategy, or by the best of all (``"best"``).
 
-    ``"best"`` runs every strategy, then, while the arena is above the max-live
-    floor, hill-climbs from each strategy's order (best first) within a work budget.
+    ``"best"`` runs the strategies in order until one reaches the max-live floor
+    (no later one could beat it), then, while the arena is above the floor,
+    hill-climbs from each strategy's order (best first) within a work budget.
     Returns (offsets, total, the strategy used, {strategy: total} for each tried).
     """
     names = list(STRATEGIES) if strategy == "best" else [strategy]
@@ -200,21 +266,24 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     tried: dict[str, int] = {}
     best = None
     starts = []
+    adj = overlaps(recs)
+    floor = max_live(recs) if strategy == "best" else None
     for name in names:
+        if floor is not None and best is not None and best[1] <= floor:
+            break  # at the floor already: a later strategy could only tie, and ties keep the first
         ordered = STRATEGIES[name](recs)
-        offsets, total = best_fit(ordered, alignment)
+        offsets, total = best_fit(ordered, alignment, adj)
         tried[name] = total
         starts.append((total, len(starts), name, ordered))
         if best is None or total < best[1]:
             best = (offsets, total, name)
     if strategy == "best" and recs:
-        floor = max_live(recs)
         budget = min(CLIMB_MAX_RUNS, CLIMB_WORK // (len(recs) ** 2))
         per_start = budget // len(starts)
         for _, _, name, ordered in sorted(starts, key=lambda s: (s[0], s[1])):
             if best[1] <= floor or per_start == 0:
                 break
-            offsets, total, _, _ = hill_climb(ordered, alignment, floor, per_start)
+            offsets, total, _, _ = hill_climb(ordered, alignment, floor, per_start, adj=adj)
             if total < best[1]:
                 best = (offsets, total, f"{name}+hill_climb")
                 tried[best[2]] = total
@@ -256,14 +325,32 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
     return items
 
 
-def run(ctx: Context, a: Assignment, strategy: str = "best") -> tuple[Assignment, dict]:
+def run(ctx: Context, a: Assignment, strategy: str = "best",
+        time_limit: float = 10.0) -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
     recs = group_items(ctx, a, gs)
-    offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
+    if strategy == "optimal":  # the MIP of place_exact, warm-started by "best"
+        from .place_exact import place_optimal
+        # the MIP knows plain records only: a group with Concat slices is placed as
+        # one whole-life record there, and the best heuristic with slices competes
+        exact = place_optimal(records(ctx, gs), ctx.alignment, time_limit)
+        offsets, total, used = exact.offsets, exact.total, "optimal"
+        tried = {exact.heuristic: exact.heuristic_total, "optimal": exact.total}
+        extra = {"proven_optimal": exact.optimal, "lower_bound": exact.lower_bound,
+                 "gap": round(exact.gap, 6)}
+        if any(isinstance(r, Tied) for r in recs):
+            h_offsets, h_total, h_used, _ = place_records(recs, "best", ctx.alignment)
+            tried[h_used + " (with slices)"] = h_total
+            if h_total < total:
+                offsets, total, used = h_offsets, h_total, h_used
+                extra["proven_optimal"] = False
+    else:
+        offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
+        extra = {}
     root_offsets = {g.root: 0 for g in gs}  # zero-sized groups sit at offset 0
     for r in recs:
         root_offsets[gs[r.id].root] = offsets[r.id]
-    detail = {"strategy": used, "tried": tried}
+    detail = {"strategy": used, "tried": tried, **extra}
     if a.storage_bytes is not None:
         detail["share_bytes"] = sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
     return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail

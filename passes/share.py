@@ -22,17 +22,30 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
     recs = records(ctx, gs)
     best = None
+    floor = _max_live(recs)
     for match_range in MATCH_RANGES:
         block_of, block_bytes = share_blocks(recs, match_range)
         total = sum(block_bytes)
         if best is None or total < best[0]:
             best = (total, match_range, block_of, block_bytes)
+        if best[0] <= floor:
+            break  # blocks live at one step are distinct: no range can go below max live
     total, match_range, block_of, block_bytes = best
     storage = {}
     for r in recs:
         storage[gs[r.id].root] = block_of[r.id]
     new = a.with_(storage=storage, storage_bytes=tuple(block_bytes))
     return new, {"blocks": len(block_bytes), "match_range": match_range, "total_bytes": total}
+
+
+def _max_live(recs: list[Record]) -> int:
+    """The largest total of record bytes live at one step."""
+    events = sorted([(r.first, r.bytes) for r in recs] + [(r.last + 1, -r.bytes) for r in recs])
+    best = running = 0
+    for _, delta in events:
+        running += delta
+        best = max(best, running)
+    return best
 
 
 def share_blocks(recs: list[Record], match_range: int) -> tuple[dict[int, int], list[int]]:

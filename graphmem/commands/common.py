@@ -41,8 +41,11 @@ def add_pass_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--no-{name}", dest=f"no_{name}", action="store_true",
                        help=f"switch the {name} pass off")
     from graphmem.passes.place import STRATEGIES
-    p.add_argument("--placement", default="best", choices=["best", *STRATEGIES],
-                   help="placement strategy for the place pass (default: best of all)")
+    p.add_argument("--placement", default="best", choices=["best", *STRATEGIES, "optimal"],
+                   help="placement strategy for the place pass (default: best of all; "
+                        "optimal: exact MIP for this order, warm-started by best)")
+    p.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
+                   help="time limit of --placement optimal (default 10)")
     p.add_argument("--alignment", type=int, default=64, metavar="BYTES",
                    help="offset alignment in bytes (default 64)")
 
@@ -99,7 +102,8 @@ def plan_from_args(args, graph=None) -> Result:
     if graph is None:
         graph, _ = load_graph(args)
     return plan_graph(graph, chosen_passes(args), alignment=args.alignment,
-                      placement=args.placement, model_name=Path(model_path(args)).name
+                      placement=args.placement, time_limit=getattr(args, "time_limit", 10.0),
+                      model_name=Path(model_path(args)).name
                       if Path(args.model).exists() else model_stem(args) + ".onnx",
                       bindings=graph.bindings)
 

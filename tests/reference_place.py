@@ -1,0 +1,171 @@
+"""The O(n^2) placement as it was before the overlap index (issue 10), kept as a reference.
+
+tests/test_place_fast.py checks that passes/place.py gives the same offsets for the
+same order. Do not optimise this file: it is the specification.
+"""
+from __future__ import annotations
+
+import bisect
+import random
+from typing import Callable, Sequence
+
+from graphmem.assignment import Assignment, Context, Record, align_up, groups, records
+
+
+def _breadth(recs: Sequence[Record]) -> dict[int, int]:
+    """For each record, the largest total live at any step of its life."""
+    if not recs:
+        return {}
+    lo = min(r.first for r in recs)
+    hi = max(r.last for r in recs)
+    delta = [0] * (hi - lo + 2)
+    for r in recs:
+        delta[r.first - lo] += r.bytes
+        delta[r.last - lo + 1] -= r.bytes
+    live, running = [], 0
+    for d in delta[:-1]:
+        running += d
+        live.append(running)
+    return {r.id: max(live[r.first - lo:r.last - lo + 1]) for r in recs}
+
+
+def _by_size(recs):
+    return sorted(recs, key=lambda r: (-r.bytes, r.first, r.id))
+
+
+def _by_duration(recs):
+    return sorted(recs, key=lambda r: (-(r.last - r.first), -r.bytes, r.first, r.id))
+
+
+def _by_area(recs):
+    return sorted(recs, key=lambda r: (-r.bytes * (r.last - r.first + 1), r.first, r.id))
+
+
+def _in_order(recs):
+    return sorted(recs, key=lambda r: (r.first, -r.bytes, r.id))
+
+
+def _by_breadth(recs):
+    b = _breadth(recs)
+    return sorted(recs, key=lambda r: (-b[r.id], -r.bytes, r.first, r.id))
+
+
+# name -> how records are ordered before best-fit insertion
+STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
+    "greedy_by_size": _by_size,
+    "greedy_by_breadth": _by_breadth,
+    "greedy_by_area": _by_area,
+    "greedy_by_duration": _by_duration,
+    "greedy_in_order": _in_order,
+}
+
+
+def best_fit(ordered: Sequence[Record], alignment: int = 1) -> tuple[dict[int, int], int]:
+    """Place records in the given order, each in the best-fitting free gap.
+
+    Returns ({record id: offset}, arena size). Record sizes are expected aligned.
+    """
+    placed: list[tuple[int, int, int, int]] = []  # (first, last, offset, end) sorted by first
+    offsets: dict[int, int] = {}
+    total = 0
+    for r in ordered:
+        # records placed so far whose life overlaps r's
+        busy = sorted((off, end) for first, last, off, end in placed
+                      if first <= r.last and r.first <= last)
+        best_gap, best_off, top = None, None, 0
+        for off, end in busy:
+            gap = off - top
+            if gap >= r.bytes and (best_gap is None or gap < best_gap):
+                best_gap, best_off = gap, top
+            top = max(top, end)
+        offset = best_off if best_off is not None else align_up(top, alignment)
+        offsets[r.id] = offset
+        total = max(total, offset + r.bytes)
+        bisect.insort(placed, (r.first, r.last, offset, offset + r.bytes))
+    return offsets, total
+
+
+def max_live(recs: Sequence[Record]) -> int:
+    """The largest total of record bytes live at one step: no placement can be smaller."""
+    b = _breadth(recs)
+    return max(b.values(), default=0)
+
+
+# Hill climbing re-runs best fit up to this many times in all, fewer for large
+# inputs (each run costs about n^2 steps), so planning time stays bounded.
+CLIMB_WORK = 20_000_000
+CLIMB_MAX_RUNS = 400
+
+
+def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
+               seed: int = 0) -> tuple[dict[int, int], int, list[Record], int]:
+    """Improve a best-fit order: move a record that reaches the arena's top earlier.
+
+    Accepts moves that do not grow the arena, stops at ``floor`` or after ``runs``
+    best-fit runs. Seeded, so the result is the same every time (as TVM's hill_climb).
+    Returns (offsets, total, order, runs used).
+    """
+    rng = random.Random(seed)
+    order = list(ordered)
+    offsets, total = best_fit(order, alignment)
+    used = 0
+    while used < runs and total > floor:
+        top = [i for i, r in enumerate(order) if offsets[r.id] + r.bytes == total]
+        i = rng.choice(top)
+        j = rng.randrange(i) if i > 0 else 0
+        candidate = order[:]
+        candidate.insert(j, candidate.pop(i))
+        new_offsets, new_total = best_fit(candidate, alignment)
+        used += 1
+        if new_total <= total:
+            order, offsets, total = candidate, new_offsets, new_total
+    return offsets, total, order, used
+
+
+def place_records(recs: Sequence[Record], strategy: str = "best",
+                  alignment: int = 1) -> tuple[dict[int, int], int, str, dict[str, int]]:
+    """Offsets for records by one strategy, or by the best of all (``"best"``).
+
+    ``"best"`` runs every strategy, then, while the arena is above the max-live
+    floor, hill-climbs from each strategy's order (best first) within a work budget.
+    Returns (offsets, total, the strategy used, {strategy: total} for each tried).
+    """
+    names = list(STRATEGIES) if strategy == "best" else [strategy]
+    if any(n not in STRATEGIES for n in names):
+        raise ValueError(f"unknown placement strategy {strategy!r}; "
+                         f"choose from best, {', '.join(STRATEGIES)}")
+    tried: dict[str, int] = {}
+    best = None
+    starts = []
+    for name in names:
+        ordered = STRATEGIES[name](recs)
+        offsets, total = best_fit(ordered, alignment)
+        tried[name] = total
+        starts.append((total, len(starts), name, ordered))
+        if best is None or total < best[1]:
+            best = (offsets, total, name)
+    if strategy == "best" and recs:
+        floor = max_live(recs)
+        budget = min(CLIMB_MAX_RUNS, CLIMB_WORK // (len(recs) ** 2))
+        per_start = budget // len(starts)
+        for _, _, name, ordered in sorted(starts, key=lambda s: (s[0], s[1])):
+            if best[1] <= floor or per_start == 0:
+                break
+            offsets, total, _, _ = hill_climb(ordered, alignment, floor, per_start)
+            if total < best[1]:
+                best = (offsets, total, f"{name}+hill_climb")
+                tried[best[2]] = total
+    return best[0], best[1], best[2], tried
+
+
+def run(ctx: Context, a: Assignment, strategy: str = "best") -> tuple[Assignment, dict]:
+    gs = groups(ctx, a)
+    recs = records(ctx, gs)
+    offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
+    root_offsets = {g.root: 0 for g in gs}  # zero-sized groups sit at offset 0
+    for r in recs:
+        root_offsets[gs[r.id].root] = offsets[r.id]
+    detail = {"strategy": used, "tried": tried}
+    if a.storage_bytes is not None:
+        detail["share_bytes"] = sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
+    return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail

@@ -1,0 +1,78 @@
+"""tools/bench.py, tools/scale.py and tools/ort_pattern.py: the parts that need no peers."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import graphmem
+from graphmem.zoo import zoo_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+import bench  # noqa: E402
+import ort_pattern  # noqa: E402
+import scale  # noqa: E402
+
+
+def test_write_section_keeps_other_sections(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nintro\n\n<!-- other:tool -->\nkeep me\n<!-- /other:tool -->\n")
+    bench.write_section("zoo", "first", doc)
+    bench.write_section("scale", "S", doc)
+    bench.write_section("zoo", "second $1 \\g<0>", doc)  # replacement text is literal
+    text = doc.read_text()
+    assert "keep me" in text and "intro" in text and "first" not in text
+    assert "<!-- bench:zoo -->\nsecond $1 \\g<0>\n<!-- /bench:zoo -->" in text
+    assert text.count("<!-- bench:zoo -->") == 1 and "<!-- bench:scale -->\nS\n" in text
+    assert text.index("other:tool") < text.index("bench:zoo") < text.index("bench:scale")
+
+
+@pytest.mark.parametrize("family", scale.FAMILIES)
+def test_synthetic_graphs_plan_and_validate(family):
+    graph = scale.BUILD[family](300)
+    assert len(graph.nodes) == 300
+    result = graphmem.plan_graph(graph)  # validates the plan
+    stats = result.plan.stats
+    assert stats["aliased_peak_bytes"] <= stats["arena_bytes"] <= stats["naive_bytes"]
+    assert scale.BUILD[family](300) == graph  # deterministic
+
+
+def test_loglog_svg_is_an_svg_with_every_family():
+    rows = [{"family": f, "nodes": n, "plan_s": n / 1e5 * (k + 1)}
+            for k, f in enumerate(scale.FAMILIES) for n in (1000, 10000)]
+    svg = scale.loglog_svg(rows)
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert all(f in svg for f in scale.FAMILIES) and svg.count("<polyline") == 4
+
+
+def test_ort_log_parse_takes_the_repeated_first_extension_of_run_one():
+    line = ("2026-01-01 [I:onnxruntime:Default, bfc_arena.cc:335 AllocateRawInternal] Extending "
+            "BFCArena for Cpu. bin_num:13 (requested) num_bytes: {} (actual) rounded_bytes:{}")
+    log = "\n".join(["@@graphmem-run 0", line.format(100, 100), "@@graphmem-run 1",
+                     line.format(4096, 4096), line.format(64, 64), "@@graphmem-run 2",
+                     line.format(4096, 4096), "@@graphmem-run end"])
+    got = ort_pattern.parse(log)
+    assert got["pattern_bytes"] == 4096 and got["other_bytes"] == 64
+    # run 2 differs from run 1: refused
+    bad = log.rsplit(line.format(4096, 4096), 1)[0] + line.format(8192, 8192)
+    assert ort_pattern.parse(bad)["pattern_bytes"] is None
+    assert ort_pattern.parse("@@graphmem-run 0\n")["pattern_bytes"] is None
+
+
+def test_zoo_tables_say_where_graphmem_is_not_smallest():
+    row = {"model": "m", "nodes": 3, "naive": 10, "lower": 5, "aliased": 4, "graphmem": 6,
+           "optimal": 4, "optimal_proven": True, "optimal_gap": 0.0, "share": 7, "onnx_tool": 8,
+           "graphmem_io": 5, "ort_off": 6, "ort_on": 4, "load_s": 0.1}
+    row.update({s: 6 for s in bench.STRATEGIES})
+    text, notes = bench.zoo_tables([row])
+    assert any("graphmem" in n and "not the smallest" in n for n in notes)
+    assert any("optimizations on" in n for n in notes)
+    assert "| m | 3 |" in text
+
+
+def test_intermediates_arena_leaves_inputs_and_outputs_out():
+    graph = graphmem.load(zoo_path("squeezenet"))
+    full = graphmem.plan_graph(graph).plan.arena_bytes
+    assert 0 < bench.intermediates_arena(graph) <= full

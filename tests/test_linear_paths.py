@@ -1,0 +1,78 @@
+"""The linear-time paths of issue 10 give the same answers as the loops they replace."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from onnx import helper
+
+import graphmem
+from graphmem.assignment import Assignment, roots
+from graphmem.errors import PlanInvalid
+
+from conftest import F, graph_of, make_model
+
+
+def relu_chain(n: int):
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}"])
+             for i in range(n)]
+    return make_model(nodes, [("x", F, [1, 64])], [(f"t{n - 1}", F, [1, 64])])
+
+
+def test_long_inplace_chain_is_one_group():
+    result = graphmem.plan_graph(graph_of(relu_chain(3000)))  # validated inside
+    plan = result.plan
+    # the input is never overwritten; every Relu after the first writes over its input
+    assert plan.arena_bytes == 2 * 256
+    assert len({t.offset for name, t in plan.tensors.items() if name != "x"}) == 1
+
+
+def test_roots_equal_root_of_on_chains_and_slices():
+    alias = {f"t{i}": (f"t{i - 1}", "inplace") for i in range(1, 50)}
+    a = Assignment(alias=alias, slice_of={"t0": "cat", "u": "t10"},
+                   slice_offset={"t0": 128, "u": 0})
+    names = [*alias, "t0", "u", "cat"]
+    got = roots(a, names)
+    assert all(got[t] == a.root_of(t) for t in names)
+    assert got["t49"] == ("cat", 128)
+
+
+def test_validator_still_names_an_overwrite_of_a_storage_read_later():
+    nodes = [helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["c"])]
+    graph = graph_of(make_model(nodes, [("x", F, [1, 16])], [("c", F, [1, 16])]))
+    plan = graphmem.plan_graph(graph, ["place"]).plan
+    graphmem.validate(plan, graph)
+    a = plan.tensors["a"]
+    bad = dict(plan.tensors)
+    bad["b"] = dataclasses.replace(plan.tensors["b"], offset=a.offset, alias_of="a",
+                                   alias="inplace")
+    with pytest.raises(PlanInvalid) as err:
+        graphmem.validate(dataclasses.replace(plan, tensors=bad, stats={}), graph)
+    assert "'a', which shares that storage, is read later" in str(err.value)
+
+
+def test_share_stops_at_the_floor_with_the_exhaustive_answer():
+    import importlib
+    import random
+
+    from graphmem.assignment import Record
+    share = importlib.import_module("graphmem.passes.share")
+    rng = random.Random(4)
+    for _ in range(60):
+        recs = []
+        for i in range(rng.randrange(1, 40)):
+            first = rng.randrange(30)
+            recs.append(Record(i, 64 * rng.randrange(1, 9), first, first + rng.randrange(6)))
+        exhaustive = min((sum(share.share_blocks(recs, m)[1]), k)
+                         for k, m in enumerate(share.MATCH_RANGES))
+        floor = share._max_live(recs)
+        assert floor <= exhaustive[0]
+        # the pass's loop, as run() does it: stop at the first range reaching the floor
+        best = None
+        for k, m in enumerate(share.MATCH_RANGES):
+            total = sum(share.share_blocks(recs, m)[1])
+            best = (total, k) if best is None or total < best[0] else best
+            if best[0] <= floor:
+                break
+        assert best == exhaustive

@@ -1,0 +1,345 @@
+"""Planning time vs graph size on synthetic graphs built directly as graphmem IR.
+
+    python tools/bench.py --scale [--sizes 1000,10000,100000,1000000] [--no-write]
+    python tools/scale.py FAMILY NODES     # one measurement, JSON (used by the above)
+
+Four families (all deterministic): ``chain`` (Conv, Relu, Conv, ... with varying
+channel counts), ``residual`` (ResNet-style blocks: Conv, Relu, Conv, Add with the
+block input, Relu), ``random`` (a wide random DAG: each node reads one or two of
+the last 64 tensors, random sizes, random ops) and ``transformer`` (a layer stack:
+LayerNorm, Q/K/V MatMuls, Transpose, scores, Softmax, context, projection,
+residual Add, LayerNorm, MLP up, Gelu, down, residual Add, and one attention mask
+read by every layer). Each measurement runs in its own process so its peak RSS
+is its own; the time is ``graphmem.plan_graph(graph)`` with the default passes and
+the plan's validation (load, i.e. building the graph, excluded).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from graphmem.ir import Graph, Node, Tensor  # noqa: E402
+
+FAMILIES = ("chain", "residual", "random", "transformer")
+
+
+class _Builder:
+    """Append nodes and tensors; weights are shared so they cost nothing."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.tensors: dict[str, Tensor] = {}
+        self.weights: set[str] = set()
+
+    def tensor(self, name: str, shape: tuple[int, ...]) -> str:
+        self.tensors[name] = Tensor(name, "float32", shape, 32)
+        return name
+
+    def weight(self, name: str) -> str:
+        if name not in self.weights:
+            self.weights.add(name)
+            self.tensor(name, (64, 64))
+        return name
+
+    def node(self, op: str, inputs: tuple[str, ...], out: str, shape: tuple[int, ...]) -> str:
+        self.tensor(out, shape)
+        i = len(self.nodes)
+        self.nodes.append(Node(i, f"n{i}", op, "", inputs, (out,)))
+        return out
+
+    def graph(self, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> Graph:
+        return Graph(self.name, tuple(self.nodes), self.tensors, inputs, outputs,
+                     frozenset(self.weights), (), opset=17, node_count=len(self.nodes))
+
+
+def chain(n: int) -> Graph:
+    b = _Builder("chain")
+    x = b.tensor("x", (1, 16, 56, 56))
+    w = b.weight("w")
+    channels = (16, 32, 24, 64, 48)
+    for i in range(n):
+        if i % 2 == 0:
+            x = b.node("Conv", (x, w), f"t{i}", (1, channels[(i // 2) % 5], 56, 56))
+        else:
+            x = b.node("Relu", (x,), f"t{i}", b.tensors[x].shape)
+    return b.graph(("x",), (x,))
+
+
+def residual(n: int) -> Graph:
+    b = _Builder("residual")
+    x = b.tensor("x", (1, 64, 28, 28))
+    w = b.weight("w")
+    i = 0
+    while i < n:
+        shape = b.tensors[x].shape
+        wide = (1, 4 * shape[1], shape[2], shape[3])
+        steps = [("Conv", lambda cur: (cur, w), wide), ("Relu", lambda cur: (cur,), wide),
+                 ("Conv", lambda cur: (cur, w), shape), ("Add", lambda cur: (cur, x), shape),
+                 ("Relu", lambda cur: (cur,), shape)]
+        cur = x
+        for op, ins, shp in steps:
+            if i >= n:
+                break
+            cur = b.node(op, ins(cur), f"t{i}", shp)
+            i += 1
+        x = cur
+    return b.graph(("x",), (x,))
+
+
+def random_dag(n: int, width: int = 64, seed: int = 0) -> Graph:
+    rng = random.Random(seed)
+    b = _Builder("random")
+    w = b.weight("w")
+    recent = [b.tensor(f"x{k}", (1, 8 * rng.randrange(1, 9), 28, 28)) for k in range(4)]
+    inputs = tuple(recent)
+    for i in range(n):
+        a = recent[-1 - rng.randrange(min(width, len(recent)))]
+        op = rng.choice(("Conv", "Conv", "Relu", "Add", "Concat"))
+        if op == "Conv":
+            out = b.node(op, (a, w), f"t{i}", (1, 8 * rng.randrange(1, 9), 28, 28))
+        elif op == "Relu":
+            out = b.node(op, (a,), f"t{i}", b.tensors[a].shape)
+        else:
+            c = recent[-1 - rng.randrange(min(width, len(recent)))]
+            if op == "Add":
+                out = b.node("Add", (a, c), f"t{i}", b.tensors[a].shape)
+            else:
+                ch = b.tensors[a].shape[1] + b.tensors[c].shape[1]
+                out = b.node("Concat", (a, c), f"t{i}", (1, ch, 28, 28))
+        recent.append(out)
+        if len(recent) > 4 * width:
+            del recent[:-width]
+    return b.graph(inputs, (recent[-1],))
+
+
+def transformer(n: int, seq: int = 128, hidden: int = 256, heads: int = 4) -> Graph:
+    b = _Builder("transformer")
+    x = b.tensor("x", (seq, hidden))
+    mask = b.tensor("mask", (heads, seq, seq))
+    w = b.weight("w")
+    hs, att = (seq, hidden), (heads, seq, seq)
+    layer = [("LayerNormalization", "x", hs), ("MatMul", "ln", hs), ("MatMul", "ln", hs),
+             ("MatMul", "ln", hs), ("Transpose", "k", hs), ("MatMul", "qk", att),
+             ("Add", "scores+mask", att), ("Softmax", "prev", att), ("MatMul", "pv", hs),
+             ("MatMul", "prev", hs), ("Add", "prev+x", hs), ("LayerNormalization", "prev", hs),
+             ("MatMul", "prev", (seq, 4 * hidden)), ("Gelu", "prev", (seq, 4 * hidden)),
+             ("MatMul", "prev", hs), ("Add", "prev+mid", hs)]
+    i = 0
+    while i < n:
+        got: dict[str, str] = {}
+        prev = x
+        for k, (op, src, shape) in enumerate(layer):
+            if i >= n:
+                break
+            if src == "x":
+                ins = (x,)
+            elif src == "ln":
+                ins = (got["ln"], w)
+            elif src == "k":
+                ins = (got["k"],)
+            elif src == "qk":
+                ins = (got["q"], got["kt"])
+            elif src == "scores+mask":
+                ins = (prev, mask)
+            elif src == "pv":
+                ins = (prev, got["v"])
+            elif src == "prev+x":
+                ins = (prev, x)
+            elif src == "prev+mid":
+                ins = (prev, got["mid"])
+            else:
+                ins = (prev, w) if op == "MatMul" else (prev,)
+            prev = b.node(op, ins, f"t{i}", shape)
+            i += 1
+            name = {0: "ln", 1: "q", 2: "k", 3: "v", 4: "kt", 10: "mid"}.get(k)
+            if name:
+                got[name] = prev
+        x = prev
+    return b.graph(("x", "mask"), (x,))
+
+
+BUILD = {"chain": chain, "residual": residual, "random": random_dag, "transformer": transformer}
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
+
+
+def _peak_rss_mib() -> float:
+    """This process's RSS high-water mark. VmHWM, not ru_maxrss: ru_maxrss survives
+    execve, so a child would report its parent's peak when that is larger."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_one(family: str, n: int) -> dict:
+    """Build one graph and plan it (in this process); times in seconds, memory in MiB."""
+    import graphmem
+    t0 = time.perf_counter()
+    graph = BUILD[family](n)
+    build_s = time.perf_counter() - t0
+    before = _rss_mib()
+    result = graphmem.plan_graph(graph)
+    peak = _peak_rss_mib()
+    stats = result.plan.stats
+    passes = {r.name: round(r.seconds, 3) for r in result.reports}
+    return {"family": family, "nodes": len(graph.nodes), "tensors": len(result.plan.tensors),
+            "build_s": build_s, "plan_s": result.seconds, "passes_s": passes,
+            "rss_before_mib": before, "peak_rss_mib": peak,
+            "arena_over_peak": stats["arena_bytes"] / stats["aliased_peak_bytes"],
+            "strategy": result.assignment.strategy}
+
+
+def run(args) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    todo = [(family, n) for n in sizes for family in FAMILIES]  # small sizes first
+    for k, (family, n) in enumerate(todo):
+        proc = subprocess.run([sys.executable, __file__, family, str(n)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"scale {family} {n}: {proc.stderr.strip()[-500:]}")
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{family:12s} {n:>9,d}  plan {row['plan_s']:8.2f} s  peak RSS "
+              f"{row['peak_rss_mib']:7.0f} MiB  {row['passes_s']}", file=sys.stderr)
+        if k < len(todo) - 1:  # keep what is measured so far, marked as partial
+            _report(args, sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["nodes"])),
+                    f"Partial: {k + 1} of {len(todo)} measurements done; the run goes on.")
+    rows.sort(key=lambda r: (FAMILIES.index(r["family"]), r["nodes"]))
+    _report(args, rows, "")
+
+
+def _report(args, rows: list[dict], status: str) -> None:
+    from bench import ROOT, environment, write_section
+    table = ["| family | nodes | tensors | plan s | s per 1k nodes | inplace s | share s "
+             "| place s | peak RSS MiB | graph alone MiB | arena / aliased peak |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        p = r["passes_s"]
+        table.append(f"| {r['family']} | {r['nodes']:,} | {r['tensors']:,} | {r['plan_s']:.2f} "
+                     f"| {r['plan_s'] / r['nodes'] * 1000:.3f} | {p.get('inplace', 0):.2f} "
+                     f"| {p.get('share', 0):.2f} | {p.get('place', 0):.2f} "
+                     f"| {r['peak_rss_mib']:.0f} | {r['rss_before_mib']:.0f} "
+                     f"| {r['arena_over_peak']:.4f} |")
+    svg = loglog_svg(rows)
+    verdict = []
+    for target_n, limit in ((100_000, 2.0), (1_000_000, 30.0)):
+        got = [r for r in rows if r["nodes"] == target_n]
+        if got:
+            worst = max(got, key=lambda r: r["plan_s"])
+            ok = worst["plan_s"] < limit
+            verdict.append(f"- {target_n:,} nodes: slowest family {worst['family']} "
+                           f"{worst['plan_s']:.2f} s, target < {limit:.0f} s: "
+                           f"{'met' if ok else 'NOT met'}.")
+    slopes = []
+    for family in FAMILIES:
+        pts = [(r["nodes"], r["plan_s"]) for r in rows if r["family"] == family]
+        if len(pts) >= 2:
+            (n0, t0), (n1, t1) = pts[-2], pts[-1]
+            slopes.append(f"{family} {math.log(t1 / t0) / math.log(n1 / n0):.2f}")
+    body = "\n".join([
+        "## Planning at scale", "",
+        environment(), "", *([f"**{status}**", ""] if status else []),
+        "Synthetic graphs built directly as graphmem IR (tools/scale.py; no ONNX file, "
+        "so no load time), planned by `graphmem.plan_graph(graph)` with the default passes "
+        "(inplace, share, place with the best of all strategies) and the independent "
+        "validation of the plan. Each measurement is a fresh process; peak RSS is that "
+        "process's high-water mark (graph included), *graph alone* its RSS before planning.",
+        "", "\n".join(table), "",
+        "Log-log slope of plan time between the two largest sizes (1.0 is linear): "
+        + ", ".join(slopes) + ".", "",
+        *verdict, "",
+        "![plan time vs nodes, log-log](scale.svg)", ""])
+    if not status:
+        print(body)
+    if not args.no_write:
+        from graphmem.plan import write_atomic
+        write_atomic(ROOT / "docs" / "scale.svg", svg)
+        write_section("scale", body)
+        if not status:
+            print("wrote docs/benchmarks.md and docs/scale.svg", file=sys.stderr)
+
+
+def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:
+    """A small log-log plot of plan seconds vs nodes, one line per family, as SVG text."""
+    colors = {"chain": "#1f77b4", "residual": "#ff7f0e", "random": "#2ca02c",
+              "transformer": "#d62728"}
+    xs = [r["nodes"] for r in rows]
+    ys = [max(r["plan_s"], 1e-4) for r in rows]
+    x0, x1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
+    y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+    y1 = max(y1, y0 + 1)
+    x1 = max(x1, x0 + 1)
+    left, right, top, bottom = 70, 150, 20, 50
+
+    def px(n):
+        return left + (math.log10(n) - x0) / (x1 - x0) * (width - left - right)
+
+    def py(s):
+        return height - bottom - (math.log10(max(s, 1e-4)) - y0) / (y1 - y0) * (height - top - bottom)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>']
+    for e in range(x0, x1 + 1):
+        x = px(10 ** e)
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{height - bottom}" '
+                   f'stroke="#ddd"/><text x="{x:.1f}" y="{height - bottom + 16}" '
+                   f'text-anchor="middle">1e{e}</text>')
+    for e in range(y0, y1 + 1):
+        y = py(10 ** e)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 6}" y="{y + 4:.1f}" '
+                   f'text-anchor="end">{10 ** e:g} s</text>')
+    # a reference line of slope 1 (linear time) through the smallest chain point
+    ref = min(rows, key=lambda r: r["nodes"])
+    n_a, n_b = 10 ** x0, 10 ** x1
+    s_a = ref["plan_s"] * n_a / ref["nodes"]
+    s_b = ref["plan_s"] * n_b / ref["nodes"]
+    out.append(f'<line x1="{px(n_a):.1f}" y1="{py(s_a):.1f}" x2="{px(n_b):.1f}" '
+               f'y2="{py(s_b):.1f}" stroke="#999" stroke-dasharray="4 4"/>')
+    for family, color in colors.items():
+        pts = [(px(r["nodes"]), py(r["plan_s"])) for r in rows if r["family"] == family]
+        if not pts:
+            continue
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="'
+                   + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"/>')
+        out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>' for x, y in pts]
+    for k, (family, color) in enumerate(colors.items()):
+        y = top + 20 + 18 * k
+        out.append(f'<line x1="{width - right + 10}" y1="{y}" x2="{width - right + 30}" y2="{y}" '
+                   f'stroke="{color}" stroke-width="2"/><text x="{width - right + 36}" '
+                   f'y="{y + 4}">{family}</text>')
+    y = top + 20 + 18 * len(colors)
+    out.append(f'<line x1="{width - right + 10}" y1="{y}" x2="{width - right + 30}" y2="{y}" '
+               f'stroke="#999" stroke-dasharray="4 4"/><text x="{width - right + 36}" '
+               f'y="{y + 4}">linear</text>')
+    out.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 12}" '
+               f'text-anchor="middle">nodes</text>')
+    out.append(f'<text x="16" y="{(top + height - bottom) / 2:.0f}" text-anchor="middle" '
+               f'transform="rotate(-90 16 {(top + height - bottom) / 2:.0f})">plan seconds</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in BUILD:
+        sys.exit(f"usage: scale.py {'|'.join(FAMILIES)} NODES")
+    print(json.dumps(measure_one(sys.argv[1], int(sys.argv[2]))))
