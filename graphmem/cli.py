@@ -8,7 +8,7 @@ import sys
 from .errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
-COMMANDS = ("plan", "models")
+COMMANDS = ("plan", "models", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:

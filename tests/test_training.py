@@ -1,0 +1,182 @@
+"""Training graphs: gradients against finite differences, the ReLU rewrite, recompute
+equivalence on ORT, and the train command on small models."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.cli import main
+from graphmem.training import build_training
+from graphmem.training.recompute import candidates, recompute_sqrt, rewrite
+from graphmem.training.report import load_training, plan_training, saved_activations
+
+RNG = np.random.default_rng(7)
+
+
+def tiny_model(act: str = "Tanh", batch: int = 2) -> onnx.ModelProto:
+    """conv -> act -> conv -> act -> (+ skip) -> conv -> act -> Gemm-free head."""
+    def w(name, shape):
+        return numpy_helper.from_array((RNG.standard_normal(shape) * 0.3).astype(np.float32), name)
+    inits = [w("w1", [4, 3, 3, 3]), w("b1", [4]), w("w2", [4, 4, 3, 3]), w("w3", [4, 4, 1, 1]),
+             w("w4", [2, 4, 3, 3])]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["c2"], ["a2"]),
+             helper.make_node("Add", ["a2", "a1"], ["s2"]),
+             helper.make_node("Conv", ["s2", "w3"], ["c3"]),
+             helper.make_node(act, ["c3"], ["a3"]),
+             helper.make_node("Conv", ["a3", "w4"], ["c4"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node(act, ["c4"], ["y"])]
+    g = helper.make_graph(nodes, "tiny",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2, 3, 3])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> dict:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    s = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+def set_weight(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for i in m.graph.initializer:
+        if i.name == name:
+            i.CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
+    return m
+
+
+def test_gradients_match_central_differences():
+    tg = build_training(tiny_model("Tanh"), 2, loss="sum")
+    x = RNG.standard_normal([2, 3, 6, 6]).astype(np.float32)
+    feeds = tg.feeds({"x": x})
+    out = run(tg.model, feeds)
+    values = {i.name: numpy_helper.to_array(i) for i in tg.model.graph.initializer}
+    assert set(tg.weights) == {"w1", "b1", "w2", "w3", "w4"}
+    eps = 1e-2
+    for w in tg.weights:
+        grad = out[tg.gradients[w]]
+        assert grad.shape == values[w].shape
+        for flat in RNG.choice(values[w].size, size=min(4, values[w].size), replace=False):
+            up, down = values[w].copy(), values[w].copy()
+            up.flat[flat] += eps
+            down.flat[flat] -= eps
+            fd = (run(set_weight(tg.model, w, up), feeds)["loss"]
+                  - run(set_weight(tg.model, w, down), feeds)["loss"]) / (2 * eps)
+            assert grad.flat[flat] == pytest.approx(float(fd), rel=2e-2, abs=2e-3), (w, flat)
+
+
+def test_relu_mask_rewrite_lets_the_pre_activation_die():
+    model = tiny_model("Relu")
+    fixed = build_training(model, 2, loss="sum")
+    plain = build_training(model, 2, loss="sum", relu_fix=False)
+    feeds = fixed.feeds({"x": RNG.standard_normal([2, 3, 6, 6]).astype(np.float32)})
+    a, b = run(fixed.model, feeds), run(plain.model, feeds)
+    for w in fixed.weights:
+        np.testing.assert_allclose(a[fixed.gradients[w]], b[plain.gradients[w]], rtol=1e-6,
+                                   atol=1e-7)
+    kept_fixed = saved_activations(load_training(fixed))
+    kept_plain = saved_activations(load_training(plain))
+    assert "c3" in kept_plain and "c3" not in kept_fixed  # pre-activations no longer kept
+    assert sum(kept_fixed.values()) < sum(kept_plain.values())
+
+
+def test_relu_gradient_equals_numpy():
+    """conv (pads 1) -> Relu -> sum: dL/dW = sum over positions of x patches where c > 0."""
+    x = RNG.standard_normal([1, 2, 4, 4]).astype(np.float32)
+    w = RNG.standard_normal([3, 2, 3, 3]).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    tg = build_training(m, 1, loss="sum")
+    got = run(tg.model, tg.feeds({"x": x}))[tg.gradients["w"]]
+    xp = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    want = np.zeros_like(w)
+    for o in range(3):
+        for i in range(4):
+            for j in range(4):
+                patch = xp[:, i:i + 3, j:j + 3]
+                if (w[o] * patch).sum() > 0:
+                    want[o] += patch
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("segments", [2, 3])
+def test_recompute_gradients_equal_the_original(segments):
+    tg = build_training(tiny_model("Relu", batch=3), 3, loss="sum")
+    assert {"a1", "s2", "a3"} <= set(candidates(tg))
+    rc, info = recompute_sqrt(tg, segments)
+    assert any(n.name.startswith("r:") for n in rc.model.graph.node)
+    feeds = tg.feeds({"x": RNG.standard_normal([3, 3, 6, 6]).astype(np.float32)})
+    a, b = run(tg.model, feeds), run(rc.model, feeds)
+    assert a["loss"] == pytest.approx(float(b["loss"]))
+    for w in tg.weights:
+        np.testing.assert_array_equal(a[tg.gradients[w]], b[rc.gradients[w]])
+    assert sum(saved_activations(load_training(rc)).values()) < sum(
+        saved_activations(load_training(tg)).values())
+
+
+def test_recompute_keeps_only_checkpoints_before_the_last_segment():
+    tg = build_training(tiny_model("Tanh", batch=2), 2, loss="sum")
+    rc = rewrite(tg, ["s2"])
+    kept = set(saved_activations(load_training(rc)))
+    assert not kept & {"c1", "a1", "c2", "a2"}  # recomputed from x
+    assert "s2" in kept
+
+
+def test_train_command_json_on_a_file(tmp_path, capsys):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model("Relu"), str(path))
+    assert main(["train", str(path), "--batch", "4", "--loss", "sum", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["batch"] == 4 and d["recompute_macs"] == 0
+    weights = 4 * 3 * 9 + 4 + 4 * 4 * 9 + 4 * 4 + 2 * 4 * 9
+    assert d["weight_bytes"] == d["gradient_bytes"] == 4 * weights
+    assert d["optimizer_bytes"] == 2 * d["weight_bytes"]  # adam by default
+    assert d["forward_macs"] == 4 * (144 * 27 + 144 * 36 + 144 * 4 + 18 * 36)  # out x kernel
+    assert d["backward_macs"] > d["forward_macs"]
+    assert 0 < d["saved_activation_bytes"] < d["arena_bytes"]
+    assert main(["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+                 "--recompute", "sqrt", "--optimizer", "sgd", "--offload",
+                 "--offload-min", "0"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["optimizer_bytes"] == 0 and r["recompute_macs"] > 0
+    assert r["saved_activation_bytes"] < d["saved_activation_bytes"]
+    assert r["offload_bytes"] > 0 and r["stall_seconds"] >= 0
+    assert r["offload_arena_bytes"] <= r["arena_bytes"]
+
+
+def test_train_command_errors(tmp_path, capsys):
+    assert main(["train", str(tmp_path / "none.onnx")]) == 2
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), str(path))
+    assert main(["train", str(path), "--budget", "lots"]) == 2
+    assert main(["train", str(path), "--batch", "0"]) == 2
+    assert "graphmem:" in capsys.readouterr().err
+
+
+def test_zoo_squeezenet_builds_plans_and_runs():
+    from graphmem.zoo import zoo_path
+    tg = build_training(onnx.load(str(zoo_path("squeezenet"))), 1)
+    graph = load_training(tg)
+    result, _ = plan_training(graph)
+    assert result.plan.arena_bytes > 0
+    out = run(tg.model, tg.feeds({"data_0": RNG.random([1, 3, 224, 224], np.float32)}))
+    assert all(np.isfinite(out[g]).all() for g in tg.gradients.values())
