@@ -180,3 +180,37 @@ def test_zoo_squeezenet_builds_plans_and_runs():
     assert result.plan.arena_bytes > 0
     out = run(tg.model, tg.feeds({"data_0": RNG.random([1, 3, 224, 224], np.float32)}))
     assert all(np.isfinite(out[g]).all() for g in tg.gradients.values())
+
+
+@pytest.mark.parametrize("group,stride", [(2, 1), (4, 2)])
+def test_grouped_conv_weight_gradient_matches_numpy(group, stride):
+    """Our grouped-Conv weight rule: conv (groups, pads 1) -> sum(y * r) has
+    dL/dW[m, c] = sum over n and positions of r[n, m] * x patch of channel g*Cg + c."""
+    n, c, m, h = 2, 4, 4 * group // 2, 5
+    cg, mg = c // group, m // group
+    x = RNG.standard_normal([n, c, h, h]).astype(np.float32)
+    w = RNG.standard_normal([m, cg, 3, 3]).astype(np.float32)
+    ho = (h + 2 - 3) // stride + 1
+    r = RNG.standard_normal([n, m, ho, ho]).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=group,
+                          strides=[stride, stride]),
+         helper.make_node("Mul", ["c", "r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, h])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, ho, ho])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    tg = build_training(model, n, loss="sum")
+    assert "w" in tg.weights  # (r, a float initializer, counts as a parameter too)
+    got = run(tg.model, tg.feeds({"x": x}))[tg.gradients["w"]]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros_like(w)
+    for o in range(m):
+        gi = o // mg
+        for i in range(ho):
+            for j in range(ho):
+                patch = xp[:, gi * cg:(gi + 1) * cg, i * stride:i * stride + 3,
+                           j * stride:j * stride + 3]
+                want[o] += np.einsum("n,nckl->ckl", r[:, o, i, j], patch)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import GraphmemError
+from .grouped_conv import patched
 from .prepare import prepare_inference
 
 LOSSES = ("xent", "sum", "mean")
@@ -83,7 +84,8 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
             w, values[w].data_type, list(values[w].dims)))
     forward_count = len(g.node)
     try:
-        r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
+        with patched():  # our grouped-Conv weight rule
+            r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
     except Exception as exc:
         raise GraphmemError(f"reverse mode failed: {type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:300]}") from None
@@ -95,7 +97,7 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     _bind_seed_dim(rg)
     if relu_fix:
         relu_mask_from_output(r)
-    expands_to_reshapes(r)
+    copies_to_reshapes(r)
     gradients = _squeeze_gradients(r, weights)
     # Weights back as initializers only: the planner counts them as weights, not arena
     # tensors, and ORT treats them as constants.
@@ -203,21 +205,30 @@ def _static_shapes(m: onnx.ModelProto) -> dict[str, list[int]]:
     return {name: list(t.shape) for name, t in graph.tensors.items()}
 
 
-def expands_to_reshapes(m: onnx.ModelProto) -> int:
-    """Turn backward ``Expand`` nodes that add no elements into ``Reshape`` (a view).
+def copies_to_reshapes(m: onnx.ModelProto) -> int:
+    """Turn backward copies that only move data into ``Reshape`` (a view the planner
+    aliases): an ``Expand`` that adds no elements, and a ``Transpose`` that only moves
+    axes of size 1 (both come from the seed axis of size 1).
 
-    onnx_ad expands each gradient to add its seed axis: a full copy of the gradient
-    (392 MiB for vgg19's fc6) that the planner cannot alias. Returns the rewrites.
+    onnx_ad expands each gradient to add its seed axis, and moves the seed axis around
+    with transposes: full copies of the gradient (392 MiB each for vgg19's fc6).
+    Returns the number of rewrites.
     """
     g = m.graph
     shapes = _static_shapes(m)
     count = 0
     for k, n in enumerate(g.node):
-        if n.op_type != "Expand" or not n.name.startswith("b:"):
+        if n.op_type not in ("Expand", "Transpose") or not n.name.startswith("b:"):
             continue
         src, dst = shapes.get(n.input[0]), shapes.get(n.output[0])
         if src is None or dst is None or int(np.prod(src)) != int(np.prod(dst)):
             continue
+        if n.op_type == "Transpose":
+            perm = list(helper.get_attribute_value(n.attribute[0])) if n.attribute else \
+                list(reversed(range(len(src))))
+            moved = [a for a in perm if src[a] != 1]
+            if moved != sorted(moved):
+                continue  # a real transpose: elements change places
         target = f"{n.output[0]}__shape"
         g.initializer.append(numpy_helper.from_array(np.array(dst, np.int64), target))
         g.node[k].CopyFrom(helper.make_node("Reshape", [n.input[0], target], list(n.output),
