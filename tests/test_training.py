@@ -214,3 +214,21 @@ def test_grouped_conv_weight_gradient_matches_numpy(group, stride):
                            j * stride:j * stride + 3]
                 want[o] += np.einsum("n,nckl->ckl", r[:, o, i, j], patch)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
+    from graphmem.commands.train import parse_bytes
+    assert parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1.5e3") == 1500
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model("Relu", batch=8), str(path))
+    args = ["train", str(path), "--batch", "8", "--loss", "sum", "--json", "--optimizer", "sgd"]
+    assert main(args + ["--budget", "1GiB"]) == 0
+    roomy = json.loads(capsys.readouterr().out)
+    assert roomy["recompute_macs"] == 0 and roomy["fits_budget"]
+    tight = roomy["weight_bytes"] + roomy["constant_bytes"] + roomy["arena_bytes"] - 1
+    assert main(args + ["--budget", str(tight)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["budget_trials"] > 1
+    assert d["step_bytes"] == d["weight_bytes"] + d["constant_bytes"] + d["arena_bytes"]
+    if d["fits_budget"]:
+        assert d["recompute_macs"] > 0 and d["step_bytes"] <= tight

@@ -28,18 +28,22 @@ from graphmem.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
 HEADER = ["| model | nodes | weights MiB | gradients MiB | Adam state MiB "
-          "| activations saved MiB | all tensors naive MiB | planned arena MiB "
+          "| folded constants MiB | activations saved MiB | all tensors naive MiB | planned arena MiB "
           "| recompute: saved MiB | recompute: arena MiB | recompute: extra MACs % fwd+bwd "
           "| offload: arena MiB | offload: moved each way MiB | offload: stall ms | build+plan s |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
 
 def row(name: str, batch: int) -> str:
-    t0 = time.perf_counter()
     try:
-        tg = build_training(onnx.load(str(zoo_path(name))), batch)
+        return _row(name, batch)
     except GraphmemError as exc:
-        return f"| {name} | not built: {exc} |" + " |" * 13
+        return f"| {name} | failed: {exc} |" + " |" * 14
+
+
+def _row(name: str, batch: int) -> str:
+    t0 = time.perf_counter()
+    tg = build_training(onnx.load(str(zoo_path(name))), batch)
     graph = load_training(tg)
     result, order = plan_training(graph)
     base = account(tg, graph, result, order, batch, "adam")
@@ -53,7 +57,8 @@ def row(name: str, batch: int) -> str:
     naive = result.plan.stats["naive_bytes"]
     m = lambda b: f"{b / MIB:,.1f}"  # noqa: E731
     return (f"| {name} | {base.nodes} | {m(base.weight_bytes)} | {m(base.gradient_bytes)} "
-            f"| {m(base.optimizer_bytes)} | {m(base.saved_activation_bytes)} | {m(naive)} "
+            f"| {m(base.optimizer_bytes)} | {m(base.constant_bytes)} "
+            f"| {m(base.saved_activation_bytes)} | {m(naive)} "
             f"| **{m(base.arena_bytes)}** | {m(rc.saved_activation_bytes)} "
             f"| {m(rc.arena_bytes)} | {extra:.1f} | {m(off['offload_arena_bytes'])} "
             f"| {m(off['offload_bytes'])} | {1e3 * off['stall_seconds']:.2f} | {seconds:.0f} |")

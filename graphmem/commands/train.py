@@ -126,8 +126,10 @@ def print_report(console: Console, model: str, r) -> None:
         t.add_row("  arena without recomputation", mib(e["baseline_arena_bytes"]), "")
     t.add_row("[green]planned arena", f"[green]{mib(r.arena_bytes)}",
               f"{r.nodes} nodes, {r.order} order")
-    total = r.weight_bytes + r.optimizer_bytes + r.arena_bytes
-    t.add_row("step total", mib(total), "weights + optimizer state + arena")
+    t.add_row("folded constants", mib(r.constant_bytes),
+              "computed from weights/constants only (transposes, zero fills)")
+    total = r.weight_bytes + r.optimizer_bytes + r.constant_bytes + r.arena_bytes
+    t.add_row("step total", mib(total), "weights + optimizer state + constants + arena")
     fb = r.forward_macs + r.backward_macs
     t.add_row("MACs forward / backward", "", f"{r.forward_macs:,} / {r.backward_macs:,}")
     if r.recompute_macs:

@@ -21,6 +21,9 @@ from .grouped_conv import patched
 from .prepare import prepare_inference
 
 LOSSES = ("xent", "sum", "mean")
+# Small int64 arithmetic on shapes that :func:`_fold_shape_queries` evaluates.
+SHAPE_ARITHMETIC = {"Concat", "Slice", "Reshape", "Squeeze", "Unsqueeze", "Gather", "Add",
+                    "Sub", "Mul", "Div", "Cast", "Identity"}
 SEED = "loss_seed"
 
 
@@ -205,6 +208,48 @@ def _static_shapes(m: onnx.ModelProto) -> dict[str, list[int]]:
     return {name: list(t.shape) for name, t in graph.tensors.items()}
 
 
+def _fold_shape_queries(m: onnx.ModelProto, shapes: dict[str, list[int]]) -> int:
+    """Replace backward ``Shape``/``Size`` of statically shaped tensors, and the small
+    int64 arithmetic on them, by initializers.
+
+    Every shape is static once the batch and the seed count are bound; as constants,
+    the shape arithmetic onnx_ad emits folds away instead of needing evaluation (which
+    the loader could not finish for inception_v1's MaxPool adjoint once the weights
+    were initializers again).
+    """
+    from ..constants import shape_value
+    from ..ir import Tensor
+
+    from onnx.reference import ReferenceEvaluator
+
+    g = m.graph
+    small = {i.name: numpy_helper.to_array(i) for i in g.initializer
+             if i.data_type == TensorProto.INT64 and int(np.prod(i.dims)) <= 64}
+    keep, count = [], 0
+    for n in g.node:
+        src = shapes.get(n.input[0]) if n.input else None
+        value = None
+        if n.op_type in ("Shape", "Size") and n.name.startswith("b:") and src is not None:
+            value = shape_value(n, Tensor(n.input[0], "float32", tuple(src), 32))
+        elif (n.name.startswith("b:") and n.op_type in SHAPE_ARITHMETIC and len(n.output) == 1
+              and all(t in small for t in n.input if t)):
+            out = ReferenceEvaluator(helper.make_model(helper.make_graph(
+                [n], "fold", [], [helper.make_tensor_value_info(n.output[0], 0, None)],
+                [numpy_helper.from_array(small[t], t) for t in dict.fromkeys(n.input) if t]),
+                opset_imports=[helper.make_opsetid("", 17)])).run(None, {})[0]
+            if out.dtype == np.int64 and out.size <= 64:
+                value = out
+        if value is not None:
+            small[n.output[0]] = value
+            g.initializer.append(numpy_helper.from_array(value, n.output[0]))
+            count += 1
+        else:
+            keep.append(n)
+    del g.node[:]
+    g.node.extend(keep)
+    return count
+
+
 def copies_to_reshapes(m: onnx.ModelProto) -> int:
     """Turn backward copies that only move data into ``Reshape`` (a view the planner
     aliases): an ``Expand`` that adds no elements, and a ``Transpose`` that only moves
@@ -216,7 +261,7 @@ def copies_to_reshapes(m: onnx.ModelProto) -> int:
     """
     g = m.graph
     shapes = _static_shapes(m)
-    count = 0
+    count = _fold_shape_queries(m, shapes)
     for k, n in enumerate(g.node):
         if n.op_type not in ("Expand", "Transpose") or not n.name.startswith("b:"):
             continue

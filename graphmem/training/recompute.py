@@ -131,10 +131,11 @@ def recompute_sqrt(tg: TrainingGraph, segments: int | None = None) -> tuple[Trai
 
 
 def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
-    """Choose the segment count whose planned step (weights + optimizer state + arena)
-    fits ``budget``, trying none first, then a binary search over segment counts scored
-    by real planning (fewest recomputed MACs among the counts that fit; if none fits,
-    the smallest step found)."""
+    """Choose the segment count whose planned step (weights, optimizer state, folded
+    constants, arena)
+    fits ``budget``: none first, then a binary search over segment counts, each scored
+    by a real plan; among the counts that fit the one with the fewest recomputed MACs,
+    else the smallest step found."""
     from .report import account, load_training, plan_training
 
     def attempt(segments):
@@ -145,7 +146,7 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
         graph = load_training(t)
         result, order = plan_training(graph)
         rep = account(t, graph, result, order, batch, optimizer)
-        total = rep.weight_bytes + rep.optimizer_bytes + rep.arena_bytes
+        total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
         return total, rep.recompute_macs, (t, graph, result, order, info)
 
     tried = []
@@ -153,13 +154,14 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
     tried.append((total, macs, found))
     if total > budget:
         n = len(_forward(tg.model.graph)[0])
-        lo, hi = 2, max(2, min(len(candidates(tg)) + 1, n))
+        # Between 2 and about sqrt(n) segments the step shrinks as segments are added
+        # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
+        # Search that range for the fewest segments that fit (fewest recomputed MACs).
+        lo, hi = 2, max(2, min(len(candidates(tg)) + 1, 2 * round(math.sqrt(n))))
         while lo <= hi:
             mid = (lo + hi) // 2
             total, macs, found = attempt(mid)
             tried.append((total, macs, found))
-            # More segments keep more checkpoints but recompute shorter stretches; the
-            # memory curve is U-shaped around sqrt(n): search the half with the smaller.
             if total <= budget:
                 hi = mid - 1
             else:

@@ -24,6 +24,9 @@ class TrainingReport:
     saved_activation_bytes: int  # forward tensors read by backward (or by recomputation)
     saved_activations: int
     arena_bytes: int  # planned arena of the whole step (gradients included: graph outputs)
+    # Tensors computed from constants only (weight transposes, zero fills of adjoints):
+    # the planner folds them, so they sit outside the arena, like weights.
+    constant_bytes: int
     forward_macs: int
     backward_macs: int
     recompute_macs: int
@@ -79,6 +82,9 @@ def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, ba
         batch=batch, weight_bytes=wbytes, gradient_bytes=gbytes,
         optimizer_bytes=OPTIMIZER_STATE[optimizer] * wbytes,
         saved_activation_bytes=sum(saved.values()), saved_activations=len(saved),
-        arena_bytes=result.plan.arena_bytes, forward_macs=macs["forward"],
+        arena_bytes=result.plan.arena_bytes,
+        constant_bytes=sum(graph.tensors[c].bytes for c in graph.constants
+                           if c not in graph.weights),
+        forward_macs=macs["forward"],
         backward_macs=macs["backward"], recompute_macs=macs["recompute"],
         nodes=len(graph.nodes), order=order_name)
