@@ -232,3 +232,39 @@ def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
     assert d["step_bytes"] == d["weight_bytes"] + d["constant_bytes"] + d["arena_bytes"]
     if d["fits_budget"]:
         assert d["recompute_macs"] > 0 and d["step_bytes"] <= tight
+
+
+def test_gemm_gradients_match_central_differences():
+    """A Gemm head (transB=1, as in the zoo): exercises the transpose rewrites."""
+    w1 = (RNG.standard_normal([4, 5]) * 0.5).astype(np.float32)
+    w2 = (RNG.standard_normal([4, 3]) * 0.5).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+         helper.make_node("Tanh", ["h"], ["a"]),
+         helper.make_node("Reshape", ["a", "shape"], ["r"]),
+         helper.make_node("Gemm", ["r", "w2"], ["z"]),
+         helper.make_node("Softmax", ["z"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(np.full([4], 0.1, np.float32), "b1"),
+         numpy_helper.from_array(np.array([1, -1], np.int64), "shape")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    tg = build_training(model, 3)  # auto: cross-entropy; the Reshape gets batch 3
+    assert "label" in tg.data_inputs and set(tg.weights) == {"w1", "b1", "w2"}
+    x = RNG.standard_normal([3, 5]).astype(np.float32)
+    label = np.eye(3, dtype=np.float32)[[0, 2, 1]]
+    feeds = tg.feeds({"x": x, "label": label})
+    out = run(tg.model, feeds)
+    eps = 1e-2
+    for w in tg.weights:
+        value = numpy_helper.to_array(next(i for i in tg.model.graph.initializer if i.name == w))
+        for flat in range(0, value.size, 3):
+            up, down = value.copy(), value.copy()
+            up.flat[flat] += eps
+            down.flat[flat] -= eps
+            fd = (run(set_weight(tg.model, w, up), feeds)["loss"]
+                  - run(set_weight(tg.model, w, down), feeds)["loss"]) / (2 * eps)
+            assert out[tg.gradients[w]].flat[flat] == pytest.approx(float(fd), rel=2e-2,
+                                                                    abs=2e-3), (w, flat)

@@ -87,6 +87,9 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
             w, values[w].data_type, list(values[w].dims)))
     forward_count = len(g.node)
     try:
+        # onnx_ad places the seed axis by rank: give it every forward value's type.
+        m = onnx.shape_inference.infer_shapes(m)
+        g = m.graph
         with patched():  # our grouped-Conv weight rule
             r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
     except Exception as exc:
@@ -101,6 +104,8 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     if relu_fix:
         relu_mask_from_output(r)
     copies_to_reshapes(r)
+    fills_from_seed(r)
+    cancel_transposes(r)
     gradients = _squeeze_gradients(r, weights)
     # Weights back as initializers only: the planner counts them as weights, not arena
     # tensors, and ORT treats them as constants.
@@ -280,6 +285,76 @@ def copies_to_reshapes(m: onnx.ModelProto) -> int:
                                             name=n.name))
         count += 1
     return count
+
+
+def fills_from_seed(m: onnx.ModelProto) -> int:
+    """Make backward ``ConstantOfShape`` fills (the zeros a MaxPool adjoint scatters
+    into) transient: ``Expand(loss_seed * 0 + value, shape)``.
+
+    A fill of constants is folded by the planner and then held for the whole step like
+    a weight (768 MiB of zeros for vgg19 at batch 32); computed from the seed input it
+    is an arena tensor that lives only from its (sunk) producer to its reader.
+    """
+    g = m.graph
+    count = 0
+    for k, n in enumerate(g.node):
+        if n.op_type != "ConstantOfShape" or not n.name.startswith("b:"):
+            continue
+        value = next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"),
+                     np.zeros([1], np.float32))
+        if value.dtype != np.float32:
+            continue
+        base = f"{n.output[0]}__fill"
+        g.initializer.append(numpy_helper.from_array(
+            np.array([0.0], np.float32), f"{base}_zero"))
+        g.initializer.append(numpy_helper.from_array(value.reshape([1]), f"{base}_value"))
+        fill = [helper.make_node("Mul", [SEED, f"{base}_zero"], [f"{base}_0"],
+                                 name=f"{n.name}a"),
+                helper.make_node("Add", [f"{base}_0", f"{base}_value"], [base],
+                                 name=f"{n.name}b"),
+                helper.make_node("Expand", [base, n.input[0]], list(n.output), name=n.name)]
+        g.node[k].CopyFrom(fill[2])
+        for j, node in enumerate(fill[:2]):
+            g.node.insert(k + j, node)
+        count += 1
+    return count
+
+
+def cancel_transposes(m: onnx.ModelProto) -> int:
+    """Read ``x`` where backward computes ``Transpose(Transpose(x))`` with perms that
+    cancel (onnx_ad's Gemm rule does this to weights: two folded 392 MiB copies of
+    vgg19's fc6), then drop the nodes nobody reads any more."""
+    g = m.graph
+    producer = {o: n for n in g.node for o in n.output}
+
+    def perm(n, rank):
+        p = [list(helper.get_attribute_value(a)) for a in n.attribute if a.name == "perm"]
+        return p[0] if p else list(reversed(range(rank)))
+
+    replace_by = {}
+    for n in g.node:
+        first = producer.get(n.input[0]) if n.input else None
+        if (n.op_type == "Transpose" and n.name.startswith("b:") and first is not None
+                and first.op_type == "Transpose"):
+            p1 = perm(first, len(perm(n, 0)) or 0) if first.attribute else None
+            p2 = perm(n, len(p1) if p1 else 0)
+            if p1 and len(p1) == len(p2) and [p1[i] for i in p2] == list(range(len(p2))):
+                replace_by[n.output[0]] = first.input[0]
+    outputs = {o.name for o in g.output}
+    replace_by = {k: v for k, v in replace_by.items() if k not in outputs}
+    for n in g.node:
+        for k, t in enumerate(n.input):
+            if t in replace_by:
+                n.input[k] = replace_by[t]
+    while True:  # drop dead nodes
+        read = {t for n in g.node for t in n.input} | outputs
+        dead = [n for n in g.node if n.name.startswith("b:") and not any(
+            o in read for o in n.output if o)]
+        if not dead:
+            break
+        for n in dead:
+            g.node.remove(n)
+    return len(replace_by)
 
 
 def _squeeze_gradients(m: onnx.ModelProto, weights) -> dict[str, str]:
