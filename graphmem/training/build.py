@@ -103,6 +103,7 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     _bind_seed_dim(rg)
     if relu_fix:
         relu_mask_from_output(r)
+    pads_into_weight_conv(r)  # before copies_to_reshapes: it matches the Transpose
     copies_to_reshapes(r)
     fills_from_seed(r)
     cancel_transposes(r)
@@ -355,6 +356,56 @@ def cancel_transposes(m: onnx.ModelProto) -> int:
         for n in dead:
             g.node.remove(n)
     return len(replace_by)
+
+
+def pads_into_weight_conv(m: onnx.ModelProto) -> int:
+    """``Conv(Transpose(Pad(x)), f, pads=0)`` -> ``Conv(Transpose(x), f, pads=p)``.
+
+    onnx_ad's Conv weight gradient pads the forward input explicitly (a full copy of it
+    at the peak of backward); the pads are on spatial axes only and the transpose swaps
+    the first two, so the convolution can pad by itself. Returns the rewrites.
+    """
+    g = m.graph
+    producer = {o: n for n in g.node for o in n.output}
+    readers: dict[str, int] = {}
+    for n in g.node:
+        for t in n.input:
+            readers[t] = readers.get(t, 0) + 1
+    inits = {i.name: i for i in g.initializer}
+    count = 0
+    for conv in g.node:
+        if conv.op_type != "Conv" or not conv.name.startswith("b:"):
+            continue
+        tr = producer.get(conv.input[0])
+        pad = producer.get(tr.input[0]) if tr is not None and tr.op_type == "Transpose" else None
+        if pad is None or pad.op_type != "Pad" or readers.get(pad.output[0]) != 1:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in pad.attribute}
+        mode = attrs.get("mode", b"constant")
+        if mode not in (b"constant", "constant") or len(pad.input) > 2 and pad.input[2]:
+            continue
+        if len(pad.input) < 2 or pad.input[1] not in inits:
+            continue
+        pads = numpy_helper.to_array(inits[pad.input[1]]).tolist()
+        rank = len(pads) // 2
+        perm = [list(helper.get_attribute_value(a)) for a in tr.attribute if a.name == "perm"]
+        conv_attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+        if (not perm or perm[0][:2] != [1, 0] or perm[0][2:] != list(range(2, rank))
+                or pads[0] or pads[1] or pads[rank] or pads[rank + 1]
+                or any(conv_attrs.get("pads", [0]))):
+            continue
+        spatial_pads = pads[2:rank] + pads[rank + 2:]
+        tr.input[0] = pad.input[0]
+        for a in list(conv.attribute):
+            if a.name == "pads":
+                conv.attribute.remove(a)
+        conv.attribute.append(helper.make_attribute("pads", spatial_pads))
+        count += 1
+    outputs = {o.name for o in g.output}
+    read = {t for n in g.node for t in n.input} | outputs
+    for n in [n for n in g.node if n.op_type == "Pad" and n.output[0] not in read]:
+        g.node.remove(n)
+    return count
 
 
 def _squeeze_gradients(m: onnx.ModelProto, weights) -> dict[str, str]:
