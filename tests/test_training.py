@@ -268,3 +268,35 @@ def test_gemm_gradients_match_central_differences():
                   - run(set_weight(tg.model, w, down), feeds)["loss"]) / (2 * eps)
             assert out[tg.gradients[w]].flat[flat] == pytest.approx(float(fd), rel=2e-2,
                                                                     abs=2e-3), (w, flat)
+
+
+def test_our_rewrites_keep_the_gradients():
+    """conv (pads 1) -> Relu -> MaxPool -> Reshape -> Gemm -> Softmax: every rewrite
+    (ReLU mask, pads into the weight conv, copies to reshapes, seed fills, cancelled
+    transposes) applies, and the gradients equal onnx-ad's own graph's."""
+    w = (RNG.standard_normal([4, 3, 3, 3]) * 0.3).astype(np.float32)
+    fc = (RNG.standard_normal([5, 16]) * 0.3).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["a"]),
+         helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Reshape", ["p", "shape"], ["r"]),
+         helper.make_node("Gemm", ["r", "fc"], ["z"], transB=1),
+         helper.make_node("Softmax", ["z"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc"),
+         numpy_helper.from_array(np.array([1, 16], np.int64), "shape")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    ours = build_training(model, 3)
+    theirs = build_training(model, 3, relu_fix=False, rewrites=False)
+    ops = [n.op_type for n in ours.model.graph.node if n.name.startswith("b:")]
+    assert "Pad" not in ops and "ConstantOfShape" not in ops
+    feeds = ours.feeds({"x": RNG.standard_normal([3, 3, 4, 4]).astype(np.float32),
+                        "label": np.eye(5, dtype=np.float32)[[0, 3, 4]]})
+    a, b = run(ours.model, feeds), run(theirs.model, feeds)
+    for name in ours.weights:
+        np.testing.assert_allclose(a[ours.gradients[name]], b[theirs.gradients[name]],
+                                   rtol=1e-6, atol=1e-7)
+    assert np.abs(a[ours.gradients["w"]]).max() > 0

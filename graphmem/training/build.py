@@ -60,13 +60,15 @@ def trainable_weights(model: onnx.ModelProto) -> list[str]:
 
 
 def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: str = "auto",
-                   relu_fix: bool = True, prepared: bool = False) -> TrainingGraph:
+                   relu_fix: bool = True, rewrites: bool = True,
+                   prepared: bool = False) -> TrainingGraph:
     """Build the training graph of an inference model.
 
     ``loss``: ``xent`` (cross-entropy of the logits against a one-hot ``label`` input;
     a final Softmax is dropped and its input used as logits), ``sum`` or ``mean`` of the
     output, or ``auto`` (``xent`` when the output comes from a Softmax, else ``sum``).
     BatchNormalization stays in inference form (frozen running statistics).
+    ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks).
     """
     import onnx_ad
 
@@ -103,10 +105,11 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     _bind_seed_dim(rg)
     if relu_fix:
         relu_mask_from_output(r)
-    pads_into_weight_conv(r)  # before copies_to_reshapes: it matches the Transpose
-    copies_to_reshapes(r)
-    fills_from_seed(r)
-    cancel_transposes(r)
+    if rewrites:
+        pads_into_weight_conv(r)  # before copies_to_reshapes: it matches the Transpose
+        copies_to_reshapes(r)
+        fills_from_seed(r)
+        cancel_transposes(r)
     gradients = _squeeze_gradients(r, weights)
     # Weights back as initializers only: the planner counts them as weights, not arena
     # tensors, and ORT treats them as constants.
