@@ -230,8 +230,7 @@ def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["budget_trials"] > 1
     assert d["step_bytes"] == d["weight_bytes"] + d["constant_bytes"] + d["arena_bytes"]
-    if d["fits_budget"]:
-        assert d["recompute_macs"] > 0 and d["step_bytes"] <= tight
+    assert d["fits_budget"] and d["recompute_macs"] > 0 and d["step_bytes"] <= tight
 
 
 def test_gemm_gradients_match_central_differences():

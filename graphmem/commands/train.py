@@ -141,7 +141,7 @@ def print_report(console: Console, model: str, r) -> None:
                   f"{e.get('segments')} segments")
     if "offload_bytes" in e:
         t.add_row("offloaded each way", mib(e["offload_bytes"]),
-                  f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])} MiB")
+                  f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")
         t.add_row("transfer stalls", "", f"{e['stall_seconds'] * 1e3:.3f} ms over "
                   f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
     console.print(t)
