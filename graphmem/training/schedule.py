@@ -11,12 +11,13 @@ inputs alive: only nodes that read no activation, or that recompute, float.)
 from __future__ import annotations
 
 from ..ir import Graph
+from .rewrites import SEED
 
 
 def floating_nodes(graph: Graph) -> set[int]:
     """Recompute nodes (``r:``), and nodes that read only weights, constants, the loss
     seed, or other such nodes' outputs."""
-    static = set(graph.weights) | set(graph.constants) | {"loss_seed"}
+    static = set(graph.weights) | set(graph.constants) | {SEED}
     floating: set[int] = set()
     helper_out: set[str] = set()
     for n in graph.nodes:
