@@ -1,7 +1,7 @@
 """Inference ONNX model -> training graph (loss, backward pass, weight gradients).
 
-Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); this module is the only
-one that imports it. After reversal :mod:`.rewrites` fixes what its rules get wrong
+Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module and
+:mod:`.grouped_conv` (our rule, patched in while reversing) import it. After reversal :mod:`.rewrites` fixes what its rules get wrong
 for memory (the ReLU mask, explicit pads, copies, constant fills, double transposes).
 
 Node names carry the phase: ``f:<i>`` forward (the model and the loss), ``b:<i>``
