@@ -8,7 +8,7 @@ import sys
 from .errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
-COMMANDS = ("plan", "verify", "report", "fit", "export", "models")
+COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "models")
 
 
 def build_parser() -> argparse.ArgumentParser:

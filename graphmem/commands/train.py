@@ -1,0 +1,147 @@
+"""``graphmem train MODEL --batch N``: build a training step and plan its memory."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import GraphmemError
+from ..load import read_model
+from .common import model_path
+
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
+                                     "plan its memory",
+                       description="Build the forward+backward graph of MODEL with onnx-ad, "
+                                   "plan it, and account for weights, gradients, optimizer "
+                                   "state and the activations kept for backward.")
+    p.add_argument("model", help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
+    p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    p.add_argument("--loss", default="auto", choices=["auto", "xent", "sum", "mean"],
+                   help="loss: cross-entropy against a one-hot label (auto when the output "
+                        "is a Softmax), or the sum or mean of the output")
+    p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"],
+                   help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
+    p.add_argument("--recompute", choices=["none", "sqrt"], default="none",
+                   help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, the rest "
+                        "recomputed in backward")
+    p.add_argument("--budget", metavar="BYTES",
+                   help="pick recomputation checkpoints so that the whole step (weights, "
+                        "optimizer state, arena) fits, e.g. 2GiB")
+    p.add_argument("--offload", action="store_true",
+                   help="vDNN: copy saved activations to host after their last forward use "
+                        "and back before their first backward use")
+    p.add_argument("--host-bw", type=float, default=25e9, metavar="B/S",
+                   help="host link bandwidth in bytes/s, each way (default 25e9)")
+    p.add_argument("--device-flops", type=float, default=1e13, metavar="FLOP/S",
+                   help="device peak FLOP/s for the transfer timeline (default 1e13)")
+    p.add_argument("--offload-min", default="64KiB", metavar="BYTES",
+                   help="offload only saved activations at least this big (default 64KiB)")
+    p.add_argument("--save", metavar="PATH", help="write the built training model (.onnx)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def parse_bytes(text: str, option: str = "--budget") -> int:
+    """``2GiB`` -> 2147483648; plain numbers are bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in UNITS:
+        raise GraphmemError(f"{option} {text!r}: expected a size like 2GiB, 512MiB or 1e9")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def run(args) -> int:
+    from ..training import build_training
+    from ..training.offload import offload_plan
+    from ..training.recompute import fit_budget, recompute_sqrt
+    from ..training.report import account, load_training, plan_training
+
+    if args.batch <= 0:
+        raise GraphmemError(f"--batch must be positive, not {args.batch}")
+    budget = parse_bytes(args.budget) if args.budget else None
+    if args.host_bw <= 0 or args.device_flops <= 0:
+        raise GraphmemError("--host-bw and --device-flops must be positive")
+    model = read_model(model_path(args), load_weights=True)
+    tg = build_training(model, args.batch, loss=args.loss)
+    baseline = None
+    if args.recompute == "sqrt" or budget is not None:
+        base_graph = load_training(tg)
+        baseline = account(tg, base_graph, *plan_training(base_graph), args.batch,
+                           args.optimizer)
+        if budget is not None:
+            tg, graph, result, order, info = fit_budget(tg, budget, args.optimizer,
+                                                         args.batch)
+        else:
+            tg, info = recompute_sqrt(tg)
+            graph = load_training(tg)
+            result, order = plan_training(graph)
+    else:
+        info = {}
+        graph = load_training(tg)
+        result, order = plan_training(graph)
+    report = account(tg, graph, result, order, args.batch, args.optimizer)
+    report.extra.update(info)
+    if baseline is not None:
+        report.extra["baseline_saved_activation_bytes"] = baseline.saved_activation_bytes
+        report.extra["baseline_arena_bytes"] = baseline.arena_bytes
+    if args.offload:
+        report.extra.update(offload_plan(graph, result, args.host_bw, args.device_flops,
+                                         parse_bytes(args.offload_min, "--offload-min")))
+    if args.save:
+        from ..plan import write_atomic
+        write_atomic(args.save, tg.model.SerializeToString())
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=1) + "\n")
+    else:
+        print_report(Console(), args.model, report)
+    return 0
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.2f}"
+
+
+def print_report(console: Console, model: str, r) -> None:
+    t = Table(title=f"graphmem train: {model}, batch {r.batch}", header_style="bold")
+    t.add_column("")
+    t.add_column("MiB", justify="right")
+    t.add_column("note")
+    t.add_row("weights (trainable)", mib(r.weight_bytes), "")
+    t.add_row("gradients", mib(r.gradient_bytes), "graph outputs: inside the arena")
+    t.add_row("optimizer state", mib(r.optimizer_bytes), "")
+    t.add_row("activations kept for backward", mib(r.saved_activation_bytes),
+              f"{r.saved_activations} forward tensors read by backward")
+    e = r.extra
+    if "baseline_saved_activation_bytes" in e:
+        b = e["baseline_saved_activation_bytes"]
+        t.add_row("  without recomputation", mib(b),
+                  f"{b / max(r.saved_activation_bytes, 1):.2f}x more")
+        t.add_row("  arena without recomputation", mib(e["baseline_arena_bytes"]), "")
+    t.add_row("[green]planned arena", f"[green]{mib(r.arena_bytes)}",
+              f"{r.nodes} nodes, {r.order} order")
+    t.add_row("folded constants", mib(r.constant_bytes),
+              "computed from weights/constants only (transposes, zero fills)")
+    total = r.weight_bytes + r.optimizer_bytes + r.constant_bytes + r.arena_bytes
+    t.add_row("step total", mib(total), "weights + optimizer state + constants + arena")
+    fb = r.forward_macs + r.backward_macs
+    t.add_row("MACs forward / backward", "", f"{r.forward_macs:,} / {r.backward_macs:,}")
+    if r.recompute_macs:
+        t.add_row("MACs recomputed", "", f"{r.recompute_macs:,} = "
+                  f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
+                  f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
+    if "checkpoints" in e:
+        t.add_row("checkpoints", "", f"{e['checkpoints']} of {e.get('candidates')} candidates, "
+                  f"{e.get('segments')} segments")
+    if "offload_bytes" in e:
+        t.add_row("offloaded each way", mib(e["offload_bytes"]),
+                  f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")
+        t.add_row("transfer stalls", "", f"{e['stall_seconds'] * 1e3:.3f} ms over "
+                  f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
+    console.print(t)

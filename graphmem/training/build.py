@@ -1,0 +1,206 @@
+"""Inference ONNX model -> training graph (loss, backward pass, weight gradients).
+
+Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module and
+:mod:`.grouped_conv` (our rule, patched in while reversing) import it. After reversal :mod:`.rewrites` fixes what its rules get wrong
+for memory (the ReLU mask, explicit pads, copies, constant fills, double transposes).
+
+Node names carry the phase: ``f:<i>`` forward (the model and the loss), ``b:<i>``
+backward (everything onnx_ad added), ``r:<i>`` recomputation (see :mod:`.recompute`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..errors import GraphmemError
+from .grouped_conv import patched
+from .prepare import prepare_inference
+from .rewrites import (SEED, cancel_transposes, copies_to_reshapes, fills_from_seed,
+                       pads_into_weight_conv, relu_mask_from_output)
+
+LOSSES = ("xent", "sum", "mean")
+
+
+@dataclass(frozen=True)
+class TrainingGraph:
+    """A training step as one ONNX model, and what its names mean."""
+
+    model: onnx.ModelProto
+    loss: str
+    weights: tuple[str, ...]  # trainable parameters (initializers)
+    gradients: dict = field(default_factory=dict)  # weight -> gradient output name
+    data_inputs: tuple[str, ...] = ()  # data (and label) inputs, seed excluded
+    seed: str = SEED  # the loss seed input: feed np.ones([1], float32)
+
+    def feeds(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """ORT feeds for one step: the given data plus the loss seed."""
+        return {**data, self.seed: np.ones([1], np.float32)}
+
+
+def trainable_weights(model: onnx.ModelProto) -> list[str]:
+    """Float initializers that are parameters: not BN running statistics, not shapes."""
+    g = model.graph
+    floats = {i.name for i in g.initializer
+              if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)}
+    frozen: set[str] = set()
+    for n in g.node:
+        if n.op_type == "BatchNormalization":
+            frozen.update(n.input[3:5])
+        elif n.op_type in ("Reshape", "Expand", "Tile", "ConstantOfShape", "Pad", "Slice",
+                           "Resize", "Upsample"):
+            frozen.update(n.input[1:])
+    read = [t for n in g.node for t in n.input]
+    return [t for t in dict.fromkeys(read) if t in floats and t not in frozen]
+
+
+def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: str = "auto",
+                   relu_fix: bool = True, rewrites: bool = True,
+                   prepared: bool = False) -> TrainingGraph:
+    """Build the training graph of an inference model.
+
+    ``loss``: ``xent`` (cross-entropy of the logits against a one-hot ``label`` input;
+    a final Softmax is dropped and its input used as logits), ``sum`` or ``mean`` of the
+    output, or ``auto`` (``xent`` when the output comes from a Softmax, else ``sum``).
+    BatchNormalization stays in inference form (frozen running statistics).
+    ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks).
+    """
+    import onnx_ad
+
+    m = model if prepared else prepare_inference(model, batch)
+    m = _copy(m)
+    g = m.graph
+    if len(g.output) != 1:
+        raise GraphmemError(f"training needs a model with one output, not {len(g.output)}")
+    weights = trainable_weights(m)
+    if not weights:
+        raise GraphmemError("the model has no trainable float initializers")
+    loss_name, data_inputs = _add_loss(m, loss)
+    # onnx_ad differentiates graph inputs only: move the weights out of the initializers.
+    values = {i.name: i for i in g.initializer if i.name in set(weights)}
+    for w in weights:
+        g.initializer.remove(values[w])
+        g.input.append(helper.make_tensor_value_info(
+            w, values[w].data_type, list(values[w].dims)))
+    forward_count = len(g.node)
+    try:
+        # onnx_ad places the seed axis by rank: give it every forward value's type.
+        m = onnx.shape_inference.infer_shapes(m)
+        g = m.graph
+        with patched():  # our grouped-Conv weight rule
+            r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
+    except Exception as exc:
+        raise GraphmemError(f"reverse mode failed: {type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:300]}") from None
+    rg = r.graph
+    for i, n in enumerate(rg.node):
+        n.name = f"f:{i}" if i < forward_count else f"b:{i}"
+    seed_in = f"adj_{loss_name}"
+    _rename_input(rg, seed_in, SEED)
+    _bind_seed_dim(rg)
+    if relu_fix:
+        relu_mask_from_output(r)
+    if rewrites:
+        pads_into_weight_conv(r)  # before copies_to_reshapes: it matches the Transpose
+        copies_to_reshapes(r)
+        fills_from_seed(r)
+        cancel_transposes(r)
+    gradients = _squeeze_gradients(r, weights)
+    # Weights back as initializers only: the planner counts them as weights, not arena
+    # tensors, and ORT treats them as constants.
+    for w in weights:
+        rg.initializer.append(values[w])
+    keep_in = [i for i in rg.input if i.name not in values]
+    del rg.input[:]
+    rg.input.extend(keep_in)
+    # The inference output is not a training output.
+    keep = [o for o in rg.output if o.name == loss_name or o.name in gradients.values()]
+    del rg.output[:]
+    rg.output.extend(keep)
+    return TrainingGraph(r, loss_name, tuple(weights), gradients, tuple(data_inputs))
+
+
+def _copy(m: onnx.ModelProto) -> onnx.ModelProto:
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    return c
+
+
+def _add_loss(m: onnx.ModelProto, loss: str) -> tuple[str, list[str]]:
+    g = m.graph
+    out = g.output[0]
+    producer = {o: n for n in g.node for o in n.output}
+    data_inputs = [i.name for i in g.input]
+    last = producer.get(out.name)
+    if loss == "auto":
+        loss = "xent" if last is not None and last.op_type == "Softmax" else "sum"
+    if loss not in LOSSES:
+        raise GraphmemError(f"unknown loss {loss!r}; choose from auto, {', '.join(LOSSES)}")
+    nodes = []
+    if loss == "xent":
+        if last is not None and last.op_type == "Softmax":
+            logits = last.input[0]
+            g.node.remove(last)
+        else:
+            logits = out.name
+        dims = [d.dim_value for d in out.type.tensor_type.shape.dim]
+        if len(dims) != 2 or not all(dims):
+            raise GraphmemError(f"cross-entropy needs a [batch, classes] output, not {dims}")
+        g.input.append(helper.make_tensor_value_info("label", TensorProto.FLOAT, dims))
+        data_inputs.append("label")
+        g.initializer.append(numpy_helper.from_array(
+            np.array(-1.0 / dims[0], np.float32), "loss_scale"))
+        nodes = [helper.make_node("LogSoftmax", [logits], ["loss_logp"], axis=1),
+                 helper.make_node("Mul", ["loss_logp", "label"], ["loss_terms"]),
+                 helper.make_node("ReduceSum", ["loss_terms"], ["loss_total"], keepdims=0),
+                 helper.make_node("Mul", ["loss_total", "loss_scale"], ["loss"])]
+    elif loss == "sum":
+        nodes = [helper.make_node("ReduceSum", [out.name], ["loss"], keepdims=0)]
+    else:
+        nodes = [helper.make_node("ReduceMean", [out.name], ["loss"], keepdims=0)]
+    g.node.extend(nodes)
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+    return "loss", data_inputs
+
+
+def _rename_input(g: onnx.GraphProto, old: str, new: str) -> None:
+    for i in g.input:
+        if i.name == old:
+            i.name = new
+    for n in g.node:
+        for k, t in enumerate(n.input):
+            if t == old:
+                n.input[k] = new
+
+
+def _bind_seed_dim(g: onnx.GraphProto) -> None:
+    """One seed: every symbolic dimension onnx_ad introduced becomes 1."""
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param"):
+                d.Clear()
+                d.dim_value = 1
+
+
+def _squeeze_gradients(m: onnx.ModelProto, weights) -> dict[str, str]:
+    """``adj_<w>`` has a trailing seed axis of 1: reshape it to ``w``'s shape."""
+    g = m.graph
+    outputs = {o.name: o for o in g.output}
+    g.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "grad_seed_axis"))
+    gradients = {}
+    for i, w in enumerate(weights):
+        adj = f"adj_{w}"
+        if adj not in outputs:
+            raise GraphmemError(f"reverse mode gave no gradient for {w!r}")
+        name = f"grad/{w}"
+        g.node.append(helper.make_node("Squeeze", [adj, "grad_seed_axis"], [name],
+                                       name=f"b:g{i}"))
+        o = outputs[adj]
+        dims = [d.dim_value for d in o.type.tensor_type.shape.dim][:-1]
+        g.output.remove(o)
+        g.output.append(helper.make_tensor_value_info(name, o.type.tensor_type.elem_type, dims))
+        gradients[w] = name
+    return gradients

@@ -1,0 +1,130 @@
+"""Make an inference ONNX model ready for reverse mode: real weights, opset 17, batch N.
+
+The Model Zoo graphs carry their weights as ``ConstantOfShape`` nodes (no values),
+``ir_version`` 3, opset 9, every initializer repeated in ``graph.input`` and a
+``Reshape`` before the classifier that hard-codes batch 1. Each is fixed here.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, version_converter
+
+from ..errors import GraphmemError
+
+TARGET_OPSET = 17
+
+
+def prepare_inference(model: onnx.ModelProto, batch: int | None = None, *,
+                      seed: int = 0) -> onnx.ModelProto:
+    """A copy of ``model`` with initializers for every weight, at opset 17, batch ``batch``.
+
+    ``ConstantOfShape`` weights get random values (scaled by fan-in; BN variances
+    positive): memory work needs shapes, gradient checks need non-degenerate values.
+    """
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    rng = np.random.default_rng(seed)
+    _drop_initializer_inputs(m)
+    if batch is not None:
+        _set_batch(m, batch)
+    m.ir_version = max(m.ir_version, 7)
+    opset = _opset(m)
+    if opset < TARGET_OPSET:
+        try:
+            m = version_converter.convert_version(m, TARGET_OPSET)
+        except Exception as exc:
+            raise GraphmemError(f"cannot convert the model from opset {opset} to "
+                                f"{TARGET_OPSET}: {' '.join(str(exc).split())[:200]}") from None
+        m.ir_version = max(m.ir_version, 8)
+    # After the conversion: it copies the model, which is cheap while weights are shapes.
+    _materialize_constant_of_shape(m, rng)
+    _drop_initializer_inputs(m)
+    return m
+
+
+def _opset(m: onnx.ModelProto) -> int:
+    return max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def _materialize_constant_of_shape(m: onnx.ModelProto, rng) -> None:
+    """Replace ConstantOfShape nodes fed by initializers with random initializers."""
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    variance_inputs = {n.input[4] for n in g.node
+                       if n.op_type == "BatchNormalization" and len(n.input) > 4}
+    keep, used_shapes = [], set()
+    for n in g.node:
+        if n.op_type != "ConstantOfShape" or n.input[0] not in inits:
+            keep.append(n)
+            continue
+        shape = [int(d) for d in numpy_helper.to_array(inits[n.input[0]]).reshape(-1)]
+        used_shapes.add(n.input[0])
+        name = n.output[0]
+        if name in variance_inputs:
+            value = 1.0 + 0.1 * rng.random(shape, dtype=np.float32)
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else max(shape[0], 1)
+            value = (2 * rng.random(shape, dtype=np.float32) - 1) / np.float32(np.sqrt(fan_in))
+        g.initializer.append(numpy_helper.from_array(value, name))
+    del g.node[:]
+    g.node.extend(keep)
+    # The shape tensors are dead once their ConstantOfShape is gone.
+    still_read = {t for n in g.node for t in n.input}
+    dead = [i for i in g.initializer if i.name in used_shapes and i.name not in still_read]
+    for i in dead:
+        g.initializer.remove(i)
+
+
+def _drop_initializer_inputs(m: onnx.ModelProto) -> None:
+    """Drop graph inputs that repeat an initializer's name, and inputs nothing reads."""
+    g = m.graph
+    inits = {i.name for i in g.initializer}
+    read = {t for n in g.node for t in n.input}
+    keep = [i for i in g.input if i.name not in inits and i.name in read]
+    del g.input[:]
+    g.input.extend(keep)
+    unused = [i for i in g.initializer if i.name not in read]
+    for i in unused:
+        g.initializer.remove(i)
+
+
+def _set_batch(m: onnx.ModelProto, batch: int) -> None:
+    """Set the first dimension of every data input to ``batch``, and of Reshape targets.
+
+    A Reshape of an activation whose constant target shape starts with the old batch
+    (the zoo's ``[1, 2048]`` before the classifier, shufflenet's channel shuffles) gets
+    its first entry rewritten too.
+    """
+    if batch <= 0:
+        raise GraphmemError(f"--batch must be positive, not {batch}")
+    g = m.graph
+    old = None
+    for i in g.input:
+        dims = i.type.tensor_type.shape.dim
+        if not dims:
+            continue
+        if dims[0].HasField("dim_value"):
+            old = dims[0].dim_value if old is None else old
+        dims[0].Clear()
+        dims[0].dim_value = batch
+    for o in g.output:
+        dims = o.type.tensor_type.shape.dim
+        if dims:
+            dims[0].Clear()
+            dims[0].dim_value = batch
+    del g.value_info[:]
+    inits = {i.name: i for i in g.initializer}
+    activations = {i.name for i in g.input}
+    for n in g.node:  # nodes are in topological order in the zoo files
+        if any(t in activations for t in n.input):
+            activations.update(n.output)
+        if (n.op_type == "Reshape" and n.input[0] in activations and len(n.input) > 1
+                and n.input[1] in inits):
+            target = numpy_helper.to_array(inits[n.input[1]]).copy()
+            if target.size and target[0] == (old or 1):
+                target[0] = batch
+                fresh = numpy_helper.from_array(target.astype(np.int64),
+                                                n.input[1] + f"__batch{batch}")
+                g.initializer.append(fresh)
+                n.input[1] = fresh.name

@@ -1,0 +1,174 @@
+"""Recomputation (Chen et al. 2016): keep only checkpoint activations for backward and
+recompute the rest from them, by rewriting the training ONNX graph.
+
+Checkpoint candidates are the forward chain's articulation tensors: after the node that
+makes one, it is the only activation a later forward node still reads (ResNet block
+outputs, not the tensors inside a block). ``sqrt`` picks about sqrt(n) evenly spaced
+ones for n forward nodes. Every other activation a backward node reads is replaced by a
+copy made by cloned forward nodes (``r:`` names); the schedule (:mod:`.schedule`)
+places each clone just before its first reader, so a segment is recomputed just before
+its backward runs.
+"""
+from __future__ import annotations
+
+import math
+
+import onnx
+
+from ..errors import GraphmemError
+from .build import TrainingGraph
+
+
+def _forward(g: onnx.GraphProto):
+    fwd = [n for n in g.node if n.name.startswith("f:")]
+    produced = {t: n for n in fwd for t in n.output}
+    return fwd, produced
+
+
+def candidates(tg: TrainingGraph) -> list[str]:
+    """Articulation tensors of the forward pass, in forward order."""
+    g = tg.model.graph
+    fwd, produced = _forward(g)
+    last_read: dict[str, int] = {}
+    for i, n in enumerate(fwd):
+        for t in n.input:
+            if t in produced:
+                last_read[t] = i
+    out, live = [], set()
+    for i, n in enumerate(fwd):
+        live = {t for t in live if last_read.get(t, -1) > i}
+        live.update(t for t in n.output if last_read.get(t, -1) > i)
+        if len(live) == 1 and n.output[0] in live:
+            out.append(n.output[0])
+    return out
+
+
+def choose_sqrt(tg: TrainingGraph, segments: int | None = None) -> list[str]:
+    """About ``segments`` (default sqrt(forward nodes)) evenly spaced checkpoints."""
+    fwd, _ = _forward(tg.model.graph)
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    cands = candidates(tg)
+    if not cands:
+        return []
+    k = segments or max(1, round(math.sqrt(len(fwd))))
+    chosen = []
+    for j in range(1, k):
+        target = j * len(fwd) / k
+        best = min(cands, key=lambda t: abs(pos[t] - target))
+        if best not in chosen:
+            chosen.append(best)
+    return sorted(chosen, key=pos.__getitem__)
+
+
+def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
+    """A copy of ``tg`` whose backward reads only ``checkpoints`` (in forward order), the
+    last segment and graph inputs of the forward pass; every other activation it reads
+    is recomputed from them."""
+    m = onnx.ModelProto()
+    m.CopyFrom(tg.model)
+    g = m.graph
+    fwd, produced = _forward(g)
+    keep = set(checkpoints)
+    # The last segment (after the last checkpoint) is still in memory when backward
+    # starts: Chen keeps it rather than recompute it.
+    if checkpoints:
+        last = max(i for i, n in enumerate(fwd) if checkpoints[-1] in n.output)
+        keep.update(t for n in fwd[last + 1:] for t in n.output)
+    clones: dict[str, str] = {}
+    new_nodes: list[onnx.NodeProto] = []
+
+    def clone(t: str) -> str:
+        if t not in produced or t in keep:
+            return t
+        if t in clones:
+            return clones[t]
+        node = produced[t]
+        stack = [(node, False)]
+        # Iterative post-order: a segment can be hundreds of nodes deep.
+        while stack:
+            n, ready = stack.pop()
+            if n.output[0] in clones:
+                continue
+            deps = [produced[i] for i in n.input
+                    if i in produced and i not in keep and i not in clones]
+            if deps and not ready:
+                stack.append((n, True))
+                stack.extend((d, False) for d in deps)
+                continue
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = "r:" + n.name[2:]
+            for k, i in enumerate(n.input):
+                if i in clones:
+                    c.input[k] = clones[i]
+                elif i in produced and i not in keep:
+                    raise GraphmemError(f"recompute: {i!r} is needed before it is cloned")
+            for k, o in enumerate(n.output):
+                if o:
+                    clones[o] = c.output[k] = f"{o}@rc"
+            new_nodes.append(c)
+        return clones[t]
+
+    backward = [n for n in g.node if not n.name.startswith("f:")]
+    for n in backward:
+        for k, t in enumerate(n.input):
+            if t in produced and t not in keep:
+                n.input[k] = clone(t)
+    first_b = next(i for i, n in enumerate(g.node) if not n.name.startswith("f:"))
+    nodes = list(g.node[:first_b]) + new_nodes + list(g.node[first_b:])
+    del g.node[:]
+    g.node.extend(nodes)
+    return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed)
+
+
+def recompute_sqrt(tg: TrainingGraph, segments: int | None = None) -> tuple[TrainingGraph, dict]:
+    """Chen's sqrt(n) recomputation; returns the rewritten graph and what was chosen."""
+    chosen = choose_sqrt(tg, segments)
+    fwd, _ = _forward(tg.model.graph)
+    info = {"checkpoints": len(chosen), "candidates": len(candidates(tg)),
+            "segments": len(chosen) + 1, "forward_nodes": len(fwd)}
+    return rewrite(tg, chosen), info
+
+
+def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
+    """Choose the segment count whose planned step (weights, optimizer state, folded
+    constants, arena)
+    fits ``budget``: none first, then a binary search over segment counts, each scored
+    by a real plan; among the counts that fit the one with the fewest recomputed MACs,
+    else the smallest step found."""
+    from .report import account, load_training, plan_training
+
+    def attempt(segments):
+        if segments is None:
+            t, info = tg, {"checkpoints": 0, "segments": 1}
+        else:
+            t, info = recompute_sqrt(tg, segments)
+        graph = load_training(t)
+        result, order = plan_training(graph)
+        rep = account(t, graph, result, order, batch, optimizer)
+        total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
+        return total, rep.recompute_macs, (t, graph, result, order, info)
+
+    tried = []
+    total, macs, found = attempt(None)
+    tried.append((total, macs, found))
+    if total > budget:
+        n = len(_forward(tg.model.graph)[0])
+        # Between 2 and about sqrt(n) segments the step shrinks as segments are added
+        # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
+        # Search that range for the fewest segments that fit (fewest recomputed MACs).
+        lo, hi = 2, max(2, min(len(candidates(tg)) + 1, 2 * round(math.sqrt(n))))
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            total, macs, found = attempt(mid)
+            tried.append((total, macs, found))
+            if total <= budget:
+                hi = mid - 1
+            else:
+                lo = mid + 1
+    fits = [x for x in tried if x[0] <= budget]
+    best = min(fits, key=lambda x: x[1]) if fits else min(tried, key=lambda x: x[0])
+    t, graph, result, order, info = best[2]
+    info = {**info, "budget_bytes": budget, "fits_budget": best[0] <= budget,
+            "step_bytes": best[0], "budget_trials": len(tried)}
+    return t, graph, result, order, info

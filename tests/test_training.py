@@ -1,0 +1,319 @@
+"""Training graphs: gradients against finite differences, the ReLU rewrite, recompute
+equivalence on ORT, and the train command on small models."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.cli import main
+from graphmem.training import build_training
+from graphmem.training.recompute import candidates, recompute_sqrt, rewrite
+from graphmem.training.report import load_training, plan_training, saved_activations
+
+RNG = np.random.default_rng(7)
+
+
+def tiny_model(act: str = "Tanh", batch: int = 2) -> onnx.ModelProto:
+    """conv -> act -> conv -> act -> (+ skip) -> conv -> act -> Gemm-free head."""
+    def w(name, shape):
+        return numpy_helper.from_array((RNG.standard_normal(shape) * 0.3).astype(np.float32), name)
+    inits = [w("w1", [4, 3, 3, 3]), w("b1", [4]), w("w2", [4, 4, 3, 3]), w("w3", [4, 4, 1, 1]),
+             w("w4", [2, 4, 3, 3])]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["c2"], ["a2"]),
+             helper.make_node("Add", ["a2", "a1"], ["s2"]),
+             helper.make_node("Conv", ["s2", "w3"], ["c3"]),
+             helper.make_node(act, ["c3"], ["a3"]),
+             helper.make_node("Conv", ["a3", "w4"], ["c4"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node(act, ["c4"], ["y"])]
+    g = helper.make_graph(nodes, "tiny",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2, 3, 3])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def chain_model(depth: int = 8, batch: int = 8) -> onnx.ModelProto:
+    """A plain chain of conv -> relu layers: the textbook case for recomputation."""
+    inits, nodes, x = [], [], "x"
+    for i in range(depth):
+        inits.append(numpy_helper.from_array(
+            (RNG.standard_normal([4, 4, 3, 3]) * 0.3).astype(np.float32), f"w{i}"))
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"a{i}"])]
+        x = f"a{i}"
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, 4, 8, 8])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> dict:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    s = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+def set_weight(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for i in m.graph.initializer:
+        if i.name == name:
+            i.CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
+    return m
+
+
+def test_gradients_match_central_differences():
+    tg = build_training(tiny_model("Tanh"), 2, loss="sum")
+    x = RNG.standard_normal([2, 3, 6, 6]).astype(np.float32)
+    feeds = tg.feeds({"x": x})
+    out = run(tg.model, feeds)
+    values = {i.name: numpy_helper.to_array(i) for i in tg.model.graph.initializer}
+    assert set(tg.weights) == {"w1", "b1", "w2", "w3", "w4"}
+    eps = 1e-2
+    for w in tg.weights:
+        grad = out[tg.gradients[w]]
+        assert grad.shape == values[w].shape
+        for flat in RNG.choice(values[w].size, size=min(4, values[w].size), replace=False):
+            up, down = values[w].copy(), values[w].copy()
+            up.flat[flat] += eps
+            down.flat[flat] -= eps
+            fd = (run(set_weight(tg.model, w, up), feeds)["loss"]
+                  - run(set_weight(tg.model, w, down), feeds)["loss"]) / (2 * eps)
+            assert grad.flat[flat] == pytest.approx(float(fd), rel=2e-2, abs=2e-3), (w, flat)
+
+
+def test_relu_mask_rewrite_lets_the_pre_activation_die():
+    model = tiny_model("Relu")
+    fixed = build_training(model, 2, loss="sum")
+    plain = build_training(model, 2, loss="sum", relu_fix=False)
+    feeds = fixed.feeds({"x": RNG.standard_normal([2, 3, 6, 6]).astype(np.float32)})
+    a, b = run(fixed.model, feeds), run(plain.model, feeds)
+    for w in fixed.weights:
+        np.testing.assert_allclose(a[fixed.gradients[w]], b[plain.gradients[w]], rtol=1e-6,
+                                   atol=1e-7)
+    kept_fixed = saved_activations(load_training(fixed))
+    kept_plain = saved_activations(load_training(plain))
+    assert "c3" in kept_plain and "c3" not in kept_fixed  # pre-activations no longer kept
+    assert sum(kept_fixed.values()) < sum(kept_plain.values())
+
+
+def test_relu_gradient_equals_numpy():
+    """conv (pads 1) -> Relu -> sum: dL/dW = sum over positions of x patches where c > 0."""
+    x = RNG.standard_normal([1, 2, 4, 4]).astype(np.float32)
+    w = RNG.standard_normal([3, 2, 3, 3]).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    tg = build_training(m, 1, loss="sum")
+    got = run(tg.model, tg.feeds({"x": x}))[tg.gradients["w"]]
+    xp = np.pad(x[0], ((0, 0), (1, 1), (1, 1)))
+    want = np.zeros_like(w)
+    for o in range(3):
+        for i in range(4):
+            for j in range(4):
+                patch = xp[:, i:i + 3, j:j + 3]
+                if (w[o] * patch).sum() > 0:
+                    want[o] += patch
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("segments", [2, 3])
+def test_recompute_gradients_equal_the_original(segments):
+    tg = build_training(tiny_model("Relu", batch=3), 3, loss="sum")
+    assert {"a1", "s2", "a3"} <= set(candidates(tg))
+    rc, info = recompute_sqrt(tg, segments)
+    assert any(n.name.startswith("r:") for n in rc.model.graph.node)
+    feeds = tg.feeds({"x": RNG.standard_normal([3, 3, 6, 6]).astype(np.float32)})
+    a, b = run(tg.model, feeds), run(rc.model, feeds)
+    assert a["loss"] == pytest.approx(float(b["loss"]))
+    for w in tg.weights:
+        np.testing.assert_array_equal(a[tg.gradients[w]], b[rc.gradients[w]])
+    assert sum(saved_activations(load_training(rc)).values()) < sum(
+        saved_activations(load_training(tg)).values())
+
+
+def test_recompute_keeps_only_checkpoints_before_the_last_segment():
+    tg = build_training(tiny_model("Tanh", batch=2), 2, loss="sum")
+    rc = rewrite(tg, ["s2"])
+    kept = set(saved_activations(load_training(rc)))
+    assert not kept & {"c1", "a1", "c2", "a2"}  # recomputed from x
+    assert "s2" in kept
+
+
+def test_train_command_json_on_a_file(tmp_path, capsys):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model("Relu"), str(path))
+    assert main(["train", str(path), "--batch", "4", "--loss", "sum", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["batch"] == 4 and d["recompute_macs"] == 0
+    weights = 4 * 3 * 9 + 4 + 4 * 4 * 9 + 4 * 4 + 2 * 4 * 9
+    assert d["weight_bytes"] == d["gradient_bytes"] == 4 * weights
+    assert d["optimizer_bytes"] == 2 * d["weight_bytes"]  # adam by default
+    assert d["forward_macs"] == 4 * (144 * 27 + 144 * 36 + 144 * 4 + 18 * 36)  # out x kernel
+    assert d["backward_macs"] > d["forward_macs"]
+    assert 0 < d["saved_activation_bytes"] < d["arena_bytes"]
+    assert main(["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+                 "--recompute", "sqrt", "--optimizer", "sgd", "--offload",
+                 "--offload-min", "0"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["optimizer_bytes"] == 0 and r["recompute_macs"] > 0
+    assert r["saved_activation_bytes"] < d["saved_activation_bytes"]
+    assert r["offload_bytes"] > 0 and r["stall_seconds"] >= 0
+    assert r["offload_arena_bytes"] <= r["arena_bytes"]
+
+
+def test_train_command_errors(tmp_path, capsys):
+    assert main(["train", str(tmp_path / "none.onnx")]) == 2
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), str(path))
+    assert main(["train", str(path), "--budget", "lots"]) == 2
+    assert main(["train", str(path), "--batch", "0"]) == 2
+    assert "graphmem:" in capsys.readouterr().err
+
+
+def test_zoo_squeezenet_builds_plans_and_runs():
+    from graphmem.zoo import zoo_path
+    tg = build_training(onnx.load(str(zoo_path("squeezenet"))), 1)
+    graph = load_training(tg)
+    result, _ = plan_training(graph)
+    assert result.plan.arena_bytes > 0
+    out = run(tg.model, tg.feeds({"data_0": RNG.random([1, 3, 224, 224], np.float32)}))
+    assert all(np.isfinite(out[g]).all() for g in tg.gradients.values())
+
+
+@pytest.mark.parametrize("group,stride", [(2, 1), (4, 2)])
+def test_grouped_conv_weight_gradient_matches_numpy(group, stride):
+    """Our grouped-Conv weight rule: conv (groups, pads 1) -> sum(y * r) has
+    dL/dW[m, c] = sum over n and positions of r[n, m] * x patch of channel g*Cg + c."""
+    n, c, m, h = 2, 4, 4 * group // 2, 5
+    cg, mg = c // group, m // group
+    x = RNG.standard_normal([n, c, h, h]).astype(np.float32)
+    w = RNG.standard_normal([m, cg, 3, 3]).astype(np.float32)
+    ho = (h + 2 - 3) // stride + 1
+    r = RNG.standard_normal([n, m, ho, ho]).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=group,
+                          strides=[stride, stride]),
+         helper.make_node("Mul", ["c", "r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, h])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, m, ho, ho])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    tg = build_training(model, n, loss="sum")
+    assert "w" in tg.weights  # (r, a float initializer, counts as a parameter too)
+    got = run(tg.model, tg.feeds({"x": x}))[tg.gradients["w"]]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros_like(w)
+    for o in range(m):
+        gi = o // mg
+        for i in range(ho):
+            for j in range(ho):
+                patch = xp[:, gi * cg:(gi + 1) * cg, i * stride:i * stride + 3,
+                           j * stride:j * stride + 3]
+                want[o] += np.einsum("n,nckl->ckl", r[:, o, i, j], patch)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
+    from graphmem.commands.train import parse_bytes
+    assert parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1.5e3") == 1500
+    path = tmp_path / "tiny.onnx"
+    onnx.save(chain_model(), str(path))
+    args = ["train", str(path), "--batch", "8", "--loss", "sum", "--json", "--optimizer", "sgd"]
+    assert main(args + ["--budget", "1GiB"]) == 0
+    roomy = json.loads(capsys.readouterr().out)
+    assert roomy["recompute_macs"] == 0 and roomy["fits_budget"]
+    tight = roomy["weight_bytes"] + roomy["constant_bytes"] + roomy["arena_bytes"] - 1
+    assert main(args + ["--budget", str(tight)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["budget_trials"] > 1
+    assert d["step_bytes"] == d["weight_bytes"] + d["constant_bytes"] + d["arena_bytes"]
+    assert d["fits_budget"] and d["recompute_macs"] > 0 and d["step_bytes"] <= tight
+
+
+def test_gemm_gradients_match_central_differences():
+    """A Gemm head (transB=1, as in the zoo): exercises the transpose rewrites."""
+    w1 = (RNG.standard_normal([4, 5]) * 0.5).astype(np.float32)
+    w2 = (RNG.standard_normal([4, 3]) * 0.5).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+         helper.make_node("Tanh", ["h"], ["a"]),
+         helper.make_node("Reshape", ["a", "shape"], ["r"]),
+         helper.make_node("Gemm", ["r", "w2"], ["z"]),
+         helper.make_node("Softmax", ["z"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(np.full([4], 0.1, np.float32), "b1"),
+         numpy_helper.from_array(np.array([1, -1], np.int64), "shape")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    tg = build_training(model, 3)  # auto: cross-entropy; the Reshape gets batch 3
+    assert "label" in tg.data_inputs and set(tg.weights) == {"w1", "b1", "w2"}
+    x = RNG.standard_normal([3, 5]).astype(np.float32)
+    label = np.eye(3, dtype=np.float32)[[0, 2, 1]]
+    feeds = tg.feeds({"x": x, "label": label})
+    out = run(tg.model, feeds)
+    eps = 1e-2
+    for w in tg.weights:
+        value = numpy_helper.to_array(next(i for i in tg.model.graph.initializer if i.name == w))
+        for flat in range(0, value.size, 3):
+            up, down = value.copy(), value.copy()
+            up.flat[flat] += eps
+            down.flat[flat] -= eps
+            fd = (run(set_weight(tg.model, w, up), feeds)["loss"]
+                  - run(set_weight(tg.model, w, down), feeds)["loss"]) / (2 * eps)
+            assert out[tg.gradients[w]].flat[flat] == pytest.approx(float(fd), rel=2e-2,
+                                                                    abs=2e-3), (w, flat)
+
+
+def test_our_rewrites_keep_the_gradients():
+    """conv (pads 1) -> Relu -> MaxPool -> Reshape -> Gemm -> Softmax: every rewrite
+    (ReLU mask, pads into the weight conv, copies to reshapes, seed fills, cancelled
+    transposes) applies, and the gradients equal onnx-ad's own graph's."""
+    w = (RNG.standard_normal([4, 3, 3, 3]) * 0.3).astype(np.float32)
+    fc = (RNG.standard_normal([5, 16]) * 0.3).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["a"]),
+         helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Reshape", ["p", "shape"], ["r"]),
+         helper.make_node("Gemm", ["r", "fc"], ["z"], transB=1),
+         helper.make_node("Softmax", ["z"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc, "fc"),
+         numpy_helper.from_array(np.array([1, 16], np.int64), "shape")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    ours = build_training(model, 3)
+    theirs = build_training(model, 3, relu_fix=False, rewrites=False)
+    ops = [n.op_type for n in ours.model.graph.node if n.name.startswith("b:")]
+    assert "Pad" not in ops and "ConstantOfShape" not in ops
+    feeds = ours.feeds({"x": RNG.standard_normal([3, 3, 4, 4]).astype(np.float32),
+                        "label": np.eye(5, dtype=np.float32)[[0, 3, 4]]})
+    a, b = run(ours.model, feeds), run(theirs.model, feeds)
+    for name in ours.weights:
+        np.testing.assert_allclose(a[ours.gradients[name]], b[theirs.gradients[name]],
+                                   rtol=1e-6, atol=1e-7)
+    assert np.abs(a[ours.gradients["w"]]).max() > 0
