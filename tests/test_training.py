@@ -317,3 +317,15 @@ def test_our_rewrites_keep_the_gradients():
         np.testing.assert_allclose(a[ours.gradients[name]], b[theirs.gradients[name]],
                                    rtol=1e-6, atol=1e-7)
     assert np.abs(a[ours.gradients["w"]]).max() > 0
+
+
+def test_training_graph_verifies_in_its_arena(tmp_path):
+    """The arena verifier runs the squeezenet training step node by node: PASS."""
+    import graphmem
+    from graphmem.verify import verify
+    path = tmp_path / "sq.train.onnx"
+    assert main(["train", "squeezenet", "--batch", "1", "--save", str(path), "--json"]) == 0
+    graph = graphmem.load(path)
+    plan = graphmem.plan_graph(graph).plan
+    report = verify(plan, graph)
+    assert report.passed, report
