@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
@@ -272,18 +271,3 @@ def fit(total_at: Callable[[int], int], budget: int) -> dict:
             "probed": probed}
 
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000 ** 2, "mb": 1000 ** 2,
-          "g": 1000 ** 3, "gb": 1000 ** 3, "t": 1000 ** 4, "tb": 1000 ** 4,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def parse_bytes(text: str) -> int:
-    """``12GiB``, ``4GB``, ``512MiB``, ``1.5e9`` or plain bytes -> bytes (GB = 10^9)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise GraphmemError(f"cannot read the size {text!r}; write e.g. 12GiB, 4GB, 512MiB "
-                            "or a number of bytes")
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value < 0:
-        raise GraphmemError(f"the size {text!r} is negative")
-    return int(value)

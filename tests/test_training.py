@@ -235,7 +235,7 @@ def test_grouped_conv_weight_gradient_matches_numpy(group, stride):
 
 
 def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
-    from graphmem.commands.train import parse_bytes
+    from graphmem.sizes import parse_bytes
     assert parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1.5e3") == 1500
     path = tmp_path / "tiny.onnx"
     onnx.save(chain_model(), str(path))

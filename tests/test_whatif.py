@@ -13,7 +13,8 @@ import graphmem
 from graphmem import analysis
 from graphmem.cli import main
 from graphmem.load import from_model
-from graphmem.whatif import (Batcher, check_scaling, fit, footprint, parse_bytes, rebatch,
+from graphmem.sizes import parse_bytes
+from graphmem.whatif import (Batcher, check_scaling, fit, footprint, rebatch,
                              sweep, with_float_dtype)
 from graphmem.zoo import ZOO, zoo_path
 

@@ -5,7 +5,8 @@ import json
 import sys
 
 from ..load import read_model
-from ..whatif import Batcher, fit, float_dtype, footprint, parse_bytes, with_float_dtype
+from ..sizes import parse_bytes
+from ..whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
 from ..zoo import resolve
 from .common import add_model_args, add_pass_args, chosen_passes, parse_dims
 
@@ -29,7 +30,7 @@ def add_parser(sub) -> None:
 
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
-    budget = parse_bytes(args.budget)
+    budget = parse_bytes(args.budget, "--budget")
     path = resolve(args.model, quiet=args.json)
     batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path))
     dtype = args.dtype or float_dtype(batcher.base)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 from rich.console import Console
@@ -10,11 +9,8 @@ from rich.table import Table
 
 from ..errors import GraphmemError
 from ..load import read_model
+from ..sizes import parse_bytes
 from .common import model_path
-
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -47,14 +43,6 @@ def add_parser(sub) -> None:
     p.add_argument("--save", metavar="PATH", help="write the built training model (.onnx)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
-
-
-def parse_bytes(text: str, option: str = "--budget") -> int:
-    """``2GiB`` -> 2147483648; plain numbers are bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in UNITS:
-        raise GraphmemError(f"{option} {text!r}: expected a size like 2GiB, 512MiB or 1e9")
-    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
 
 
 def run(args) -> int:
