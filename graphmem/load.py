@@ -197,11 +197,11 @@ def _copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     for init in copy.graph.initializer:
         if init.HasField("raw_data") and len(init.raw_data) > SMALL_CONSTANT_BYTES:
-            _make_external_stub(init)
+            _drop_tensor_data(init)
     return copy
 
 
-def _make_external_stub(init: onnx.TensorProto) -> None:
+def _drop_tensor_data(init: onnx.TensorProto) -> None:
     # Keep dims and data_type; drop the bytes. Marked external so nothing mistakes
     # the empty tensor for real data.
     init.ClearField("raw_data")

@@ -172,7 +172,7 @@ def test_external_data_truncated_file_is_not_read(tmp_path):
 
 
 def test_large_inline_initializer_plans(tmp_path):
-    # Over the loader's 1 MiB stub threshold: once failed onnx.checker on the stub.
+    # Over the loader's 1 MiB threshold for dropping tensor data: such a model once failed onnx.checker.
     path = save(matmul_model(1024, 1024), tmp_path / "m.onnx")
     assert graphmem.plan_model(path).plan.tensors["z"].bytes == 4 * 1024 * 4
 
