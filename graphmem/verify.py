@@ -16,9 +16,13 @@ the zoo graphs), comparing them proves little, so every tensor is compared then 
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
 
 from .arena_run import ArenaRun, Mismatch
 from .compare import OutputCheck, compare_outputs, identical
@@ -28,7 +32,7 @@ from .plan import Plan, problems
 from .reference import constant_values, model_with_weights, random_inputs, reference_run
 from .schedule import check_order
 
-__all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "random_inputs",
+__all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "random_inputs", "read_inputs",
            "check_compatible"]
 
 PROVIDERS = {"cpu": ("CPUExecutionProvider", "cpu"), "cuda": ("CUDAExecutionProvider", "cuda")}
@@ -63,13 +67,17 @@ class VerifyReport:
 def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: bool = False,
            check_all: bool = False, seed: int = 0,
            on_step: Callable[[int, int], None] | None = None,
-           arena: str | None = None) -> VerifyReport:
+           arena: str | None = None,
+           inputs: Mapping[str, np.ndarray] | None = None) -> VerifyReport:
     """Verify ``plan`` for ``graph`` (loaded from ``graph.model_path``) on ONNX Runtime.
 
     ``runtime_only`` skips the plan-format rules and trusts the plan; ``check_all``
     compares every tensor as it is produced. ``on_step(done, total)`` reports progress.
     ``arena`` picks the arena kind: "host" (CPU default) or "ortvalue" (CUDA's kind,
-    also usable on CPU). Raises GraphmemError when ``plan`` is not for ``graph``.
+    also usable on CPU). ``inputs`` replaces the seeded random inputs (see
+    :func:`read_inputs`); every tensor is then compared, since no second input set is
+    at hand to tell whether the outputs depend on the inputs. Raises GraphmemError
+    when ``plan`` is not for ``graph``.
     """
     start = time.perf_counter()
     ort_provider, device = _provider(provider)
@@ -84,7 +92,11 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     t0 = time.perf_counter()
     model = model_with_weights(graph)
     constants = constant_values(model, graph)
-    feeds = random_inputs(graph, seed)
+    if inputs is not None:
+        feeds = _checked_inputs(graph, inputs)
+        check_all = True
+    else:
+        feeds = random_inputs(graph, seed)
     t_setup = time.perf_counter() - t0
     t0 = time.perf_counter()
     reference = reference_run(model, graph, feeds, ort_provider,
@@ -120,6 +132,46 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                     outputs_ignore_inputs=insensitive,
                     seconds=time.perf_counter() - start,
                     timings={"setup": t_setup, "reference": t_ref, "arena": t_arena})
+
+
+def read_inputs(folder: str | os.PathLike, graph: Graph) -> dict[str, np.ndarray]:
+    """Inputs from an ONNX test-data folder (``input_0.pb``, ``input_1.pb``, ...).
+
+    Each file is a TensorProto; its name picks the graph input, or, unnamed, its
+    position among the graph's inputs.
+    """
+    from onnx import TensorProto, numpy_helper
+    # input_2.pb before input_10.pb
+    files = sorted(Path(folder).glob("input_*.pb"), key=lambda p: (len(p.name), p.name))
+    if not files:
+        raise GraphmemError(f"{folder}: no input_*.pb files (an ONNX test-data folder)")
+    feeds = {}
+    for i, path in enumerate(files):
+        t = TensorProto()
+        try:
+            t.ParseFromString(path.read_bytes())
+            value = numpy_helper.to_array(t)
+        except Exception as exc:
+            raise GraphmemError(f"{path}: not a TensorProto ({exc})") from None
+        name = t.name if t.name in graph.inputs else (graph.inputs[i] if i < len(graph.inputs) else None)
+        if name is None:
+            raise GraphmemError(f"{path}: the model has only {len(graph.inputs)} inputs")
+        feeds[name] = value
+    return feeds
+
+
+def _checked_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for name in graph.inputs:
+        if name not in inputs:
+            raise GraphmemError(f"no value given for graph input {name!r}")
+        value = np.asarray(inputs[name])
+        want = graph.tensors[name]
+        if tuple(value.shape) != tuple(want.shape):
+            raise GraphmemError(f"input {name!r} has shape {list(value.shape)}, the plan "
+                                f"was made for {list(want.shape)}")
+        feeds[name] = value
+    return feeds
 
 
 def _replace(report: VerifyReport, **changes) -> VerifyReport:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import onnxruntime as ort
 import pytest
@@ -244,3 +245,14 @@ def test_symbolic_dims_from_the_command_line_and_from_the_plan(tmp_cwd, capsys):
     assert "PASS" in capsys.readouterr().out
     assert main(["verify", "dyn.onnx", "--plan", "dyn.json", "--dim", "N=4"]) == 2
     assert "N=5" in capsys.readouterr().err
+
+
+def test_verify_with_shipped_inputs(capsys, tmp_path):
+    """--inputs DIR reads an ONNX test-data folder; random inputs would break Expand here."""
+    import onnx as _onnx
+    folder = Path(_onnx.__file__).parent / "backend/test/data/simple/test_expand_shape_model1"
+    model, data = folder / "model.onnx", folder / "test_data_set_0"
+    assert main(["verify", str(model), "--inputs", str(data)]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["verify", str(model), "--inputs", str(tmp_path)]) == 2
+    assert "no input_*.pb" in capsys.readouterr().err

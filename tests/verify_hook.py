@@ -27,8 +27,11 @@ def verify_or_skip(path: Path, result: graphmem.Result) -> None:
         pytest.skip("graphmem.verify is not merged yet: planned and validated only")
     graph = result.graph
     assert graph.model_path and Path(graph.model_path) == Path(path)
+    # the ONNX test folders ship real inputs beside the model: use them where they are
+    shipped = Path(path).parent / "test_data_set_0"
     try:
-        report = verify.verify(result.plan, graph)
+        inputs = verify.read_inputs(shipped, graph) if shipped.is_dir() else None
+        report = verify.verify(result.plan, graph, inputs=inputs)
     except GraphmemError as exc:
         pytest.skip(f"graphmem.verify cannot run it: {exc}")
     detail = report.mismatch.describe() if report.mismatch else (report.problems, report.outputs)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..errors import GraphmemError
 from ..load import load
-from ..verify import PROVIDERS, VerifyReport, verify
+from ..verify import PROVIDERS, VerifyReport, read_inputs, verify
 from .common import (add_model_args, add_pass_args, load_graph, model_path, parse_dims,
                      plan_from_args, read_plan)
 
@@ -37,6 +37,9 @@ def add_verify_args(p) -> None:
     p.add_argument("--check-all", action="store_true",
                    help="compare every intermediate tensor with the reference as it is produced")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--inputs", metavar="DIR",
+                   help="use the inputs of an ONNX test-data folder (input_0.pb, ...) "
+                        "instead of random ones; every tensor is then compared")
 
 
 def run(args) -> int:
@@ -64,8 +67,9 @@ def run_verify(plan, graph, args) -> VerifyReport:
                   TextColumn("nodes"), TimeElapsedColumn(), console=err,
                   transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("nodes", total=len(plan.order))
+        inputs = read_inputs(args.inputs, graph) if getattr(args, "inputs", None) else None
         return verify(plan, graph, provider=args.provider, runtime_only=args.runtime_only,
-                      check_all=args.check_all, seed=args.seed,
+                      check_all=args.check_all, seed=args.seed, inputs=inputs,
                       on_step=lambda done, total: progress.update(task, completed=done))
 
 
