@@ -7,6 +7,11 @@ class GraphmemError(Exception):
     The CLI prints it as ``graphmem: <message>`` and exits with code 2.
     """
 
+    def __str__(self) -> str:
+        # Messages quote names read from the user's files, which may hold line breaks;
+        # escape them so that every message stays one line wherever it is raised.
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
+
 
 class PlanInvalid(GraphmemError):
     """A plan breaks a rule of ``graphmem.plan/1`` (a wrong plan, not bad input)."""
