@@ -43,17 +43,3 @@ def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
         if t in last:
             last[t] = end
     return {t: Interval(first[t], last[t]) for t in arena if t in first}
-
-
-def live_bytes_per_step(sizes: dict[str, int], intervals: dict[str, Interval],
-                        steps: int) -> list[int]:
-    """Total bytes live at each position -1..steps (index 0 is position -1)."""
-    delta = [0] * (steps + 3)
-    for t, iv in intervals.items():
-        delta[iv.first + 1] += sizes[t]
-        delta[iv.last + 2] -= sizes[t]
-    out, running = [], 0
-    for d in delta[:-1]:
-        running += d
-        out.append(running)
-    return out

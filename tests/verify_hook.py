@@ -1,30 +1,21 @@
-"""The one place the tests call graphmem's ONNX Runtime verifier (``graphmem.verify``).
-
-That module is built on its own branch. Until it is merged, every caller skips with
-a reason (the plan has still been built and validated by then).
-"""
+"""The one place the breadth tests call graphmem's ONNX Runtime verifier."""
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
 import graphmem
+from graphmem import verify
 from graphmem.errors import GraphmemError
 
 
 def verify_or_skip(path: Path, result: graphmem.Result) -> None:
-    """Run the plan in one arena on ONNX Runtime and compare outputs: the verify hook.
+    """Run the plan in one arena on ONNX Runtime and compare outputs.
 
-    ``graphmem.verify`` is built on its own branch (``verify(plan, graph)`` returning a
-    report with ``passed``). Until it is merged this skips; a model the verifier
-    declines (it says why, e.g. control flow) is a skip with its reason, never a pass.
+    A model the verifier declines (it says why, e.g. control flow) is a skip with its
+    reason, never a pass.
     """
-    try:
-        verify = importlib.import_module("graphmem.verify")
-    except ModuleNotFoundError:
-        pytest.skip("graphmem.verify is not merged yet: planned and validated only")
     graph = result.graph
     assert graph.model_path and Path(graph.model_path) == Path(path)
     # the ONNX test folders ship real inputs beside the model: use them where they are

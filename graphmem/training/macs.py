@@ -1,7 +1,9 @@
 """A minimal multiply-accumulate counter for Conv, ConvTranspose, Gemm and MatMul.
 
-Kept inside graphmem/training/ on purpose (a general ``graphmem/macs.py`` is being
-written in parallel); other ops are counted as zero MACs.
+Other ops count as zero: the training figures (forward, backward and recompute MACs,
+and the recompute overhead in percent) are defined on these matrix ops alone.
+``graphmem/macs.py`` counts every op for the report; switching the training
+accounting to it would change those figures, so the two stay apart for now.
 """
 from __future__ import annotations
 
