@@ -120,8 +120,13 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
     calling ``root_of`` per tensor would be quadratic.
     """
     memo: dict[str, tuple[str, int]] = {}
-    sliced = a._sliced_member if a.slice_of else {}
+    alias, slice_of = a.alias, a.slice_of
+    sliced = a._sliced_member if slice_of else {}
     for t in names:
+        if t not in alias and t not in slice_of and t not in sliced:
+            if t not in memo:
+                memo[t] = (t, 0)  # most tensors: a root of their own
+            continue
         path = []
         cur = t
         while cur not in memo:

@@ -5,13 +5,14 @@ inputs) and ``len(order)`` is "after the last node" (graph outputs stay alive).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .ir import Graph
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(NamedTuple):
+    """Inclusive positions of a tensor's first and last use (a tuple: cheap to make)."""
+
     first: int
     last: int
 
@@ -42,4 +43,5 @@ def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
     for t in graph.outputs:
         if t in last:
             last[t] = end
-    return {t: Interval(first[t], last[t]) for t in arena if t in first}
+    make = Interval._make
+    return {t: make((first[t], last[t])) for t in arena if t in first}

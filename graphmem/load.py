@@ -15,6 +15,7 @@ from onnx import helper, shape_inference
 from .constants import evaluate_constants, is_foldable
 from .dtypes import dtype_of
 from .errors import GraphmemError
+from .gcpause import gc_paused
 from .ir import Graph, Node, Tensor
 
 # Constants up to this size are evaluated when shape inference needs their values.
@@ -44,6 +45,7 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
     return model
 
 
+@gc_paused
 def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
          check: bool = True, dim_default: int | None = None) -> Graph:
     """Load an ONNX model into a :class:`Graph` with every shape static.

@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 from .assignment import Assignment, Context, align_up, groups, layout_bytes, roots
 from .errors import GraphmemError
+from .gcpause import gc_paused
 from .ir import Graph
 from .liveness import liveness
 from .load import load
@@ -55,6 +56,7 @@ def resolve_passes(names: Sequence[str]) -> list[str]:
     return [n for n in known if n in set(names)]
 
 
+@gc_paused
 def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                order: Sequence[int] | None = None, alignment: int = 64,
                placement: str = "best", time_limit: float = 10.0,
@@ -83,10 +85,10 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         t0 = time.perf_counter()
         _, detail = registry[name](ctx, Assignment())
         new_order = list(detail.pop("order", ctx.order))
-        bad = check_order(graph, new_order)
-        assert not bad, f"pass {name} returned an invalid order: {bad[0]}"
         saved = 0
         if tuple(new_order) != ctx.order:
+            bad = check_order(graph, new_order)
+            assert not bad, f"pass {name} returned an invalid order: {bad[0]}"
             cand = Context(graph, tuple(new_order), liveness(graph, new_order), alignment)
             cand_ctx, cand_a, cand_reports = _run_passes(cand, names, registry, placement,
                                                             time_limit)
@@ -100,7 +102,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     plan = _to_plan(ctx, a, reports, model_name or _model_name(graph),
                     dict(bindings if bindings is not None else graph.bindings))
     if check:
-        validate(plan, graph)
+        validate(plan, graph, intervals=ctx.intervals)
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
 
 
@@ -121,6 +123,7 @@ def _run_passes(ctx: Context, names, registry, placement: str, time_limit: float
     return ctx, _finish_layout(ctx, a), reports
 
 
+@gc_paused
 def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
                **options) -> Result:
     """Load an ONNX file and plan it (see :func:`plan_graph` for the options)."""
@@ -159,14 +162,15 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
     tensors = {}
     root_of = roots(a, ctx.intervals)
     io = io_sets(graph)
+    sizes, offsets, alias, slice_of = ctx.sizes, a.offsets, a.alias, a.slice_of
+    none = (None, None)
     for name, iv in ctx.intervals.items():
         root, rel = root_of[name]
-        alias_of, kind = a.alias.get(name, (None, None))
+        alias_of, kind = alias.get(name, none)
+        size = sizes[name]
         tensors[name] = TensorPlan(
-            kind=expected_kind(graph, name, io), bytes=ctx.sizes[name],
-            offset=a.offsets[root] + rel if ctx.sizes[name] else 0,
-            live=(iv.first, iv.last), alias_of=alias_of, alias=kind,
-            slice_of=a.slice_of.get(name))
+            expected_kind(graph, name, io), size, offsets[root] + rel if size else 0,
+            (iv.first, iv.last), alias_of, kind, slice_of.get(name))
     arena = a.arena_bytes or 0
     plan = Plan(model=model, bindings=bindings, alignment=ctx.alignment,
                 order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,

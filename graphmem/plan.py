@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import ops
 from .errors import GraphmemError, PlanInvalid
+from .gcpause import gc_paused
 from .ir import Graph
 from .liveness import liveness
 from .schedule import check_order
@@ -189,14 +192,25 @@ def io_sets(graph: Graph) -> tuple[set, set]:
     return set(graph.inputs), set(graph.outputs)
 
 
-def problems(plan: Plan, graph: Graph) -> list[str]:
-    """Every rule of ``graphmem.plan/1`` that ``plan`` breaks for ``graph`` (empty: valid)."""
+@gc_paused
+def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
+    """Every rule of ``graphmem.plan/1`` that ``plan`` breaks for ``graph`` (empty: valid).
+
+    ``intervals`` is for the planner checking the plan it has just built: the
+    liveness of ``plan.order`` it computed with :func:`liveness` after checking the
+    order, and from which it wrote the plan's stats with :func:`plan_stats`. Given
+    it, the order check, the liveness and the stats are not computed a second time
+    (the same functions on the same input); every rule about what the passes
+    decided (kinds, bytes, offsets, live ranges, aliases, slices, overlaps) still is.
+    """
     out: list[str] = []
     if plan.format != FORMAT:
         return [f"format is {plan.format!r}, not {FORMAT!r}"]
     if plan.alignment <= 0:
         return [f"alignment {plan.alignment} is not positive"]
-    out += check_order(graph, plan.order)
+    fresh = intervals is not None
+    if not fresh:
+        out += check_order(graph, plan.order)
     if out:
         return out
     const_expected = set(graph.constants)
@@ -205,7 +219,8 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
         miss = sorted(const_expected - set(plan.constants))
         out.append(f"constants: {extra[0]!r} is not a foldable constant" if extra else
                    f"constants: {miss[0]!r} is computed from weights alone but not listed")
-    intervals = liveness(graph, plan.order)
+    if not fresh:
+        intervals = liveness(graph, plan.order)
     names = set(intervals)
     if set(plan.tensors) != names:
         extra = sorted(set(plan.tensors) - names)
@@ -216,10 +231,11 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
             out.append(f"tensors: {miss[0]!r} is missing")
         return out
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
-    io = io_sets(graph)
+    inputs, outputs = io_sets(graph)
     for name, t in plan.tensors.items():
         info = graph.tensors[name]
-        want_kind = expected_kind(graph, name, io)
+        want_kind = ("input" if name in inputs else "output" if name in outputs
+                     else "activation")  # expected_kind, inlined: it runs per tensor
         if t.kind != want_kind:
             out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
         if t.bytes != info.bytes:
@@ -241,34 +257,42 @@ def problems(plan: Plan, graph: Graph) -> list[str]:
     if out:
         return out
     out += _overlap_problems(plan, roots)
-    out += _stats_problems(plan, graph, roots)
+    if not fresh:
+        out += _stats_problems(plan, graph, roots)
     return out
 
 
-def validate(plan: Plan, graph: Graph) -> None:
-    """Raise :class:`PlanInvalid` naming each broken rule; return None for a valid plan."""
-    found = problems(plan, graph)
+def validate(plan: Plan, graph: Graph, *, intervals=None) -> None:
+    """Raise :class:`PlanInvalid` naming each broken rule; return None for a valid plan.
+
+    ``intervals``: see :func:`problems`."""
+    found = problems(plan, graph, intervals=intervals)
     if found:
         raise PlanInvalid(found)
 
 
 def _group_roots(plan: Plan) -> dict[str, str]:
     """Tensor -> root of its alias/slice group (following alias_of and slice_of)."""
-    parent = {name: name for name in plan.tensors}
+    tensors = plan.tensors
+    parent: dict[str, str] = {}  # only tensors in some link; the rest are their own root
 
     def find(t: str) -> str:
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
-        return t
+        root = t
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while t != root:  # path compression
+            parent[t], t = root, parent[t]
+        return root
 
-    for name, t in plan.tensors.items():
+    for name, t in tensors.items():
         for other in (t.alias_of, t.slice_of):
-            if other is not None and other in parent:
+            if other is not None and other in tensors:
                 a, b = find(name), find(other)
                 if a != b:
                     parent[a] = b
-    return {name: find(name) for name in plan.tensors}
+    if not parent:
+        return {name: name for name in tensors}
+    return {name: find(name) if name in parent else name for name in tensors}
 
 
 def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -> list[str]:
@@ -343,9 +367,10 @@ def _check_alias(plan, graph, producer, position, members, roots, name, t, guard
     if t.bytes > s.bytes:
         return [f"tensor {name!r}: in-place output larger than {src!r}"]
     pos = position[node.index]
-    if not guard.may_break(roots[name], pos):
-        return []
-    for m in members[roots[name]]:
+    group = members[roots[name]]
+    if len(group) > 8 and not guard.may_break(roots[name], pos):
+        return []  # a large group that the guard clears without the member loop
+    for m in group:
         mt = plan.tensors[m]
         if mt.kind == "input":
             return [f"tensor {name!r}: overwrites the storage of graph input {m!r}"]
@@ -423,36 +448,56 @@ def live_timelines(plan: Plan, roots: dict[str, str] | None = None
     ``roots`` (:func:`_group_roots`) may be passed in when the caller has them.
     """
     roots = roots if roots is not None else _group_roots(plan)
-    members: dict[str, list] = {}
-    for name, t in plan.tensors.items():
-        if t.bytes:
-            members.setdefault(roots[name], []).append(t)
     steps = len(plan.order)
-    unaliased = _sweep(((t.live[0], t.live[1], t.bytes) for t in plan.tensors.values()), steps)
-    aliased = _sweep((r for ts in members.values() for r in _group_regions(ts)), steps)
-    return aliased, unaliased
+    tensors = list(plan.tensors.values())
+    n = len(tensors)
+    first = np.fromiter((t.live[0] for t in tensors), np.int64, n)
+    last = np.fromiter((t.live[1] for t in tensors), np.int64, n)
+    size = np.fromiter((t.bytes for t in tensors), np.int64, n)
+    unaliased = _sweep(first, last, size, steps)
+    # storage groups of the tensors with bytes: per group the earliest first use, the
+    # latest last use and its size, where all members cover the same bytes; a group
+    # whose members cover different bytes (Concat slices) is split in regions
+    code: dict[str, int] = {}
+    gid = np.fromiter((code.setdefault(roots[name], len(code)) for name in plan.tensors),
+                      np.int64, n)
+    offset = np.fromiter((t.offset for t in tensors), np.int64, n)
+    index = np.flatnonzero(size > 0)
+    index = index[np.argsort(gid[index], kind="stable")]
+    if len(index) == 0:
+        return unaliased, unaliased
+    g = gid[index]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    uniform = ((np.minimum.reduceat(offset[index], starts)
+                == np.maximum.reduceat(offset[index], starts))
+               & (np.minimum.reduceat(size[index], starts)
+                  == np.maximum.reduceat(size[index], starts)))
+    spans = [np.minimum.reduceat(first[index], starts)[uniform],
+             np.maximum.reduceat(last[index], starts)[uniform],
+             np.maximum.reduceat(size[index], starts)[uniform]]
+    ends = np.r_[starts[1:], len(index)]
+    regions = [r for k in np.flatnonzero(~uniform)
+               for r in _group_regions([tensors[i] for i in index[starts[k]:ends[k]]])]
+    if regions:
+        extra = np.array(regions, dtype=np.int64).reshape(-1, 3)
+        spans = [np.r_[s, extra[:, c]] for c, s in enumerate(spans)]
+    return _sweep(*spans, steps), unaliased
 
 
-def _sweep(spans, steps: int) -> list[int]:
+def _sweep(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, steps: int) -> list[int]:
     """Sum of bytes over (first, last, bytes) spans at each position -1..steps."""
-    delta = [0] * (steps + 3)
-    for first, last, nbytes in spans:
-        delta[first + 1] += nbytes
-        delta[last + 2] -= nbytes
-    out, running = [], 0
-    for d in delta[:-1]:
-        running += d
-        out.append(running)
-    return out
+    delta = np.zeros(steps + 3, dtype=np.int64)
+    np.add.at(delta, first + 1, nbytes)
+    np.add.at(delta, last + 2, -nbytes)
+    return np.cumsum(delta[:-1]).tolist()
 
 
 def _group_regions(ts: list[TensorPlan]) -> list[tuple[int, int, int]]:
     """(first, last, bytes) of a storage group: its byte range, split where Concat
     slices make parts of it live at different times; each part is live from the first
     to the last use of a tensor on it (a group without slices is one part)."""
-    if len({t.offset for t in ts}) == 1:
-        return [(min(t.live[0] for t in ts), max(t.live[1] for t in ts),
-                 max(t.bytes for t in ts))]
+    if len({(t.offset, t.bytes) for t in ts}) == 1:  # all members on the same bytes
+        return [(min(t.live[0] for t in ts), max(t.live[1] for t in ts), ts[0].bytes)]
     cuts = sorted({t.offset for t in ts} | {t.offset + t.bytes for t in ts})
     out = []
     for lo, hi in zip(cuts, cuts[1:]):

@@ -23,16 +23,23 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     by_index = {n.index: n for n in graph.nodes}
     alias = dict(a.alias)
     root_of = roots(a, iv)
-    parent: dict[str, str] = {t: root_of[t][0] for t in iv}  # union-find over groups
+    parent: dict[str, str] = {}  # union-find over groups
     group_last: dict[str, int] = {}
-    for t, r in parent.items():
-        group_last[r] = max(group_last.get(r, -1), iv[t].last)
-    pinned = {parent[t] for t in graph.inputs if t in parent}
     # per storage group: its members' live ranges and the positions of in-place writes
     lives: dict[str, list[tuple[int, int]]] = {}
-    for t, r in parent.items():
-        lives.setdefault(r, []).append((iv[t].first, iv[t].last))
-    writes: dict[str, list[int]] = {r: [] for r in lives}
+    writes: dict[str, list[int]] = {}
+    for t, life in iv.items():
+        r = root_of[t][0]
+        parent[t] = r
+        if r in lives:
+            lives[r].append(life)
+            if life[1] > group_last[r]:
+                group_last[r] = life[1]
+        else:
+            lives[r] = [life]
+            group_last[r] = life[1]
+            writes[r] = []
+    pinned = {parent[t] for t in graph.inputs if t in parent}
     sliced = {r for r in (parent[t] for t in a.slice_of if t in parent)}
     # alias groups (alias edges only): at most one Concat slice each
     alias_root: dict[str, str] = {t: s for t, (s, _) in a.alias.items()}
@@ -61,18 +68,20 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         if (go in sliced or gs in sliced) and (go in pinned or gs in pinned):
             return False  # a graph input must not move into a Concat output
         # the in-place rule over the merged group (pairs within one old group held already)
-        pairs = [(lives[go], writes[gs]), (lives[gs], writes[go]),
-                 (lives[go] + lives[gs], [pos] if pos is not None else [])]
-        return not any(first < p < last for members, ps in pairs if ps
-                       for p in ps for first, last in members)
+        lo, ls = lives[go], lives[gs]
+        here = (pos,) if pos is not None else ()
+        return not (_crosses(lo, writes[gs]) or _crosses(ls, writes[go])
+                    or _crosses(lo, here) or _crosses(ls, here))
 
     def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
         old, new = find(out), find(src)
         alias[out] = (src, kind)
         parent[old] = new
         group_last[new] = max(group_last[new], group_last.pop(old, -1))
-        lives[new] = lives[new] + lives.pop(old)
-        writes[new] = writes[new] + writes.pop(old) + ([pos] if pos is not None else [])
+        lives[new].extend(lives.pop(old))  # each list belongs to its group alone
+        writes[new].extend(writes.pop(old))
+        if pos is not None:
+            writes[new].append(pos)
         if old in pinned:
             pinned.add(new)
         if old in sliced:
@@ -105,6 +114,12 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             overwrites += 1
     new = a.with_(alias=alias)
     return new, {"views": views, "inplace": overwrites}
+
+
+def _crosses(members, positions) -> bool:
+    """Is some member live across one of the positions (produced before, read after)?"""
+    return bool(positions) and any(first < p < last for p in positions
+                                   for first, last in members)
 
 
 def _can_alias(ctx: Context, alias, src: str, out: str) -> bool:

@@ -5,7 +5,8 @@ the pool for a block in ``[size / match_range, size * match_range)``, larger
 blocks first (the smallest that is large enough), then the largest of the
 smaller ones (which then grows); a group's block returns to the pool after its
 last use. As with ``NNVM_AUTO_SEARCH_MATCH_RANGE``, match ranges 1, 2, 4, 8 and
-16 are tried and the smallest total kept. The result is storage blocks, not
+16 are tried and the smallest total kept (on large graphs only 16, MXNet's default:
+see ``SEARCH_WORK``). The result is storage blocks, not
 offsets: ``layout_bytes`` is the sum of the block sizes.
 """
 from __future__ import annotations
@@ -16,6 +17,10 @@ import heapq
 from graphmem.assignment import Assignment, Context, Record, groups, records
 
 MATCH_RANGES = (1, 2, 4, 8, 16)
+DEFAULT_MATCH_RANGE = 16  # MXNet's NNVM_EXEC_MATCH_RANGE default
+# The search over MATCH_RANGES runs while records x ranges stays within this; above
+# it (over 40,000 storage groups) one run at the default range.
+SEARCH_WORK = 200_000
 
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
@@ -23,7 +28,9 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     recs = records(ctx, gs)
     best = None
     floor = _max_live(recs)
-    for match_range in MATCH_RANGES:
+    ranges = (MATCH_RANGES if len(recs) * len(MATCH_RANGES) <= SEARCH_WORK
+              else (DEFAULT_MATCH_RANGE,))
+    for match_range in ranges:
         block_of, block_bytes = share_blocks(recs, match_range)
         total = sum(block_bytes)
         if best is None or total < best[0]:

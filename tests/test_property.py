@@ -26,6 +26,7 @@ from graphmem.assignment import Record, align_up
 from graphmem.errors import PlanInvalid
 from graphmem.load import from_model
 from graphmem.passes.place import STRATEGIES, max_live, place_records
+from graphmem.plan import live_timelines
 from graphmem.schedule import check_order
 
 T = TensorProto
@@ -122,6 +123,46 @@ def test_random_dags_plan_and_validate_under_every_pass_combination(model, align
             check_bounds(result.plan)
             if "inplace" not in passes:
                 assert not any(t.alias_of for t in result.plan.tensors.values())
+
+
+def reference_timelines(plan) -> tuple[list[int], list[int]]:
+    """Live bytes per position -1..len(order), step by step: (aliased, unaliased).
+
+    Aliased: per storage group (by alias_of / slice_of links) and per byte between
+    its members' boundaries, counted at every step from the first to the last use of
+    any member covering that byte."""
+    steps = range(-1, len(plan.order) + 1)
+    unaliased = [sum(t.bytes for t in plan.tensors.values() if t.live[0] <= p <= t.live[1])
+                 for p in steps]
+    group = {name: {name} for name in plan.tensors}  # merged sets, shared by members
+    for name, t in plan.tensors.items():
+        for other in (t.alias_of, t.slice_of):
+            if other and group[other] is not group[name]:
+                merged = group[name] | group[other]
+                for m in merged:
+                    group[m] = merged
+    groups: dict[int, list] = {}
+    for name, t in plan.tensors.items():
+        if t.bytes:
+            groups.setdefault(id(group[name]), []).append(t)
+    aliased = [0] * len(steps)
+    for ts in groups.values():
+        cuts = sorted({t.offset for t in ts} | {t.offset + t.bytes for t in ts})
+        for lo, hi in zip(cuts, cuts[1:]):
+            on = [t for t in ts if t.offset < hi and lo < t.offset + t.bytes]
+            if on:
+                first, last = min(t.live[0] for t in on), max(t.live[1] for t in on)
+                for k, p in enumerate(steps):
+                    aliased[k] += (hi - lo) if first <= p <= last else 0
+    return aliased, unaliased
+
+
+@settings(deadline=None)
+@given(model=dag_models(), passes=st.sampled_from(PASS_SETS + [list(graphmem.DEFAULT_PASSES)]))
+def test_live_timelines_equal_a_step_by_step_count(model, passes):
+    graph = from_model(model)
+    plan = graphmem.plan_graph(graph, passes).plan
+    assert live_timelines(plan) == reference_timelines(plan)
 
 
 def random_topological_order(graph, draw) -> list[int]:
