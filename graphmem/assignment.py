@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from .ir import Graph
 from .liveness import Interval
@@ -17,9 +17,10 @@ def align_up(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
 
 
-@dataclass(frozen=True)
-class Record:
-    """What placement sees of a buffer: its size and inclusive live range. Nothing else."""
+class Record(NamedTuple):
+    """What placement sees of a buffer: its size and inclusive live range. Nothing else.
+
+    A named tuple: a large graph makes one per storage group, several times over."""
 
     id: int
     bytes: int
@@ -38,6 +39,11 @@ class Context:
     def sizes(self) -> dict[str, int]:
         # cached: every pass asks, and a Tensor computes its bytes on each call
         return {t: self.graph.tensors[t].bytes for t in self.intervals}
+
+    @cached_property
+    def roots_memo(self) -> list:
+        """[alias, slice_of, roots] of the last :func:`root_map` call."""
+        return []
 
     @cached_property
     def groups_memo(self) -> list:
@@ -102,8 +108,7 @@ class Assignment:
         return out
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """Tensors that share one storage (a root and everything aliased into it)."""
 
     root: str
@@ -149,6 +154,18 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
     return memo
 
 
+def root_map(ctx: Context, a: Assignment) -> dict[str, tuple[str, int]]:
+    """``roots(a, ctx.intervals)``, kept on ``ctx`` while the alias and slice maps are
+    the same objects (passes after inplace and the plan writer ask for the same).
+    The caller must not change the returned dict."""
+    memo = ctx.roots_memo
+    if memo and memo[0] is a.alias and memo[1] is a.slice_of:
+        return memo[2]
+    out = roots(a, ctx.intervals)
+    memo[:] = [a.alias, a.slice_of, out]
+    return out
+
+
 def groups(ctx: Context, a: Assignment) -> list[Group]:
     """Storage groups in order of the root's first appearance."""
     memo = ctx.groups_memo
@@ -164,7 +181,7 @@ def _groups(ctx: Context, a: Assignment) -> list[Group]:
     intervals = ctx.intervals
     if not a.alias and not a.slice_of:  # every tensor is its own group
         return [Group(t, (t,), sizes[t], iv.first, iv.last) for t, iv in intervals.items()]
-    root_of = roots(a, intervals)
+    root_of = root_map(ctx, a)
     members: dict[str, list[str]] = {}
     span: dict[str, list[int]] = {}
     for t, iv in intervals.items():

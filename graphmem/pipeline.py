@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .assignment import Assignment, Context, align_up, groups, layout_bytes, roots
+from .assignment import Assignment, Context, align_up, groups, layout_bytes, root_map
 from .errors import GraphmemError
 from .gcpause import gc_paused
 from .ir import Graph
@@ -160,7 +160,7 @@ def _finish_layout(ctx: Context, a: Assignment) -> Assignment:
 def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan:
     graph = ctx.graph
     tensors = {}
-    root_of = roots(a, ctx.intervals)
+    root_of = root_map(ctx, a)
     io = io_sets(graph)
     sizes, offsets, alias, slice_of = ctx.sizes, a.offsets, a.alias, a.slice_of
     none = (None, None)
@@ -176,5 +176,6 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
                 order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,
                 tensors=tensors,
                 passes=[{"name": r.name, "bytes_saved": r.bytes_saved} for r in reports])
-    stats = plan_stats(plan)
+    # the assignment's groups are the plan's alias/slice groups: no need to rebuild them
+    stats = plan_stats(plan, {t: r for t, (r, _) in root_of.items()})
     return Plan(**{**plan.__dict__, "stats": stats})

@@ -14,7 +14,7 @@ two Concat slices into one alias group, nor a graph input into a group with slic
 """
 from __future__ import annotations
 
-from graphmem.assignment import Assignment, Context, roots
+from graphmem.assignment import Assignment, Context, root_map
 from graphmem.ops import OVERWRITE, VIEW, overwrite_pairs, view_pairs
 
 
@@ -22,33 +22,39 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     graph, iv = ctx.graph, ctx.intervals
     by_index = {n.index: n for n in graph.nodes}
     alias = dict(a.alias)
-    root_of = roots(a, iv)
-    parent: dict[str, str] = {}  # union-find over groups
+    root_of = root_map(ctx, a)
+    # union-find over storage groups, with state only for groups that have more than
+    # one member (a tensor alone is its own root, lives [its life] and has no writes):
+    # on a large graph most tensors never join, and skipping them saves a few dict
+    # entries per tensor
+    parent: dict[str, str] = {}  # tensor -> a tensor of its group nearer the root
     group_last: dict[str, int] = {}
     # per storage group: its members' live ranges and the positions of in-place writes
     lives: dict[str, list[tuple[int, int]]] = {}
     writes: dict[str, list[int]] = {}
-    for t, life in iv.items():
-        r = root_of[t][0]
-        parent[t] = r
-        if r in lives:
-            lives[r].append(life)
-            if life[1] > group_last[r]:
-                group_last[r] = life[1]
-        else:
-            lives[r] = [life]
-            group_last[r] = life[1]
-            writes[r] = []
-    pinned = {parent[t] for t in graph.inputs if t in parent}
-    sliced = {r for r in (parent[t] for t in a.slice_of if t in parent)}
+
+    def state(r: str) -> None:
+        if r not in lives:
+            lives[r], writes[r], group_last[r] = [iv[r]], [], iv[r][1]
+
+    for t, (r, _) in root_of.items():
+        if r != t and t in iv:
+            parent[t] = r
+            state(r)
+            lives[r].append(iv[t])
+            group_last[r] = max(group_last[r], iv[t][1])
+    pinned = {parent.get(t, t) for t in graph.inputs if t in iv}
+    sliced = {parent.get(t, t) for t in a.slice_of if t in iv}
     # alias groups (alias edges only): at most one Concat slice each
     alias_root: dict[str, str] = {t: s for t, (s, _) in a.alias.items()}
     views = overwrites = 0
 
     def find(t: str) -> str:
-        while parent[t] != t:
-            parent[t] = parent[parent[t]]
-            t = parent[t]
+        while t in parent:
+            up = parent[t]
+            if up in parent:
+                parent[t] = parent[up]  # path halving
+            t = up
         return t
 
     def afind(t: str) -> str:
@@ -63,21 +69,25 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         go, gs = find(out), find(src)
         if go == gs:
             return False
-        if afind(out) in slice_in_alias and afind(src) in slice_in_alias:
+        if slice_in_alias and afind(out) in slice_in_alias and afind(src) in slice_in_alias:
             return False  # one alias group, two Concat slices: two places at once
-        if (go in sliced or gs in sliced) and (go in pinned or gs in pinned):
+        if sliced and (go in sliced or gs in sliced) and (go in pinned or gs in pinned):
             return False  # a graph input must not move into a Concat output
         # the in-place rule over the merged group (pairs within one old group held already)
-        lo, ls = lives[go], lives[gs]
-        here = (pos,) if pos is not None else ()
-        return not (_crosses(lo, writes[gs]) or _crosses(ls, writes[go])
-                    or _crosses(lo, here) or _crosses(ls, here))
+        state(go)
+        state(gs)
+        lo, ls, wo, ws = lives[go], lives[gs], writes[go], writes[gs]
+        if (ws and _crosses(lo, ws)) or (wo and _crosses(ls, wo)):
+            return False
+        return pos is None or not (_crosses(lo, (pos,)) or _crosses(ls, (pos,)))
 
     def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
         old, new = find(out), find(src)
+        state(old)
+        state(new)
         alias[out] = (src, kind)
         parent[old] = new
-        group_last[new] = max(group_last[new], group_last.pop(old, -1))
+        group_last[new] = max(group_last[new], group_last.pop(old))
         lives[new].extend(lives.pop(old))  # each list belongs to its group alone
         writes[new].extend(writes.pop(old))
         if pos is not None:
@@ -86,10 +96,11 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             pinned.add(new)
         if old in sliced:
             sliced.add(new)
-        ao, as_ = afind(out), afind(src)
-        alias_root[ao] = as_
-        if ao in slice_in_alias:
-            slice_in_alias.add(as_)
+        if slice_in_alias:  # else never needed: without slices the set stays empty
+            ao, as_ = afind(out), afind(src)
+            alias_root[ao] = as_
+            if ao in slice_in_alias:
+                slice_in_alias.add(as_)
 
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
@@ -108,7 +119,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             if s.dtype != d.dtype or s.shape != d.shape or ctx.sizes[src] == 0:
                 continue
             r = find(src)
-            if r in pinned or group_last[r] > pos or not allowed(out, src, pos):
+            if r in pinned or group_last.get(r, iv[r][1]) > pos or not allowed(out, src, pos):
                 continue
             join(out, src, "inplace", pos)
             overwrites += 1
@@ -118,8 +129,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
 def _crosses(members, positions) -> bool:
     """Is some member live across one of the positions (produced before, read after)?"""
-    return bool(positions) and any(first < p < last for p in positions
-                                   for first, last in members)
+    return any(first < p < last for p in positions for first, last in members)
 
 
 def _can_alias(ctx: Context, alias, src: str, out: str) -> bool:

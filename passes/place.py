@@ -303,8 +303,8 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
 def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
     """Placement items for storage groups: a Record each, a Tied set for a group with slices.
 
-    A group's bytes are split at every member's boundary; each region lives from the
-    first to the last use of any member covering it. Adjacent regions with the same
+    A group's bytes are split at every member's boundary, rounded up to the alignment;
+    each region lives from the first to the last use of any member covering it. Adjacent regions with the same
     life are merged. Item ids are indices into ``gs``; zero-sized groups are left out.
     """
     plain = {r.id: r for r in records(ctx, gs)}
@@ -323,8 +323,12 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
             items.append(plain[i])  # every member covers the whole group
             continue
         size = plain[i].bytes
-        cuts = sorted({0, size} | {rel for rel, _, _ in spans}
-                      | {min(rel + n, size) for rel, n, _ in spans})
+        # cut at every member's start and end, rounded up to the alignment so that
+        # every part, and so every gap another record may take, is aligned (a part
+        # then also covers the bytes up to the next boundary: its life only grows)
+        al = ctx.alignment
+        cuts = sorted({0, size} | {min(align_up(rel, al), size) for rel, _, _ in spans}
+                      | {min(align_up(rel + n, al), size) for rel, n, _ in spans})
         regions: list[list[int]] = []  # [lo, hi, first, last]
         for lo, hi in zip(cuts, cuts[1:]):
             lives = [iv for rel, n, iv in spans if rel < hi and lo < rel + n]

@@ -41,6 +41,19 @@ def test_inception_cell_with_relu_branches():
     assert with_concat.arena_bytes <= 0.63 * without.arena_bytes
 
 
+def test_a_slice_ending_off_the_alignment_leaves_only_aligned_gaps():
+    # y = Concat(a, x, x): a (48 bytes) is y's only slice, at offset 0; y's bytes from
+    # 48 on are free until the Concat runs, and the dead, short-lived b and c may use
+    # them, but only from an aligned offset (hypothesis found b placed at y + 48).
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["x"], ["b"]),
+             helper.make_node("Relu", ["x"], ["c"]),
+             helper.make_node("Concat", ["a", "x", "x"], ["y"], axis=0)]
+    model = make_model(nodes, [("x", F, [3, 4])], [("y", F, [9, 4])])
+    plan = plan_of(model).plan  # validated: every offset a multiple of 64
+    assert plan.tensors["a"].slice_of == "y"
+    assert all(t.offset % 64 == 0 for t in plan.tensors.values())
+
+
 def _cat_then_read_slice():
     # a and b are sliced into y; then Relu(a) runs while y is still to be read.
     nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
