@@ -7,6 +7,7 @@ call it on every plan.
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 import os
 import tempfile
@@ -409,15 +410,19 @@ def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[s
     roots = roots if roots is not None else _group_roots(plan)
     items = sorted((t.live[0], t.live[1], t.offset, t.offset + t.bytes, name)
                    for name, t in plan.tensors.items() if t.bytes > 0)
-    active: list[tuple[int, int, int, str]] = []  # (last, start, end, name)
-    for first, last, start, end, name in items:
-        active = [a for a in active if a[0] >= first]
-        for a_last, a_start, a_end, a_name in active:
-            if a_start < end and start < a_end and roots[a_name] != roots[name]:
+    active: dict[int, tuple[int, int, str, str]] = {}  # k -> (start, end, root, name)
+    ending: list[tuple[int, int]] = []  # heap of (last, k) over the active ones
+    for k, (first, last, start, end, name) in enumerate(items):
+        while ending and ending[0][0] < first:
+            del active[heapq.heappop(ending)[1]]
+        root = roots[name]
+        for a_start, a_end, a_root, a_name in active.values():
+            if a_start < end and start < a_end and a_root != root:
                 return [f"tensors {a_name!r} and {name!r} are live at the same time "
                         f"(from position {first}) and overlap in bytes "
                         f"[{max(a_start, start)}, {min(a_end, end)})"]
-        active.append((last, start, end, name))
+        active[k] = (start, end, root, name)
+        heapq.heappush(ending, (last, k))
     return []
 
 

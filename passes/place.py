@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphmem.assignment import Assignment, Context, Record, align_up, groups, records
+from graphmem.assignment import (Assignment, Context, Record, align_up, groups, records,
+                                 root_map)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
     if adj is None:
         adj = overlaps(ordered)
     offsets: dict[int, int] = {}
-    ends: dict[int, int] = {}  # placed plain records: id -> end offset
+    span: dict[int, tuple[int, int]] = {}  # placed plain records: id -> (offset, end)
     lives: dict[int, tuple[int, int]] = {}  # placed plain records: id -> (first, last)
     tied: dict[int, list[tuple[int, int, int, int]]] = {}  # placed Tied: (first, last, off, end) per part
     total = 0
@@ -154,8 +155,8 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
         if isinstance(r, Tied):
             near = []
             for j in adj[r.id]:
-                if j in ends:
-                    near.append((*lives[j], offsets[j], ends[j]))
+                if j in span:
+                    near.append((*lives[j], *span[j]))
                 elif j in tied:
                     near.extend(tied[j])
             base = _fit_tied(near, r, alignment)
@@ -165,25 +166,25 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
             total = max(total, max(end for _, _, _, end in tied[r.id]))
             continue
         # records placed so far whose life overlaps r's, by offset
-        busy = []
-        for j in adj[r.id]:
-            if j in ends:
-                busy.append((offsets[j], ends[j]))
-            elif j in tied:
-                busy.extend((off, end) for first, last, off, end in tied[j]
-                            if first <= r.last and r.first <= last)
+        near = adj[r.id]
+        busy = [span[j] for j in near if j in span]
+        if tied:
+            f, l = r.first, r.last
+            for j in near:
+                if j in tied:
+                    busy += [(off, end) for first, last, off, end in tied[j]
+                             if first <= l and f <= last]
         busy.sort()
         best_gap, best_off, top = None, None, 0
         size = r.bytes
         for off, end in busy:
-            gap = off - top
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best_gap, best_off = gap, top
+            if off - top >= size and (best_gap is None or off - top < best_gap):
+                best_gap, best_off = off - top, top
             if end > top:
                 top = end
         offset = best_off if best_off is not None else align_up(top, alignment)
         offsets[r.id] = offset
-        ends[r.id] = offset + size
+        span[r.id] = (offset, offset + size)
         lives[r.id] = (r.first, r.last)
         if offset + size > total:
             total = offset + size
@@ -311,14 +312,14 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
     if not a.slice_of:  # no Concat slices: every member sits at its group's offset 0
         return list(plain.values())
     items: list[Record | Tied] = []
+    root_of, sizes = root_map(ctx, a), ctx.sizes
     for i, g in enumerate(gs):
         if i not in plain:
             continue
         if len(g.members) == 1:
             items.append(plain[i])
             continue
-        spans = [(a.root_of(t)[1], ctx.graph.tensors[t].bytes, ctx.intervals[t])
-                 for t in g.members if ctx.graph.tensors[t].bytes > 0]
+        spans = [(root_of[t][1], sizes[t], ctx.intervals[t]) for t in g.members if sizes[t] > 0]
         if all(rel == 0 and n == g.bytes for rel, n, _ in spans):
             items.append(plain[i])  # every member covers the whole group
             continue
