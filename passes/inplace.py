@@ -23,10 +23,10 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     by_index = {n.index: n for n in graph.nodes}
     alias = dict(a.alias)
     root_of = root_map(ctx, a)
-    # union-find over storage groups, with state only for groups that have more than
-    # one member (a tensor alone is its own root, lives [its life] and has no writes):
-    # on a large graph most tensors never join, and skipping them saves a few dict
-    # entries per tensor
+    # union-find over storage groups; a group's state (member lives, in-place write
+    # positions, last use) is made when the group first has two members or is asked
+    # about (a tensor alone is its own root, lives [its life] and has no writes): on a
+    # large graph most tensors never join, and that saves a few dict entries per tensor
     parent: dict[str, str] = {}  # tensor -> a tensor of its group nearer the root
     group_last: dict[str, int] = {}
     # per storage group: its members' live ranges and the positions of in-place writes
@@ -82,9 +82,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         return pos is None or not (_crosses(lo, (pos,)) or _crosses(ls, (pos,)))
 
     def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
-        old, new = find(out), find(src)
-        state(old)
-        state(new)
+        old, new = find(out), find(src)  # allowed() has made both groups' state
         alias[out] = (src, kind)
         parent[old] = new
         group_last[new] = max(group_last[new], group_last.pop(old))
@@ -102,21 +100,28 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             if ao in slice_in_alias:
                 slice_in_alias.add(as_)
 
+    sizes = ctx.sizes
+
+    def can_alias(src: str, out: str) -> bool:
+        """Both are arena tensors, the output is not aliased yet and sizes match."""
+        return (src in iv and out in iv and out not in alias and src != out
+                and sizes[src] == sizes[out])
+
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
         if node.op_type not in VIEW and node.op_type not in OVERWRITE:
             continue  # neither table lists it: both pair lists would be empty
         for i, o in view_pairs(node):
             src, out = node.inputs[i], node.outputs[o]
-            if _can_alias(ctx, alias, src, out) and allowed(out, src, None):
+            if can_alias(src, out) and allowed(out, src, None):
                 join(out, src, "view")
                 views += 1
         for i, o in overwrite_pairs(node):
             src, out = node.inputs[i], node.outputs[o]
-            if not _can_alias(ctx, alias, src, out):
+            if not can_alias(src, out):
                 continue
             s, d = graph.tensors[src], graph.tensors[out]
-            if s.dtype != d.dtype or s.shape != d.shape or ctx.sizes[src] == 0:
+            if s.dtype != d.dtype or s.shape != d.shape or sizes[src] == 0:
                 continue
             r = find(src)
             if r in pinned or group_last.get(r, iv[r][1]) > pos or not allowed(out, src, pos):
@@ -131,11 +136,3 @@ def _crosses(members, positions) -> bool:
     """Is some member live across one of the positions (produced before, read after)?"""
     return any(first < p < last for p in positions for first, last in members)
 
-
-def _can_alias(ctx: Context, alias, src: str, out: str) -> bool:
-    """Both are arena tensors, the output is not aliased yet and sizes match."""
-    if not src or not out or src not in ctx.intervals or out not in ctx.intervals:
-        return False
-    if out in alias or src == out:
-        return False
-    return ctx.sizes[src] == ctx.sizes[out]  # both are arena tensors: cached sizes
