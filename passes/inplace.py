@@ -73,6 +73,11 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             return False  # one alias group, two Concat slices: two places at once
         if sliced and (go in sliced or gs in sliced) and (go in pinned or gs in pinned):
             return False  # a graph input must not move into a Concat output
+        if go not in lives and gs not in lives and (
+                pos is None or (iv[go][0] == pos and iv[gs][1] <= pos)):
+            # two lone tensors (no writes yet), and for a write at pos, out produced
+            # there and src last read there: neither is live across pos
+            return True
         # the in-place rule over the merged group (pairs within one old group held already)
         state(go)
         state(gs)
@@ -82,7 +87,9 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         return pos is None or not (_crosses(lo, (pos,)) or _crosses(ls, (pos,)))
 
     def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
-        old, new = find(out), find(src)  # allowed() has made both groups' state
+        old, new = find(out), find(src)
+        state(old)
+        state(new)
         alias[out] = (src, kind)
         parent[old] = new
         group_last[new] = max(group_last[new], group_last.pop(old))
