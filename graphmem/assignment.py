@@ -182,21 +182,27 @@ def _groups(ctx: Context, a: Assignment) -> list[Group]:
     if not a.alias and not a.slice_of:  # every tensor is its own group
         return [Group(t, (t,), sizes[t], iv.first, iv.last) for t, iv in intervals.items()]
     root_of = root_map(ctx, a)
-    members: dict[str, list[str]] = {}
-    span: dict[str, list[int]] = {}
+    shared = {r for t, (r, _) in root_of.items() if r != t}  # roots with other members
+    out: list = []  # a Group per lone tensor, [root, members, first, last] per shared root
+    at: dict[str, int] = {}  # shared root -> its index in out
     for t, iv in intervals.items():
         r = root_of[t][0]
-        if r in members:
-            members[r].append(t)
-            s = span[r]
-            if iv.first < s[0]:
-                s[0] = iv.first
-            if iv.last > s[1]:
-                s[1] = iv.last
+        if r not in shared:
+            out.append(Group(t, (t,), sizes[t], iv.first, iv.last))
+        elif r in at:
+            g = out[at[r]]
+            g[1].append(t)
+            if iv.first < g[2]:
+                g[2] = iv.first
+            if iv.last > g[3]:
+                g[3] = iv.last
         else:
-            members[r] = [t]
-            span[r] = [iv.first, iv.last]
-    return [Group(r, tuple(ts), sizes[r], span[r][0], span[r][1]) for r, ts in members.items()]
+            at[r] = len(out)
+            out.append([r, [t], iv.first, iv.last])
+    for k in at.values():
+        r, ts, first, last = out[k]
+        out[k] = Group(r, tuple(ts), sizes[r], first, last)
+    return out
 
 
 def records(ctx: Context, gs: list[Group]) -> list[Record]:
