@@ -299,9 +299,14 @@ def _group_roots(plan: Plan) -> dict[str, str]:
 def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -> list[str]:
     out = []
     position = {idx: pos for pos, idx in enumerate(plan.order)}
-    members: dict[str, list[str]] = {}
+    shared = {r for name, r in roots.items() if r != name}  # groups of more than one
+    members: dict[str, list[str]] = {}  # for those groups only: aliases live in them
     for name, r in roots.items():
-        members.setdefault(r, []).append(name)
+        if r in shared:
+            if r in members:
+                members[r].append(name)
+            else:
+                members[r] = [name]
     guard = _OverwriteGuard(plan, members)
     for name, t in plan.tensors.items():
         if (t.alias_of is None) != (t.alias is None):
@@ -408,11 +413,16 @@ def _check_slice(plan, graph, producer, name, t) -> list[str]:
 def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[str]:
     """Tensors of different groups live at the same time on the same bytes."""
     roots = roots if roots is not None else _group_roots(plan)
-    items = sorted((t.live[0], t.live[1], t.offset, t.offset + t.bytes, name)
-                   for name, t in plan.tensors.items() if t.bytes > 0)
+    names = [name for name, t in plan.tensors.items() if t.bytes > 0]
+    ts = [plan.tensors[name] for name in names]
+    # by first use (argsort of the ints: cheaper than sorting a tuple per tensor)
+    firsts = np.fromiter((t.live[0] for t in ts), np.int64, len(ts))
     active: dict[int, tuple[int, int, str, str]] = {}  # k -> (start, end, root, name)
     ending: list[tuple[int, int]] = []  # heap of (last, k) over the active ones
-    for k, (first, last, start, end, name) in enumerate(items):
+    for k in np.argsort(firsts, kind="stable").tolist():
+        t, name = ts[k], names[k]
+        (first, last), start = t.live, t.offset
+        end = start + t.bytes
         while ending and ending[0][0] < first:
             del active[heapq.heappop(ending)[1]]
         root = roots[name]
