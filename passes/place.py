@@ -91,24 +91,25 @@ STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
 
 
 def _fit_tied(placed, t: Tied, alignment: int) -> int:
-    """The lowest base offset at which no part of ``t`` meets a placed record."""
-    busy = []  # per part: (rel, bytes, [(offset, end) of placed records live with it])
+    """The lowest aligned base offset at which no part of ``t`` meets a placed record.
+
+    Each (part, placed record live with it) pair forbids the bases in
+    ``[offset - rel - bytes + 1, end - rel)``; one sweep over those intervals by
+    start finds the lowest aligned base in none of them (from a forbidden base the
+    next candidate is the aligned end of its interval: no free base is skipped).
+    """
+    bad = []
     for rel, p in t.parts:
-        busy.append((rel, p.bytes, [(off, end) for first, last, off, end in placed
-                                    if first <= p.last and p.first <= last]))
+        pf, pl, lo = p.first, p.last, rel + p.bytes - 1
+        bad += [(off - lo, end - rel) for first, last, off, end in placed
+                if first <= pl and pf <= last]
+    bad.sort()
     base = 0
-    moved = True
-    while moved:
-        moved = False
-        for rel, nbytes, spans in busy:
-            lo, hi = base + rel, base + rel + nbytes
-            for off, end in spans:
-                if off < hi and lo < end:
-                    base = align_up(end - rel, alignment)
-                    moved = True
-                    break
-            if moved:
-                break
+    for lo, hi in bad:
+        if lo > base:
+            break  # every later interval starts above base too: base is free
+        if hi > base:
+            base = align_up(hi, alignment)
     return base
 
 

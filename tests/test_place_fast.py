@@ -78,3 +78,38 @@ def test_zoo_placement_equals_reference(name):
     got = place.place_records(recs, "best", 64)
     want = ref.place_records(recs, "best", 64)
     assert got[:3] == want[:3]
+
+
+def _fit_tied_reference(placed, t, alignment):
+    """The obvious fixpoint: move the base past any placed record a part meets."""
+    base, moved = 0, True
+    while moved:
+        moved = False
+        for rel, p in t.parts:
+            for first, last, off, end in placed:
+                live = first <= p.last and p.first <= last
+                if live and off < base + rel + p.bytes and base + rel < end:
+                    base = -(-(end - rel) // alignment) * alignment
+                    moved = True
+                    break
+            if moved:
+                break
+    return base
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_fit_tied_sweep_equals_the_fixpoint(seed):
+    rng = random.Random(seed)
+    alignment = rng.choice([1, 16, 64])
+    rel, parts = 0, []
+    for k in range(rng.randrange(1, 5)):
+        n = rng.choice([16, 48, 64, 100])
+        parts.append((rel, Record(k, n, rng.randrange(0, 8), 9)))
+        rel += n
+    t = place.Tied(99, rel, 0, 9, tuple(parts))
+    placed = []
+    for _ in range(rng.randrange(0, 30)):
+        first = rng.randrange(0, 10)
+        off = rng.randrange(0, 40) * 16
+        placed.append((first, first + rng.randrange(0, 4), off, off + rng.choice([16, 64, 80])))
+    assert place._fit_tied(placed, t, alignment) == _fit_tied_reference(placed, t, alignment)
