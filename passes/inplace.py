@@ -22,7 +22,8 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     graph, iv = ctx.graph, ctx.intervals
     by_index = {n.index: n for n in graph.nodes}
     alias = dict(a.alias)
-    root_of = root_map(ctx, a)
+    # groups the earlier passes made (Concat slices); none: every tensor alone
+    root_of = root_map(ctx, a) if a.alias or a.slice_of else {}
     # union-find over storage groups; a group's state (member lives, in-place write
     # positions, last use) is made when the group first has two members or is asked
     # about (a tensor alone is its own root, lives [its life] and has no writes): on a
