@@ -100,8 +100,8 @@ def _fit_tied(placed, t: Tied, alignment: int) -> int:
     """
     bad = []
     for rel, p in t.parts:
-        pf, pl, lo = p.first, p.last, rel + p.bytes - 1
-        bad += [(off - lo, end - rel) for first, last, off, end in placed
+        pf, pl, reach = p.first, p.last, rel + p.bytes - 1
+        bad += [(off - reach, end - rel) for first, last, off, end in placed
                 if first <= pl and pf <= last]
     bad.sort()
     base = 0
@@ -167,11 +167,11 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
             total = max(total, max(end for _, _, _, end in tied[r.id]))
             continue
         # records placed so far whose life overlaps r's, by offset
-        near = adj[r.id]
-        busy = [span[j] for j in near if j in span]
+        nbrs = adj[r.id]
+        busy = [span[j] for j in nbrs if j in span]
         if tied:
             f, l = r.first, r.last
-            for j in near:
+            for j in nbrs:
                 if j in tied:
                     busy += [(off, end) for first, last, off, end in tied[j]
                              if first <= l and f <= last]
