@@ -44,7 +44,7 @@ def test_loglog_svg_is_an_svg_with_every_family():
             for k, f in enumerate(scale.FAMILIES) for n in (1000, 10000)]
     svg = scale.loglog_svg(rows)
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
-    assert all(f in svg for f in scale.FAMILIES) and svg.count("<polyline") == 4
+    assert all(f in svg for f in scale.FAMILIES) and svg.count("<polyline") == len(scale.FAMILIES)
 
 
 def test_ort_log_parse_takes_the_repeated_first_extension_of_run_one():

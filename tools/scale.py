@@ -3,8 +3,10 @@
     python tools/bench.py --scale [--sizes 1000,10000,100000,1000000] [--no-write]
     python tools/scale.py FAMILY NODES     # one measurement, JSON (used by the above)
 
-Four families (all deterministic): ``chain`` (Conv, Relu, Conv, ... with varying
-channel counts), ``residual`` (ResNet-style blocks: Conv, Relu, Conv, Add with the
+Five families (all deterministic): ``chain`` (Conv, Relu, Conv, ... with varying
+channel counts), ``eltwise`` (one run of element-wise ops, Relu, Sigmoid, Tanh, ...,
+each of which may overwrite its input: one in-place group as long as the graph),
+``residual`` (ResNet-style blocks: Conv, Relu, Conv, Add with the
 block input, Relu), ``random`` (a wide random DAG: each node reads one or two of
 the last 64 tensors, random sizes, random ops) and ``transformer`` (a layer stack:
 LayerNorm, Q/K/V MatMuls, Transpose, scores, Softmax, context, projection,
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphmem.ir import Graph, Node, Tensor  # noqa: E402
 
-FAMILIES = ("chain", "residual", "random", "transformer")
+FAMILIES = ("chain", "eltwise", "residual", "random", "transformer")
 # Timings on a shared machine move by a quarter between runs of the same code: below
 # REPEAT_BELOW nodes each measurement is the fastest of REPEATS fresh processes (as
 # timeit takes the minimum); the 1M-node ones run once.
@@ -76,6 +78,15 @@ def chain(n: int) -> Graph:
             x = b.node("Conv", (x, w), f"t{i}", (1, channels[(i // 2) % 5], 56, 56))
         else:
             x = b.node("Relu", (x,), f"t{i}", b.tensors[x].shape)
+    return b.graph(("x",), (x,))
+
+
+def eltwise(n: int) -> Graph:
+    b = _Builder("eltwise")
+    x = b.tensor("x", (1, 16, 56, 56))
+    ops = ("Relu", "Sigmoid", "Tanh", "Neg")
+    for i in range(n):
+        x = b.node(ops[i % len(ops)], (x,), f"t{i}", (1, 16, 56, 56))
     return b.graph(("x",), (x,))
 
 
@@ -172,7 +183,7 @@ def transformer(n: int, seq: int = 128, hidden: int = 256, heads: int = 4) -> Gr
     return b.graph(("x", "mask"), (x,))
 
 
-BUILD = {"chain": chain, "residual": residual, "random": random_dag, "transformer": transformer}
+BUILD = {"chain": chain, "eltwise": eltwise, "residual": residual, "random": random_dag, "transformer": transformer}
 
 
 def _rss_mib() -> float:
@@ -303,7 +314,8 @@ def _report(args, rows: list[dict], status: str) -> None:
 
 def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:
     """A small log-log plot of plan seconds vs nodes, one line per family, as SVG text."""
-    colors = {"chain": "#1f77b4", "residual": "#ff7f0e", "random": "#2ca02c",
+    colors = {"chain": "#1f77b4", "eltwise": "#9467bd", "residual": "#ff7f0e",
+              "random": "#2ca02c",
               "transformer": "#d62728"}
     xs = [r["nodes"] for r in rows]
     ys = [max(r["plan_s"], 1e-4) for r in rows]
