@@ -9,7 +9,11 @@ import bisect
 import random
 from typing import Callable, Sequence
 
-from graphmem.assignment import Assignment, Context, Record, align_up, groups, records
+from graphmem.assignment import Record, align_up
+# The four plain orderings and the climbing budget are the pass's own: only best fit,
+# breadth and the loops around them are restated here.
+from graphmem.passes.place import (CLIMB_MAX_RUNS, CLIMB_WORK, _by_area, _by_duration,
+                                   _by_size, _in_order)
 
 
 def _breadth(recs: Sequence[Record]) -> dict[int, int]:
@@ -27,22 +31,6 @@ def _breadth(recs: Sequence[Record]) -> dict[int, int]:
         running += d
         live.append(running)
     return {r.id: max(live[r.first - lo:r.last - lo + 1]) for r in recs}
-
-
-def _by_size(recs):
-    return sorted(recs, key=lambda r: (-r.bytes, r.first, r.id))
-
-
-def _by_duration(recs):
-    return sorted(recs, key=lambda r: (-(r.last - r.first), -r.bytes, r.first, r.id))
-
-
-def _by_area(recs):
-    return sorted(recs, key=lambda r: (-r.bytes * (r.last - r.first + 1), r.first, r.id))
-
-
-def _in_order(recs):
-    return sorted(recs, key=lambda r: (r.first, -r.bytes, r.id))
 
 
 def _by_breadth(recs):
@@ -89,12 +77,6 @@ def max_live(recs: Sequence[Record]) -> int:
     """The largest total of record bytes live at one step: no placement can be smaller."""
     b = _breadth(recs)
     return max(b.values(), default=0)
-
-
-# Hill climbing re-runs best fit up to this many times in all, fewer for large
-# inputs (each run costs about n^2 steps), so planning time stays bounded.
-CLIMB_WORK = 20_000_000
-CLIMB_MAX_RUNS = 400
 
 
 def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
@@ -157,15 +139,3 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
                 tried[best[2]] = total
     return best[0], best[1], best[2], tried
 
-
-def run(ctx: Context, a: Assignment, strategy: str = "best") -> tuple[Assignment, dict]:
-    gs = groups(ctx, a)
-    recs = records(ctx, gs)
-    offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
-    root_offsets = {g.root: 0 for g in gs}  # zero-sized groups sit at offset 0
-    for r in recs:
-        root_offsets[gs[r.id].root] = offsets[r.id]
-    detail = {"strategy": used, "tried": tried}
-    if a.storage_bytes is not None:
-        detail["share_bytes"] = sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
-    return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail
