@@ -97,12 +97,17 @@ def load_graph(args):
     return graph, time.perf_counter() - t0
 
 
+def plan_options(args) -> dict:
+    """The ``plan_graph`` keywords that :func:`add_pass_args` options choose."""
+    return {"passes": chosen_passes(args), "alignment": args.alignment,
+            "placement": args.placement, "time_limit": getattr(args, "time_limit", 10.0)}
+
+
 def plan_from_args(args, graph=None) -> Result:
     """Plan the command's model with the command's pass options."""
     if graph is None:
         graph, _ = load_graph(args)
-    return plan_graph(graph, chosen_passes(args), alignment=args.alignment,
-                      placement=args.placement, time_limit=getattr(args, "time_limit", 10.0),
+    return plan_graph(graph, **plan_options(args),
                       model_name=Path(model_path(args)).name
                       if Path(args.model).exists() else model_stem(args) + ".onnx",
                       bindings=graph.bindings)

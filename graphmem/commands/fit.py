@@ -8,7 +8,7 @@ from ..load import read_model
 from ..sizes import parse_bytes
 from ..whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
 from ..zoo import resolve
-from .common import add_model_args, add_pass_args, chosen_passes, parse_dims
+from .common import add_model_args, add_pass_args, parse_dims, plan_options
 
 
 def add_parser(sub) -> None:
@@ -34,8 +34,7 @@ def search(args) -> dict:
     path = resolve(args.model, quiet=args.json)
     batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path))
     dtype = args.dtype or float_dtype(batcher.base)
-    options = {"passes": chosen_passes(args), "alignment": args.alignment,
-               "placement": args.placement}
+    options = plan_options(args)
     parts: dict[int, dict] = {}
 
     def total_at(batch: int) -> int:

@@ -14,7 +14,7 @@ from ..whatif import Batcher, float_dtype, sweep
 from ..zoo import resolve
 from ..html import render as render_html
 from ..plan import write_atomic
-from .common import add_model_args, add_pass_args, chosen_passes, parse_dims
+from .common import add_model_args, add_pass_args, parse_dims, plan_options
 from .export import planned_view
 from .report_html import add_html_args
 
@@ -82,8 +82,7 @@ def build(args) -> dict:
         batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path))
         out["batch"] = batcher.axis.size
         out["whatif"] = sweep(batcher, batches or [batcher.axis.size], dtypes,
-                              passes=chosen_passes(args), alignment=args.alignment,
-                              placement=args.placement)
+                              **plan_options(args))
     return out
 
 
