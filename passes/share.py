@@ -16,6 +16,8 @@ import heapq
 
 from graphmem.assignment import Assignment, Context, Record, groups, records
 
+from .place import max_live
+
 MATCH_RANGES = (1, 2, 4, 8, 16)
 DEFAULT_MATCH_RANGE = 16  # MXNet's NNVM_EXEC_MATCH_RANGE default
 # The search over MATCH_RANGES runs while records x ranges stays within this; above
@@ -27,7 +29,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
     recs = records(ctx, gs)
     best = None
-    floor = _max_live(recs)
+    floor = max_live(recs)
     ranges = (MATCH_RANGES if len(recs) * len(MATCH_RANGES) <= SEARCH_WORK
               else (DEFAULT_MATCH_RANGE,))
     for match_range in ranges:
@@ -43,16 +45,6 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         storage[gs[r.id].root] = block_of[r.id]
     new = a.with_(storage=storage, storage_bytes=tuple(block_bytes))
     return new, {"blocks": len(block_bytes), "match_range": match_range, "total_bytes": total}
-
-
-def _max_live(recs: list[Record]) -> int:
-    """The largest total of record bytes live at one step."""
-    events = sorted([(r.first, r.bytes) for r in recs] + [(r.last + 1, -r.bytes) for r in recs])
-    best = running = 0
-    for _, delta in events:
-        running += delta
-        best = max(best, running)
-    return best
 
 
 def share_blocks(recs: list[Record], match_range: int) -> tuple[dict[int, int], list[int]]:

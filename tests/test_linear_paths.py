@@ -58,6 +58,7 @@ def test_share_stops_at_the_floor_with_the_exhaustive_answer():
 
     from graphmem.assignment import Record
     share = importlib.import_module("graphmem.passes.share")
+    place = importlib.import_module("graphmem.passes.place")
     rng = random.Random(4)
     for _ in range(60):
         recs = []
@@ -66,7 +67,7 @@ def test_share_stops_at_the_floor_with_the_exhaustive_answer():
             recs.append(Record(i, 64 * rng.randrange(1, 9), first, first + rng.randrange(6)))
         exhaustive = min((sum(share.share_blocks(recs, m)[1]), k)
                          for k, m in enumerate(share.MATCH_RANGES))
-        floor = share._max_live(recs)
+        floor = place.max_live(recs)
         assert floor <= exhaustive[0]
         # the pass's loop, as run() does it: stop at the first range reaching the floor
         best = None
