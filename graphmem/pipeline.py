@@ -14,7 +14,7 @@ from .gcpause import gc_paused
 from .ir import Graph
 from .liveness import liveness
 from .load import load
-from .plan import Plan, TensorPlan, io_sets, plan_stats, validate
+from .plan import Plan, TensorPlan, expected_kind, io_sets, plan_stats, validate
 from .schedule import check_order, file_order
 
 DEFAULT_PASSES = ("reorder", "concat", "inplace", "share", "place")
@@ -123,7 +123,6 @@ def _run_passes(ctx: Context, names, registry, placement: str, time_limit: float
     return ctx, _finish_layout(ctx, a), reports
 
 
-@gc_paused
 def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
                **options) -> Result:
     """Load an ONNX file and plan it (see :func:`plan_graph` for the options)."""
@@ -161,7 +160,7 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
     graph = ctx.graph
     tensors = {}
     root_of = root_map(ctx, a)
-    inputs, outputs = io_sets(graph)
+    io = io_sets(graph)
     sizes, offsets, alias, slice_of = ctx.sizes, a.offsets, a.alias, a.slice_of
     none = (None, None)
     for name, iv in ctx.intervals.items():
@@ -169,10 +168,8 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
         alias_of, kind = alias.get(name, none)
         size = sizes[name]
         tensors[name] = TensorPlan(
-            # expected_kind, inlined: this runs per tensor
-            "input" if name in inputs else "output" if name in outputs else "activation",
-            size, offsets[root] + rel if size else 0, (iv.first, iv.last), alias_of, kind,
-            slice_of.get(name))
+            expected_kind(graph, name, io), size, offsets[root] + rel if size else 0,
+            (iv.first, iv.last), alias_of, kind, slice_of.get(name))
     arena = a.arena_bytes or 0
     plan = Plan(model=model, bindings=bindings, alignment=ctx.alignment,
                 order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,

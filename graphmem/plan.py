@@ -232,11 +232,10 @@ def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
             out.append(f"tensors: {miss[0]!r} is missing")
         return out
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
-    inputs, outputs = io_sets(graph)
+    io = io_sets(graph)
     for name, t in plan.tensors.items():
         info = graph.tensors[name]
-        want_kind = ("input" if name in inputs else "output" if name in outputs
-                     else "activation")  # expected_kind, inlined: it runs per tensor
+        want_kind = expected_kind(graph, name, io)
         if t.kind != want_kind:
             out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
         if t.bytes != info.bytes:
