@@ -97,10 +97,15 @@ def test_ortvalue_arena_on_cpu_runs_the_cuda_code_path(tmp_path, graphs):
     """The device arena (one OrtValue, copies through ORT) passes and fails like the host one."""
     graph = graphs("squeezenet")
     _check(graph, PASS_SETS["default"], arena="ortvalue", check_all=True)
+    _shortened_range_fails(tmp_path, arena="ortvalue")
+
+
+def _shortened_range_fails(tmp_path, **verify_options):
+    """A plan with one live range cut short fails at the step where it was cut."""
     tiny = graphmem.load(tiny_model(tmp_path))
     plan = graphmem.plan_graph(tiny, []).plan
-    bad, q, tensor = shorten_live_range(tiny, plan)
-    report = verify(bad, tiny, runtime_only=True, arena="ortvalue")
+    bad, q, _ = shorten_live_range(tiny, plan)
+    report = verify(bad, tiny, runtime_only=True, **verify_options)
     assert not report.passed and report.mismatch.position == q
 
 
@@ -221,11 +226,7 @@ def test_zoo_verifies_on_cuda(graphs, name):
 @pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
                     reason="needs onnxruntime-gpu with CUDAExecutionProvider and a CUDA device")
 def test_cuda_mutation_fails(tmp_path):
-    tiny = graphmem.load(tiny_model(tmp_path))
-    plan = graphmem.plan_graph(tiny, []).plan
-    bad, q, _ = shorten_live_range(tiny, plan)
-    report = verify(bad, tiny, runtime_only=True, provider="cuda")
-    assert not report.passed and report.mismatch.position == q
+    _shortened_range_fails(tmp_path, provider="cuda")
 
 
 def test_verify_refuses_unknown_provider(graphs):
