@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from dataclasses import dataclass
 
@@ -93,16 +93,24 @@ STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
 def _fit_tied(placed, t: Tied, alignment: int) -> int:
     """The lowest aligned base offset at which no part of ``t`` meets a placed record.
 
-    Each (part, placed record live with it) pair forbids the bases in
-    ``[offset - rel - bytes + 1, end - rel)``; one sweep over those intervals by
-    start finds the lowest aligned base in none of them (from a forbidden base the
-    next candidate is the aligned end of its interval: no free base is skipped).
+    ``placed`` holds ``(first, last, offset, end)`` per placed record. Each (part,
+    placed record live with it) pair forbids the bases in
+    ``[offset - rel - bytes + 1, end - rel)``.
     """
     bad = []
     for rel, p in t.parts:
         pf, pl, reach = p.first, p.last, rel + p.bytes - 1
         bad += [(off - reach, end - rel) for first, last, off, end in placed
                 if first <= pl and pf <= last]
+    return _lowest_free(bad, alignment)
+
+
+def _lowest_free(bad: list[tuple[int, int]], alignment: int) -> int:
+    """The lowest aligned base in none of the half-open intervals ``[lo, hi)``.
+
+    One sweep over the intervals by start (from a forbidden base the next candidate
+    is the aligned end of its interval: no free base is skipped).
+    """
     bad.sort()
     base = 0
     for lo, hi in bad:
@@ -133,63 +141,180 @@ def overlaps(recs: Sequence[Record]) -> dict[int, list[int]]:
     return adj
 
 
+class PartPairs(NamedTuple):
+    """What every best-fit run over the same items shares, whatever their order.
+
+    A part is a plain record or one part of a Tied set. Parts are numbered item by
+    item (``start[k]``: the first part of item ``k``, in the items' own order);
+    ``a``/``b`` hold every pair of parts of different items whose lives overlap.
+    """
+
+    ids: list[int]  # item id per item
+    tied: list[bool]  # per item: a Tied set (placed whole at the lowest base that fits)
+    start: list[int]  # len(items) + 1 bounds into the part lists
+    rel: list[int]  # part offset inside its item
+    nbytes: list[int]
+    owner: np.ndarray  # item index per part
+    a: np.ndarray
+    b: np.ndarray
+
+
+def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
+    """Index the items' parts and all their time-overlapping pairs (numpy, O(n log n + E))."""
+    ids, tied, start, rel, nbytes, first, last = [], [], [0], [], [], [], []
+    for r in items:
+        ids.append(r.id)
+        tied.append(isinstance(r, Tied))
+        if tied[-1]:
+            for off, p in r.parts:
+                rel.append(off)
+                nbytes.append(p.bytes)
+                first.append(p.first)
+                last.append(p.last)
+        else:
+            rel.append(0)
+            nbytes.append(r.bytes)
+            first.append(r.first)
+            last.append(r.last)
+        start.append(len(rel))
+    n = len(rel)
+    owner = np.repeat(np.arange(len(items), dtype=np.int32), np.diff(start))
+    f = np.asarray(first, dtype=np.int64)
+    by_first = np.argsort(f, kind="stable").astype(np.int32)
+    f = f[by_first]
+    # in first-use order, part i overlaps exactly the parts after it that start by its end
+    upto = np.searchsorted(f, np.asarray(last, dtype=np.int64)[by_first], side="right")
+    count = upto - np.arange(1, n + 1)
+    a = np.repeat(np.arange(n, dtype=np.int32), count)
+    b = (np.arange(len(a), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+         + a + 1).astype(np.int32)
+    a, b = by_first[a], by_first[b]
+    keep = owner[a] != owner[b]  # parts of one Tied set sit at fixed offsets: no conflict
+    return PartPairs(ids, tied, start, rel, nbytes, owner, a[keep], b[keep])
+
+
 def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
-             adj: dict[int, list[int]] | None = None) -> tuple[dict[int, int], int]:
+             pairs: PartPairs | None = None) -> tuple[dict[int, int], int]:
     """Place records in the given order, each in the best-fitting free gap.
 
     The gap is searched among the already placed records whose lives overlap: the
     smallest gap large enough, the lowest offset on ties, else on top of them all.
     A :class:`Tied` set is placed whole at the lowest offset where all its parts fit.
     Returns ({record id: offset}, arena size). Record sizes are expected aligned and
-    positive. ``adj`` is :func:`overlaps` of the same records (computed if omitted;
-    pass it to share the work between runs): each record then looks only at its
-    own overlaps, so a run costs O(E log w), not O(n^2).
+    positive. ``pairs`` is :func:`part_pairs` of the same items in any order (computed
+    if omitted; pass it to share the work between runs): each part then looks only at
+    the parts placed before it that overlap it in time, so a run costs O(E log w),
+    not O(n^2).
     """
-    if adj is None:
-        adj = overlaps(ordered)
+    if pairs is None:
+        pairs = part_pairs(ordered)
+    ids, tied, start, rels, nbytes = pairs.ids, pairs.tied, pairs.start, pairs.rel, pairs.nbytes
+    index = {i: k for k, i in enumerate(ids)}
+    rank = np.empty(len(ids), dtype=np.int32)
+    seq = [index[r.id] for r in ordered]
+    rank[seq] = np.arange(len(seq), dtype=np.int32)
+    # for each part, the parts placed before it that overlap it: (later, earlier) pairs
+    # grouped by the later part
+    owner_rank = rank[pairs.owner]
+    a_later = owner_rank[pairs.a] > owner_rank[pairs.b]
+    later = np.where(a_later, pairs.a, pairs.b)
+    earlier = np.where(a_later, pairs.b, pairs.a)
+    by_later = np.argsort(later, kind="stable")
+    earlier, later = earlier[by_later], later[by_later]
+    bound = np.zeros(len(rels) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(later, minlength=len(rels)), out=bound[1:])
+    bound = bound.tolist()
+    del by_later, a_later, owner_rank
+
+    # each placed part's (offset, end), as a list for short neighbour lists and as
+    # arrays for long ones (VECTOR_MIN): the same rules either way
+    spans: list = [None] * len(rels)
+    span_off = np.zeros(len(rels), dtype=np.int64)
+    span_end = np.zeros(len(rels), dtype=np.int64)
+    rel_arr = np.asarray(rels, dtype=np.int64)
+    reach_arr = rel_arr + np.asarray(nbytes, dtype=np.int64) - 1
     offsets: dict[int, int] = {}
-    span: dict[int, tuple[int, int]] = {}  # placed plain records: id -> (offset, end)
-    lives: dict[int, tuple[int, int]] = {}  # placed plain records: id -> (first, last)
-    tied: dict[int, list[tuple[int, int, int, int]]] = {}  # placed Tied: (first, last, off, end) per part
     total = 0
-    for r in ordered:
-        if isinstance(r, Tied):
-            near = []
-            for j in adj[r.id]:
-                if j in span:
-                    near.append((*lives[j], *span[j]))
-                elif j in tied:
-                    near.extend(tied[j])
-            base = _fit_tied(near, r, alignment)
-            offsets[r.id] = base
-            tied[r.id] = [(p.first, p.last, base + rel, base + rel + p.bytes)
-                          for rel, p in r.parts]
-            total = max(total, max(end for _, _, _, end in tied[r.id]))
+    for k in seq:
+        p0, p1 = start[k], start[k + 1]
+        if tied[k]:  # a Tied set: the lowest base where every part fits
+            lo, hi = bound[p0], bound[p1]  # its parts are consecutive, so are their lists
+            if hi - lo >= VECTOR_MIN:
+                q, who = earlier[lo:hi], later[lo:hi]
+                base = _lowest_free_np(span_off[q] - reach_arr[who], span_end[q] - rel_arr[who],
+                                       alignment)
+            else:
+                bad = []
+                for p in range(p0, p1):
+                    rel = rels[p]
+                    reach = rel + nbytes[p] - 1
+                    bad += [(spans[q][0] - reach, spans[q][1] - rel)
+                            for q in earlier[bound[p]:bound[p + 1]].tolist()]
+                base = _lowest_free(bad, alignment)
+            for p in range(p0, p1):
+                off = base + rels[p]
+                end = off + nbytes[p]
+                spans[p] = (off, end)
+                span_off[p], span_end[p] = off, end
+                if end > total:
+                    total = end
+            offsets[ids[k]] = base
             continue
-        # records placed so far whose life overlaps r's, by offset
-        nbrs = adj[r.id]
-        busy = [span[j] for j in nbrs if j in span]
-        if tied:
-            f, l = r.first, r.last
-            for j in nbrs:
-                if j in tied:
-                    busy += [(off, end) for first, last, off, end in tied[j]
-                             if first <= l and f <= last]
-        busy.sort()
-        best_gap, best_off, top = None, None, 0
-        size = r.bytes
-        for off, end in busy:
-            if off - top >= size and (best_gap is None or off - top < best_gap):
-                best_gap, best_off = off - top, top
-            if end > top:
-                top = end
-        offset = best_off if best_off is not None else align_up(top, alignment)
-        offsets[r.id] = offset
-        span[r.id] = (offset, offset + size)
-        lives[r.id] = (r.first, r.last)
+        size = nbytes[p0]
+        lo, hi = bound[p0], bound[p0 + 1]
+        if hi - lo >= VECTOR_MIN:
+            offset = _best_gap_np(span_off[earlier[lo:hi]], span_end[earlier[lo:hi]], size,
+                                  alignment)
+        else:
+            busy = [spans[q] for q in earlier[lo:hi].tolist()]
+            busy.sort()
+            best_gap, best_off, top = None, None, 0
+            for off, end in busy:
+                if off - top >= size and (best_gap is None or off - top < best_gap):
+                    best_gap, best_off = off - top, top
+                if end > top:
+                    top = end
+            offset = best_off if best_off is not None else align_up(top, alignment)
+        offsets[ids[k]] = offset
+        spans[p0] = (offset, offset + size)
+        span_off[p0], span_end[p0] = offset, offset + size
         if offset + size > total:
             total = offset + size
     return offsets, total
+
+
+# best_fit handles a neighbour list at least this long with numpy (per call overhead,
+# but no per-element Python work), shorter ones with a plain loop
+VECTOR_MIN = 48
+
+
+def _best_gap_np(offs: np.ndarray, ends: np.ndarray, size: int, alignment: int) -> int:
+    """best_fit's gap rule over busy (offset, end) spans, vectorised: the smallest gap
+    of at least ``size`` (the lowest offset on ties), else the aligned top."""
+    o = np.lexsort((ends, offs))
+    offs, ends = offs[o], ends[o]
+    top = np.maximum.accumulate(ends)
+    below = np.empty_like(top)  # the top before each span, from 0
+    below[0] = 0
+    np.maximum(top[:-1], 0, out=below[1:])
+    gaps = offs - below
+    fits = np.flatnonzero(gaps >= size)
+    if len(fits):
+        return int(below[fits[np.argmin(gaps[fits])]])
+    return align_up(max(int(top[-1]), 0), alignment)
+
+
+def _lowest_free_np(lo: np.ndarray, hi: np.ndarray, alignment: int) -> int:
+    """:func:`_lowest_free` vectorised: after the intervals up to k (by start) the base
+    is the aligned running maximum of their ends, until an interval starts above it."""
+    o = np.argsort(lo, kind="stable")
+    lo, hi = lo[o], hi[o]
+    reached = np.maximum(-(-np.maximum.accumulate(hi) // alignment) * alignment, 0)
+    before = np.empty_like(reached)
+    before[0] = 0
+    before[1:] = reached[:-1]
+    free = np.flatnonzero(lo > before)
+    return int(before[free[0]]) if len(free) else int(reached[-1])
 
 
 def max_live(recs: Sequence[Record | Tied]) -> int:
@@ -218,10 +343,10 @@ def _parts(recs):
             n += 1
 
 
-# "best" runs every strategy on inputs of up to this much work (records plus
-# overlapping pairs, about what one best-fit run visits), fewer above it: after the
-# first, a strategy runs only while the runs so far stay within the budget. On a
-# 100,000-node random DAG one run is about 2.5 million visits and 1.4 s.
+# "best" runs every strategy on inputs of up to this much work (parts plus
+# time-overlapping part pairs, what one best-fit run visits), fewer above it: after
+# the first, a strategy runs only while the runs so far stay within the budget. On a
+# 100,000-node random DAG one run is about 2.7 million visits and 0.9 s.
 STRATEGY_WORK = 3_000_000
 
 # Hill climbing re-runs best fit up to this many times in all, fewer for large
@@ -231,7 +356,7 @@ CLIMB_MAX_RUNS = 400
 
 
 def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
-               seed: int = 0, adj: dict[int, list[int]] | None = None,
+               seed: int = 0, pairs: PartPairs | None = None,
                ) -> tuple[dict[int, int], int, list[Record], int]:
     """Improve a best-fit order: move a record that reaches the arena's top earlier.
 
@@ -241,9 +366,9 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
     """
     rng = random.Random(seed)
     order = list(ordered)
-    if adj is None:
-        adj = overlaps(order)
-    offsets, total = best_fit(order, alignment, adj)
+    if pairs is None:
+        pairs = part_pairs(order)
+    offsets, total = best_fit(order, alignment, pairs)
     used = 0
     while used < runs and total > floor:
         top = [i for i, r in enumerate(order) if offsets[r.id] + r.bytes == total]
@@ -251,7 +376,7 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
         j = rng.randrange(i) if i > 0 else 0
         candidate = order[:]
         candidate.insert(j, candidate.pop(i))
-        new_offsets, new_total = best_fit(candidate, alignment, adj)
+        new_offsets, new_total = best_fit(candidate, alignment, pairs)
         used += 1
         if new_total <= total:
             order, offsets, total = candidate, new_offsets, new_total
@@ -275,16 +400,16 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     tried: dict[str, int] = {}
     best = None
     starts = []
-    adj = overlaps(recs)
+    pairs = part_pairs(recs)
     floor = max_live(recs) if strategy == "best" else None
-    work = len(recs) + sum(len(v) for v in adj.values())
+    work = len(pairs.rel) + len(pairs.a)
     for name in names:
         if floor is not None and best is not None and best[1] <= floor:
             break  # at the floor already: a later strategy could only tie, and ties keep the first
         if best is not None and (len(tried) + 1) * work > STRATEGY_WORK:
             break  # a large input: the first strategies only (see STRATEGY_WORK)
         ordered = STRATEGIES[name](recs)
-        offsets, total = best_fit(ordered, alignment, adj)
+        offsets, total = best_fit(ordered, alignment, pairs)
         tried[name] = total
         starts.append((total, len(starts), name, ordered))
         if best is None or total < best[1]:
@@ -295,7 +420,7 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
         for _, _, name, ordered in sorted(starts, key=lambda s: (s[0], s[1])):
             if best[1] <= floor or per_start == 0:
                 break
-            offsets, total, _, _ = hill_climb(ordered, alignment, floor, per_start, adj=adj)
+            offsets, total, _, _ = hill_climb(ordered, alignment, floor, per_start, pairs=pairs)
             if total < best[1]:
                 best = (offsets, total, f"{name}+hill_climb")
                 tried[best[2]] = total

@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 from graphmem.assignment import Record, align_up
 # The four plain orderings and the climbing budget are the pass's own: only best fit,
 # breadth and the loops around them are restated here.
-from graphmem.passes.place import (CLIMB_MAX_RUNS, CLIMB_WORK, _by_area, _by_duration,
-                                   _by_size, _in_order)
+from graphmem.passes.place import (CLIMB_MAX_RUNS, CLIMB_WORK, Tied, _by_area,
+                                   _by_duration, _by_size, _in_order)
 
 
 def _breadth(recs: Sequence[Record]) -> dict[int, int]:
@@ -48,8 +48,9 @@ STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
 }
 
 
-def best_fit(ordered: Sequence[Record], alignment: int = 1) -> tuple[dict[int, int], int]:
-    """Place records in the given order, each in the best-fitting free gap.
+def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1) -> tuple[dict[int, int], int]:
+    """Place records in the given order, each in the best-fitting free gap; a Tied set
+    whole, at the lowest aligned base where none of its parts meets a placed record.
 
     Returns ({record id: offset}, arena size). Record sizes are expected aligned.
     """
@@ -57,6 +58,13 @@ def best_fit(ordered: Sequence[Record], alignment: int = 1) -> tuple[dict[int, i
     offsets: dict[int, int] = {}
     total = 0
     for r in ordered:
+        if isinstance(r, Tied):
+            base = fit_tied(placed, r, alignment)
+            offsets[r.id] = base
+            for rel, p in r.parts:
+                total = max(total, base + rel + p.bytes)
+                bisect.insort(placed, (p.first, p.last, base + rel, base + rel + p.bytes))
+            continue
         # records placed so far whose life overlaps r's
         busy = sorted((off, end) for first, last, off, end in placed
                       if first <= r.last and r.first <= last)
@@ -71,6 +79,23 @@ def best_fit(ordered: Sequence[Record], alignment: int = 1) -> tuple[dict[int, i
         total = max(total, offset + r.bytes)
         bisect.insort(placed, (r.first, r.last, offset, offset + r.bytes))
     return offsets, total
+
+
+def fit_tied(placed, t: Tied, alignment: int) -> int:
+    """The obvious fixpoint: move the base past any placed record a part meets."""
+    base, moved = 0, True
+    while moved:
+        moved = False
+        for rel, p in t.parts:
+            for first, last, off, end in placed:
+                live = first <= p.last and p.first <= last
+                if live and off < base + rel + p.bytes and base + rel < end:
+                    base = -(-(end - rel) // alignment) * alignment
+                    moved = True
+                    break
+            if moved:
+                break
+    return base
 
 
 def max_live(recs: Sequence[Record]) -> int:

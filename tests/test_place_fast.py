@@ -27,8 +27,15 @@ def random_records(rng: random.Random, n: int, steps: int, max_len: int) -> list
     return recs
 
 
+@pytest.fixture(params=[1, None], ids=["numpy", "default"])
+def vector_min(request, monkeypatch):
+    """Run a test with every neighbour list on the numpy path, then with the default."""
+    if request.param is not None:
+        monkeypatch.setattr(place, "VECTOR_MIN", request.param)
+
+
 @pytest.mark.parametrize("seed", range(40))
-def test_best_fit_equals_reference_for_every_order(seed):
+def test_best_fit_equals_reference_for_every_order(seed, vector_min):
     rng = random.Random(seed)
     recs = random_records(rng, rng.randrange(1, 120), rng.randrange(1, 60), rng.randrange(1, 30))
     alignment = rng.choice([1, 64, 96])
@@ -80,23 +87,6 @@ def test_zoo_placement_equals_reference(name):
     assert got[:3] == want[:3]
 
 
-def _fit_tied_reference(placed, t, alignment):
-    """The obvious fixpoint: move the base past any placed record a part meets."""
-    base, moved = 0, True
-    while moved:
-        moved = False
-        for rel, p in t.parts:
-            for first, last, off, end in placed:
-                live = first <= p.last and p.first <= last
-                if live and off < base + rel + p.bytes and base + rel < end:
-                    base = -(-(end - rel) // alignment) * alignment
-                    moved = True
-                    break
-            if moved:
-                break
-    return base
-
-
 @pytest.mark.parametrize("seed", range(60))
 def test_fit_tied_sweep_equals_the_fixpoint(seed):
     rng = random.Random(seed)
@@ -112,4 +102,35 @@ def test_fit_tied_sweep_equals_the_fixpoint(seed):
         first = rng.randrange(0, 10)
         off = rng.randrange(0, 40) * 16
         placed.append((first, first + rng.randrange(0, 4), off, off + rng.choice([16, 64, 80])))
-    assert place._fit_tied(placed, t, alignment) == _fit_tied_reference(placed, t, alignment)
+    assert place._fit_tied(placed, t, alignment) == ref.fit_tied(placed, t, alignment)
+
+
+def random_items(rng: random.Random, n: int, steps: int) -> list:
+    """Records and Tied sets (Concat outputs cut into parts), with distinct ids."""
+    items = []
+    for i in range(n):
+        first = rng.randrange(-1, steps)
+        last = min(steps, first + rng.randrange(12))
+        if rng.random() < 0.3:
+            rel, parts = 0, []
+            for k in range(rng.randrange(2, 5)):
+                n_bytes = rng.choice([64, 128, 192, 1024])
+                parts.append((rel, Record(k, n_bytes, rng.randrange(first, last + 1), last)))
+                rel += n_bytes
+            items.append(place.Tied(i, rel, min(p.first for _, p in parts), last, tuple(parts)))
+        else:
+            items.append(Record(i, rng.choice([64, 128, 256, 4096]) * rng.randrange(1, 4),
+                                first, last))
+    return items
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_best_fit_with_tied_sets_equals_reference(seed, vector_min):
+    rng = random.Random(500 + seed)
+    items = random_items(rng, rng.randrange(1, 90), rng.randrange(1, 40))
+    alignment = rng.choice([1, 64])
+    for name, order_fn in place.STRATEGIES.items():
+        ordered = order_fn(items)
+        assert place.best_fit(ordered, alignment) == ref.best_fit(ordered, alignment), name
+    rng.shuffle(items)
+    assert place.best_fit(items, alignment) == ref.best_fit(items, alignment)
