@@ -41,6 +41,12 @@ class Context:
         return {t: self.graph.tensors[t].bytes for t in self.intervals}
 
     @cached_property
+    def naive_layout(self) -> int:
+        """One aligned buffer per tensor: the arena before any pass."""
+        al = self.alignment
+        return sum(-(-b // al) * al for b in self.sizes.values())
+
+    @cached_property
     def roots_memo(self) -> list:
         """[alias, slice_of, roots] of the last :func:`root_map` call."""
         return []
@@ -217,6 +223,13 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
         return a.arena_bytes
     if a.storage_bytes is not None:
         return sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
-    if not a.alias and not a.slice_of:  # one group per tensor
-        return sum(align_up(b, ctx.alignment) for b in ctx.sizes.values())
-    return sum(align_up(g.bytes, ctx.alignment) for g in groups(ctx, a))
+    # one buffer per storage group, the size of its root: the tensors that are neither
+    # aliased, nor a slice, nor the root of an alias group living in a slice (the
+    # groups themselves are not needed, and the report after each pass asks)
+    alias, slice_of = a.alias, a.slice_of
+    al = ctx.alignment
+    if not alias and not slice_of:
+        return ctx.naive_layout
+    sliced = a._sliced_member if slice_of else {}
+    return sum(-(-b // al) * al for t, b in ctx.sizes.items()
+               if t not in alias and t not in slice_of and t not in sliced)

@@ -14,15 +14,16 @@ class Tensor:
     dtype: str  # numpy-style name: "float32", "int64", "bool", "bfloat16", ...
     shape: tuple[int, ...]
     bits: int  # bits per element (4 for int4, 8 for int8, 32 for float32)
+    # dense size in bytes (sub-byte types round up to whole bytes); computed once
+    # here, since every stage of planning asks for it
+    bytes: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bytes", (prod(self.shape) * self.bits + 7) // 8)
 
     @property
     def numel(self) -> int:
         return prod(self.shape)  # prod(()) == 1: a scalar is one element
-
-    @property
-    def bytes(self) -> int:
-        """Dense size in bytes (sub-byte types round up to whole bytes)."""
-        return (self.numel * self.bits + 7) // 8
 
 
 @dataclass(frozen=True)

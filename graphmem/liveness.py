@@ -5,7 +5,9 @@ inputs) and ``len(order)`` is "after the last node" (graph outputs stay alive).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
+
+import numpy as np
 
 from .ir import Graph
 
@@ -45,3 +47,30 @@ def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
             last[t] = end
     make = Interval._make
     return {t: make((first[t], last[t])) for t in arena if t in first}
+
+
+def overlapping_pairs(first: np.ndarray, last: np.ndarray, chunk: int = 1 << 22
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every pair of inclusive ranges that share a step, each pair once, in chunks.
+
+    Yields index arrays ``(a, b)`` (about ``chunk`` pairs at a time, so memory stays
+    bounded however many pairs there are). Sorted by first step, range ``i`` meets
+    exactly the ranges after it that start by its last step: a contiguous run found
+    by one binary search, so all of it is O(n log n + pairs) numpy work.
+    """
+    n = len(first)
+    by_first = np.argsort(first, kind="stable")
+    f = np.asarray(first)[by_first]
+    upto = np.searchsorted(f, np.asarray(last)[by_first], side="right")
+    count = np.maximum(upto - np.arange(1, n + 1), 0)
+    ends = np.cumsum(count)
+    lo = 0
+    while lo < n:
+        done = int(ends[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(ends, done + chunk, side="right")), lo + 1)
+        c = count[lo:hi]
+        a = np.repeat(np.arange(lo, hi), c)
+        b = np.arange(len(a)) - np.repeat(np.cumsum(c) - c, c) + a + 1
+        if len(a):
+            yield by_first[a], by_first[b]
+        lo = hi

@@ -7,7 +7,6 @@ call it on every plan.
 from __future__ import annotations
 
 import bisect
-import heapq
 import json
 import os
 import tempfile
@@ -21,7 +20,8 @@ from . import ops
 from .errors import GraphmemError, PlanInvalid
 from .gcpause import gc_paused
 from .ir import Graph
-from .liveness import liveness
+from .liveness import liveness, overlapping_pairs
+from .regions import NO_SPAN, byte_regions
 from .schedule import check_order
 
 FORMAT = "graphmem.plan/1"
@@ -204,6 +204,26 @@ def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
     (the same functions on the same input); every rule about what the passes
     decided (kinds, bytes, offsets, live ranges, aliases, slices, overlaps) still is.
     """
+    try:
+        return _problems(plan, graph, intervals)
+    except OverflowError:  # the checks use 64-bit arrays
+        return [_out_of_range(plan)]
+
+
+def _out_of_range(plan: Plan) -> str:
+    """The first integer of the plan too large for the 64-bit checks (none is right)."""
+    limit = 2 ** 63
+    if not -limit < plan.arena_bytes < limit:
+        return f"arena_bytes {plan.arena_bytes} is out of range"
+    for name, t in plan.tensors.items():
+        for what, v in (("offset", t.offset), ("bytes", t.bytes), ("live", t.live[0]),
+                        ("live", t.live[1])):
+            if not -limit < v < limit:
+                return f"tensor {name!r}: {what} {v} is out of range"
+    return "an integer of the plan is out of range"
+
+
+def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
     out: list[str] = []
     if plan.format != FORMAT:
         return [f"format is {plan.format!r}, not {FORMAT!r}"]
@@ -232,10 +252,9 @@ def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
             out.append(f"tensors: {miss[0]!r} is missing")
         return out
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
-    io = io_sets(graph)
-    for name, t in plan.tensors.items():
-        info = graph.tensors[name]
-        want_kind = expected_kind(graph, name, io)
+    for name in _suspects(plan, graph, intervals):  # the rest pass the checks below
+        t, info = plan.tensors[name], graph.tensors[name]
+        want_kind = expected_kind(graph, name)
         if t.kind != want_kind:
             out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
         if t.bytes != info.bytes:
@@ -260,6 +279,32 @@ def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
     if not fresh:
         out += _stats_problems(plan, graph, roots)
     return out
+
+
+def _suspects(plan: Plan, graph: Graph, intervals) -> list[str]:
+    """The tensors whose kind, bytes, offset or live range may break a rule, in plan
+    order: the same tests as the per-tensor loop in :func:`problems`, on arrays."""
+    names = list(plan.tensors)
+    ts = list(plan.tensors.values())
+    n = len(ts)
+    col = lambda values: np.fromiter(values, np.int64, n)  # noqa: E731
+    offset = col(t.offset for t in ts)
+    nbytes = col(t.bytes for t in ts)
+    tensors = graph.tensors
+    bad = ((nbytes != col(tensors[name].bytes for name in names))
+           | (offset < 0) | (offset % plan.alignment != 0)
+           | (offset + nbytes > plan.arena_bytes)
+           | (col(t.live[0] for t in ts) != col(intervals[name].first for name in names))
+           | (col(t.live[1] for t in ts) != col(intervals[name].last for name in names)))
+    kinds = np.fromiter((KINDS.index(t.kind) if t.kind in KINDS else -1 for t in ts),
+                        np.int8, n)
+    want = np.full(n, KINDS.index("activation"), dtype=np.int8)
+    position = {name: k for k, name in enumerate(names)}
+    # as expected_kind: a graph input that is also an output is an input
+    want[[position[t] for t in graph.outputs if t in position]] = KINDS.index("output")
+    want[[position[t] for t in graph.inputs if t in position]] = KINDS.index("input")
+    bad |= kinds != want
+    return [names[k] for k in np.flatnonzero(bad).tolist()]
 
 
 def validate(plan: Plan, graph: Graph, *, intervals=None) -> None:
@@ -307,6 +352,7 @@ def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -
             else:
                 members[r] = [name]
     guard = _OverwriteGuard(plan, members)
+    slice_starts: dict[int, dict[str, int | None]] = {}  # per Concat: see _check_slice
     for name, t in plan.tensors.items():
         if (t.alias_of is None) != (t.alias is None):
             out.append(f"tensor {name!r}: alias_of and alias must be given together")
@@ -314,7 +360,7 @@ def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -
         if t.alias_of is not None:
             out += _check_alias(plan, graph, producer, position, members, roots, name, t, guard)
         if t.slice_of is not None:
-            out += _check_slice(plan, graph, producer, name, t)
+            out += _check_slice(plan, graph, producer, name, t, slice_starts)
     return out
 
 
@@ -385,12 +431,22 @@ def _check_alias(plan, graph, producer, position, members, roots, name, t, guard
     return []
 
 
-def _check_slice(plan, graph, producer, name, t) -> list[str]:
+def _check_slice(plan, graph, producer, name, t, slice_starts) -> list[str]:
     out_name = t.slice_of
     if out_name not in plan.tensors:
         return [f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"]
     node = producer.get(out_name)
-    if node is None or node.op_type != "Concat" or node.inputs.count(name) != 1:
+    if node is None or node.op_type != "Concat":
+        return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
+    if node.index not in slice_starts:  # once per Concat, not once per slice
+        starts: dict[str, int | None] = {}
+        before = 0
+        for inp in node.inputs:
+            starts[inp] = None if inp in starts else before  # None: read more than once
+            before += graph.tensors[inp].bytes
+        slice_starts[node.index] = starts
+    starts = slice_starts[node.index]
+    if starts.get(name) is None:
         return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
     if plan.tensors[name].kind != "activation":
         return [f"tensor {name!r}: a graph input or output cannot be a Concat slice"]
@@ -400,10 +456,7 @@ def _check_slice(plan, graph, producer, name, t) -> list[str]:
     if any(d != 1 for d in info.shape[:axis]):
         return [f"tensor {name!r}: the slices of {out_name!r} are not contiguous "
                 f"(a dimension before axis {axis} is not 1)"]
-    before = 0
-    for inp in node.inputs[:node.inputs.index(name)]:
-        before += graph.tensors[inp].bytes
-    want = plan.tensors[out_name].offset + before
+    want = plan.tensors[out_name].offset + starts[name]
     if t.offset != want:
         return [f"tensor {name!r}: slice of {out_name!r} at offset {t.offset}, expected {want}"]
     return []
@@ -414,25 +467,30 @@ def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[s
     roots = roots if roots is not None else _group_roots(plan)
     names = [name for name, t in plan.tensors.items() if t.bytes > 0]
     ts = [plan.tensors[name] for name in names]
-    # by first use (argsort of the ints: cheaper than sorting a tuple per tensor)
-    firsts = np.fromiter((t.live[0] for t in ts), np.int64, len(ts))
-    active: dict[int, tuple[int, int, str, str]] = {}  # k -> (start, end, root, name)
-    ending: list[tuple[int, int]] = []  # heap of (last, k) over the active ones
-    for k in np.argsort(firsts, kind="stable").tolist():
-        t, name = ts[k], names[k]
-        (first, last), start = t.live, t.offset
-        end = start + t.bytes
-        while ending and ending[0][0] < first:
-            del active[heapq.heappop(ending)[1]]
-        root = roots[name]
-        for a_start, a_end, a_root, a_name in active.values():
-            if a_start < end and start < a_end and a_root != root:
-                return [f"tensors {a_name!r} and {name!r} are live at the same time "
-                        f"(from position {first}) and overlap in bytes "
-                        f"[{max(a_start, start)}, {min(a_end, end)})"]
-        active[k] = (start, end, root, name)
-        heapq.heappush(ending, (last, k))
-    return []
+    n = len(ts)
+    first = np.fromiter((t.live[0] for t in ts), np.int64, n)
+    last = np.fromiter((t.live[1] for t in ts), np.int64, n)
+    start = np.fromiter((t.offset for t in ts), np.int64, n)
+    end = start + np.fromiter((t.bytes for t in ts), np.int64, n)
+    root_id: dict[str, int] = {}
+    group = np.fromiter((root_id.setdefault(roots[name], len(root_id)) for name in names),
+                        np.int64, n)
+    worst = None  # the clash that starts earliest: (position, a, b)
+    for a, b in overlapping_pairs(first, last):
+        clash = (start[a] < end[b]) & (start[b] < end[a]) & (group[a] != group[b])
+        if clash.any():
+            a, b = a[clash], b[clash]
+            at = np.maximum(first[a], first[b])
+            k = int(np.argmin(at))
+            if worst is None or at[k] < worst[0]:
+                worst = (int(at[k]), int(a[k]), int(b[k]))
+    if worst is None:
+        return []
+    at, a, b = worst
+    a, b = sorted((a, b), key=lambda k: (first[k], k))
+    return [f"tensors {names[a]!r} and {names[b]!r} are live at the same time "
+            f"(from position {at}) and overlap in bytes "
+            f"[{max(start[a], start[b])}, {min(end[a], end[b])})"]
 
 
 def _stats_problems(plan: Plan, graph: Graph, roots: dict[str, str] | None = None) -> list[str]:
@@ -489,12 +547,17 @@ def live_timelines(plan: Plan, roots: dict[str, str] | None = None
     spans = [np.minimum.reduceat(first[index], starts)[uniform],
              np.maximum.reduceat(last[index], starts)[uniform],
              np.maximum.reduceat(size[index], starts)[uniform]]
-    ends = np.r_[starts[1:], len(index)]
-    regions = [r for k in np.flatnonzero(~uniform)
-               for r in _group_regions([tensors[i] for i in index[starts[k]:ends[k]]])]
-    if regions:
-        extra = np.array(regions, dtype=np.int64).reshape(-1, 3)
-        spans = [np.r_[s, extra[:, c]] for c, s in enumerate(spans)]
+    if not uniform.all():
+        # members on different bytes: cut at every member's start and end, and count
+        # each region covered by a member from the first to the last use on it
+        members = index[np.repeat(~uniform, np.diff(np.r_[starts, len(index)]))]
+        grp = gid[members]
+        lo, hi = offset[members], offset[members] + size[members]
+        _, r_lo, r_hi, r_first, r_last = byte_regions(
+            np.r_[grp, grp], np.r_[lo, hi], grp, lo, hi, first[members], last[members])
+        covered = r_first != NO_SPAN
+        spans = [np.r_[spans[0], r_first[covered]], np.r_[spans[1], r_last[covered]],
+                 np.r_[spans[2], (r_hi - r_lo)[covered]]]
     return _sweep(*spans, steps), unaliased
 
 
@@ -504,18 +567,3 @@ def _sweep(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, steps: int) 
     np.add.at(delta, first + 1, nbytes)
     np.add.at(delta, last + 2, -nbytes)
     return np.cumsum(delta[:-1]).tolist()
-
-
-def _group_regions(ts: list[TensorPlan]) -> list[tuple[int, int, int]]:
-    """(first, last, bytes) of a storage group: its byte range, split where Concat
-    slices make parts of it live at different times; each part is live from the first
-    to the last use of a tensor on it (a group without slices is one part)."""
-    if len({(t.offset, t.bytes) for t in ts}) == 1:  # all members on the same bytes
-        return [(min(t.live[0] for t in ts), max(t.live[1] for t in ts), ts[0].bytes)]
-    cuts = sorted({t.offset for t in ts} | {t.offset + t.bytes for t in ts})
-    out = []
-    for lo, hi in zip(cuts, cuts[1:]):
-        on = [t for t in ts if t.offset < hi and lo < t.offset + t.bytes]
-        if on:
-            out.append((min(t.live[0] for t in on), max(t.live[1] for t in on), hi - lo))
-    return out

@@ -120,14 +120,15 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
-        if node.op_type not in VIEW and node.op_type not in OVERWRITE:
+        op = node.op_type
+        if op not in VIEW and op not in OVERWRITE:
             continue  # neither table lists it: both pair lists would be empty
-        for i, o in view_pairs(node):
+        for i, o in view_pairs(node) if op in VIEW else ():
             src, out = node.inputs[i], node.outputs[o]
             if can_alias(src, out) and allowed(out, src, None):
                 join(out, src, "view")
                 views += 1
-        for i, o in overwrite_pairs(node):
+        for i, o in overwrite_pairs(node) if op in OVERWRITE else ():
             src, out = node.inputs[i], node.outputs[o]
             if not can_alias(src, out):
                 continue

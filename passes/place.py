@@ -9,7 +9,6 @@ the smallest arena (the first in ``STRATEGIES`` order on ties), so it is determi
 """
 from __future__ import annotations
 
-import heapq
 import random
 from typing import Callable, NamedTuple, Sequence
 
@@ -19,6 +18,8 @@ import numpy as np
 
 from graphmem.assignment import (Assignment, Context, Record, align_up, groups, records,
                                  root_map)
+from graphmem.liveness import overlapping_pairs
+from graphmem.regions import NO_SPAN, byte_regions
 
 
 @dataclass(frozen=True)
@@ -122,22 +123,15 @@ def _lowest_free(bad: list[tuple[int, int]], alignment: int) -> int:
 
 
 def overlaps(recs: Sequence[Record]) -> dict[int, list[int]]:
-    """For each record id, the ids of the other records whose lives overlap its own.
-
-    One sweep over the records by first use, keeping the live ones in a heap by
-    last use: O(n log n + E) for E overlapping pairs (E is n times the live width).
-    """
-    by_first = sorted(recs, key=lambda r: (r.first, r.id))
-    adj: dict[int, list[int]] = {r.id: [] for r in by_first}
-    live: list[tuple[int, int]] = []  # heap of (last, id)
-    for r in by_first:
-        while live and live[0][0] < r.first:
-            heapq.heappop(live)
-        mine = adj[r.id]
-        for _, other in live:
-            mine.append(other)
-            adj[other].append(r.id)
-        heapq.heappush(live, (r.last, r.id))
+    """For each record id, the ids of the other records whose lives overlap its own."""
+    ids = [r.id for r in recs]
+    adj: dict[int, list[int]] = {i: [] for i in ids}
+    first = np.fromiter((r.first for r in recs), np.int64, len(recs))
+    last = np.fromiter((r.last for r in recs), np.int64, len(recs))
+    for a, b in overlapping_pairs(first, last):
+        for i, j in zip(a.tolist(), b.tolist()):
+            adj[ids[i]].append(ids[j])
+            adj[ids[j]].append(ids[i])
     return adj
 
 
@@ -177,20 +171,17 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
             first.append(r.first)
             last.append(r.last)
         start.append(len(rel))
-    n = len(rel)
     owner = np.repeat(np.arange(len(items), dtype=np.int32), np.diff(start))
-    f = np.asarray(first, dtype=np.int64)
-    by_first = np.argsort(f, kind="stable").astype(np.int32)
-    f = f[by_first]
-    # in first-use order, part i overlaps exactly the parts after it that start by its end
-    upto = np.searchsorted(f, np.asarray(last, dtype=np.int64)[by_first], side="right")
-    count = upto - np.arange(1, n + 1)
-    a = np.repeat(np.arange(n, dtype=np.int32), count)
-    b = (np.arange(len(a), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-         + a + 1).astype(np.int32)
-    a, b = by_first[a], by_first[b]
-    keep = owner[a] != owner[b]  # parts of one Tied set sit at fixed offsets: no conflict
-    return PartPairs(ids, tied, start, rel, nbytes, owner, a[keep], b[keep])
+    a_parts, b_parts = [], []
+    for a, b in overlapping_pairs(np.asarray(first, dtype=np.int64),
+                                  np.asarray(last, dtype=np.int64)):
+        keep = owner[a] != owner[b]  # parts of one Tied set sit at fixed offsets: no conflict
+        a_parts.append(a[keep].astype(np.int32))
+        b_parts.append(b[keep].astype(np.int32))
+    empty = np.zeros(0, dtype=np.int32)
+    a = np.concatenate(a_parts) if a_parts else empty
+    b = np.concatenate(b_parts) if b_parts else empty
+    return PartPairs(ids, tied, start, rel, nbytes, owner, a, b)
 
 
 def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
@@ -319,28 +310,16 @@ def _lowest_free_np(lo: np.ndarray, hi: np.ndarray, alignment: int) -> int:
 
 def max_live(recs: Sequence[Record | Tied]) -> int:
     """The largest total of record bytes live at one step: no placement can be smaller."""
-    recs = list(_parts(recs))
-    if not recs:
+    plain = [r for r in recs if not isinstance(r, Tied)]
+    plain += [p for r in recs if isinstance(r, Tied) for _, p in r.parts]
+    if not plain:
         return 0
-    lo = min(r.first for r in recs)
-    delta = [0] * (max(r.last for r in recs) - lo + 2)
-    for r in recs:
-        delta[r.first - lo] += r.bytes
-        delta[r.last - lo + 1] -= r.bytes
-    best = running = 0
-    for d in delta:
-        running += d
-        best = max(best, running)
-    return best
-
-
-def _parts(recs):
-    """Plain records, with each Tied set expanded into its parts (fresh ids)."""
-    n = 0
-    for r in recs:
-        for p in (x for _, x in r.parts) if isinstance(r, Tied) else (r,):
-            yield Record(n, p.bytes, p.first, p.last)
-            n += 1
+    _, nbytes, first, last = np.array(plain, dtype=np.int64).reshape(-1, 4).T
+    lo = int(first.min())
+    delta = np.zeros(int(last.max()) - lo + 2, dtype=np.int64)
+    np.add.at(delta, first - lo, nbytes)
+    np.add.at(delta, last - lo + 1, -nbytes)
+    return max(int(np.cumsum(delta).max()), 0)
 
 
 # "best" runs every strategy on inputs of up to this much work (parts plus
@@ -430,44 +409,68 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
 def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
     """Placement items for storage groups: a Record each, a Tied set for a group with slices.
 
-    A group's bytes are split at every member's boundary, rounded up to the alignment;
-    each region lives from the first to the last use of any member covering it. Adjacent regions with the same
-    life are merged. Item ids are indices into ``gs``; zero-sized groups are left out.
+    A group's bytes are cut at every member's start and end, rounded up to the
+    alignment (so every part, and every gap another record may take, is aligned; a
+    part then also covers the bytes up to the next cut: its life only grows); each
+    region lives from the first to the last use of any member on its bytes (the
+    group's life where none is). Adjacent regions with the same life are merged.
+    Item ids are indices into ``gs``; zero-sized groups are left out.
     """
     plain = {r.id: r for r in records(ctx, gs)}
     if not a.slice_of:  # no Concat slices: every member sits at its group's offset 0
         return list(plain.values())
-    items: list[Record | Tied] = []
-    root_of, sizes = root_map(ctx, a), ctx.sizes
+    root_of, sizes, intervals, al = root_map(ctx, a), ctx.sizes, ctx.intervals, ctx.alignment
+    split = []  # groups whose members cover different bytes
+    span_group, rel, nbytes, first, last = [], [], [], [], []
     for i, g in enumerate(gs):
-        if i not in plain:
+        if i not in plain or len(g.members) == 1:
             continue
-        if len(g.members) == 1:
-            items.append(plain[i])
-            continue
-        spans = [(root_of[t][1], sizes[t], ctx.intervals[t]) for t in g.members if sizes[t] > 0]
-        if all(rel == 0 and n == g.bytes for rel, n, _ in spans):
-            items.append(plain[i])  # every member covers the whole group
-            continue
-        size = plain[i].bytes
-        # cut at every member's start and end, rounded up to the alignment so that
-        # every part, and so every gap another record may take, is aligned (a part
-        # then also covers the bytes up to the next boundary: its life only grows)
-        al = ctx.alignment
-        cuts = sorted({0, size} | {min(align_up(rel, al), size) for rel, _, _ in spans}
-                      | {min(align_up(rel + n, al), size) for rel, n, _ in spans})
-        regions: list[list[int]] = []  # [lo, hi, first, last]
-        for lo, hi in zip(cuts, cuts[1:]):
-            lives = [iv for rel, n, iv in spans if rel < hi and lo < rel + n]
-            first = min((iv.first for iv in lives), default=g.first)
-            last = max((iv.last for iv in lives), default=g.last)
-            if regions and regions[-1][2:] == [first, last]:
-                regions[-1][1] = hi
-            else:
-                regions.append([lo, hi, first, last])
-        parts = tuple((lo, Record(k, hi - lo, first, last))
-                      for k, (lo, hi, first, last) in enumerate(regions))
-        items.append(Tied(i, size, g.first, g.last, parts) if len(parts) > 1 else plain[i])
+        spans = [(root_of[t][1], sizes[t], t) for t in g.members if sizes[t] > 0]
+        if all(r == 0 and n == g.bytes for r, n, _ in spans):
+            continue  # every member covers the whole group
+        split.append(i)
+        for r, n, t in spans:
+            span_group.append(i)
+            rel.append(r)
+            nbytes.append(n)
+            iv = intervals[t]
+            first.append(iv.first)
+            last.append(iv.last)
+    if not split:
+        return list(plain.values())
+    sg = np.array(span_group, dtype=np.int64)
+    lo = np.array(rel, dtype=np.int64)
+    hi = lo + np.array(nbytes, dtype=np.int64)
+    size = np.array([plain[i].bytes for i in split], dtype=np.int64)
+    ups = lambda x: -(-x // al) * al  # noqa: E731 (align up, vectorised)
+    cut_group = np.r_[sg, sg, split, split]
+    cuts = np.r_[np.minimum(ups(lo), size[np.searchsorted(split, sg)]),
+                 np.minimum(ups(hi), size[np.searchsorted(split, sg)]),
+                 np.zeros(len(split), dtype=np.int64), size]
+    rg, start, end, rf, rl = byte_regions(cut_group, cuts, sg, lo, hi,
+                                          np.array(first, dtype=np.int64),
+                                          np.array(last, dtype=np.int64))
+    bare = rf == NO_SPAN  # no member on these bytes: the group's life
+    if bare.any():
+        rf[bare] = [gs[i].first for i in rg[bare].tolist()]
+        rl[bare] = [gs[i].last for i in rg[bare].tolist()]
+    # merge each run of adjacent regions with the same life (within a group)
+    new = np.r_[True, (rg[1:] != rg[:-1]) | (rf[1:] != rf[:-1]) | (rl[1:] != rl[:-1])]
+    stop = np.r_[new[1:], True]
+    rg, start, rf, rl, end = rg[new], start[new], rf[new], rl[new], end[stop]
+    parts: dict[int, list] = {}
+    for g, lo_, hi_, f, l_ in zip(rg.tolist(), start.tolist(), end.tolist(), rf.tolist(),
+                                  rl.tolist()):
+        mine = parts.setdefault(g, [])
+        mine.append((lo_, Record(len(mine), hi_ - lo_, f, l_)))
+    items: list[Record | Tied] = []
+    for i, r in plain.items():
+        p = parts.get(i)
+        if p is not None and len(p) > 1:
+            g = gs[i]
+            items.append(Tied(i, r.bytes, g.first, g.last, tuple(p)))
+        else:
+            items.append(r)
     return items
 
 

@@ -227,6 +227,19 @@ def test_plan_for_another_model_breaks_the_rules(tmp_path):
     assert not graphmem.problems(graphmem.plan_model(a).plan, graphmem.load(a))
 
 
+@pytest.mark.parametrize("field", ["offset", "bytes", "live"])
+def test_plan_with_an_integer_past_64_bits_is_refused_by_name(tmp_path, field):
+    a, _ = two_models(tmp_path)
+    d = json.loads(graphmem.plan_model(a).plan.to_json())
+    huge = 2 ** 70
+    if field == "live":
+        d["tensors"]["x"]["live"] = [0, huge]
+    else:
+        d["tensors"]["x"][field] = huge
+    found = graphmem.problems(Plan.from_dict(d), graphmem.load(a))
+    assert len(found) == 1 and str(huge) in found[0]
+
+
 def verify_cli_or_skip():
     from graphmem.cli import COMMANDS
     if "verify" not in COMMANDS:

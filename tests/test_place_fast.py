@@ -134,3 +134,18 @@ def test_best_fit_with_tied_sets_equals_reference(seed, vector_min):
         assert place.best_fit(ordered, alignment) == ref.best_fit(ordered, alignment), name
     rng.shuffle(items)
     assert place.best_fit(items, alignment) == ref.best_fit(items, alignment)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1 << 22])
+def test_overlapping_pairs_are_every_sharing_pair_once_in_any_chunking(chunk):
+    import numpy as np
+    from graphmem.liveness import overlapping_pairs
+    rng = random.Random(chunk)
+    first = [rng.randrange(-1, 30) for _ in range(80)]
+    last = [f + rng.randrange(0, 8) for f in first]
+    got = []
+    for a, b in overlapping_pairs(np.array(first), np.array(last), chunk):
+        got += [tuple(sorted(p)) for p in zip(a.tolist(), b.tolist())]
+    want = [(i, j) for i in range(80) for j in range(i + 1, 80)
+            if first[i] <= last[j] and first[j] <= last[i]]
+    assert sorted(got) == want
