@@ -208,14 +208,19 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
     # grouped by the later part
     owner_rank = rank[pairs.owner]
     a_later = owner_rank[pairs.a] > owner_rank[pairs.b]
-    later = np.where(a_later, pairs.a, pairs.b)
-    earlier = np.where(a_later, pairs.b, pairs.a)
-    by_later = np.argsort(later, kind="stable")
-    earlier, later = earlier[by_later], later[by_later]
+    del owner_rank
+    # (later, earlier) packed in one int64 and sorted in place: grouped by the later
+    # part without an index array (the order inside a group does not matter)
+    packed = np.where(a_later, pairs.a, pairs.b).astype(np.int64) << 32
+    packed |= np.where(a_later, pairs.b, pairs.a)
+    del a_later
+    packed.sort()
+    later = (packed >> 32).astype(np.int32)
+    earlier = (packed & 0xFFFFFFFF).astype(np.int32)
+    del packed
     bound = np.zeros(len(rels) + 1, dtype=np.int64)
     np.cumsum(np.bincount(later, minlength=len(rels)), out=bound[1:])
     bound = bound.tolist()
-    del by_later, a_later, owner_rank
 
     # each placed part's (offset, end), as a list for short neighbour lists and as
     # arrays for long ones (VECTOR_MIN): the same rules either way
