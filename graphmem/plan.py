@@ -283,28 +283,16 @@ def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
 
 def _suspects(plan: Plan, graph: Graph, intervals) -> list[str]:
     """The tensors whose kind, bytes, offset or live range may break a rule, in plan
-    order: the same tests as the per-tensor loop in :func:`problems`, on arrays."""
-    names = list(plan.tensors)
-    ts = list(plan.tensors.values())
-    n = len(ts)
-    col = lambda values: np.fromiter(values, np.int64, n)  # noqa: E731
-    offset = col(t.offset for t in ts)
-    nbytes = col(t.bytes for t in ts)
-    tensors = graph.tensors
-    bad = ((nbytes != col(tensors[name].bytes for name in names))
-           | (offset < 0) | (offset % plan.alignment != 0)
-           | (offset + nbytes > plan.arena_bytes)
-           | (col(t.live[0] for t in ts) != col(intervals[name].first for name in names))
-           | (col(t.live[1] for t in ts) != col(intervals[name].last for name in names)))
-    kinds = np.fromiter((KINDS.index(t.kind) if t.kind in KINDS else -1 for t in ts),
-                        np.int8, n)
-    want = np.full(n, KINDS.index("activation"), dtype=np.int8)
-    position = {name: k for k, name in enumerate(names)}
-    # as expected_kind: a graph input that is also an output is an input
-    want[[position[t] for t in graph.outputs if t in position]] = KINDS.index("output")
-    want[[position[t] for t in graph.inputs if t in position]] = KINDS.index("input")
-    bad |= kinds != want
-    return [names[k] for k in np.flatnonzero(bad).tolist()]
+    order: the tests of the per-tensor loop in :func:`problems`, without its messages."""
+    io = io_sets(graph)
+    tensors, al, arena = graph.tensors, plan.alignment, plan.arena_bytes
+    out = []
+    for name, t in plan.tensors.items():
+        off, nbytes = t.offset, t.bytes
+        if (off < 0 or off % al or off + nbytes > arena or nbytes != tensors[name].bytes
+                or t.live != intervals[name] or t.kind != expected_kind(graph, name, io)):
+            out.append(name)
+    return out
 
 
 def validate(plan: Plan, graph: Graph, *, intervals=None) -> None:
