@@ -37,7 +37,7 @@ class Context:
 
     @cached_property
     def sizes(self) -> dict[str, int]:
-        # cached: every pass asks, and a Tensor computes its bytes on each call
+        # cached: every pass asks, for every tensor
         return {t: self.graph.tensors[t].bytes for t in self.intervals}
 
     @cached_property

@@ -252,9 +252,10 @@ def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
             out.append(f"tensors: {miss[0]!r} is missing")
         return out
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
-    for name in _suspects(plan, graph, intervals):  # the rest pass the checks below
-        t, info = plan.tensors[name], graph.tensors[name]
-        want_kind = expected_kind(graph, name)
+    io = io_sets(graph)
+    for name, t in plan.tensors.items():
+        info = graph.tensors[name]
+        want_kind = expected_kind(graph, name, io)
         if t.kind != want_kind:
             out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
         if t.bytes != info.bytes:
@@ -278,20 +279,6 @@ def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
     out += _overlap_problems(plan, roots)
     if not fresh:
         out += _stats_problems(plan, graph, roots)
-    return out
-
-
-def _suspects(plan: Plan, graph: Graph, intervals) -> list[str]:
-    """The tensors whose kind, bytes, offset or live range may break a rule, in plan
-    order: the tests of the per-tensor loop in :func:`problems`, without its messages."""
-    io = io_sets(graph)
-    tensors, al, arena = graph.tensors, plan.alignment, plan.arena_bytes
-    out = []
-    for name, t in plan.tensors.items():
-        off, nbytes = t.offset, t.bytes
-        if (off < 0 or off % al or off + nbytes > arena or nbytes != tensors[name].bytes
-                or t.live != intervals[name] or t.kind != expected_kind(graph, name, io)):
-            out.append(name)
     return out
 
 

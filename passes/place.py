@@ -91,21 +91,6 @@ STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
 }
 
 
-def _fit_tied(placed, t: Tied, alignment: int) -> int:
-    """The lowest aligned base offset at which no part of ``t`` meets a placed record.
-
-    ``placed`` holds ``(first, last, offset, end)`` per placed record. Each (part,
-    placed record live with it) pair forbids the bases in
-    ``[offset - rel - bytes + 1, end - rel)``.
-    """
-    bad = []
-    for rel, p in t.parts:
-        pf, pl, reach = p.first, p.last, rel + p.bytes - 1
-        bad += [(off - reach, end - rel) for first, last, off, end in placed
-                if first <= pl and pf <= last]
-    return _lowest_free(bad, alignment)
-
-
 def _lowest_free(bad: list[tuple[int, int]], alignment: int) -> int:
     """The lowest aligned base in none of the half-open intervals ``[lo, hi)``.
 
@@ -120,19 +105,6 @@ def _lowest_free(bad: list[tuple[int, int]], alignment: int) -> int:
         if hi > base:
             base = align_up(hi, alignment)
     return base
-
-
-def overlaps(recs: Sequence[Record]) -> dict[int, list[int]]:
-    """For each record id, the ids of the other records whose lives overlap its own."""
-    ids = [r.id for r in recs]
-    adj: dict[int, list[int]] = {i: [] for i in ids}
-    first = np.fromiter((r.first for r in recs), np.int64, len(recs))
-    last = np.fromiter((r.last for r in recs), np.int64, len(recs))
-    for a, b in overlapping_pairs(first, last):
-        for i, j in zip(a.tolist(), b.tolist()):
-            adj[ids[i]].append(ids[j])
-            adj[ids[j]].append(ids[i])
-    return adj
 
 
 class PartPairs(NamedTuple):

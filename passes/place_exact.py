@@ -22,10 +22,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from graphmem.assignment import Record
 from graphmem.errors import GraphmemError
+from graphmem.liveness import overlapping_pairs
 
-from .place import max_live, overlaps, place_records
+from .place import max_live, place_records
 
 DEFAULT_TIME_LIMIT = 10.0
 
@@ -57,8 +60,12 @@ def place_optimal(recs: Sequence[Record], alignment: int = 1,
     start = time.perf_counter()
     h_offsets, h_total, h_name, _ = place_records(recs, "best", alignment)
     floor = max_live(recs)
-    pairs = sorted((min(a, b), max(a, b)) for a, nbrs in overlaps(recs).items()
-                   for b in nbrs if a < b)
+    ids = [r.id for r in recs]
+    first = np.fromiter((r.first for r in recs), np.int64, len(recs))
+    last = np.fromiter((r.last for r in recs), np.int64, len(recs))
+    pairs = sorted((min(ids[i], ids[j]), max(ids[i], ids[j]))
+                   for a, b in overlapping_pairs(first, last)
+                   for i, j in zip(a.tolist(), b.tolist()))
     if h_total <= floor:  # the heuristic is at the floor: optimal, nothing to solve
         return ExactResult(dict(h_offsets), h_total, True, floor, h_total, h_name,
                            time.perf_counter() - start, "heuristic at max-live floor", len(pairs))
