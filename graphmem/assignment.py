@@ -14,6 +14,7 @@ from .liveness import Interval
 
 
 def align_up(n: int, alignment: int) -> int:
+    """``n`` rounded up to a multiple of ``alignment`` (element-wise for a numpy array)."""
     return -(-n // alignment) * alignment
 
 
@@ -43,8 +44,7 @@ class Context:
     @cached_property
     def naive_layout(self) -> int:
         """One aligned buffer per tensor: the arena before any pass."""
-        al = self.alignment
-        return sum(-(-b // al) * al for b in self.sizes.values())
+        return sum(align_up(b, self.alignment) for b in self.sizes.values())
 
     @cached_property
     def roots_memo(self) -> list:
@@ -227,9 +227,8 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
     # aliased, nor a slice, nor the root of an alias group living in a slice (the
     # groups themselves are not needed, and the report after each pass asks)
     alias, slice_of = a.alias, a.slice_of
-    al = ctx.alignment
     if not alias and not slice_of:
         return ctx.naive_layout
     sliced = a._sliced_member if slice_of else {}
-    return sum(-(-b // al) * al for t, b in ctx.sizes.items()
+    return sum(align_up(b, ctx.alignment) for t, b in ctx.sizes.items()
                if t not in alias and t not in slice_of and t not in sliced)

@@ -277,7 +277,7 @@ def _lowest_free_np(lo: np.ndarray, hi: np.ndarray, alignment: int) -> int:
     is the aligned running maximum of their ends, until an interval starts above it."""
     o = np.argsort(lo, kind="stable")
     lo, hi = lo[o], hi[o]
-    reached = np.maximum(-(-np.maximum.accumulate(hi) // alignment) * alignment, 0)
+    reached = np.maximum(align_up(np.maximum.accumulate(hi), alignment), 0)
     before = np.empty_like(reached)
     before[0] = 0
     before[1:] = reached[:-1]
@@ -419,10 +419,10 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
     lo = np.array(rel, dtype=np.int64)
     hi = lo + np.array(nbytes, dtype=np.int64)
     size = np.array([plain[i].bytes for i in split], dtype=np.int64)
-    ups = lambda x: -(-x // al) * al  # noqa: E731 (align up, vectorised)
+    group_size = size[np.searchsorted(split, sg)]  # per span
     cut_group = np.r_[sg, sg, split, split]
-    cuts = np.r_[np.minimum(ups(lo), size[np.searchsorted(split, sg)]),
-                 np.minimum(ups(hi), size[np.searchsorted(split, sg)]),
+    cuts = np.r_[np.minimum(align_up(lo, al), group_size),
+                 np.minimum(align_up(hi, al), group_size),
                  np.zeros(len(split), dtype=np.int64), size]
     rg, start, end, rf, rl = byte_regions(cut_group, cuts, sg, lo, hi,
                                           np.array(first, dtype=np.int64),
