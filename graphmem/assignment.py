@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import chain, repeat
 from typing import Mapping, NamedTuple
 
 from .ir import Graph
 from .liveness import Interval
+
+
+# The most bytes a graph's arena tensors may hold together (one aligned buffer each)
+# for graphmem to plan it: half the signed 64-bit range, so that no offset, sum or
+# difference in the array and compiled code can overflow. No device comes near it.
+MAX_PLAN_BYTES = 2 ** 62
 
 
 def align_up(n: int, alignment: int) -> int:
@@ -128,25 +135,23 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
     """``a.root_of(t)`` for every name, sharing the walk up each alias chain.
 
     Linear in the number of names even for one long chain of in-place ops, where
-    calling ``root_of`` per tensor would be quadratic.
+    calling ``root_of`` per tensor would be quadratic. Only the linked tensors (an
+    alias, a slice, or an alias root living in a slice) are walked, in Python; every
+    other name is its own root, filled in by one C-level dict build.
     """
     memo: dict[str, tuple[str, int]] = {}
     alias, slice_of = a.alias, a.slice_of
     sliced = a._sliced_member if slice_of else {}
-    for t in names:
-        if t not in alias and t not in slice_of and t not in sliced:
-            if t not in memo:
-                memo[t] = (t, 0)  # most tensors: a root of their own
-            continue
+    for t in chain(slice_of, alias, sliced):
         path = []
         cur = t
         while cur not in memo:
-            if cur in a.slice_of:
+            if cur in slice_of:
                 path.append((cur, a.slice_offset[cur]))
-                cur = a.slice_of[cur]
-            elif cur in a.alias:
+                cur = slice_of[cur]
+            elif cur in alias:
                 path.append((cur, 0))
-                cur = a.alias[cur][0]
+                cur = alias[cur][0]
             elif cur in sliced:  # an alias group that lives in a Concat slice
                 path.append((cur, 0))
                 cur = sliced[cur]
@@ -157,7 +162,9 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
         for name, delta in reversed(path):
             offset += delta
             memo[name] = (root, offset)
-    return memo
+    out = dict(zip(names, zip(names, repeat(0))))
+    out.update(memo)
+    return out
 
 
 def root_map(ctx: Context, a: Assignment) -> dict[str, tuple[str, int]]:
@@ -223,12 +230,14 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
         return a.arena_bytes
     if a.storage_bytes is not None:
         return sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
-    # one buffer per storage group, the size of its root: the tensors that are neither
-    # aliased, nor a slice, nor the root of an alias group living in a slice (the
-    # groups themselves are not needed, and the report after each pass asks)
+    # one buffer per storage group, the size of its root: every tensor's buffer but
+    # those of the linked ones (aliased, a slice, or the root of an alias group living
+    # in a slice). The groups themselves are not needed, and the report after each
+    # pass asks, so only the linked tensors are visited.
     alias, slice_of = a.alias, a.slice_of
     if not alias and not slice_of:
         return ctx.naive_layout
     sliced = a._sliced_member if slice_of else {}
-    return sum(align_up(b, ctx.alignment) for t, b in ctx.sizes.items()
-               if t not in alias and t not in slice_of and t not in sliced)
+    sizes, al = ctx.sizes, ctx.alignment
+    linked = alias.keys() | slice_of.keys() | sliced.keys()
+    return ctx.naive_layout - sum(align_up(sizes[t], al) for t in linked if t in sizes)

@@ -8,7 +8,8 @@ from functools import partial
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .assignment import Assignment, Context, align_up, groups, layout_bytes, root_map
+from .assignment import (MAX_PLAN_BYTES, Assignment, Context, align_up, groups,
+                         layout_bytes, root_map)
 from .errors import GraphmemError
 from .gcpause import gc_paused
 from .ir import Graph
@@ -76,6 +77,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     if bad:
         raise GraphmemError(bad[0])
     ctx = Context(graph, tuple(order), liveness(graph, order), alignment)
+    _check_size(ctx)
     registry = available_passes()
     names = resolve_passes(passes)
     order_passes = [n for n in names if n in ORDER_PASSES]
@@ -104,6 +106,15 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     if check:
         validate(plan, graph, intervals=ctx.intervals)
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
+
+
+def _check_size(ctx: Context) -> None:
+    """Refuse a graph whose tensors, one aligned buffer each, reach ``MAX_PLAN_BYTES``."""
+    if ctx.naive_layout < MAX_PLAN_BYTES:
+        return
+    name, size = max(ctx.sizes.items(), key=lambda kv: kv[1])
+    raise GraphmemError(f"the graph's tensors need {ctx.naive_layout} bytes together (the "
+                        f"largest, {name!r}, {size}): past the 2**62 bytes graphmem can plan")
 
 
 def _run_passes(ctx: Context, names, registry, placement: str, time_limit: float = 10.0):

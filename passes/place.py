@@ -16,10 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphmem.assignment import (Assignment, Context, Record, align_up, groups, records,
-                                 root_map)
+from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, align_up,
+                                 groups, records, root_map)
 from graphmem.liveness import overlapping_pairs
 from graphmem.regions import NO_SPAN, byte_regions
+
+try:  # the compiled best-fit loop (graphmem/_fit.c), built at install where a C compiler is
+    from graphmem import _fit
+except ImportError:  # pragma: no cover - depends on the install
+    _fit = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,12 @@ class PartPairs(NamedTuple):
     owner: np.ndarray  # item index per part
     a: np.ndarray
     b: np.ndarray
+    # the parts stacked one on another: no offset or bound best fit computes is larger
+    # but for the alignment padding (see _native_ok)
+    reach: int
+    # (tied, start, rel, nbytes) as arrays for the compiled loop, None where it was not
+    # built or the values are too large for its 64-bit integers
+    native: tuple[np.ndarray, ...] | None
 
 
 def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
@@ -153,7 +164,12 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
     empty = np.zeros(0, dtype=np.int32)
     a = np.concatenate(a_parts) if a_parts else empty
     b = np.concatenate(b_parts) if b_parts else empty
-    return PartPairs(ids, tied, start, rel, nbytes, owner, a, b)
+    reach = sum(nbytes) + max(rel, default=0)
+    native = None
+    if _fit is not None and reach < NATIVE_LIMIT:
+        native = (np.array(tied, dtype=np.uint8), np.array(start, dtype=np.int64),
+                  np.array(rel, dtype=np.int64), np.array(nbytes, dtype=np.int64))
+    return PartPairs(ids, tied, start, rel, nbytes, owner, a, b, reach, native)
 
 
 def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
@@ -173,8 +189,14 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
         pairs = part_pairs(ordered)
     ids, tied, start, rels, nbytes = pairs.ids, pairs.tied, pairs.start, pairs.rel, pairs.nbytes
     index = {i: k for k, i in enumerate(ids)}
-    rank = np.empty(len(ids), dtype=np.int32)
+    if _native_ok(pairs, alignment):
+        seq_arr = np.fromiter((index[r.id] for r in ordered), np.int64, len(ordered))
+        base = np.zeros(len(ids), dtype=np.int64)
+        total = _fit.run(seq_arr, *pairs.native, pairs.owner, pairs.a, pairs.b, alignment, base)
+        return dict(zip(ids, base.tolist())), total
+    # the same loop in Python (the specification of graphmem/_fit.c)
     seq = [index[r.id] for r in ordered]
+    rank = np.empty(len(ids), dtype=np.int32)
     rank[seq] = np.arange(len(seq), dtype=np.int32)
     # for each part, the parts placed before it that overlap it: (later, earlier) pairs
     # grouped by the later part
@@ -249,6 +271,23 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
         if offset + size > total:
             total = offset + size
     return offsets, total
+
+
+# best_fit runs the compiled loop when graphmem._fit was built (tests switch it off to
+# check the Python loop against the same reference)
+NATIVE = True
+# the compiled loop computes in signed 64-bit integers: it runs only while every value
+# stays below this (half the range, so no sum or difference on the way can overflow;
+# plan_graph refuses larger graphs, this guards direct calls)
+NATIVE_LIMIT = MAX_PLAN_BYTES
+
+
+def _native_ok(pairs: PartPairs, alignment: int) -> bool:
+    """Whether this run may use the compiled loop: built, switched on, and every offset
+    and bound of best fit fits (none exceeds the parts stacked one on another, each
+    padded to the alignment)."""
+    return (NATIVE and pairs.native is not None
+            and pairs.reach + (len(pairs.rel) + 2) * alignment < NATIVE_LIMIT)
 
 
 # best_fit handles a neighbour list at least this long with numpy (per call overhead,

@@ -249,6 +249,17 @@ def test_plan_whose_arena_is_past_64_bits_is_refused_by_name(tmp_path):
         f"arena_bytes {2 ** 80} is out of range"]
 
 
+def test_graph_too_large_to_plan_is_refused_by_name(capsys, tmp_path):
+    """Tensors of 2**66 bytes: no 64-bit arena holds them. Refused before planning (the
+    placement arrays would overflow), naming the largest tensor."""
+    huge = [2 ** 31, 2 ** 31, 16]
+    model = make_model([helper.make_node("Relu", ["x"], ["h"]),
+                        helper.make_node("Sigmoid", ["h"], ["y"])],
+                       [("x", F, huge)], [("y", F, huge)])
+    line = refused(capsys, tmp_path, save(model, tmp_path / "huge.onnx"))
+    assert "past the 2**62 bytes graphmem can plan" in line and "'x'" in line
+
+
 def verify_cli_or_skip():
     from graphmem.cli import COMMANDS
     if "verify" not in COMMANDS:

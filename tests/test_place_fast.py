@@ -28,15 +28,21 @@ def random_records(rng: random.Random, n: int, steps: int, max_len: int) -> list
     return recs
 
 
-@pytest.fixture(params=[1, None], ids=["numpy", "default"])
-def vector_min(request, monkeypatch):
-    """Run a test with every neighbour list on the numpy path, then with the default."""
-    if request.param is not None:
-        monkeypatch.setattr(place, "VECTOR_MIN", request.param)
+@pytest.fixture(params=["compiled", "numpy", "python"])
+def fit_loop(request, monkeypatch):
+    """Run a test on each of best fit's loops: the compiled one (graphmem/_fit.c), then
+    the Python one with every neighbour list on the numpy path, then as it comes."""
+    if request.param == "compiled":
+        if place._fit is None:
+            pytest.skip("graphmem._fit was not built (no C compiler at install)")
+        return
+    monkeypatch.setattr(place, "NATIVE", False)
+    if request.param == "numpy":
+        monkeypatch.setattr(place, "VECTOR_MIN", 1)
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_best_fit_equals_reference_for_every_order(seed, vector_min):
+def test_best_fit_equals_reference_for_every_order(seed, fit_loop):
     rng = random.Random(seed)
     recs = random_records(rng, rng.randrange(1, 120), rng.randrange(1, 60), rng.randrange(1, 30))
     alignment = rng.choice([1, 64, 96])
@@ -125,7 +131,7 @@ def random_items(rng: random.Random, n: int, steps: int) -> list:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_best_fit_with_tied_sets_equals_reference(seed, vector_min):
+def test_best_fit_with_tied_sets_equals_reference(seed, fit_loop):
     rng = random.Random(500 + seed)
     items = random_items(rng, rng.randrange(1, 90), rng.randrange(1, 40))
     alignment = rng.choice([1, 64])
@@ -148,3 +154,59 @@ def test_overlapping_pairs_are_every_sharing_pair_once_in_any_chunking(chunk):
     want = [(i, j) for i in range(80) for j in range(i + 1, 80)
             if first[i] <= last[j] and first[j] <= last[i]]
     assert sorted(got) == want
+
+
+def test_sizes_near_the_64_bit_limit_take_the_python_loop_and_agree(monkeypatch):
+    """The compiled loop keeps a factor of two below the 64-bit range; a run that could
+    come closer is placed by the Python loop, with the same rules. (Graphs past
+    ``NATIVE_LIMIT`` are refused before planning: tests/test_bad_input.py.)"""
+    calls = []
+    if place._fit is not None:
+        monkeypatch.setattr(place, "_fit", _Spy(place._fit, calls))
+    recs = [Record(0, 2 ** 61, 0, 3), Record(1, 2 ** 61, 1, 2), Record(2, 64, 2, 5),
+            Record(3, 2 ** 60, 4, 6)]
+    for name, order_fn in place.STRATEGIES.items():
+        ordered = order_fn(recs)
+        assert place.best_fit(ordered, 64) == ref.best_fit(ordered, 64), name
+    assert calls == []
+
+
+def test_the_compiled_loop_is_used_where_it_was_built(monkeypatch):
+    if place._fit is None:
+        pytest.skip("graphmem._fit was not built (no C compiler at install)")
+    calls = []
+    monkeypatch.setattr(place, "_fit", _Spy(place._fit, calls))
+    recs = random_records(random.Random(3), 50, 20, 8)
+    place.best_fit(place.STRATEGIES["greedy_by_size"](recs), 64)
+    assert len(calls) == 1
+
+
+def test_the_compiled_loop_refuses_inconsistent_arrays():
+    if place._fit is None:
+        pytest.skip("graphmem._fit was not built (no C compiler at install)")
+    recs = random_records(random.Random(4), 10, 10, 4)
+    pairs = place.part_pairs(recs)
+    base = np.zeros(len(recs), dtype=np.int64)
+    seq = np.arange(len(recs), dtype=np.int64)
+    seq[1] = seq[0]  # not a permutation
+    with pytest.raises(ValueError, match="permutation"):
+        place._fit.run(seq, *pairs.native, pairs.owner, pairs.a, pairs.b, 64, base)
+    bad_a = pairs.a.copy()
+    bad_a[:1] = len(pairs.rel)  # a pair naming a part that does not exist
+    with pytest.raises(ValueError, match="pair"):
+        place._fit.run(np.arange(len(recs), dtype=np.int64), *pairs.native, pairs.owner,
+                       bad_a, pairs.b, 64, base)
+    with pytest.raises(ValueError, match="length"):
+        place._fit.run(np.arange(len(recs) - 1, dtype=np.int64), *pairs.native, pairs.owner,
+                       pairs.a, pairs.b, 64, base)
+
+
+class _Spy:
+    """Counts calls of the compiled loop's run()."""
+
+    def __init__(self, module, calls):
+        self._module, self._calls = module, calls
+
+    def run(self, *args):
+        self._calls.append(args)
+        return self._module.run(*args)

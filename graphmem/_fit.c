@@ -1,0 +1,281 @@
+/* graphmem._fit: the best-fit loop of passes/place.py, compiled.
+ *
+ * One function, run(), places items (plain records and Tied sets, numbered as
+ * passes/place.py's PartPairs numbers them) in a given order, each at the
+ * best-fitting gap among the already placed parts that overlap it in time. The
+ * rules are those of place.best_fit's Python loop, which stays the specification
+ * (tests/test_place_fast.py runs both on the same inputs):
+ *
+ *   plain record: among the earlier parts that overlap it, sorted by offset, the
+ *     smallest gap [top, next offset) of at least its size, the lowest offset on
+ *     ties (top: the largest end so far, from 0); else the aligned top.
+ *   Tied set: the lowest aligned base at which no part of it meets an earlier part
+ *     (a sweep over the forbidden base intervals sorted by start).
+ *
+ * All arrays are C-contiguous int64, but for the part owners and the overlapping
+ * pairs (int32, as numpy builds them) and the Tied flags (one byte per item). The
+ * caller keeps every value far from 2^63 (place.py falls back to Python above it).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t lo;
+    int64_t hi;
+} span_t;
+
+static int cmp_span(const void *x, const void *y)
+{
+    const span_t *a = (const span_t *)x, *b = (const span_t *)y;
+    if (a->lo != b->lo)
+        return a->lo < b->lo ? -1 : 1;
+    if (a->hi != b->hi)
+        return a->hi < b->hi ? -1 : 1;
+    return 0;
+}
+
+static int64_t align_up(int64_t n, int64_t alignment)
+{
+    /* n >= 0 here, or a negative forbidden bound that align_up never sees */
+    return (n + alignment - 1) / alignment * alignment;
+}
+
+/* Sort a short run by insertion (most neighbour lists are a few dozen spans). */
+static void sort_spans(span_t *s, Py_ssize_t n)
+{
+    if (n > 32) {
+        qsort(s, (size_t)n, sizeof(span_t), cmp_span);
+        return;
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        span_t v = s[i];
+        Py_ssize_t j = i - 1;
+        while (j >= 0 && cmp_span(&s[j], &v) > 0) {
+            s[j + 1] = s[j];
+            j--;
+        }
+        s[j + 1] = v;
+    }
+}
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} buf_t;
+
+static int get_buf(PyObject *obj, buf_t *b, Py_ssize_t itemsize, Py_ssize_t count,
+                   int writable, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) < 0)
+        return -1;
+    b->held = 1;
+    if (b->view.itemsize != itemsize || (count >= 0 && b->view.len != count * itemsize)) {
+        PyErr_Format(PyExc_ValueError, "_fit.run: %s has the wrong item size or length", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *fit_run(PyObject *self, PyObject *args)
+{
+    PyObject *o_seq, *o_tied, *o_start, *o_rel, *o_nbytes, *o_owner, *o_a, *o_b, *o_base;
+    long long alignment;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOLO", &o_seq, &o_tied, &o_start, &o_rel, &o_nbytes,
+                          &o_owner, &o_a, &o_b, &alignment, &o_base))
+        return NULL;
+    if (alignment <= 0) {
+        PyErr_SetString(PyExc_ValueError, "_fit.run: alignment must be positive");
+        return NULL;
+    }
+    buf_t bufs[9];
+    memset(bufs, 0, sizeof(bufs));
+    PyObject *result = NULL;
+    int64_t *rank = NULL, *bound = NULL, *fill = NULL, *span_off = NULL, *span_end = NULL;
+    int32_t *earlier = NULL;
+    span_t *scratch = NULL;
+
+    /* item and part counts come from the tied flags and the part sizes */
+    if (get_buf(o_tied, &bufs[1], 1, -1, 0, "tied") < 0)
+        goto done;
+    Py_ssize_t n_items = bufs[1].view.len;
+    if (get_buf(o_rel, &bufs[3], 8, -1, 0, "rel") < 0)
+        goto done;
+    Py_ssize_t n_parts = bufs[3].view.len / 8;
+    if (get_buf(o_seq, &bufs[0], 8, n_items, 0, "seq") < 0 ||
+        get_buf(o_start, &bufs[2], 8, n_items + 1, 0, "start") < 0 ||
+        get_buf(o_nbytes, &bufs[4], 8, n_parts, 0, "nbytes") < 0 ||
+        get_buf(o_owner, &bufs[5], 4, n_parts, 0, "owner") < 0 ||
+        get_buf(o_a, &bufs[6], 4, -1, 0, "a") < 0)
+        goto done;
+    Py_ssize_t n_pairs = bufs[6].view.len / 4;
+    if (get_buf(o_b, &bufs[7], 4, n_pairs, 0, "b") < 0 ||
+        get_buf(o_base, &bufs[8], 8, n_items, 1, "base") < 0)
+        goto done;
+    const int64_t *seq = bufs[0].view.buf, *start = bufs[2].view.buf;
+    const int64_t *rel = bufs[3].view.buf, *nbytes = bufs[4].view.buf;
+    const uint8_t *tied = bufs[1].view.buf;
+    const int32_t *owner = bufs[5].view.buf, *pa = bufs[6].view.buf, *pb = bufs[7].view.buf;
+    int64_t *base_out = bufs[8].view.buf;
+
+    /* check the indices once, so the loops below cannot read out of bounds */
+    if (start[0] != 0 || start[n_items] != n_parts) {
+        PyErr_SetString(PyExc_ValueError, "_fit.run: start does not span the parts");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_items; k++)
+        if (start[k + 1] < start[k]) {
+            PyErr_SetString(PyExc_ValueError, "_fit.run: start is not ascending");
+            goto done;
+        }
+    for (Py_ssize_t p = 0; p < n_parts; p++)
+        if (owner[p] < 0 || owner[p] >= n_items) {
+            PyErr_SetString(PyExc_ValueError, "_fit.run: a part owner is out of range");
+            goto done;
+        }
+    for (Py_ssize_t e = 0; e < n_pairs; e++)
+        if (pa[e] < 0 || pa[e] >= n_parts || pb[e] < 0 || pb[e] >= n_parts) {
+            PyErr_SetString(PyExc_ValueError, "_fit.run: a pair is out of range");
+            goto done;
+        }
+
+    Py_BEGIN_ALLOW_THREADS
+    rank = malloc(sizeof(int64_t) * (size_t)(n_items ? n_items : 1));
+    bound = calloc((size_t)n_parts + 1, sizeof(int64_t));
+    fill = malloc(sizeof(int64_t) * (size_t)(n_parts ? n_parts : 1));
+    earlier = malloc(sizeof(int32_t) * (size_t)(n_pairs ? n_pairs : 1));
+    span_off = calloc((size_t)(n_parts ? n_parts : 1), sizeof(int64_t));
+    span_end = calloc((size_t)(n_parts ? n_parts : 1), sizeof(int64_t));
+    Py_END_ALLOW_THREADS
+    if (!rank || !bound || !fill || !earlier || !span_off || !span_end) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_items; k++)
+        rank[k] = -1;
+    for (Py_ssize_t i = 0; i < n_items; i++) {
+        int64_t k = seq[i];
+        if (k < 0 || k >= n_items || rank[k] >= 0) {
+            PyErr_SetString(PyExc_ValueError, "_fit.run: seq is not a permutation of the items");
+            goto done;
+        }
+        rank[k] = i;
+    }
+
+    int64_t total = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* each pair, oriented (later part, earlier part) by placement rank, grouped by the
+       later part with a counting sort: part p sees earlier[bound[p]:bound[p + 1]] */
+    for (Py_ssize_t e = 0; e < n_pairs; e++) {
+        int32_t later = rank[owner[pa[e]]] > rank[owner[pb[e]]] ? pa[e] : pb[e];
+        bound[later + 1]++;
+    }
+    Py_ssize_t widest = 0;
+    for (Py_ssize_t p = 0; p < n_parts; p++) {
+        bound[p + 1] += bound[p];
+    }
+    memcpy(fill, bound, sizeof(int64_t) * (size_t)n_parts);
+    for (Py_ssize_t e = 0; e < n_pairs; e++) {
+        int later_a = rank[owner[pa[e]]] > rank[owner[pb[e]]];
+        int32_t later = later_a ? pa[e] : pb[e], other = later_a ? pb[e] : pa[e];
+        earlier[fill[later]++] = other;
+    }
+    for (Py_ssize_t k = 0; k < n_items; k++) {
+        Py_ssize_t w = (Py_ssize_t)(bound[start[k + 1]] - bound[start[k]]);
+        if (w > widest)
+            widest = w;
+    }
+    scratch = malloc(sizeof(span_t) * (size_t)(widest ? widest : 1));
+    if (scratch) {
+        for (Py_ssize_t i = 0; i < n_items; i++) {
+            int64_t k = seq[i], p0 = start[k], p1 = start[k + 1];
+            if (tied[k]) { /* the lowest base where every part fits */
+                Py_ssize_t m = 0;
+                for (int64_t p = p0; p < p1; p++) {
+                    int64_t r = rel[p], reach = r + nbytes[p] - 1;
+                    for (int64_t e = bound[p]; e < bound[p + 1]; e++) {
+                        int32_t q = earlier[e];
+                        scratch[m].lo = span_off[q] - reach;
+                        scratch[m].hi = span_end[q] - r;
+                        m++;
+                    }
+                }
+                sort_spans(scratch, m);
+                int64_t base = 0;
+                for (Py_ssize_t j = 0; j < m; j++) {
+                    if (scratch[j].lo > base)
+                        break; /* every later interval starts above base too */
+                    if (scratch[j].hi > base)
+                        base = align_up(scratch[j].hi, alignment);
+                }
+                for (int64_t p = p0; p < p1; p++) {
+                    span_off[p] = base + rel[p];
+                    span_end[p] = span_off[p] + nbytes[p];
+                    if (span_end[p] > total)
+                        total = span_end[p];
+                }
+                base_out[k] = base;
+                continue;
+            }
+            int64_t size = nbytes[p0];
+            Py_ssize_t m = 0;
+            for (int64_t e = bound[p0]; e < bound[p0 + 1]; e++) {
+                int32_t q = earlier[e];
+                scratch[m].lo = span_off[q];
+                scratch[m].hi = span_end[q];
+                m++;
+            }
+            sort_spans(scratch, m);
+            int64_t best_gap = -1, best_off = 0, top = 0;
+            for (Py_ssize_t j = 0; j < m; j++) {
+                int64_t gap = scratch[j].lo - top;
+                if (gap >= size && (best_gap < 0 || gap < best_gap)) {
+                    best_gap = gap;
+                    best_off = top;
+                }
+                if (scratch[j].hi > top)
+                    top = scratch[j].hi;
+            }
+            int64_t offset = best_gap >= 0 ? best_off : align_up(top, alignment);
+            base_out[k] = offset;
+            span_off[p0] = offset;
+            span_end[p0] = offset + size;
+            if (offset + size > total)
+                total = offset + size;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (!scratch) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = PyLong_FromLongLong(total);
+
+done:
+    for (int i = 0; i < 9; i++)
+        if (bufs[i].held)
+            PyBuffer_Release(&bufs[i].view);
+    free(rank);
+    free(bound);
+    free(fill);
+    free(earlier);
+    free(span_off);
+    free(span_end);
+    free(scratch);
+    return result;
+}
+
+static PyMethodDef fit_methods[] = {
+    {"run", fit_run, METH_VARARGS,
+     "run(seq, tied, start, rel, nbytes, owner, a, b, alignment, base) -> arena bytes\n\n"
+     "Best fit of passes/place.py over PartPairs arrays; writes each item's base offset."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef fit_module = {PyModuleDef_HEAD_INIT, "_fit",
+                                        "The best-fit loop of passes/place.py, compiled.", -1,
+                                        fit_methods};
+
+PyMODINIT_FUNC PyInit__fit(void) { return PyModule_Create(&fit_module); }
