@@ -6,7 +6,7 @@ from math import prod
 from typing import Any, Mapping
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a large graph holds a million of these
 class Tensor:
     """A value of the graph with a fully known static shape."""
 
@@ -26,7 +26,7 @@ class Tensor:
         return prod(self.shape)  # prod(()) == 1: a scalar is one element
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """One operator. ``index`` is its position in the model's top-level ``graph.node``."""
 

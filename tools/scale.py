@@ -17,6 +17,7 @@ the plan's validation (load, i.e. building the graph, excluded).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import random
@@ -296,7 +297,7 @@ def _report(args, rows: list[dict], status: str) -> None:
         "that process's high-water mark (graph included), *graph alone* its RSS before "
         "planning. Below 1M nodes each row is the fastest of three fresh processes "
         "(timings on this shared machine move by a quarter between runs), 1M-node rows "
-        "are one run.",
+        "are one run. " + _fit_loop() + ".",
         "", "\n".join(table), "",
         "Log-log slope of plan time between the two largest sizes (1.0 is linear): "
         + ", ".join(slopes) + ".", "",
@@ -310,6 +311,15 @@ def _report(args, rows: list[dict], status: str) -> None:
         write_section("scale", body)
         if not status:
             print("wrote docs/benchmarks.md and docs/scale.svg", file=sys.stderr)
+
+
+def _fit_loop() -> str:
+    """Which best-fit loop this run used: the compiled one is optional at install."""
+    place = importlib.import_module("graphmem.passes.place")
+    if place._fit is not None:
+        return "Best fit ran compiled (graphmem/_fit.c, built at install)"
+    return ("Best fit ran in Python: graphmem/_fit.c was not built at install (no C "
+            "compiler?), so the place column is slower than it need be")
 
 
 def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:
