@@ -68,7 +68,7 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
     bad = _invalid_name(model.graph)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
-    model = _copy_without_weights(model)
+    model = copy_without_weights(model)
     # Our own structural checks first: they name the node and tensor, where the
     # checker only says "not topologically sorted" for a cycle or a missing producer.
     _check_names(model)
@@ -193,7 +193,7 @@ def _check(model: onnx.ModelProto, order: list[int]) -> None:
         raise GraphmemError(f"the model is corrupt: {where} is not valid UTF-8 text") from None
 
 
-def _copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+def copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy whose initializers carry dims and type but no data (cheap to infer on)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)

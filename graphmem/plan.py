@@ -304,15 +304,17 @@ def _group_roots(plan: Plan) -> dict[str, str]:
             parent[t], t = root, parent[t]
         return root
 
-    for name, t in tensors.items():
-        for other in (t.alias_of, t.slice_of):
+    linked = [(name, t.alias_of, t.slice_of) for name, t in tensors.items()
+              if t.alias_of is not None or t.slice_of is not None]
+    for name, alias_of, slice_of in linked:
+        for other in (alias_of, slice_of):
             if other is not None and other in tensors:
                 a, b = find(name), find(other)
                 if a != b:
                     parent[a] = b
-    if not parent:
-        return {name: name for name in tensors}
-    return {name: find(name) if name in parent else name for name in tensors}
+    out = dict(zip(tensors, tensors))  # most tensors: a group of their own
+    out.update({name: find(name) for name in parent})
+    return out
 
 
 def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -> list[str]:

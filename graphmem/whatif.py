@@ -21,7 +21,7 @@ from .analysis import FLOAT_TYPES, param_count, weight_bytes, workspace
 from .dtypes import BITS_BY_NAME
 from .errors import GraphmemError
 from .ir import Graph, Tensor
-from .load import _copy_without_weights, from_model
+from .load import copy_without_weights, from_model
 from .pipeline import DEFAULT_PASSES, plan_graph
 
 MAX_BATCH = 1 << 31  # fit gives up doubling here: a model whose memory does not grow
@@ -159,7 +159,7 @@ class Batcher:
                  model_path: str | None = None):
         self.dims = dict(dims or {})
         # Rewritten copies are made of the model without its large weights: cheap to copy.
-        self.model = _copy_without_weights(model)
+        self.model = copy_without_weights(model)
         self.model_path = model_path
         self.axis = batch_axis(model, self.dims)
         # onnx.checker runs once, on the model as given; rewritten copies skip it.
