@@ -224,9 +224,42 @@ def measure_one(family: str, n: int) -> dict:
             "strategy": result.assignment.strategy, "reordered": reordered}
 
 
+def reference_workload(n: int = 1_000_000) -> float:
+    """Seconds for a fixed workload shaped like planning's Python work, without graphmem
+    code: dicts of ``n`` string keys, a pass of lookups, a sort by a looked-up key.
+
+    The bench times it in fresh processes before and after its measurements, so that a
+    reader can tell this shared machine's drift (which moves every row) from a change
+    in the code (which moves graphmem's rows only)."""
+    t0 = time.perf_counter()
+    names = [f"t{i}" for i in range(n)]
+    life = {name: (i, i + 3) for i, name in enumerate(names)}
+    rank = {name: n - i for i, name in enumerate(names)}
+    total = 0
+    for name in names:
+        first, last = life[name]
+        total += rank[name] + last - first
+    names.sort(key=rank.__getitem__)
+    assert total > 0 and names[0] == f"t{n - 1}"
+    return time.perf_counter() - t0
+
+
+def _machine_check() -> float:
+    """The fastest of ``REPEATS`` fresh processes running :func:`reference_workload`."""
+    times = []
+    for _ in range(REPEATS):
+        proc = subprocess.run([sys.executable, __file__, "--reference"], capture_output=True,
+                              text=True, check=True)
+        times.append(float(proc.stdout.strip().splitlines()[-1]))
+    return min(times)
+
+
 def run(args) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
+    args.check_before = _machine_check()
+    args.check_after = None
+    print(f"machine check (reference workload) {args.check_before:.2f} s", file=sys.stderr)
     todo = [(family, n) for n in sizes for family in FAMILIES]  # small sizes first
     for k, (family, n) in enumerate(todo):
         best = None
@@ -245,6 +278,8 @@ def run(args) -> None:
             _report(args, sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["nodes"])),
                     f"Partial: {k + 1} of {len(todo)} measurements done; the run goes on.")
     rows.sort(key=lambda r: (FAMILIES.index(r["family"]), r["nodes"]))
+    args.check_after = _machine_check()
+    print(f"machine check (reference workload) {args.check_after:.2f} s", file=sys.stderr)
     _report(args, rows, "")
 
 
@@ -297,7 +332,7 @@ def _report(args, rows: list[dict], status: str) -> None:
         "that process's high-water mark (graph included), *graph alone* its RSS before "
         "planning. Below 1M nodes each row is the fastest of three fresh processes "
         "(timings on this shared machine move by a quarter between runs), 1M-node rows "
-        "are one run. " + _fit_loop() + ".",
+        "are one run. " + _fit_loop() + ". " + _check_line(args),
         "", "\n".join(table), "",
         "Log-log slope of plan time between the two largest sizes (1.0 is linear): "
         + ", ".join(slopes) + ".", "",
@@ -311,6 +346,16 @@ def _report(args, rows: list[dict], status: str) -> None:
         write_section("scale", body)
         if not status:
             print("wrote docs/benchmarks.md and docs/scale.svg", file=sys.stderr)
+
+
+def _check_line(args) -> str:
+    after = ("" if args.check_after is None
+             else f" and {args.check_after:.2f} s after them")
+    return ("Machine check: a fixed workload with no graphmem code in it "
+            "(`reference_workload` in tools/scale.py: million-key dicts, lookups, a sort; "
+            f"the fastest of {REPEATS} processes) took {args.check_before:.2f} s before the "
+            f"measurements{after}. Compare it between runs before comparing their rows: "
+            "a slower machine moves it, a change in graphmem does not.")
 
 
 def _fit_loop() -> str:
@@ -386,6 +431,9 @@ def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--reference"]:
+        print(reference_workload())
+        sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in BUILD:
-        sys.exit(f"usage: scale.py {'|'.join(FAMILIES)} NODES")
+        sys.exit(f"usage: scale.py {'|'.join(FAMILIES)} NODES | scale.py --reference")
     print(json.dumps(measure_one(sys.argv[1], int(sys.argv[2]))))
