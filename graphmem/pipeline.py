@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .assignment import (MAX_PLAN_BYTES, Assignment, Context, align_up, groups,
                          layout_bytes, root_map)
@@ -57,33 +57,44 @@ def resolve_passes(names: Sequence[str]) -> list[str]:
     return [n for n in known if n in set(names)]
 
 
+def _quiet(stage: str) -> None:
+    """The default ``progress``: say nothing."""
+
+
 @gc_paused
 def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                order: Sequence[int] | None = None, alignment: int = 64,
                placement: str = "best", time_limit: float = 10.0,
                model_name: str | None = None,
-               bindings: Mapping[str, int] | None = None, check: bool = True) -> Result:
+               bindings: Mapping[str, int] | None = None, check: bool = True,
+               progress: Callable[[str], None] | None = None) -> Result:
     """Run the chosen passes on a loaded graph and return the plan and per-pass reports.
 
     ``order`` defaults to the file order. ``time_limit`` bounds the solver of
     ``placement="optimal"`` (seconds). With ``check`` (the default) the plan is
-    validated independently before it is returned.
+    validated independently before it is returned. ``progress``, if given, is called
+    with the name of each stage as it starts ("liveness", "pass inplace", "validation",
+    ...): the CLI shows it on large graphs, where planning takes seconds.
     """
     if alignment <= 0:
         raise GraphmemError(f"alignment must be positive, not {alignment}")
+    stage = progress or _quiet
     start = time.perf_counter()
     order = list(order) if order is not None else file_order(graph)
+    stage("order check")
     bad = check_order(graph, order)
     if bad:
         raise GraphmemError(bad[0])
+    stage("liveness")
     ctx = Context(graph, tuple(order), liveness(graph, order), alignment)
     _check_size(ctx)
     registry = available_passes()
     names = resolve_passes(passes)
     order_passes = [n for n in names if n in ORDER_PASSES]
     names = [n for n in names if n not in ORDER_PASSES]
-    ctx, a, reports = _run_passes(ctx, names, registry, placement, time_limit)
+    ctx, a, reports = _run_passes(ctx, names, registry, placement, time_limit, stage)
     for name in order_passes:
+        stage(f"pass {name}")
         t0 = time.perf_counter()
         _, detail = registry[name](ctx, Assignment())
         new_order = list(detail.pop("order", ctx.order))
@@ -92,8 +103,9 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
             bad = check_order(graph, new_order)
             assert not bad, f"pass {name} returned an invalid order: {bad[0]}"
             cand = Context(graph, tuple(new_order), liveness(graph, new_order), alignment)
-            cand_ctx, cand_a, cand_reports = _run_passes(cand, names, registry, placement,
-                                                            time_limit)
+            cand_ctx, cand_a, cand_reports = _run_passes(
+                cand, names, registry, placement, time_limit,
+                lambda s: stage(f"{s} (the order {name} found)"))
             saved = a.arena_bytes - cand_a.arena_bytes
             if saved > 0:
                 ctx, a, reports = cand_ctx, cand_a, cand_reports
@@ -101,11 +113,14 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         detail["reordered"] = saved > 0
         reports.insert(0, PassReport(name, max(saved, 0), a.arena_bytes,
                                      time.perf_counter() - t0, detail))
+    stage("writing the plan")
     plan = _to_plan(ctx, a, reports, model_name or _model_name(graph),
                     dict(bindings if bindings is not None else graph.bindings))
     if check:
+        stage("validation")
         validate(plan, graph, intervals=ctx.intervals)
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
+
 
 
 def _check_size(ctx: Context) -> None:
@@ -117,12 +132,14 @@ def _check_size(ctx: Context) -> None:
                         f"largest, {name!r}, {size}): past the 2**62 bytes graphmem can plan")
 
 
-def _run_passes(ctx: Context, names, registry, placement: str, time_limit: float = 10.0):
+def _run_passes(ctx: Context, names, registry, placement: str, time_limit: float = 10.0,
+                stage: Callable[[str], None] = _quiet):
     """Run the passes in order for one execution order; the layout is finished."""
     a = Assignment()
     reports = []
     before = layout_bytes(ctx, a)
     for name in names:
+        stage(f"pass {name}")
         fn = registry[name]
         if name == "place":
             fn = partial(fn, strategy=placement, time_limit=time_limit)

@@ -15,3 +15,12 @@ def test_every_subpackage_is_packaged():
     found = {f.rstrip(".") for f in found} | {"graphmem.passes"}
     assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages"
     assert config["package-dir"]["graphmem.passes"] == "passes"
+
+
+def test_the_compiled_extension_is_declared_optional_with_its_source():
+    """graphmem/_fit.c builds at install where a C compiler is; without one the install
+    must still succeed (placement then runs its Python loop)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    (ext,) = config["ext-modules"]
+    assert ext["name"] == "graphmem._fit" and ext["optional"] is True
+    assert all((ROOT / s).is_file() for s in ext["sources"])

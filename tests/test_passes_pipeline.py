@@ -151,3 +151,13 @@ def test_validate_catches_overlap_and_bad_alias():
     t = dict(plan.tensors)
     t["b"] = replace(t["b"], alias_of="a", alias="inplace", offset=t["a"].offset)
     assert any("read later" in p for p in problems(replace(plan, tensors=t), graph))
+
+
+def test_progress_names_every_stage_in_order():
+    seen = []
+    graphmem.plan_graph(graph_of(residual_block()), progress=seen.append)
+    assert seen == ["order check", "liveness", "pass concat", "pass inplace", "pass share",
+                    "pass place", "pass reorder", "writing the plan", "validation"]
+    seen.clear()
+    graphmem.plan_graph(graph_of(diamond()), ["place"], check=False, progress=seen.append)
+    assert seen == ["order check", "liveness", "pass place", "writing the plan"]

@@ -4,7 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
+
+from rich.console import Console
 
 from ..errors import GraphmemError
 from ..load import load
@@ -85,12 +89,28 @@ def model_stem(args) -> str:
     return name[:-5] if name.endswith(".onnx") else name
 
 
+@contextmanager
+def stages(args) -> Iterator[Callable[[str], None]]:
+    """A callback naming the stage under way, shown as a transient line on stderr while
+    it runs: only on a terminal, and not with --quiet or --json (pipes and tests see
+    nothing). Loading and planning a large graph take seconds."""
+    console = Console(stderr=True)
+    if getattr(args, "quiet", False) or getattr(args, "json", False) or not console.is_terminal:
+        yield lambda stage: None
+        return
+    with console.status("graphmem") as status:
+        yield lambda stage: status.update(f"graphmem: {stage}")
+
+
 def load_graph(args):
     """(graph, seconds) for the command's model and --dim bindings."""
     t0 = time.perf_counter()
     dims = parse_dims(args.dim)
     default = getattr(args, "dim_default", None)
-    graph = load(model_path(args), dims, dim_default=default)
+    path = model_path(args)
+    with stages(args) as stage:
+        stage(f"loading {Path(path).name}")
+        graph = load(path, dims, dim_default=default)
     defaulted = [f"{k}={v}" for k, v in graph.bindings.items() if k not in dims]
     if defaulted:
         print(f"graphmem: --dim-default {default} bound {', '.join(defaulted)}", file=sys.stderr)
@@ -107,10 +127,11 @@ def plan_from_args(args, graph=None) -> Result:
     """Plan the command's model with the command's pass options."""
     if graph is None:
         graph, _ = load_graph(args)
-    return plan_graph(graph, **plan_options(args),
-                      model_name=Path(model_path(args)).name
-                      if Path(args.model).exists() else model_stem(args) + ".onnx",
-                      bindings=graph.bindings)
+    with stages(args) as stage:
+        return plan_graph(graph, **plan_options(args),
+                          model_name=Path(model_path(args)).name
+                          if Path(args.model).exists() else model_stem(args) + ".onnx",
+                          bindings=graph.bindings, progress=stage)
 
 
 def read_plan(path: str) -> Plan:
