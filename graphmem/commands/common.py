@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import GraphmemError
 from ..load import load
@@ -99,7 +100,7 @@ def stages(args) -> Iterator[Callable[[str], None]]:
         yield lambda stage: None
         return
     with console.status("graphmem") as status:
-        yield lambda stage: status.update(f"graphmem: {stage}")
+        yield lambda stage: status.update(f"graphmem: {escape(stage)}")
 
 
 def load_graph(args):
