@@ -98,13 +98,17 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
     def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
         old, new = find(out), find(src)
-        state(old)
         state(new)
         alias[out] = (src, kind)
         parent[old] = new
-        group_last[new] = max(group_last[new], group_last.pop(old))
-        lives[new].extend(lives.pop(old))  # each list belongs to its group alone
-        writes[new].extend(writes.pop(old))
+        if old in lives:
+            group_last[new] = max(group_last[new], group_last.pop(old))
+            lives[new].extend(lives.pop(old))  # each list belongs to its group alone
+            writes[new].extend(writes.pop(old))
+        else:  # a lone tensor (no state made): its life, and no writes of its own
+            lives[new].append(iv[old])
+            if iv[old][1] > group_last[new]:
+                group_last[new] = iv[old][1]
         if pos is not None:
             writes[new].append(pos)
         if old in pinned:
