@@ -329,7 +329,7 @@ def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -
             else:
                 members[r] = [name]
     guard = _OverwriteGuard(plan, members)
-    slice_starts: dict[int, dict[str, int | None]] = {}  # per Concat: see _check_slice
+    concats: dict[int, tuple] = {}  # per Concat: see _concat_slices
     for name, t in plan.tensors.items():
         if (t.alias_of is None) != (t.alias is None):
             out.append(f"tensor {name!r}: alias_of and alias must be given together")
@@ -337,7 +337,7 @@ def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -
         if t.alias_of is not None:
             out += _check_alias(plan, graph, producer, position, members, roots, name, t, guard)
         if t.slice_of is not None:
-            out += _check_slice(plan, graph, producer, name, t, slice_starts)
+            out += _check_slice(plan, graph, producer, name, t, concats)
     return out
 
 
@@ -408,35 +408,44 @@ def _check_alias(plan, graph, producer, position, members, roots, name, t, guard
     return []
 
 
-def _check_slice(plan, graph, producer, name, t, slice_starts) -> list[str]:
+def _check_slice(plan, graph, producer, name, t, concats) -> list[str]:
     out_name = t.slice_of
     if out_name not in plan.tensors:
         return [f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"]
     node = producer.get(out_name)
     if node is None or node.op_type != "Concat":
         return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
-    if node.index not in slice_starts:  # once per Concat, not once per slice
-        starts: dict[str, int | None] = {}
-        before = 0
-        for inp in node.inputs:
-            starts[inp] = None if inp in starts else before  # None: read more than once
-            before += graph.tensors[inp].bytes
-        slice_starts[node.index] = starts
-    starts = slice_starts[node.index]
+    concat = concats.get(node.index)
+    if concat is None:  # once per Concat, not once per slice
+        concat = concats[node.index] = _concat_slices(plan, graph, node, out_name)
+    starts, axis, contiguous, base = concat
     if starts.get(name) is None:
         return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
-    if plan.tensors[name].kind != "activation":
+    if t.kind != "activation":
         return [f"tensor {name!r}: a graph input or output cannot be a Concat slice"]
-    info = graph.tensors[out_name]
-    axis = node.attrs.get("axis", 0)
-    axis = axis + len(info.shape) if axis < 0 else axis
-    if any(d != 1 for d in info.shape[:axis]):
+    if not contiguous:
         return [f"tensor {name!r}: the slices of {out_name!r} are not contiguous "
                 f"(a dimension before axis {axis} is not 1)"]
-    want = plan.tensors[out_name].offset + starts[name]
+    want = base + starts[name]
     if t.offset != want:
         return [f"tensor {name!r}: slice of {out_name!r} at offset {t.offset}, expected {want}"]
     return []
+
+
+def _concat_slices(plan, graph, node, out_name) -> tuple[dict[str, int | None], int, bool, int]:
+    """What every slice check of one Concat needs: each input's byte start (None for an
+    input read more than once), the axis, whether the slices are contiguous, and the
+    output's offset."""
+    starts: dict[str, int | None] = {}
+    before = 0
+    for inp in node.inputs:
+        starts[inp] = None if inp in starts else before  # None: read more than once
+        before += graph.tensors[inp].bytes
+    shape = graph.tensors[out_name].shape
+    axis = node.attrs.get("axis", 0)
+    axis = axis + len(shape) if axis < 0 else axis
+    contiguous = all(d == 1 for d in shape[:axis])
+    return starts, axis, contiguous, plan.tensors[out_name].offset
 
 
 def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[str]:
