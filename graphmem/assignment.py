@@ -109,6 +109,14 @@ class Assignment:
                 return tensor, offset
 
     @cached_property
+    def linked(self) -> tuple[str, ...]:
+        """The tensors that may have another root: aliases, Concat slices, and the
+        roots of alias groups living in a slice (each once). Every other tensor is a
+        root of its own, so the walks over roots visit only these."""
+        sliced = self._sliced_member if self.slice_of else {}
+        return tuple(dict.fromkeys(chain(self.slice_of, self.alias, sliced)))
+
+    @cached_property
     def _sliced_member(self) -> dict[str, str]:
         """Alias-group root -> the member of its alias group that is a Concat slice."""
         out: dict[str, str] = {}
@@ -135,14 +143,13 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
     """``a.root_of(t)`` for every name, sharing the walk up each alias chain.
 
     Linear in the number of names even for one long chain of in-place ops, where
-    calling ``root_of`` per tensor would be quadratic. Only the linked tensors (an
-    alias, a slice, or an alias root living in a slice) are walked, in Python; every
-    other name is its own root, filled in by one C-level dict build.
+    calling ``root_of`` per tensor would be quadratic. Only ``a.linked`` is walked, in
+    Python; every other name is its own root, filled in by one C-level dict build.
     """
     memo: dict[str, tuple[str, int]] = {}
     alias, slice_of = a.alias, a.slice_of
     sliced = a._sliced_member if slice_of else {}
-    for t in chain(slice_of, alias, sliced):
+    for t in a.linked:
         path = []
         cur = t
         while cur not in memo:
@@ -231,13 +238,7 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
     if a.storage_bytes is not None:
         return sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
     # one buffer per storage group, the size of its root: every tensor's buffer but
-    # those of the linked ones (aliased, a slice, or the root of an alias group living
-    # in a slice). The groups themselves are not needed, and the report after each
-    # pass asks, so only the linked tensors are visited.
-    alias, slice_of = a.alias, a.slice_of
-    if not alias and not slice_of:
-        return ctx.naive_layout
-    sliced = a._sliced_member if slice_of else {}
+    # those of the linked ones. The groups themselves are not needed, and the report
+    # after each pass asks, so only the linked tensors are visited.
     sizes, al = ctx.sizes, ctx.alignment
-    linked = alias.keys() | slice_of.keys() | sliced.keys()
-    return ctx.naive_layout - sum(align_up(sizes[t], al) for t in linked if t in sizes)
+    return ctx.naive_layout - sum(align_up(sizes[t], al) for t in a.linked if t in sizes)

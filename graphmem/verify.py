@@ -8,8 +8,9 @@ that no live tensor owns is filled with 0xFF (NaN for floats), so reading a dead
 tensor or a clobbered one shows up as a wrong answer instead of passing by luck.
 
 The graph outputs are compared with a whole-model ``InferenceSession`` run on the
-same seeded inputs (every tensor an output of it, so each exists at its declared type). When they differ (or with ``check_all``) the run is repeated
-checking every node's outputs against the reference's intermediates, which names the
+same seeded inputs (every tensor an output of it, so each exists at its declared
+type). When they differ (or with ``check_all``) the run is repeated checking every
+node's outputs against the reference's intermediates, which names the
 first node whose output differs and the tensors whose bytes overlap there. When the
 outputs do not depend on the inputs at all (constant weights feeding a softmax, as in
 the zoo graphs), comparing them proves little, so every tensor is compared then too.

@@ -14,8 +14,6 @@ two Concat slices into one alias group, nor a graph input into a group with slic
 """
 from __future__ import annotations
 
-from itertools import chain
-
 from graphmem.assignment import Assignment, Context, root_map
 from graphmem.ops import OVERWRITE, VIEW, overwrite_pairs, view_pairs
 
@@ -40,10 +38,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         if r not in lives:
             lives[r], writes[r], group_last[r] = [iv[r]], [], iv[r][1]
 
-    # only a linked tensor (an alias, a slice, an alias root living in a slice) can have
-    # another root: the others need no visit
-    linked = chain(a.slice_of, a.alias, a._sliced_member) if a.slice_of else a.alias
-    for t in dict.fromkeys(linked):
+    for t in a.linked:  # the others are their own root: no visit
         r = root_of[t][0]
         if r != t and t in iv:
             parent[t] = r
