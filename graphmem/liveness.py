@@ -5,11 +5,13 @@ inputs) and ``len(order)`` is "after the last node" (graph outputs stay alive).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
 from .ir import Graph
+from .topology import edges_in_order, topology
 
 
 class Interval(NamedTuple):
@@ -26,27 +28,38 @@ def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
     """``{tensor: Interval(first, last)}`` for every arena tensor, inclusive.
 
     A tensor nobody reads lives at its producer's step only; a graph output lives
-    to ``len(order)``; a graph input starts at ``-1``.
+    to ``len(order)``; a graph input starts at ``-1``. Only the nodes in ``order``
+    count (a tensor no node of it writes is left out), and a read before the
+    tensor's first write does not extend its life. Computed on the graph's
+    :func:`~graphmem.topology.topology` arrays (numpy), in the arena tensors' order.
     """
-    by_index = {n.index: n for n in graph.nodes}
-    arena = graph.arena_tensors()
-    arena_set = set(arena)
-    first: dict[str, int] = {t: -1 for t in graph.inputs if t in arena_set}
-    last: dict[str, int] = dict(first)
-    for pos, idx in enumerate(order):
-        node = by_index[idx]
-        for t in node.reads:
-            if t in last:
-                last[t] = pos
-        for t in node.outputs:
-            if t and t not in first and t in arena_set:
-                first[t] = last[t] = pos
-    end = len(order)
-    for t in graph.outputs:
-        if t in last:
-            last[t] = end
-    make = Interval._make
-    return {t: make((first[t], last[t])) for t in arena if t in first}
+    topo = topology(graph)
+    n = topo.arena
+    rows = topo.rows(order)
+    unset = len(order) + 1
+    first = np.full(n, unset, dtype=np.int64)
+    # the first write of each arena tensor by a node of the order
+    t, wpos = edges_in_order(topo.write_start, topo.writes, rows)
+    keep = t < n
+    np.minimum.at(first, t[keep], wpos[keep])
+    first[topo.inputs] = -1
+    last = first.copy()
+    # reads after the first write (or of an input) extend the life
+    t, rpos = edges_in_order(topo.read_start, topo.reads, rows)
+    keep = (t >= 0) & (t < n)
+    t, rpos = t[keep], rpos[keep]
+    later = rpos > first[t]
+    np.maximum.at(last, t[later], rpos[later])
+    present = first != unset
+    outs = topo.outputs[topo.outputs < n]
+    last[outs[present[outs]]] = len(order)
+    make = partial(tuple.__new__, Interval)  # Interval._make, without a Python call
+    names = topo.names[:n] if n < len(topo.names) else topo.names
+    if present.all():
+        return dict(zip(names, map(make, zip(first.tolist(), last.tolist()))))
+    keep = np.flatnonzero(present).tolist()
+    f, l_ = first[keep].tolist(), last[keep].tolist()
+    return dict(zip([names[k] for k in keep], map(make, zip(f, l_))))
 
 
 def overlapping_pairs(first: np.ndarray, last: np.ndarray, chunk: int = 1 << 22
