@@ -12,6 +12,7 @@ from typing import Mapping, NamedTuple
 
 from .ir import Graph
 from .liveness import Interval
+from .topology import topology
 
 
 # The most bytes a graph's arena tensors may hold together (one aligned buffer each)
@@ -46,6 +47,9 @@ class Context:
     @cached_property
     def sizes(self) -> dict[str, int]:
         # cached: every pass asks, for every tensor
+        topo = topology(self.graph)
+        if len(self.intervals) == topo.arena and topo.nbytes is not None:
+            return dict(zip(self.intervals, topo.nbytes.tolist()))  # the same tensors
         return {t: self.graph.tensors[t].bytes for t in self.intervals}
 
     @cached_property

@@ -5,6 +5,8 @@ import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import count, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -17,6 +19,7 @@ from .liveness import liveness
 from .load import load
 from .plan import Plan, TensorPlan, expected_kind, io_sets, plan_stats, validate
 from .schedule import check_order, file_order
+from .topology import topology
 
 DEFAULT_PASSES = ("reorder", "concat", "inplace", "share", "place")
 # Passes that choose the execution order: they run first, on the file order, and
@@ -186,23 +189,41 @@ def _finish_layout(ctx: Context, a: Assignment) -> Assignment:
 
 def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan:
     graph = ctx.graph
-    tensors = {}
-    root_of = root_map(ctx, a)
-    io = io_sets(graph)
-    sizes, offsets, alias, slice_of = ctx.sizes, a.offsets, a.alias, a.slice_of
-    none = (None, None)
-    for name, iv in ctx.intervals.items():
-        root, rel = root_of[name]
-        alias_of, kind = alias.get(name, none)
-        size = sizes[name]
-        tensors[name] = TensorPlan(
-            expected_kind(graph, name, io), size, offsets[root] + rel if size else 0,
-            (iv.first, iv.last), alias_of, kind, slice_of.get(name))
+    topo = topology(graph)
+    names = list(ctx.intervals)
+    # every arena tensor, in the topology's order (as liveness gives them)
+    whole = len(names) == topo.arena and topo.nbytes is not None
+    if whole:
+        kinds, sizes = topo.kinds(), topo.nbytes.tolist()
+    else:
+        io = io_sets(graph)
+        kinds = [expected_kind(graph, t, io) for t in names]
+        sizes = [ctx.sizes[t] for t in names]
+    # a tensor's offset is its root's plus its place inside; only the linked tensors
+    # have another root
+    offsets = a.offsets
+    offs = list(map(offsets.get, names, repeat(0)))
+    if a.linked:
+        root_of = root_map(ctx, a)
+        where = topo.ids if whole else dict(zip(names, count()))
+        for t in a.linked:
+            root, rel = root_of[t]
+            offs[where[t]] = offsets[root] + rel
+    offs = [o if size else 0 for o, size in zip(offs, sizes)]
+    lives = list(map(tuple, ctx.intervals.values()))
+    alias, slice_of = a.alias, a.slice_of
+    alias_of = list(map(_first, map(alias.get, names, repeat(_NONE))))
+    alias_kind = list(map(_second, map(alias.get, names, repeat(_NONE))))
+    slices = list(map(slice_of.get, names))
+    tensors = dict(zip(names, map(TensorPlan, kinds, sizes, offs, lives, alias_of,
+                                  alias_kind, slices)))
     arena = a.arena_bytes or 0
     plan = Plan(model=model, bindings=bindings, alignment=ctx.alignment,
                 order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,
                 tensors=tensors,
                 passes=[{"name": r.name, "bytes_saved": r.bytes_saved} for r in reports])
-    # the assignment's groups are the plan's alias/slice groups: no need to rebuild them
-    stats = plan_stats(plan, {t: r for t, (r, _) in root_of.items()})
+    stats = plan_stats(plan, index=topo.ids if whole else None)
     return Plan(**{**plan.__dict__, "stats": stats})
+
+
+_NONE, _first, _second = (None, None), itemgetter(0), itemgetter(1)

@@ -11,8 +11,10 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from itertools import count
+from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from .ir import Graph
 from .liveness import liveness, overlapping_pairs
 from .regions import NO_SPAN, byte_regions
 from .schedule import check_order
+from .topology import topology
 
 FORMAT = "graphmem.plan/1"
 KINDS = ("input", "output", "activation")
@@ -223,6 +226,73 @@ def _out_of_range(plan: Plan) -> str:
     return "an integer of the plan is out of range"
 
 
+class _Columns(NamedTuple):
+    """A plan's tensors as columns, in the plan's order, and their storage groups."""
+
+    names: list[str]
+    ts: list[TensorPlan]
+    first: np.ndarray
+    last: np.ndarray
+    offset: np.ndarray
+    size: np.ndarray
+    group: np.ndarray  # per tensor: the position of its alias/slice group's root
+    linked: list[int]  # positions of the tensors with alias_of, alias or slice_of
+
+
+def _columns(plan: Plan, index: Mapping[str, int] | None = None) -> _Columns:
+    """Columns of ``plan.tensors``. ``index`` (tensor -> position in the plan; built if
+    omitted) only resolves the targets of alias_of and slice_of."""
+    names, ts = list(plan.tensors), list(plan.tensors.values())
+    n = len(ts)
+    live = list(map(_LIVE, ts))
+    first = np.fromiter(map(_FIRST, live), np.int64, n)
+    last = np.fromiter(map(_SECOND, live), np.int64, n)
+    offset = np.fromiter(map(_OFFSET, ts), np.int64, n)
+    size = np.fromiter(map(_BYTES, ts), np.int64, n)
+    linked = [i for i, t in enumerate(ts)
+              if t.alias_of is not None or t.slice_of is not None or t.alias is not None]
+    group = np.arange(n)
+    if linked:
+        if index is None:
+            index = dict(zip(names, count()))
+        _join_groups(group, ts, linked, index)
+    return _Columns(names, ts, first, last, offset, size, group, linked)
+
+
+_LIVE, _OFFSET, _BYTES = attrgetter("live"), attrgetter("offset"), attrgetter("bytes")
+_FIRST, _SECOND, _KIND = itemgetter(0), itemgetter(1), attrgetter("kind")
+
+
+def _join_groups(group: np.ndarray, ts, linked: list[int], index) -> None:
+    """Union-find over the links (alias_of, slice_of) of the ``linked`` positions;
+    ``group`` (the identity on entry) ends as each position's root."""
+    parent = group.tolist()
+
+    def find(i: int) -> int:
+        root = i
+        while parent[root] != root:
+            root = parent[root]
+        while parent[i] != root:  # path compression
+            parent[i], i = root, parent[i]
+        return root
+
+    get, n = index.get, len(parent)
+    for i in linked:
+        t = ts[i]
+        for other in (t.alias_of, t.slice_of):
+            j = get(other) if other is not None else None
+            if j is not None and j < n:  # (an index may know more names than the plan)
+                a, b = find(i), find(j)
+                if a != b:
+                    parent[a] = b
+    group[:] = parent
+    while True:  # every position to its root: pointer jumping, a few numpy steps
+        up = group[group]
+        if np.array_equal(up, group):
+            return
+        group[:] = up
+
+
 def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
     out: list[str] = []
     if plan.format != FORMAT:
@@ -242,16 +312,59 @@ def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
                    f"constants: {miss[0]!r} is computed from weights alone but not listed")
     if not fresh:
         intervals = liveness(graph, plan.order)
-    names = set(intervals)
-    if set(plan.tensors) != names:
-        extra = sorted(set(plan.tensors) - names)
-        miss = sorted(names - set(plan.tensors))
-        if extra:
-            out.append(f"tensors: {extra[0]!r} is not a tensor the graph computes or takes as input")
-        if miss:
-            out.append(f"tensors: {miss[0]!r} is missing")
+    topo = topology(graph)
+    arena = topo.arena_names()
+    # the usual plan lists every arena tensor in the graph's order (what liveness
+    # gives); then positions in the plan are topology ids, and the set checks hold
+    in_order = len(intervals) == len(arena) and list(plan.tensors) == arena
+    if not in_order:
+        names = set(intervals)
+        if set(plan.tensors) != names:
+            extra = sorted(set(plan.tensors) - names)
+            miss = sorted(names - set(plan.tensors))
+            if extra:
+                out.append(f"tensors: {extra[0]!r} is not a tensor the graph computes or "
+                           "takes as input")
+            if miss:
+                out.append(f"tensors: {miss[0]!r} is missing")
+            return out
+    try:
+        cols = _columns(plan, topo.ids if in_order else None)
+    except OverflowError:  # past 64 bits: the loop words the rule broken, if any
+        return out + _tensor_problems(plan, graph, intervals) or [_out_of_range(plan)]
+    if not (in_order and _tensor_rules_hold(plan, topo, cols, intervals)):
+        out += _tensor_problems(plan, graph, intervals)
+    if out:
         return out
-    producer = {t: n for n in graph.nodes for t in n.outputs if t}
+    out += _alias_problems(plan, graph, cols)
+    if out:
+        return out
+    out += _overlap_problems(cols)
+    if not fresh:
+        out += _stats_problems(plan, cols)
+    return out
+
+
+def _tensor_rules_hold(plan: Plan, topo, cols: _Columns, intervals) -> bool:
+    """The per-tensor rules of :func:`_tensor_problems` on whole columns (numpy), for a
+    plan in the graph's order: True when none is broken (else that loop words them)."""
+    if topo.nbytes is None or not np.array_equal(cols.size, topo.nbytes):
+        return False
+    n = len(cols.ts)
+    if list(map(_KIND, cols.ts)) != topo.kinds():
+        return False
+    if list(map(_LIVE, cols.ts)) != list(intervals.values()):  # Interval == tuple
+        return False
+    off, size = cols.offset, cols.size
+    if n and max(int(off.max()), int(size.max())) >= 2 ** 62:  # the sum below would wrap
+        return False
+    return not (((off < 0) | (off % plan.alignment != 0)).any()
+                or (off + size > plan.arena_bytes).any())
+
+
+def _tensor_problems(plan: Plan, graph: Graph, intervals) -> list[str]:
+    """Kind, bytes, offset, end and live range of every tensor, one by one."""
+    out = []
     io = io_sets(graph)
     for name, t in plan.tensors.items():
         info = graph.tensors[name]
@@ -270,15 +383,6 @@ def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
         iv = intervals[name]
         if t.live != (iv.first, iv.last):
             out.append(f"tensor {name!r}: live {list(t.live)}, expected [{iv.first}, {iv.last}]")
-    if out:
-        return out
-    roots = _group_roots(plan)
-    out += _alias_problems(plan, graph, producer, roots)
-    if out:
-        return out
-    out += _overlap_problems(plan, roots)
-    if not fresh:
-        out += _stats_problems(plan, graph, roots)
     return out
 
 
@@ -293,51 +397,73 @@ def validate(plan: Plan, graph: Graph, *, intervals=None) -> None:
 
 def _group_roots(plan: Plan) -> dict[str, str]:
     """Tensor -> root of its alias/slice group (following alias_of and slice_of)."""
-    tensors = plan.tensors
-    parent: dict[str, str] = {}  # only tensors in some link; the rest are their own root
-
-    def find(t: str) -> str:
-        root = t
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while t != root:  # path compression
-            parent[t], t = root, parent[t]
-        return root
-
-    linked = [(name, t.alias_of, t.slice_of) for name, t in tensors.items()
-              if t.alias_of is not None or t.slice_of is not None]
-    for name, alias_of, slice_of in linked:
-        for other in (alias_of, slice_of):
-            if other is not None and other in tensors:
-                a, b = find(name), find(other)
-                if a != b:
-                    parent[a] = b
-    out = dict(zip(tensors, tensors))  # most tensors: a group of their own
-    out.update({name: find(name) for name in parent})
-    return out
+    cols = _columns(plan)
+    names = cols.names
+    return dict(zip(names, [names[g] for g in cols.group.tolist()]))
 
 
-def _alias_problems(plan: Plan, graph: Graph, producer, roots: dict[str, str]) -> list[str]:
-    out = []
-    position = {idx: pos for pos, idx in enumerate(plan.order)}
-    shared = {r for name, r in roots.items() if r != name}  # groups of more than one
-    members: dict[str, list[str]] = {}  # for those groups only: aliases live in them
-    for name, r in roots.items():
-        if r in shared:
-            if r in members:
-                members[r].append(name)
-            else:
-                members[r] = [name]
+class _Producers:
+    """``{tensor: the node writing it}`` of the graph, looked up in its topology."""
+
+    def __init__(self, graph: Graph):
+        self.nodes, self.topo = graph.nodes, topology(graph)
+        self.rows = self.topo.producer_rows()
+
+    def get(self, name: str):
+        i = self.topo.ids.get(name)
+        row = -1 if i is None else int(self.rows[i])
+        return None if row < 0 else self.nodes[row]
+
+
+def _alias_problems(plan: Plan, graph: Graph, cols: _Columns) -> list[str]:
+    out: list[str] = []
+    if not cols.linked:
+        return out
+    producer = _Producers(graph)
+    topo = producer.topo
+    pos_of_row = np.full(len(topo.node_index), -1, dtype=np.int64)
+    pos_of_row[topo.rows(plan.order)] = np.arange(len(plan.order))
+    position = _Positions(topo, pos_of_row)
+    group = cols.group
+    members = _members(cols)  # group root -> member names, for groups of more than one
     guard = _OverwriteGuard(plan, members)
     concats: dict[int, tuple] = {}  # per Concat: see _concat_slices
-    for name, t in plan.tensors.items():
+    for i in cols.linked:
+        name, t = cols.names[i], cols.ts[i]
         if (t.alias_of is None) != (t.alias is None):
             out.append(f"tensor {name!r}: alias_of and alias must be given together")
             continue
         if t.alias_of is not None:
-            out += _check_alias(plan, graph, producer, position, members, roots, name, t, guard)
+            out += _check_alias(plan, graph, producer, position, members, int(group[i]),
+                                name, t, guard)
         if t.slice_of is not None:
             out += _check_slice(plan, graph, producer, name, t, concats)
+    return out
+
+
+class _Positions:
+    """``{Node.index: its position in the plan's order}``, from the topology's rows."""
+
+    def __init__(self, topo, pos_of_row: np.ndarray):
+        self.row_of, self.pos_of_row = topo.row_of, pos_of_row
+
+    def __getitem__(self, index: int) -> int:
+        return int(self.pos_of_row[self.row_of[index]])
+
+
+def _members(cols: _Columns) -> dict[int, list[str]]:
+    """Group root -> its members' names in plan order, for the groups of more than one."""
+    group = cols.group
+    shared = np.flatnonzero(np.bincount(group, minlength=len(group))[group] > 1)
+    if not len(shared):
+        return {}
+    shared = shared[np.argsort(group[shared], kind="stable")]
+    g = group[shared]
+    cuts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    names = cols.names
+    out = {}
+    for root, part in zip(g[cuts].tolist(), np.split(shared, cuts[1:])):
+        out[root] = [names[k] for k in part.tolist()]
     return out
 
 
@@ -349,11 +475,11 @@ class _OverwriteGuard:
     the problem) whenever this says a problem is possible.
     """
 
-    def __init__(self, plan: Plan, members: dict[str, list[str]]):
+    def __init__(self, plan: Plan, members: dict[int, list[str]]):
         self.plan, self.members = plan, members
-        self.cache: dict[str, tuple[bool, list[int], list[int]]] = {}
+        self.cache: dict[int, tuple[bool, list[int], list[int]]] = {}
 
-    def may_break(self, root: str, pos: int) -> bool:
+    def may_break(self, root: int, pos: int) -> bool:
         if root not in self.cache:
             tensors = self.plan.tensors
             ms = sorted((tensors[m].live[0], tensors[m].live[1]) for m in self.members[root])
@@ -369,7 +495,7 @@ class _OverwriteGuard:
         return has_input or (k > 0 and reach[k - 1] > pos)
 
 
-def _check_alias(plan, graph, producer, position, members, roots, name, t, guard) -> list[str]:
+def _check_alias(plan, graph, producer, position, members, gid, name, t, guard) -> list[str]:
     src = t.alias_of
     if src not in plan.tensors:
         return [f"tensor {name!r}: alias_of {src!r} is not an arena tensor"]
@@ -395,8 +521,8 @@ def _check_alias(plan, graph, producer, position, members, roots, name, t, guard
     if t.bytes > s.bytes:
         return [f"tensor {name!r}: in-place output larger than {src!r}"]
     pos = position[node.index]
-    group = members[roots[name]]
-    if len(group) > 8 and not guard.may_break(roots[name], pos):
+    group = members[gid]
+    if len(group) > 8 and not guard.may_break(gid, pos):
         return []  # a large group that the guard clears without the member loop
     for m in group:
         mt = plan.tensors[m]
@@ -448,19 +574,12 @@ def _concat_slices(plan, graph, node, out_name) -> tuple[dict[str, int | None], 
     return starts, axis, contiguous, plan.tensors[out_name].offset
 
 
-def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[str]:
+def _overlap_problems(cols: _Columns) -> list[str]:
     """Tensors of different groups live at the same time on the same bytes."""
-    roots = roots if roots is not None else _group_roots(plan)
-    names = [name for name, t in plan.tensors.items() if t.bytes > 0]
-    ts = [plan.tensors[name] for name in names]
-    n = len(ts)
-    first = np.fromiter((t.live[0] for t in ts), np.int64, n)
-    last = np.fromiter((t.live[1] for t in ts), np.int64, n)
-    start = np.fromiter((t.offset for t in ts), np.int64, n)
-    end = start + np.fromiter((t.bytes for t in ts), np.int64, n)
-    root_id: dict[str, int] = {}
-    group = np.fromiter((root_id.setdefault(roots[name], len(root_id)) for name in names),
-                        np.int64, n)
+    keep = np.flatnonzero(cols.size > 0)
+    first, last, start = cols.first[keep], cols.last[keep], cols.offset[keep]
+    end = start + cols.size[keep]
+    group = cols.group[keep]
     worst = None  # the clash that starts earliest: (position, a, b)
     for a, b in overlapping_pairs(first, last):
         clash = (start[a] < end[b]) & (start[b] < end[a]) & (group[a] != group[b])
@@ -474,52 +593,51 @@ def _overlap_problems(plan: Plan, roots: dict[str, str] | None = None) -> list[s
         return []
     at, a, b = worst
     a, b = sorted((a, b), key=lambda k: (first[k], k))
-    return [f"tensors {names[a]!r} and {names[b]!r} are live at the same time "
+    names = cols.names
+    return [f"tensors {names[keep[a]]!r} and {names[keep[b]]!r} are live at the same time "
             f"(from position {at}) and overlap in bytes "
             f"[{max(start[a], start[b])}, {min(end[a], end[b])})"]
 
 
-def _stats_problems(plan: Plan, graph: Graph, roots: dict[str, str] | None = None) -> list[str]:
+def _stats_problems(plan: Plan, cols: _Columns) -> list[str]:
     if not plan.stats:
         return []
-    want = plan_stats(plan, roots)
+    want = _stats(plan, cols)
     for key, value in want.items():
         if key in plan.stats and plan.stats[key] != value:
             return [f"stats.{key} is {plan.stats[key]}, the plan's own tensors give {value}"]
     return []
 
 
-def plan_stats(plan: Plan, roots: dict[str, str] | None = None) -> dict[str, int]:
-    """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors."""
-    aliased, unaliased = live_timelines(plan, roots)
-    return {"naive_bytes": sum(t.bytes for t in plan.tensors.values()),
+def plan_stats(plan: Plan, *, index: Mapping[str, int] | None = None) -> dict[str, int]:
+    """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors.
+
+    ``index``: tensor -> its position in ``plan.tensors``, if the caller has it."""
+    return _stats(plan, _columns(plan, index))
+
+
+def _stats(plan: Plan, cols: _Columns) -> dict[str, int]:
+    aliased, unaliased = _timelines(cols, len(plan.order))
+    return {"naive_bytes": sum(map(_BYTES, cols.ts)),
             "lower_bound_bytes": max(unaliased, default=0),
             "aliased_peak_bytes": max(aliased, default=0), "arena_bytes": plan.arena_bytes}
 
 
-def live_timelines(plan: Plan, roots: dict[str, str] | None = None
-                   ) -> tuple[list[int], list[int]]:
+def live_timelines(plan: Plan) -> tuple[list[int], list[int]]:
     """Live bytes at positions -1 .. len(order) (index 0 is position -1): (aliased, unaliased).
 
     Aliased counts each storage group once (split into byte regions where Concat
     slices make parts of it live at different times); unaliased counts every tensor.
-    ``roots`` (:func:`_group_roots`) may be passed in when the caller has them.
     """
-    roots = roots if roots is not None else _group_roots(plan)
-    steps = len(plan.order)
-    tensors = list(plan.tensors.values())
-    n = len(tensors)
-    first = np.fromiter((t.live[0] for t in tensors), np.int64, n)
-    last = np.fromiter((t.live[1] for t in tensors), np.int64, n)
-    size = np.fromiter((t.bytes for t in tensors), np.int64, n)
+    return _timelines(_columns(plan), len(plan.order))
+
+
+def _timelines(cols: _Columns, steps: int) -> tuple[list[int], list[int]]:
+    first, last, size, offset, gid = cols.first, cols.last, cols.size, cols.offset, cols.group
     unaliased = _sweep(first, last, size, steps)
     # storage groups of the tensors with bytes: per group the earliest first use, the
     # latest last use and its size, where all members cover the same bytes; a group
     # whose members cover different bytes (Concat slices) is split in regions
-    code: dict[str, int] = {}
-    gid = np.fromiter((code.setdefault(roots[name], len(code)) for name in plan.tensors),
-                      np.int64, n)
-    offset = np.fromiter((t.offset for t in tensors), np.int64, n)
     index = np.flatnonzero(size > 0)
     index = index[np.argsort(gid[index], kind="stable")]
     if len(index) == 0:

@@ -32,10 +32,30 @@ class Topology(NamedTuple):
     writes: np.ndarray  # the ids of each row's outputs, blanks left out
     inputs: np.ndarray  # ids of the graph inputs that are arena tensors
     outputs: np.ndarray  # ids of the graph outputs that are produced or inputs
+    nbytes: np.ndarray | None  # per arena tensor: its bytes (None: one is past int64)
 
     def rows(self, order) -> np.ndarray:
         """The rows of an order of node indices."""
         return self.row_of[np.asarray(order, dtype=np.int64)]
+
+    def arena_names(self) -> list[str]:
+        return self.names if self.arena == len(self.names) else self.names[:self.arena]
+
+    def kinds(self) -> list[str]:
+        """Per arena tensor: "input", "output" or "activation" (an input that is also
+        an output is an input)."""
+        kinds = ["activation"] * self.arena
+        for i in self.outputs[self.outputs < self.arena].tolist():
+            kinds[i] = "output"
+        for i in self.inputs.tolist():
+            kinds[i] = "input"
+        return kinds
+
+    def producer_rows(self) -> np.ndarray:
+        """Per id: the row that writes it (the last such row), -1 for none."""
+        out = np.full(len(self.names), -1, dtype=np.int64)
+        out[self.writes] = np.repeat(np.arange(len(self.node_index)), np.diff(self.write_start))
+        return out
 
 
 def topology(graph: Graph) -> Topology:
@@ -81,8 +101,13 @@ def _build(graph: Graph) -> Topology:
     arena_inputs = np.fromiter((ids[t] for t in graph.inputs if get(t, n_arena) < n_arena),
                                np.int64)
     outputs = np.fromiter((ids[t] for t in graph.outputs if t in ids), np.int64)
+    tensors = graph.tensors
+    try:
+        nbytes = np.fromiter((tensors[t].bytes for t in names[:n_arena]), np.int64, n_arena)
+    except OverflowError:  # a tensor of 2**63 bytes or more: refused later, by name
+        nbytes = None
     return Topology(names, n_arena, ids, node_index, row_of, read_start, reads,
-                    write_start, writes, arena_inputs, outputs)
+                    write_start, writes, arena_inputs, outputs, nbytes)
 
 
 def _bounds(lengths, n: int) -> np.ndarray:
