@@ -10,6 +10,7 @@ the smallest arena (the first in ``STRATEGIES`` order on ties), so it is determi
 from __future__ import annotations
 
 import random
+from operator import attrgetter
 from typing import Callable, NamedTuple, Sequence
 
 from dataclasses import dataclass
@@ -138,6 +139,13 @@ class PartPairs(NamedTuple):
 
 def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
     """Index the items' parts and all their time-overlapping pairs (numpy, O(n log n + E))."""
+    tied = [type(r) is Tied for r in items]
+    if True not in tied:  # plain records only: one part each, columns at C speed
+        n = len(items)
+        ids, start, rel = list(map(_ID, items)), list(range(n + 1)), [0] * n
+        nbytes = list(map(_BYTES, items))
+        first, last = list(map(_FIRST, items)), list(map(_LAST, items))
+        return _pairs(ids, tied, start, rel, nbytes, first, last)
     ids, tied, start, rel, nbytes, first, last = [], [], [0], [], [], [], []
     for r in items:
         ids.append(r.id)
@@ -154,7 +162,11 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
             first.append(r.first)
             last.append(r.last)
         start.append(len(rel))
-    owner = np.repeat(np.arange(len(items), dtype=np.int32), np.diff(start))
+    return _pairs(ids, tied, start, rel, nbytes, first, last)
+
+
+def _pairs(ids, tied, start, rel, nbytes, first, last) -> PartPairs:
+    owner = np.repeat(np.arange(len(ids), dtype=np.int32), np.diff(start))
     a_parts, b_parts = [], []
     for a, b in overlapping_pairs(np.asarray(first, dtype=np.int64),
                                   np.asarray(last, dtype=np.int64)):
@@ -189,9 +201,9 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
     if pairs is None:
         pairs = part_pairs(ordered)
     ids, tied, start, rels, nbytes = pairs.ids, pairs.tied, pairs.start, pairs.rel, pairs.nbytes
-    index = {i: k for k, i in enumerate(ids)}
+    index = dict(zip(ids, range(len(ids))))
     if _native_ok(pairs, alignment):
-        seq_arr = np.fromiter((index[r.id] for r in ordered), np.int64, len(ordered))
+        seq_arr = np.fromiter(map(index.__getitem__, map(_ID, ordered)), np.int64, len(ordered))
         base = np.zeros(len(ids), dtype=np.int64)
         total = _fit.run(seq_arr, *pairs.native, pairs.owner, pairs.a, pairs.b, alignment, base)
         return dict(zip(ids, base.tolist())), total
@@ -434,28 +446,33 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
     group's life where none is). Adjacent regions with the same life are merged.
     Item ids are indices into ``gs``; zero-sized groups are left out.
     """
-    plain = {r.id: r for r in records(ctx, gs)}
+    recs = records(ctx, gs)
     if not a.slice_of:  # no Concat slices: every member sits at its group's offset 0
-        return list(plain.values())
+        return recs
     root_of, sizes, intervals, al = root_map(ctx, a), ctx.sizes, ctx.intervals, ctx.alignment
-    split = []  # groups whose members cover different bytes
+    # a group is split when a member with bytes does not cover it whole; every member
+    # but the linked tensors is the root of its own group, so only those can be
+    split_roots = set()
+    for t in a.linked:
+        root, r = root_of[t]
+        n = sizes[t]
+        if n and sizes[root] and (r or n != sizes[root]):
+            split_roots.add(root)
+    if not split_roots:
+        return recs
+    split = [i for i, g in enumerate(gs) if g.root in split_roots]  # groups in order
     span_group, rel, nbytes, first, last = [], [], [], [], []
-    for i, g in enumerate(gs):
-        if i not in plain or len(g.members) == 1:
-            continue
-        spans = [(root_of[t][1], sizes[t], t) for t in g.members if sizes[t] > 0]
-        if all(r == 0 and n == g.bytes for r, n, _ in spans):
-            continue  # every member covers the whole group
-        split.append(i)
-        for r, n, t in spans:
-            span_group.append(i)
-            rel.append(r)
-            nbytes.append(n)
-            iv = intervals[t]
-            first.append(iv.first)
-            last.append(iv.last)
-    if not split:
-        return list(plain.values())
+    for i in split:
+        for t in gs[i].members:
+            n = sizes[t]
+            if n > 0:
+                span_group.append(i)
+                rel.append(root_of[t][1])
+                nbytes.append(n)
+                iv = intervals[t]
+                first.append(iv.first)
+                last.append(iv.last)
+    plain = {i: recs[k] for i, k in zip(split, _positions(recs, split))}
     sg = np.array(span_group, dtype=np.int64)
     lo = np.array(rel, dtype=np.int64)
     hi = lo + np.array(nbytes, dtype=np.int64)
@@ -481,15 +498,23 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
                                   rl.tolist()):
         mine = parts.setdefault(g, [])
         mine.append((lo_, Record(len(mine), hi_ - lo_, f, l_)))
-    items: list[Record | Tied] = []
-    for i, r in plain.items():
+    items = list(recs)
+    for i, k in zip(split, _positions(recs, split)):
         p = parts.get(i)
         if p is not None and len(p) > 1:
             g = gs[i]
-            items.append(Tied(i, r.bytes, g.first, g.last, tuple(p)))
-        else:
-            items.append(r)
+            items[k] = Tied(i, recs[k].bytes, g.first, g.last, tuple(p))
     return items
+
+
+def _positions(recs: Sequence[Record], ids: list[int]) -> list[int]:
+    """The positions in ``recs`` (ordered by id) of the records with these ids."""
+    rec_ids = np.fromiter(map(_ID, recs), np.int64, len(recs))
+    return np.searchsorted(rec_ids, ids).tolist()
+
+
+_ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
+                               attrgetter("last"))
 
 
 def run(ctx: Context, a: Assignment, strategy: str = "best",
@@ -514,9 +539,9 @@ def run(ctx: Context, a: Assignment, strategy: str = "best",
     else:
         offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
         extra = {}
-    root_offsets = {g.root: 0 for g in gs}  # zero-sized groups sit at offset 0
-    for r in recs:
-        root_offsets[gs[r.id].root] = offsets[r.id]
+    root_offsets = dict.fromkeys([g.root for g in gs], 0)  # zero-sized groups sit at 0
+    placed = list(map(_ID, recs))
+    root_offsets.update(zip([gs[i].root for i in placed], map(offsets.__getitem__, placed)))
     detail = {"strategy": used, "tried": tried, **extra}
     if a.storage_bytes is not None:
         detail["share_bytes"] = sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
