@@ -147,9 +147,18 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
     """``a.root_of(t)`` for every name, sharing the walk up each alias chain.
 
     Linear in the number of names even for one long chain of in-place ops, where
-    calling ``root_of`` per tensor would be quadratic. Only ``a.linked`` is walked, in
-    Python; every other name is its own root, filled in by one C-level dict build.
+    calling ``root_of`` per tensor would be quadratic. Only ``a.linked`` is walked
+    (:func:`linked_roots`); every other name is its own root, filled in by one
+    C-level dict build.
     """
+    out = dict(zip(names, zip(names, repeat(0))))
+    out.update(linked_roots(a))
+    return out
+
+
+def linked_roots(a: Assignment) -> dict[str, tuple[str, int]]:
+    """``a.root_of(t)`` for the linked tensors (and the roots they reach): every
+    tensor not a key is its own root, at offset 0."""
     memo: dict[str, tuple[str, int]] = {}
     alias, slice_of = a.alias, a.slice_of
     sliced = a._sliced_member if slice_of else {}
@@ -173,19 +182,18 @@ def roots(a: Assignment, names) -> dict[str, tuple[str, int]]:
         for name, delta in reversed(path):
             offset += delta
             memo[name] = (root, offset)
-    out = dict(zip(names, zip(names, repeat(0))))
-    out.update(memo)
-    return out
+    return memo
 
 
 def root_map(ctx: Context, a: Assignment) -> dict[str, tuple[str, int]]:
-    """``roots(a, ctx.intervals)``, kept on ``ctx`` while the alias and slice maps are
-    the same objects (passes after inplace and the plan writer ask for the same).
-    The caller must not change the returned dict."""
+    """:func:`linked_roots`, kept on ``ctx`` while the alias and slice maps are the
+    same objects (passes after inplace and the plan writer ask for the same). A
+    tensor that is not a key is its own root at offset 0 (``root_map(...).get(t,
+    (t, 0))``). The caller must not change the returned dict."""
     memo = ctx.roots_memo
     if memo and memo[0] is a.alias and memo[1] is a.slice_of:
         return memo[2]
-    out = roots(a, ctx.intervals)
+    out = linked_roots(a)
     memo[:] = [a.alias, a.slice_of, out]
     return out
 
@@ -205,12 +213,12 @@ def _groups(ctx: Context, a: Assignment) -> list[Group]:
     intervals = ctx.intervals
     if not a.alias and not a.slice_of:  # every tensor is its own group
         return [Group(t, (t,), sizes[t], iv.first, iv.last) for t, iv in intervals.items()]
-    root_of = root_map(ctx, a)
-    shared = {r for t, (r, _) in root_of.items() if r != t}  # roots with other members
+    root_name = {t: r for t, (r, _) in root_map(ctx, a).items() if r != t}
+    shared = set(root_name.values())  # roots with other members
     out: list = []  # a Group per lone tensor, [root, members, first, last] per shared root
     at: dict[str, int] = {}  # shared root -> its index in out
-    for t, iv in intervals.items():
-        r = root_of[t][0]
+    for t, r, iv in zip(intervals, map(root_name.get, intervals, intervals),
+                        intervals.values()):
         if r not in shared:
             out.append(Group(t, (t,), sizes[t], iv.first, iv.last))
         elif r in at:

@@ -467,7 +467,7 @@ def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
             n = sizes[t]
             if n > 0:
                 span_group.append(i)
-                rel.append(root_of[t][1])
+                rel.append(root_of[t][1] if t in root_of else 0)  # else its own root
                 nbytes.append(n)
                 iv = intervals[t]
                 first.append(iv.first)
