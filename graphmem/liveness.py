@@ -54,7 +54,7 @@ def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
     outs = topo.outputs[topo.outputs < n]
     last[outs[present[outs]]] = len(order)
     make = partial(tuple.__new__, Interval)  # Interval._make, without a Python call
-    names = topo.names[:n] if n < len(topo.names) else topo.names
+    names = topo.arena_names()
     if present.all():
         return dict(zip(names, map(make, zip(first.tolist(), last.tolist()))))
     keep = np.flatnonzero(present).tolist()
