@@ -17,7 +17,7 @@ from .gcpause import gc_paused
 from .ir import Graph
 from .liveness import liveness
 from .load import load
-from .plan import Plan, TensorPlan, expected_kind, io_sets, plan_stats, validate
+from .plan import Plan, TensorPlan, built_stats, expected_kind, io_sets, validate_built
 from .schedule import check_order, file_order
 from .topology import topology
 
@@ -117,11 +117,11 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         reports.insert(0, PassReport(name, max(saved, 0), a.arena_bytes,
                                      time.perf_counter() - t0, detail))
     stage("writing the plan")
-    plan = _to_plan(ctx, a, reports, model_name or _model_name(graph),
-                    dict(bindings if bindings is not None else graph.bindings))
+    plan, cols = _to_plan(ctx, a, reports, model_name or _model_name(graph),
+                          dict(bindings if bindings is not None else graph.bindings))
     if check:
         stage("validation")
-        validate(plan, graph, intervals=ctx.intervals)
+        validate_built(plan, graph, ctx.intervals, cols)
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
 
 
@@ -187,7 +187,8 @@ def _finish_layout(ctx: Context, a: Assignment) -> Assignment:
     return a.with_(offsets=offsets, arena_bytes=top)
 
 
-def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan:
+def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings):
+    """The Plan of a finished assignment, and the columns its stats were read from."""
     graph = ctx.graph
     topo = topology(graph)
     names = list(ctx.intervals)
@@ -222,8 +223,8 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings) -> Plan
                 order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,
                 tensors=tensors,
                 passes=[{"name": r.name, "bytes_saved": r.bytes_saved} for r in reports])
-    stats = plan_stats(plan, index=topo.ids if whole else None)
-    return Plan(**{**plan.__dict__, "stats": stats})
+    stats, cols = built_stats(plan, topo.ids if whole else None)
+    return Plan(**{**plan.__dict__, "stats": stats}), cols
 
 
 _NONE, _first, _second = (None, None), itemgetter(0), itemgetter(1)

@@ -207,8 +207,12 @@ def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
     (the same functions on the same input); every rule about what the passes
     decided (kinds, bytes, offsets, live ranges, aliases, slices, overlaps) still is.
     """
+    return _problems_or_range(plan, graph, intervals)
+
+
+def _problems_or_range(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
     try:
-        return _problems(plan, graph, intervals)
+        return _problems(plan, graph, intervals, cols)
     except OverflowError:  # the checks use 64-bit arrays
         return [_out_of_range(plan)]
 
@@ -293,7 +297,7 @@ def _join_groups(group: np.ndarray, ts, linked: list[int], index) -> None:
         group[:] = up
 
 
-def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
+def _problems(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
     out: list[str] = []
     if plan.format != FORMAT:
         return [f"format is {plan.format!r}, not {FORMAT!r}"]
@@ -329,7 +333,8 @@ def _problems(plan: Plan, graph: Graph, intervals) -> list[str]:
                 out.append(f"tensors: {miss[0]!r} is missing")
             return out
     try:
-        cols = _columns(plan, topo.ids if in_order else None)
+        if cols is None:
+            cols = _columns(plan, topo.ids if in_order else None)
     except OverflowError:  # past 64 bits: the loop words the rule broken, if any
         return out + _tensor_problems(plan, graph, intervals) or [_out_of_range(plan)]
     if not (in_order and _tensor_rules_hold(plan, topo, cols, intervals)):
@@ -391,6 +396,22 @@ def validate(plan: Plan, graph: Graph, *, intervals=None) -> None:
 
     ``intervals``: see :func:`problems`."""
     found = problems(plan, graph, intervals=intervals)
+    if found:
+        raise PlanInvalid(found)
+
+
+def built_stats(plan: Plan, index: Mapping[str, int] | None) -> tuple[dict[str, int], _Columns]:
+    """:func:`plan_stats` for the planner's just-built plan, with the plan's columns
+    (``index`` as there) to hand on to :func:`validate_built`."""
+    cols = _columns(plan, index)
+    return _stats(plan, cols), cols
+
+
+def validate_built(plan: Plan, graph: Graph, intervals, cols: _Columns) -> None:
+    """:func:`validate` of the plan the planner has just built (``intervals``: see
+    :func:`problems`), reusing the columns :func:`built_stats` read from its tensors:
+    they are the plan's own data, so every rule is still checked against the graph."""
+    found = _problems_or_range(plan, graph, intervals, cols)
     if found:
         raise PlanInvalid(found)
 

@@ -146,11 +146,10 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
         nbytes = list(map(_BYTES, items))
         first, last = list(map(_FIRST, items)), list(map(_LAST, items))
         return _pairs(ids, tied, start, rel, nbytes, first, last)
-    ids, tied, start, rel, nbytes, first, last = [], [], [0], [], [], [], []
-    for r in items:
+    ids, start, rel, nbytes, first, last = [], [0], [], [], [], []
+    for r, is_tied in zip(items, tied):
         ids.append(r.id)
-        tied.append(isinstance(r, Tied))
-        if tied[-1]:
+        if is_tied:
             for off, p in r.parts:
                 rel.append(off)
                 nbytes.append(p.bytes)
