@@ -1,6 +1,9 @@
-/* graphmem._fit: the best-fit loop of passes/place.py, compiled.
+/* graphmem._fit: the sequential loops of the passes, compiled.
  *
- * One function, run(), places items (plain records and Tied sets, numbered as
+ * share() is share_blocks of passes/share.py (MXNet's free pool of blocks keyed by
+ * size); its Python loop stays the specification (tests/test_share_fast.py runs both).
+ *
+ * run() is the best-fit loop of passes/place.py. It places items (plain records and Tied sets, numbered as
  * passes/place.py's PartPairs numbers them) in a given order, each at the
  * best-fitting gap among the already placed parts that overlap it in time. The
  * rules are those of place.best_fit's Python loop, which stays the specification
@@ -268,14 +271,188 @@ done:
     return result;
 }
 
+/* ---- share(): the storage pool of passes/share.py ----------------------------- */
+
+typedef struct {
+    int64_t bytes;
+    int64_t seq;
+    int64_t block;
+} free_t; /* a free block, ordered by (bytes, seq, block) as share.py's free list */
+
+typedef struct {
+    int64_t last;
+    int64_t block;
+} release_t; /* a block in use, released after its owner's last step */
+
+static int release_less(const release_t *a, const release_t *b)
+{
+    return a->last < b->last || (a->last == b->last && a->block < b->block);
+}
+
+static void heap_push(release_t *h, Py_ssize_t *n, release_t v)
+{
+    Py_ssize_t i = (*n)++;
+    while (i > 0) {
+        Py_ssize_t up = (i - 1) / 2;
+        if (!release_less(&v, &h[up]))
+            break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = v;
+}
+
+static release_t heap_pop(release_t *h, Py_ssize_t *n)
+{
+    release_t top = h[0], v = h[--(*n)];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && release_less(&h[c + 1], &h[c]))
+            c++;
+        if (!release_less(&h[c], &v))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+/* the first free entry with bytes >= size (entries are sorted by bytes first) */
+static Py_ssize_t free_lower(const free_t *f, Py_ssize_t n, int64_t size)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (f[mid].bytes < size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* the first free entry with bytes > size */
+static Py_ssize_t free_upper(const free_t *f, Py_ssize_t n, int64_t size)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (f[mid].bytes <= size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static PyObject *fit_share(PyObject *self, PyObject *args)
+{
+    PyObject *o_first, *o_last, *o_nbytes, *o_block, *o_block_bytes;
+    long long match_range;
+    if (!PyArg_ParseTuple(args, "OOOLOO", &o_first, &o_last, &o_nbytes, &match_range,
+                          &o_block, &o_block_bytes))
+        return NULL;
+    if (match_range < 0) {
+        PyErr_SetString(PyExc_ValueError, "_fit.share: match_range must not be negative");
+        return NULL;
+    }
+    buf_t bufs[5];
+    memset(bufs, 0, sizeof(bufs));
+    PyObject *result = NULL;
+    release_t *heap = NULL;
+    free_t *pool = NULL;
+    if (get_buf(o_first, &bufs[0], 8, -1, 0, "first") < 0)
+        goto done;
+    Py_ssize_t n = bufs[0].view.len / 8;
+    if (get_buf(o_last, &bufs[1], 8, n, 0, "last") < 0 ||
+        get_buf(o_nbytes, &bufs[2], 8, n, 0, "nbytes") < 0 ||
+        get_buf(o_block, &bufs[3], 8, n, 1, "block") < 0 ||
+        get_buf(o_block_bytes, &bufs[4], 8, n, 1, "block_bytes") < 0)
+        goto done;
+    const int64_t *first = bufs[0].view.buf, *last = bufs[1].view.buf;
+    const int64_t *nbytes = bufs[2].view.buf;
+    int64_t *block_of = bufs[3].view.buf, *block_bytes = bufs[4].view.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (nbytes[i] < 0 || (i && first[i] < first[i - 1])) {
+            PyErr_SetString(PyExc_ValueError,
+                            "_fit.share: records must be sorted by first step, sizes >= 0");
+            goto done;
+        }
+    heap = malloc(sizeof(release_t) * (size_t)(n ? n : 1));
+    pool = malloc(sizeof(free_t) * (size_t)(n ? n : 1));
+    if (!heap || !pool) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t blocks = 0;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t n_heap = 0, n_free = 0;
+    int64_t seq = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t size = nbytes[i];
+        /* release every block whose owner died before this record is produced */
+        while (n_heap && heap[0].last < first[i]) {
+            release_t r = heap_pop(heap, &n_heap);
+            free_t e = {block_bytes[r.block], seq++, r.block};
+            /* after every entry <= e: entries of e's bytes have smaller seq */
+            Py_ssize_t at = free_upper(pool, n_free, e.bytes);
+            memmove(&pool[at + 1], &pool[at], sizeof(free_t) * (size_t)(n_free - at));
+            pool[at] = e;
+            n_free++;
+        }
+        Py_ssize_t take = -1;
+        if (match_range > 0 && n_free) {
+            Py_ssize_t mid = free_lower(pool, n_free, size);
+            int64_t cap = size > INT64_MAX / match_range ? INT64_MAX : size * match_range;
+            Py_ssize_t hi = free_upper(pool, n_free, cap);
+            if (mid < hi) /* the smallest block that is large enough */
+                take = mid;
+            else if (free_lower(pool, n_free, size / match_range) < mid)
+                take = mid - 1; /* the largest of the smaller blocks; it grows to fit */
+        }
+        int64_t block;
+        if (take < 0) {
+            block = blocks++;
+            block_bytes[block] = size;
+        } else {
+            block = pool[take].block;
+            memmove(&pool[take], &pool[take + 1], sizeof(free_t) * (size_t)(n_free - take - 1));
+            n_free--;
+            if (size > block_bytes[block])
+                block_bytes[block] = size;
+        }
+        block_of[i] = block;
+        release_t r = {last[i], block};
+        heap_push(heap, &n_heap, r);
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(blocks);
+
+done:
+    for (int i = 0; i < 5; i++)
+        if (bufs[i].held)
+            PyBuffer_Release(&bufs[i].view);
+    free(heap);
+    free(pool);
+    return result;
+}
+
 static PyMethodDef fit_methods[] = {
+    {"share", fit_share, METH_VARARGS,
+     "share(first, last, nbytes, match_range, block, block_bytes) -> blocks\\n\\n"
+     "share_blocks of passes/share.py over records sorted by (first step, id): writes\\n"
+     "each record's block and each block's bytes; returns the number of blocks."},
     {"run", fit_run, METH_VARARGS,
      "run(seq, tied, start, rel, nbytes, owner, a, b, alignment, base) -> arena bytes\n\n"
      "Best fit of passes/place.py over PartPairs arrays; writes each item's base offset."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef fit_module = {PyModuleDef_HEAD_INIT, "_fit",
-                                        "The best-fit loop of passes/place.py, compiled.", -1,
+                                        "The sequential loops of passes/share.py and passes/place.py, compiled.", -1,
                                         fit_methods};
 
 PyMODINIT_FUNC PyInit__fit(void) { return PyModule_Create(&fit_module); }

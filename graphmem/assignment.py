@@ -6,9 +6,12 @@ Assignment is immutable, so no pass can change what an earlier one decided.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import Mapping, NamedTuple
+
+import numpy as np
 
 from .ir import Graph
 from .liveness import Interval
@@ -24,6 +27,21 @@ MAX_PLAN_BYTES = 2 ** 62
 def align_up(n: int, alignment: int) -> int:
     """``n`` rounded up to a multiple of ``alignment`` (element-wise for a numpy array)."""
     return -(-n // alignment) * alignment
+
+
+def aligned_total(sizes, alignment: int) -> int:
+    """``sum(align_up(b, alignment) for b in sizes)`` for non-negative sizes (a
+    sequence or an array): numpy when no sum can leave 64-bit integers, Python
+    integers otherwise."""
+    n = len(sizes)
+    if n:
+        try:
+            arr = np.asarray(sizes, dtype=np.int64)
+        except OverflowError:  # a size past 64 bits
+            arr = None
+        if arr is not None and (int(arr.max()) + alignment) * n < MAX_PLAN_BYTES:
+            return int(align_up(arr, alignment).sum())
+    return sum(align_up(int(b), alignment) for b in sizes)
 
 
 class Record(NamedTuple):
@@ -45,17 +63,28 @@ class Context:
     alignment: int = 64
 
     @cached_property
+    def whole(self) -> bool:
+        """Whether ``intervals`` lists every arena tensor in the topology's order (as
+        :func:`~graphmem.liveness.liveness` of a whole order does) and the topology
+        knows their bytes: then a tensor's position is its topology id, and columns
+        of the topology are columns of the intervals."""
+        topo = topology(self.graph)
+        return (len(self.intervals) == topo.arena and topo.nbytes is not None
+                and list(self.intervals) == topo.arena_names())  # same strings: fast
+
+    @cached_property
     def sizes(self) -> dict[str, int]:
         # cached: every pass asks, for every tensor
-        topo = topology(self.graph)
-        if len(self.intervals) == topo.arena and topo.nbytes is not None:
-            return dict(zip(self.intervals, topo.nbytes.tolist()))  # the same tensors
+        if self.whole:
+            return dict(zip(self.intervals, topology(self.graph).nbytes.tolist()))
         return {t: self.graph.tensors[t].bytes for t in self.intervals}
 
     @cached_property
     def naive_layout(self) -> int:
         """One aligned buffer per tensor: the arena before any pass."""
-        return sum(align_up(b, self.alignment) for b in self.sizes.values())
+        if self.whole:
+            return aligned_total(topology(self.graph).nbytes, self.alignment)
+        return aligned_total(list(self.sizes.values()), self.alignment)
 
     @cached_property
     def roots_memo(self) -> list:
@@ -209,37 +238,52 @@ def groups(ctx: Context, a: Assignment) -> list[Group]:
 
 
 def _groups(ctx: Context, a: Assignment) -> list[Group]:
-    sizes = ctx.sizes
     intervals = ctx.intervals
+    names = list(intervals)
+    n = len(names)
+    sizes = (topology(ctx.graph).nbytes.tolist() if ctx.whole
+             else list(map(ctx.sizes.__getitem__, names)))
+    firsts = list(map(_FIRST, intervals.values()))
+    lasts = list(map(_LAST, intervals.values()))
     if not a.alias and not a.slice_of:  # every tensor is its own group
-        return [Group(t, (t,), sizes[t], iv.first, iv.last) for t, iv in intervals.items()]
-    root_name = {t: r for t, (r, _) in root_map(ctx, a).items() if r != t}
-    shared = set(root_name.values())  # roots with other members
-    out: list = []  # a Group per lone tensor, [root, members, first, last] per shared root
-    at: dict[str, int] = {}  # shared root -> its index in out
-    for t, r, iv in zip(intervals, map(root_name.get, intervals, intervals),
-                        intervals.values()):
-        if r not in shared:
-            out.append(Group(t, (t,), sizes[t], iv.first, iv.last))
-        elif r in at:
-            g = out[at[r]]
-            g[1].append(t)
-            if iv.first < g[2]:
-                g[2] = iv.first
-            if iv.last > g[3]:
-                g[3] = iv.last
-        else:
-            at[r] = len(out)
-            out.append([r, [t], iv.first, iv.last])
-    for k in at.values():
-        r, ts, first, last = out[k]
-        out[k] = Group(r, tuple(ts), sizes[r], first, last)
-    return out
+        return list(map(_make_group, zip(names, zip(names), sizes, firsts, lasts)))
+    # each tensor's position and its root's (only the linked tensors have another root)
+    pos = topology(ctx.graph).ids if ctx.whole else dict(zip(names, range(n)))
+    linked = root_map(ctx, a)
+    t_pos = np.fromiter(map(pos.get, linked, repeat(n)), np.int64, len(linked))
+    r_pos = np.fromiter(map(pos.__getitem__, map(_FIRST, linked.values())), np.int64,
+                        len(linked))
+    moved = t_pos < n  # linked tensors that are not in the intervals have no group
+    root = np.arange(n, dtype=np.int64)
+    root[t_pos[moved]] = r_pos[moved]
+    # members grouped by root, each group in position order; groups in the order of
+    # their first member
+    member = np.argsort(root, kind="stable")
+    grouped = root[member]
+    start = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+    stop = np.r_[start[1:], n]
+    first = np.minimum.reduceat(np.array(firsts, dtype=np.int64)[member], start)
+    last = np.maximum.reduceat(np.array(lasts, dtype=np.int64)[member], start)
+    by_lead = np.argsort(member[start])
+    start, stop = start[by_lead], stop[by_lead]
+    root_pos = grouped[start].tolist()
+    in_order = list(map(names.__getitem__, member.tolist()))
+    members = list(map(tuple, map(in_order.__getitem__, map(slice, start.tolist(),
+                                                            stop.tolist()))))
+    return list(map(_make_group, zip(map(names.__getitem__, root_pos), members,
+                                     map(sizes.__getitem__, root_pos),
+                                     first[by_lead].tolist(), last[by_lead].tolist())))
+
+
+# Group._make and Record._make without a Python-level call
+_make_group, _make_record = partial(tuple.__new__, Group), partial(tuple.__new__, Record)
+_FIRST, _LAST = itemgetter(0), itemgetter(1)
 
 
 def records(ctx: Context, gs: list[Group]) -> list[Record]:
     """Placement records (aligned sizes) for groups; zero-sized groups are left out."""
-    return [Record(i, align_up(g.bytes, ctx.alignment), g.first, g.last)
+    al = ctx.alignment
+    return [_make_record((i, -(-g.bytes // al) * al, g.first, g.last))
             for i, g in enumerate(gs) if g.bytes > 0]
 
 
@@ -252,5 +296,6 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
     # one buffer per storage group, the size of its root: every tensor's buffer but
     # those of the linked ones. The groups themselves are not needed, and the report
     # after each pass asks, so only the linked tensors are visited.
-    sizes, al = ctx.sizes, ctx.alignment
-    return ctx.naive_layout - sum(align_up(sizes[t], al) for t in a.linked if t in sizes)
+    sizes = ctx.sizes
+    linked = [b for b in map(sizes.get, a.linked) if b is not None]
+    return ctx.naive_layout - aligned_total(linked, ctx.alignment)

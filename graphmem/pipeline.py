@@ -193,7 +193,7 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings):
     topo = topology(graph)
     names = list(ctx.intervals)
     # every arena tensor, in the topology's order (as liveness gives them)
-    whole = len(names) == topo.arena and topo.nbytes is not None
+    whole = ctx.whole
     if whole:
         kinds, sizes = topo.kinds(), topo.nbytes.tolist()
     else:

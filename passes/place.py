@@ -338,13 +338,20 @@ def _lowest_free_np(lo: np.ndarray, hi: np.ndarray, alignment: int) -> int:
 
 def max_live(recs: Sequence[Record | Tied]) -> int:
     """The largest total of record bytes live at one step: no placement can be smaller."""
-    plain = [r for r in recs if not isinstance(r, Tied)]
-    plain += [p for r in recs if isinstance(r, Tied) for _, p in r.parts]
+    plain = [r for r in recs if type(r) is not Tied]
+    if len(plain) < len(recs):
+        plain += [p for r in recs if type(r) is Tied for _, p in r.parts]
     if not plain:
         return 0
-    _, nbytes, first, last = np.array(plain, dtype=np.int64).reshape(-1, 4).T
+    n = len(plain)
+    try:
+        nbytes = np.fromiter(map(_BYTES, plain), np.int64, n)
+    except OverflowError:  # a size past 64 bits: Python integers
+        nbytes = np.array(list(map(_BYTES, plain)), dtype=object)
+    first = np.fromiter(map(_FIRST, plain), np.int64, n)
+    last = np.fromiter(map(_LAST, plain), np.int64, n)
     lo = int(first.min())
-    delta = np.zeros(int(last.max()) - lo + 2, dtype=np.int64)
+    delta = np.zeros(int(last.max()) - lo + 2, dtype=nbytes.dtype)
     np.add.at(delta, first - lo, nbytes)
     np.add.at(delta, last - lo + 1, -nbytes)
     return max(int(np.cumsum(delta).max()), 0)

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from operator import attrgetter
 
-from graphmem.assignment import Assignment, Context, Record, groups, records
+import numpy as np
 
-from .place import max_live
+from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, groups,
+                                 records)
+
+from .place import _fit, max_live
+
+_ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
+                               attrgetter("last"))
 
 MATCH_RANGES = (1, 2, 4, 8, 16)
 DEFAULT_MATCH_RANGE = 16  # MXNet's NNVM_EXEC_MATCH_RANGE default
@@ -48,7 +55,14 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
 
 def share_blocks(recs: list[Record], match_range: int) -> tuple[dict[int, int], list[int]]:
-    """Assign each record a block id; returns ({record id: block}, block sizes)."""
+    """Assign each record a block id; returns ({record id: block}, block sizes).
+
+    Runs compiled (``graphmem._fit.share``) where that extension was built and the
+    sizes fit its 64-bit integers; the Python loop below is its specification."""
+    if NATIVE and _fit is not None and recs and match_range >= 0:
+        cols = _columns(recs)
+        if cols is not None:
+            return _share_native(*cols, match_range)
     block_bytes: list[int] = []
     block_of: dict[int, int] = {}
     free: list[tuple[int, int, int]] = []  # (block bytes, release sequence, block id)
@@ -69,6 +83,35 @@ def share_blocks(recs: list[Record], match_range: int) -> tuple[dict[int, int], 
         block_of[r.id] = block
         heapq.heappush(releases, (r.last, block))
     return block_of, block_bytes
+
+
+# share_blocks runs the compiled loop when graphmem._fit was built (tests switch it off
+# to check the Python loop against the same records)
+NATIVE = True
+
+
+def _columns(recs: list[Record]) -> tuple[np.ndarray, ...] | None:
+    """(ids, bytes, first, last) of the records sorted by (first, id), as int64 arrays;
+    None where a value does not fit the compiled loop's integers."""
+    n = len(recs)
+    try:
+        ids = np.fromiter(map(_ID, recs), np.int64, n)
+        nbytes = np.fromiter(map(_BYTES, recs), np.int64, n)
+        first = np.fromiter(map(_FIRST, recs), np.int64, n)
+        last = np.fromiter(map(_LAST, recs), np.int64, n)
+    except OverflowError:
+        return None
+    if int(nbytes.max()) >= MAX_PLAN_BYTES or int(nbytes.min()) < 0:
+        return None
+    order = np.lexsort((ids, first))
+    return ids[order], nbytes[order], first[order], last[order]
+
+
+def _share_native(ids, nbytes, first, last, match_range) -> tuple[dict[int, int], list[int]]:
+    block = np.empty(len(ids), dtype=np.int64)
+    block_bytes = np.empty(len(ids), dtype=np.int64)
+    blocks = _fit.share(first, last, nbytes, match_range, block, block_bytes)
+    return dict(zip(ids.tolist(), block.tolist())), block_bytes[:blocks].tolist()
 
 
 def _take(free: list[tuple[int, int, int]], size: int, match_range: int) -> int | None:
