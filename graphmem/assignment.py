@@ -93,8 +93,7 @@ class Context:
 
     @cached_property
     def groups_memo(self) -> list:
-        """[(alias, slice_of, groups)] of the last :func:`groups` call: the report after a
-        pass, share and place all ask for the groups of the same aliases."""
+        """[alias, slice_of, (GroupTable, groups)] of the last :func:`groups` call."""
         return []
 
 
@@ -227,64 +226,136 @@ def root_map(ctx: Context, a: Assignment) -> dict[str, tuple[str, int]]:
     return out
 
 
+class GroupTable(NamedTuple):
+    """The storage groups of an assignment as arrays over the tensors' positions in
+    ``ctx.intervals``: what :func:`groups` lists, for numpy work on all of them."""
+
+    root: np.ndarray  # per position: the position of its group's root
+    rel: np.ndarray  # per position: its byte offset inside the root's storage
+    member: np.ndarray  # positions grouped: group k is member[start[k]:stop[k]]
+    start: np.ndarray  # per group, in the order of groups()
+    stop: np.ndarray
+    group_first: np.ndarray  # per group: the first step of any member
+    group_last: np.ndarray  # per group: the last step of any member
+    first: np.ndarray  # per position: its first step
+    last: np.ndarray  # per position: its last step
+
+
 def groups(ctx: Context, a: Assignment) -> list[Group]:
-    """Storage groups in order of the root's first appearance."""
-    memo = ctx.groups_memo
-    if memo and memo[0][0] is a.alias and memo[0][1] is a.slice_of:
-        return list(memo[0][2])
-    out = _groups(ctx, a)
-    memo[:] = [(a.alias, a.slice_of, out)]
-    return list(out)
+    """Storage groups in the order of their first member in ``ctx.intervals``."""
+    return list(_group_memo(ctx, a)[1])
 
 
-def _groups(ctx: Context, a: Assignment) -> list[Group]:
+def group_table(ctx: Context, a: Assignment) -> GroupTable:
+    """:func:`groups` as a :class:`GroupTable` (the same groups, in the same order)."""
+    return _group_memo(ctx, a)[0]
+
+
+def _group_memo(ctx: Context, a: Assignment) -> tuple[GroupTable, list[Group]]:
+    memo = ctx.groups_memo  # the report after a pass, share and place ask for the same
+    if memo and memo[0] is a.alias and memo[1] is a.slice_of:
+        return memo[2]
+    table = _group_table(ctx, a)
+    out = (table, _groups(ctx, table))
+    memo[:] = [a.alias, a.slice_of, out]
+    return out
+
+
+def _group_table(ctx: Context, a: Assignment) -> GroupTable:
     intervals = ctx.intervals
-    names = list(intervals)
-    n = len(names)
-    sizes = (topology(ctx.graph).nbytes.tolist() if ctx.whole
-             else list(map(ctx.sizes.__getitem__, names)))
-    firsts = list(map(_FIRST, intervals.values()))
-    lasts = list(map(_LAST, intervals.values()))
+    n = len(intervals)
+    first = np.fromiter(map(_FIRST, intervals.values()), np.int64, n)
+    last = np.fromiter(map(_LAST, intervals.values()), np.int64, n)
+    root = np.arange(n, dtype=np.int64)
+    rel = np.zeros(n, dtype=np.int64)
     if not a.alias and not a.slice_of:  # every tensor is its own group
-        return list(map(_make_group, zip(names, zip(names), sizes, firsts, lasts)))
+        return GroupTable(root, rel, root, root, root + 1, first, last, first, last)
     # each tensor's position and its root's (only the linked tensors have another root)
-    pos = topology(ctx.graph).ids if ctx.whole else dict(zip(names, range(n)))
+    pos = topology(ctx.graph).ids if ctx.whole else dict(zip(intervals, range(n)))
     linked = root_map(ctx, a)
     t_pos = np.fromiter(map(pos.get, linked, repeat(n)), np.int64, len(linked))
     r_pos = np.fromiter(map(pos.__getitem__, map(_FIRST, linked.values())), np.int64,
                         len(linked))
     moved = t_pos < n  # linked tensors that are not in the intervals have no group
-    root = np.arange(n, dtype=np.int64)
     root[t_pos[moved]] = r_pos[moved]
+    rel[t_pos[moved]] = np.fromiter(map(_LAST, linked.values()), np.int64,
+                                    len(linked))[moved]
     # members grouped by root, each group in position order; groups in the order of
     # their first member
     member = np.argsort(root, kind="stable")
     grouped = root[member]
     start = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
     stop = np.r_[start[1:], n]
-    first = np.minimum.reduceat(np.array(firsts, dtype=np.int64)[member], start)
-    last = np.maximum.reduceat(np.array(lasts, dtype=np.int64)[member], start)
+    g_first = np.minimum.reduceat(first[member], start)
+    g_last = np.maximum.reduceat(last[member], start)
     by_lead = np.argsort(member[start])
-    start, stop = start[by_lead], stop[by_lead]
-    root_pos = grouped[start].tolist()
-    in_order = list(map(names.__getitem__, member.tolist()))
-    members = list(map(tuple, map(in_order.__getitem__, map(slice, start.tolist(),
-                                                            stop.tolist()))))
+    return GroupTable(root, rel, member, start[by_lead], stop[by_lead], g_first[by_lead],
+                      g_last[by_lead], first, last)
+
+
+def _groups(ctx: Context, table: GroupTable) -> list[Group]:
+    names = list(ctx.intervals)
+    sizes = (topology(ctx.graph).nbytes.tolist() if ctx.whole
+             else list(map(ctx.sizes.__getitem__, names)))
+    first, last = table.group_first.tolist(), table.group_last.tolist()
+    if len(table.start) == len(names):  # every tensor is its own group, in order
+        return list(map(_make_group, zip(names, zip(names), sizes, first, last)))
+    root_pos = table.root[table.member[table.start]].tolist()
+    in_order = list(map(names.__getitem__, table.member.tolist()))
+    members = map(tuple, map(in_order.__getitem__, map(slice, table.start.tolist(),
+                                                       table.stop.tolist())))
     return list(map(_make_group, zip(map(names.__getitem__, root_pos), members,
-                                     map(sizes.__getitem__, root_pos),
-                                     first[by_lead].tolist(), last[by_lead].tolist())))
+                                     map(sizes.__getitem__, root_pos), first, last)))
 
 
 # Group._make and Record._make without a Python-level call
-_make_group, _make_record = partial(tuple.__new__, Group), partial(tuple.__new__, Record)
+_make_group, make_record = partial(tuple.__new__, Group), partial(tuple.__new__, Record)
 _FIRST, _LAST = itemgetter(0), itemgetter(1)
 
 
 def records(ctx: Context, gs: list[Group]) -> list[Record]:
     """Placement records (aligned sizes) for groups; zero-sized groups are left out."""
     al = ctx.alignment
-    return [_make_record((i, -(-g.bytes // al) * al, g.first, g.last))
+    return [make_record((i, -(-g.bytes // al) * al, g.first, g.last))
             for i, g in enumerate(gs) if g.bytes > 0]
+
+
+class RecordColumns(NamedTuple):
+    """:func:`records` of the groups of an assignment as int64 arrays."""
+
+    id: np.ndarray  # the group's index in groups()
+    bytes: np.ndarray  # aligned
+    first: np.ndarray
+    last: np.ndarray
+
+
+def group_records(ctx: Context, a: Assignment) -> tuple[list[Record], RecordColumns | None]:
+    """``records(ctx, groups(ctx, a))``, made from the group table, and the same as
+    columns (None where a size does not fit 64-bit integers: then only the records)."""
+    nb = position_bytes(ctx)
+    if nb is None:
+        return records(ctx, groups(ctx, a)), None
+    tab = group_table(ctx, a)
+    group_bytes = nb[tab.root[tab.member[tab.start]]]
+    ids = np.flatnonzero(group_bytes > 0)
+    cols = RecordColumns(ids, align_up(group_bytes[ids], ctx.alignment),
+                         tab.group_first[ids], tab.group_last[ids])
+    return list(map(make_record, zip(*(c.tolist() for c in cols)))), cols
+
+
+def position_bytes(ctx: Context) -> np.ndarray | None:
+    """Per position in ``ctx.intervals``: the tensor's bytes, int64; None where one
+    (aligned) does not stay below ``MAX_PLAN_BYTES``."""
+    if ctx.whole:
+        nb = topology(ctx.graph).nbytes
+    else:
+        try:
+            nb = np.fromiter(ctx.sizes.values(), np.int64, len(ctx.sizes))
+        except OverflowError:
+            return None
+    if len(nb) and int(nb.max()) + ctx.alignment >= MAX_PLAN_BYTES:
+        return None
+    return nb
 
 
 def layout_bytes(ctx: Context, a: Assignment) -> int:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, align_up,
-                                 groups, records, root_map)
+                                 group_records, group_table, groups, make_record,
+                                 position_bytes, records)
 from graphmem.liveness import overlapping_pairs
 from graphmem.regions import NO_SPAN, byte_regions
 
@@ -127,6 +128,8 @@ class PartPairs(NamedTuple):
     rel: list[int]  # part offset inside its item
     nbytes: list[int]
     owner: np.ndarray  # item index per part
+    first: np.ndarray  # per part: its live range
+    last: np.ndarray
     a: np.ndarray
     b: np.ndarray
     # the parts stacked one on another: no offset or bound best fit computes is larger
@@ -166,9 +169,9 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
 
 def _pairs(ids, tied, start, rel, nbytes, first, last) -> PartPairs:
     owner = np.repeat(np.arange(len(ids), dtype=np.int32), np.diff(start))
+    first, last = np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64)
     a_parts, b_parts = [], []
-    for a, b in overlapping_pairs(np.asarray(first, dtype=np.int64),
-                                  np.asarray(last, dtype=np.int64)):
+    for a, b in overlapping_pairs(first, last):
         keep = owner[a] != owner[b]  # parts of one Tied set sit at fixed offsets: no conflict
         a_parts.append(a[keep].astype(np.int32))
         b_parts.append(b[keep].astype(np.int32))
@@ -180,7 +183,7 @@ def _pairs(ids, tied, start, rel, nbytes, first, last) -> PartPairs:
     if _fit is not None and reach < NATIVE_LIMIT:
         native = (np.array(tied, dtype=np.uint8), np.array(start, dtype=np.int64),
                   np.array(rel, dtype=np.int64), np.array(nbytes, dtype=np.int64))
-    return PartPairs(ids, tied, start, rel, nbytes, owner, a, b, reach, native)
+    return PartPairs(ids, tied, start, rel, nbytes, owner, first, last, a, b, reach, native)
 
 
 def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
@@ -341,15 +344,19 @@ def max_live(recs: Sequence[Record | Tied]) -> int:
     plain = [r for r in recs if type(r) is not Tied]
     if len(plain) < len(recs):
         plain += [p for r in recs if type(r) is Tied for _, p in r.parts]
-    if not plain:
-        return 0
     n = len(plain)
     try:
         nbytes = np.fromiter(map(_BYTES, plain), np.int64, n)
     except OverflowError:  # a size past 64 bits: Python integers
         nbytes = np.array(list(map(_BYTES, plain)), dtype=object)
-    first = np.fromiter(map(_FIRST, plain), np.int64, n)
-    last = np.fromiter(map(_LAST, plain), np.int64, n)
+    return peak_live(nbytes, np.fromiter(map(_FIRST, plain), np.int64, n),
+                     np.fromiter(map(_LAST, plain), np.int64, n))
+
+
+def peak_live(nbytes: np.ndarray, first: np.ndarray, last: np.ndarray) -> int:
+    """:func:`max_live` of records given as columns."""
+    if not len(nbytes):
+        return 0
     lo = int(first.min())
     delta = np.zeros(int(last.max()) - lo + 2, dtype=nbytes.dtype)
     np.add.at(delta, first - lo, nbytes)
@@ -398,14 +405,16 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
     return offsets, total, order, used
 
 
-def place_records(recs: Sequence[Record], strategy: str = "best",
-                  alignment: int = 1) -> tuple[dict[int, int], int, str, dict[str, int]]:
+def place_records(recs: Sequence[Record], strategy: str = "best", alignment: int = 1,
+                  pairs: PartPairs | None = None,
+                  ) -> tuple[dict[int, int], int, str, dict[str, int]]:
     """Offsets for records by one strategy, or by the best of all (``"best"``).
 
     ``"best"`` runs the strategies in order until one reaches the max-live floor
     (no later one could beat it) or the next would exceed ``STRATEGY_WORK`` (large
     inputs: see there), then, while the arena is above the floor, hill-climbs from
     each strategy's order (best first) within a work budget.
+    ``pairs``: :func:`part_pairs` of ``recs``, made here if not given.
     Returns (offsets, total, the strategy used, {strategy: total} for each tried).
     """
     names = list(STRATEGIES) if strategy == "best" else [strategy]
@@ -415,8 +424,12 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     tried: dict[str, int] = {}
     best = None
     starts = []
-    pairs = part_pairs(recs)
-    floor = max_live(recs) if strategy == "best" else None
+    if pairs is None:
+        pairs = part_pairs(recs)
+    floor = None
+    if strategy == "best":  # max_live(recs), from the part columns where they are arrays
+        floor = (max_live(recs) if pairs.native is None
+                 else peak_live(pairs.native[3], pairs.first, pairs.last))
     work = len(pairs.rel) + len(pairs.a)
     for name in names:
         if floor is not None and best is not None and best[1] <= floor:
@@ -442,81 +455,112 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     return best[0], best[1], best[2], tried
 
 
-def group_items(ctx: Context, a: Assignment, gs) -> list[Record | Tied]:
-    """Placement items for storage groups: a Record each, a Tied set for a group with slices.
+def group_items(ctx: Context, a: Assignment) -> list[Record | Tied]:
+    """Placement items for the storage groups of ``a`` (:func:`groups`): a Record
+    each, a Tied set for a group with slices.
 
     A group's bytes are cut at every member's start and end, rounded up to the
     alignment (so every part, and every gap another record may take, is aligned; a
     part then also covers the bytes up to the next cut: its life only grows); each
     region lives from the first to the last use of any member on its bytes (the
     group's life where none is). Adjacent regions with the same life are merged.
-    Item ids are indices into ``gs``; zero-sized groups are left out.
+    Item ids are indices into ``groups(ctx, a)``; zero-sized groups are left out.
     """
-    recs = records(ctx, gs)
+    return _items(ctx, a)[0]
+
+
+def _items(ctx: Context, a: Assignment) -> tuple[list[Record | Tied], PartPairs | None]:
+    """:func:`group_items`, and their :func:`part_pairs` made from the same arrays
+    (None where a size does not fit 64-bit integers)."""
+    recs, rec_cols = group_records(ctx, a)
+    if rec_cols is None:
+        return _items_python(ctx, a, recs), None
+    n = len(recs)
+
+    def plain() -> PartPairs:
+        return _pairs(rec_cols.id.tolist(), [False] * n, list(range(n + 1)), [0] * n,
+                      rec_cols.bytes.tolist(), rec_cols.first, rec_cols.last)
+
     if not a.slice_of:  # no Concat slices: every member sits at its group's offset 0
-        return recs
-    root_of, sizes, intervals, al = root_map(ctx, a), ctx.sizes, ctx.intervals, ctx.alignment
-    # a group is split when a member with bytes does not cover it whole; every member
-    # but the linked tensors is the root of its own group, so only those can be
-    split_roots = set()
-    for t in a.linked:
-        root, r = root_of[t]
-        n = sizes[t]
-        if n and sizes[root] and (r or n != sizes[root]):
-            split_roots.add(root)
-    if not split_roots:
-        return recs
-    split = [i for i, g in enumerate(gs) if g.root in split_roots]  # groups in order
-    span_group, rel, nbytes, first, last = [], [], [], [], []
-    for i in split:
-        for t in gs[i].members:
-            n = sizes[t]
-            if n > 0:
-                span_group.append(i)
-                rel.append(root_of[t][1] if t in root_of else 0)  # else its own root
-                nbytes.append(n)
-                iv = intervals[t]
-                first.append(iv.first)
-                last.append(iv.last)
-    plain = {i: recs[k] for i, k in zip(split, _positions(recs, split))}
-    sg = np.array(span_group, dtype=np.int64)
-    lo = np.array(rel, dtype=np.int64)
-    hi = lo + np.array(nbytes, dtype=np.int64)
-    size = np.array([plain[i].bytes for i in split], dtype=np.int64)
+        return recs, plain()
+    tab, al = group_table(ctx, a), ctx.alignment
+    nb = position_bytes(ctx)
+    group_root = tab.root[tab.member[tab.start]]
+    group_bytes = nb[group_root]
+    # a group is split when a member with bytes does not cover it whole
+    root_bytes = nb[tab.root]
+    cut = (nb > 0) & (root_bytes > 0) & ((tab.rel != 0) | (nb != root_bytes))
+    if not cut.any():
+        return recs, plain()
+    split_root = np.zeros(len(nb), dtype=bool)
+    split_root[tab.root[cut]] = True
+    split = np.flatnonzero(split_root[group_root])  # group indices, in order
+    # the members with bytes of the split groups, group by group
+    count = tab.stop[split] - tab.start[split]
+    at = np.repeat(tab.start[split] - (np.cumsum(count) - count), count) + np.arange(
+        int(count.sum()))
+    pos, sg = tab.member[at], np.repeat(split, count)
+    keep = nb[pos] > 0
+    pos, sg = pos[keep], sg[keep]
+    lo = tab.rel[pos]
+    hi = lo + nb[pos]
+    size = align_up(group_bytes[split], al)
     group_size = size[np.searchsorted(split, sg)]  # per span
     cut_group = np.r_[sg, sg, split, split]
     cuts = np.r_[np.minimum(align_up(lo, al), group_size),
                  np.minimum(align_up(hi, al), group_size),
                  np.zeros(len(split), dtype=np.int64), size]
-    rg, start, end, rf, rl = byte_regions(cut_group, cuts, sg, lo, hi,
-                                          np.array(first, dtype=np.int64),
-                                          np.array(last, dtype=np.int64))
+    rg, start, end, rf, rl = byte_regions(cut_group, cuts, sg, lo, hi, tab.first[pos],
+                                          tab.last[pos])
     bare = rf == NO_SPAN  # no member on these bytes: the group's life
-    if bare.any():
-        rf[bare] = [gs[i].first for i in rg[bare].tolist()]
-        rl[bare] = [gs[i].last for i in rg[bare].tolist()]
+    rf[bare] = tab.group_first[rg[bare]]
+    rl[bare] = tab.group_last[rg[bare]]
     # merge each run of adjacent regions with the same life (within a group)
     new = np.r_[True, (rg[1:] != rg[:-1]) | (rf[1:] != rf[:-1]) | (rl[1:] != rl[:-1])]
     stop = np.r_[new[1:], True]
     rg, start, rf, rl, end = rg[new], start[new], rf[new], rl[new], end[stop]
-    parts: dict[int, list] = {}
-    for g, lo_, hi_, f, l_ in zip(rg.tolist(), start.tolist(), end.tolist(), rf.tolist(),
-                                  rl.tolist()):
-        mine = parts.setdefault(g, [])
-        mine.append((lo_, Record(len(mine), hi_ - lo_, f, l_)))
+    # a group left with one region is a plain record; the others become Tied sets
+    tied_group, n_parts = np.unique(rg, return_counts=True)
+    several = n_parts > 1
+    tied_group, n_parts = tied_group[several], n_parts[several]
+    keep = np.isin(rg, tied_group)
+    rg, start, rf, rl, end = rg[keep], start[keep], rf[keep], rl[keep], end[keep]
+    bounds = np.r_[0, np.cumsum(n_parts)]
+    local = np.arange(len(rg)) - np.repeat(bounds[:-1], n_parts)  # part index in its set
+    parts = list(zip(start.tolist(), map(make_record, zip(
+        local.tolist(), (end - start).tolist(), rf.tolist(), rl.tolist()))))
+    item_at = np.searchsorted(rec_cols.id, tied_group).tolist()
     items = list(recs)
-    for i, k in zip(split, _positions(recs, split)):
-        p = parts.get(i)
-        if p is not None and len(p) > 1:
-            g = gs[i]
-            items[k] = Tied(i, recs[k].bytes, g.first, g.last, tuple(p))
-    return items
+    for k, i, lo_, hi_ in zip(item_at, tied_group.tolist(), bounds[:-1].tolist(),
+                              bounds[1:].tolist()):
+        r = recs[k]
+        items[k] = Tied(i, r.bytes, r.first, r.last, tuple(parts[lo_:hi_]))
+    # the part columns of part_pairs, item by item: one part per record, the regions
+    # of each Tied set in order
+    per_item = np.ones(len(recs), dtype=np.int64)
+    per_item[item_at] = n_parts
+    is_tied = np.zeros(len(recs), dtype=bool)
+    is_tied[item_at] = True
+    part_tied = np.repeat(is_tied, per_item)
+    columns = []
+    for values, tied_values in ((0, start), (rec_cols.bytes, end - start),
+                                (rec_cols.first, rf), (rec_cols.last, rl)):
+        col = np.empty(len(part_tied), dtype=np.int64)
+        col[~part_tied] = values if np.isscalar(values) else values[~is_tied]
+        col[part_tied] = tied_values
+        columns.append(col)
+    rel, nbytes, first, last = columns
+    part_start = np.r_[0, np.cumsum(per_item)].tolist()
+    return items, _pairs(rec_cols.id.tolist(), is_tied.tolist(), part_start, rel.tolist(),
+                         nbytes.tolist(), first, last)
 
 
-def _positions(recs: Sequence[Record], ids: list[int]) -> list[int]:
-    """The positions in ``recs`` (ordered by id) of the records with these ids."""
-    rec_ids = np.fromiter(map(_ID, recs), np.int64, len(recs))
-    return np.searchsorted(rec_ids, ids).tolist()
+def _items_python(ctx: Context, a: Assignment, recs: list[Record]) -> list[Record | Tied]:
+    """group_items where sizes do not fit 64-bit integers: plain records, as no arena
+    that large can be planned with Concat slices (their byte regions are int64)."""
+    if a.slice_of:
+        raise OverflowError("a storage group with Concat slices is past 64-bit sizes")
+    return recs
 
 
 _ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
@@ -526,7 +570,7 @@ _ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter(
 def run(ctx: Context, a: Assignment, strategy: str = "best",
         time_limit: float = 10.0) -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
-    recs = group_items(ctx, a, gs)
+    recs, pairs = _items(ctx, a)
     if strategy == "optimal":  # the MIP of place_exact, warm-started by "best"
         from .place_exact import place_optimal
         # the MIP knows plain records only: a group with Concat slices is placed as
@@ -537,13 +581,13 @@ def run(ctx: Context, a: Assignment, strategy: str = "best",
         extra = {"proven_optimal": exact.optimal, "lower_bound": exact.lower_bound,
                  "gap": round(exact.gap, 6)}
         if any(isinstance(r, Tied) for r in recs):
-            h_offsets, h_total, h_used, _ = place_records(recs, "best", ctx.alignment)
+            h_offsets, h_total, h_used, _ = place_records(recs, "best", ctx.alignment, pairs)
             tried[h_used + " (with slices)"] = h_total
             if h_total < total:
                 offsets, total, used = h_offsets, h_total, h_used
                 extra["proven_optimal"] = False
     else:
-        offsets, total, used, tried = place_records(recs, strategy, ctx.alignment)
+        offsets, total, used, tried = place_records(recs, strategy, ctx.alignment, pairs)
         extra = {}
     root_offsets = dict.fromkeys([g.root for g in gs], 0)  # zero-sized groups sit at 0
     placed = list(map(_ID, recs))

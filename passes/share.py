@@ -17,10 +17,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, groups,
-                                 records)
+from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record,
+                                 group_records, groups)
 
-from .place import _fit, max_live
+from .place import _fit, max_live, peak_live
 
 _ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
                                attrgetter("last"))
@@ -34,13 +34,19 @@ SEARCH_WORK = 200_000
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     gs = groups(ctx, a)
-    recs = records(ctx, gs)
+    recs, cols = group_records(ctx, a)
+    if cols is not None:  # the records' columns, sorted as share_blocks walks them
+        by_first = np.lexsort((cols.id, cols.first))
+        cols = tuple(c[by_first] for c in cols)
     best = None
-    floor = max_live(recs)
+    floor = max_live(recs) if cols is None else peak_live(*cols[1:])
     ranges = (MATCH_RANGES if len(recs) * len(MATCH_RANGES) <= SEARCH_WORK
               else (DEFAULT_MATCH_RANGE,))
     for match_range in ranges:
-        block_of, block_bytes = share_blocks(recs, match_range)
+        if NATIVE and _fit is not None and cols is not None and recs:
+            block_of, block_bytes = _share_native(*cols, match_range)
+        else:
+            block_of, block_bytes = share_blocks(recs, match_range)
         total = sum(block_bytes)
         if best is None or total < best[0]:
             best = (total, match_range, block_of, block_bytes)

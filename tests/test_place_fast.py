@@ -210,3 +210,42 @@ class _Spy:
     def run(self, *args):
         self._calls.append(args)
         return self._module.run(*args)
+
+
+def _after_aliasing(graph, alignment):
+    from graphmem.assignment import Assignment
+    from graphmem.passes import PASSES
+    from graphmem.schedule import file_order
+    order = file_order(graph)
+    ctx = Context(graph, tuple(order), liveness(graph, order), alignment)
+    a = PASSES["concat"](ctx, Assignment())[0]
+    return ctx, PASSES["inplace"](ctx, a)[0]
+
+
+@pytest.mark.parametrize("name", ["densenet121", "inception_v1", "squeezenet", "resnet50"])
+@pytest.mark.parametrize("alignment", [1, 48, 64])
+def test_items_made_from_columns_equal_the_records_and_their_pairs(name, alignment):
+    """The place pass builds its items and their part pairs from the group table in
+    numpy; both must be what records() and part_pairs() make from the groups."""
+    from graphmem.assignment import group_records, group_table
+    ctx, a = _after_aliasing(graphmem.load(zoo_path(name)), alignment)
+    gs = groups(ctx, a)
+    recs, cols = group_records(ctx, a)
+    assert recs == records(ctx, gs)
+    assert [tuple(map(int, row)) for row in zip(*cols)] == [tuple(r) for r in recs]
+    names, tab = list(ctx.intervals), group_table(ctx, a)
+    assert [tuple(names[p] for p in tab.member[lo:hi])
+            for lo, hi in zip(tab.start, tab.stop)] == [g.members for g in gs]
+    items, pairs = place._items(ctx, a)
+    assert [i.id for i in items] == [r.id for r in recs]
+    want = place.part_pairs(items)
+    for field in want._fields:
+        got, exp = getattr(pairs, field), getattr(want, field)
+        if field == "native":
+            assert all(np.array_equal(x, y) and x.dtype == y.dtype for x, y in zip(got, exp))
+        elif isinstance(exp, np.ndarray):
+            assert np.array_equal(got, exp) and got.dtype == exp.dtype, field
+        else:
+            assert got == exp, field
+    if name in ("densenet121", "inception_v1"):
+        assert any(type(i) is place.Tied for i in items)  # the slices were exercised
