@@ -239,6 +239,7 @@ class GroupTable(NamedTuple):
     group_last: np.ndarray  # per group: the last step of any member
     first: np.ndarray  # per position: its first step
     last: np.ndarray  # per position: its last step
+    group: np.ndarray  # per position: the index of its group
 
 
 def groups(ctx: Context, a: Assignment) -> list[Group]:
@@ -269,7 +270,7 @@ def _group_table(ctx: Context, a: Assignment) -> GroupTable:
     root = np.arange(n, dtype=np.int64)
     rel = np.zeros(n, dtype=np.int64)
     if not a.alias and not a.slice_of:  # every tensor is its own group
-        return GroupTable(root, rel, root, root, root + 1, first, last, first, last)
+        return GroupTable(root, rel, root, root, root + 1, first, last, first, last, root)
     # each tensor's position and its root's (only the linked tensors have another root)
     pos = topology(ctx.graph).ids if ctx.whole else dict(zip(intervals, range(n)))
     linked = root_map(ctx, a)
@@ -289,8 +290,12 @@ def _group_table(ctx: Context, a: Assignment) -> GroupTable:
     g_first = np.minimum.reduceat(first[member], start)
     g_last = np.maximum.reduceat(last[member], start)
     by_lead = np.argsort(member[start])
+    group = np.empty(n, dtype=np.int64)
+    rank = np.empty(len(start), dtype=np.int64)
+    rank[by_lead] = np.arange(len(start))  # group index of each run of ``member``
+    group[member] = np.repeat(rank, stop - start)
     return GroupTable(root, rel, member, start[by_lead], stop[by_lead], g_first[by_lead],
-                      g_last[by_lead], first, last)
+                      g_last[by_lead], first, last, group)
 
 
 def _groups(ctx: Context, table: GroupTable) -> list[Group]:

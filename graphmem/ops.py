@@ -12,6 +12,8 @@ listed here never shares storage with its inputs.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .ir import Node
 
 # op_type -> list of (input index, output index); standard ONNX domain only.
@@ -51,8 +53,7 @@ def view_pairs(node: Node) -> list[tuple[int, int]]:
         return []
     if node.op_type == "Dropout" and _training_dropout(node):
         return []
-    return [(i, o) for i, o in VIEW.get(node.op_type, [])
-            if i < len(node.inputs) and o < len(node.outputs)]
+    return list(_pairs(False, node.op_type, len(node.inputs), len(node.outputs)))
 
 
 def overwrite_pairs(node: Node) -> list[tuple[int, int]]:
@@ -61,8 +62,15 @@ def overwrite_pairs(node: Node) -> list[tuple[int, int]]:
         return []
     if node.op_type == "BatchNormalization" and len([o for o in node.outputs if o]) > 1:
         return []  # training mode: also writes running statistics
-    return [(i, o) for i, o in OVERWRITE.get(node.op_type, [])
-            if i < len(node.inputs) and o < len(node.outputs)]
+    return list(_pairs(True, node.op_type, len(node.inputs), len(node.outputs)))
+
+
+@lru_cache(maxsize=4096)
+def _pairs(overwrite: bool, op_type: str, n_in: int, n_out: int) -> tuple[tuple[int, int], ...]:
+    """The table's pairs that exist for a node of this op with so many inputs and
+    outputs (cached: a large graph asks for the same few combinations each node)."""
+    table = OVERWRITE if overwrite else VIEW
+    return tuple((i, o) for i, o in table.get(op_type, []) if i < n_in and o < n_out)
 
 
 def _training_dropout(node: Node) -> bool:

@@ -10,14 +10,16 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .assignment import (MAX_PLAN_BYTES, Assignment, Context, align_up, groups,
-                         layout_bytes, root_map)
+import numpy as np
+
+from .assignment import (MAX_PLAN_BYTES, Assignment, Context, align_up, group_table,
+                         groups, layout_bytes)
 from .errors import GraphmemError
 from .gcpause import gc_paused
 from .ir import Graph
 from .liveness import liveness
 from .load import load
-from .plan import Plan, TensorPlan, built_stats, expected_kind, io_sets, validate_built
+from .plan import Plan, built_stats, expected_kind, io_sets, tensor_plans, validate_built
 from .schedule import check_order, file_order
 from .topology import topology
 
@@ -192,32 +194,30 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings):
     graph = ctx.graph
     topo = topology(graph)
     names = list(ctx.intervals)
+    n = len(names)
     # every arena tensor, in the topology's order (as liveness gives them)
     whole = ctx.whole
     if whole:
-        kinds, sizes = topo.kinds(), topo.nbytes.tolist()
+        kinds, sizes = topo.kinds(), topo.nbytes
     else:
         io = io_sets(graph)
         kinds = [expected_kind(graph, t, io) for t in names]
-        sizes = [ctx.sizes[t] for t in names]
-    # a tensor's offset is its root's plus its place inside; only the linked tensors
-    # have another root
-    offsets = a.offsets
-    offs = list(map(offsets.get, names, repeat(0)))
-    if a.linked:
-        root_of = root_map(ctx, a)
-        where = topo.ids if whole else dict(zip(names, count()))
-        for t in a.linked:
-            root, rel = root_of[t]
-            offs[where[t]] = offsets[root] + rel
-    offs = [o if size else 0 for o, size in zip(offs, sizes)]
+        sizes = np.fromiter(map(ctx.sizes.__getitem__, names), np.int64, n)
+    position = topo.ids if whole else dict(zip(names, count()))
+    # a tensor's offset is its group root's plus its place inside the root
+    tab = group_table(ctx, a)
+    root_pos = tab.root[tab.member[tab.start]]
+    group_offset = np.fromiter(map(a.offsets.get, map(names.__getitem__, root_pos.tolist()),
+                                   repeat(0)), np.int64, len(root_pos))
+    offs = group_offset[tab.group] + tab.rel
+    offs[sizes == 0] = 0
     lives = list(map(tuple, ctx.intervals.values()))
-    alias, slice_of = a.alias, a.slice_of
-    alias_of = list(map(_first, map(alias.get, names, repeat(_NONE))))
-    alias_kind = list(map(_second, map(alias.get, names, repeat(_NONE))))
-    slices = list(map(slice_of.get, names))
-    tensors = dict(zip(names, map(TensorPlan, kinds, sizes, offs, lives, alias_of,
-                                  alias_kind, slices)))
+    alias = a.alias
+    alias_of = _column(n, position, alias, map(_first, alias.values()))
+    alias_kind = _column(n, position, alias, map(_second, alias.values()))
+    slices = _column(n, position, a.slice_of, a.slice_of.values())
+    tensors = dict(zip(names, tensor_plans(kinds, sizes.tolist(), offs.tolist(), lives,
+                                           alias_of, alias_kind, slices)))
     arena = a.arena_bytes or 0
     plan = Plan(model=model, bindings=bindings, alignment=ctx.alignment,
                 order=list(ctx.order), constants=list(graph.constants), arena_bytes=arena,
@@ -227,4 +227,17 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings):
     return Plan(**{**plan.__dict__, "stats": stats}), cols
 
 
-_NONE, _first, _second = (None, None), itemgetter(0), itemgetter(1)
+def _column(n: int, position: Mapping[str, int], keys, values) -> list:
+    """A list of ``n`` Nones with ``values`` at the positions of ``keys`` (keys not in
+    ``position``, or past ``n``, are left out)."""
+    out = np.full(n, None, dtype=object)
+    if keys:
+        at = np.fromiter(map(position.get, keys, repeat(n)), np.int64, len(keys))
+        vals = np.empty(len(keys), dtype=object)
+        vals[:] = list(values)
+        keep = at < n
+        out[at[keep]] = vals[keep]
+    return out.tolist()
+
+
+_first, _second = itemgetter(0), itemgetter(1)

@@ -116,35 +116,34 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
             if ao in slice_in_alias:
                 slice_in_alias.add(as_)
 
-    sizes = ctx.sizes
-
-    def can_alias(src: str, out: str) -> bool:
-        """Both are arena tensors, the output is not aliased yet and sizes match."""
-        return (src in iv and out in iv and out not in alias and src != out
-                and sizes[src] == sizes[out])
-
+    tensors = graph.tensors
     for pos, idx in enumerate(ctx.order):
         node = by_index[idx]
         op = node.op_type
-        if op not in VIEW and op not in OVERWRITE:
-            continue  # neither table lists it: both pair lists would be empty
-        for i, o in view_pairs(node) if op in VIEW else ():
-            src, out = node.inputs[i], node.outputs[o]
-            if can_alias(src, out) and allowed(out, src, None):
-                join(out, src, "view")
-                views += 1
-        for i, o in overwrite_pairs(node) if op in OVERWRITE else ():
-            src, out = node.inputs[i], node.outputs[o]
-            if not can_alias(src, out):
-                continue
-            s, d = graph.tensors[src], graph.tensors[out]
-            if s.dtype != d.dtype or s.shape != d.shape or sizes[src] == 0:
-                continue
-            r = find(src)
-            if r in pinned or group_last.get(r, iv[r][1]) > pos or not allowed(out, src, pos):
-                continue
-            join(out, src, "inplace", pos)
-            overwrites += 1
+        if op in VIEW:
+            for i, o in view_pairs(node):
+                src, out = node.inputs[i], node.outputs[o]
+                # both arena tensors, the output not aliased yet, the same bytes
+                if (src in iv and out in iv and out not in alias and src != out
+                        and tensors[src].bytes == tensors[out].bytes
+                        and allowed(out, src, None)):
+                    join(out, src, "view")
+                    views += 1
+        if op in OVERWRITE:
+            for i, o in overwrite_pairs(node):
+                src, out = node.inputs[i], node.outputs[o]
+                if src not in iv or out not in iv or out in alias or src == out:
+                    continue
+                s, d = tensors[src], tensors[out]
+                if (s.bytes != d.bytes or s.bytes == 0 or s.dtype != d.dtype
+                        or s.shape != d.shape):
+                    continue
+                r = find(src)
+                if (r in pinned or group_last.get(r, iv[r][1]) > pos
+                        or not allowed(out, src, pos)):
+                    continue
+                join(out, src, "inplace", pos)
+                overwrites += 1
     new = a.with_(alias=alias)
     return new, {"views": views, "inplace": overwrites}
 

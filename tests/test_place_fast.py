@@ -236,6 +236,8 @@ def test_items_made_from_columns_equal_the_records_and_their_pairs(name, alignme
     names, tab = list(ctx.intervals), group_table(ctx, a)
     assert [tuple(names[p] for p in tab.member[lo:hi])
             for lo, hi in zip(tab.start, tab.stop)] == [g.members for g in gs]
+    assert [[int(tab.group[p]) for p in tab.member[lo:hi]] for lo, hi in zip(tab.start, tab.stop)
+            ] == [[k] * len(g.members) for k, g in enumerate(gs)]
     items, pairs = place._items(ctx, a)
     assert [i.id for i in items] == [r.id for r in recs]
     want = place.part_pairs(items)

@@ -67,3 +67,23 @@ def test_cli_plan_default_output_name(tmp_cwd, capsys):
     assert plan["format"] == "graphmem.plan/1"
     assert plan["model"] == "resnet50.onnx"
     assert "arena" in out.out and "lower bound" in out.out
+
+
+@pytest.mark.parametrize("name", ["densenet121", "inception_v1"])
+def test_planner_tensors_equal_tensor_plans_made_one_by_one(name):
+    """The planner makes its TensorPlans column by column (plan.tensor_plans); they must
+    be the objects TensorPlan(...) makes, field for field, and a plan read back from
+    its JSON must equal it."""
+    import dataclasses
+
+    from graphmem.plan import Plan, TensorPlan, tensor_plans
+    plan = graphmem.plan_model(zoo_path(name)).plan
+    rows = [dataclasses.astuple(t) for t in plan.tensors.values()]
+    made = [TensorPlan(*r) for r in rows]
+    assert list(plan.tensors.values()) == made
+    assert all(type(t) is TensorPlan for t in plan.tensors.values())
+    assert any(t.slice_of for t in made) and any(t.alias_of for t in made)
+    assert tensor_plans(*zip(*rows)) == made
+    assert Plan.from_dict(json.loads(plan.to_json())) == plan
+    with pytest.raises(ValueError, match="the offset column"):
+        tensor_plans(*[list(c) for c in zip(*rows)][:2], [], *[list(c) for c in zip(*rows)][3:])
