@@ -14,7 +14,7 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 from .ir import Graph
-from .liveness import Interval
+from .liveness import Interval, live_columns
 from .topology import topology
 
 
@@ -93,7 +93,7 @@ class Context:
 
     @cached_property
     def groups_memo(self) -> list:
-        """[alias, slice_of, (GroupTable, groups)] of the last :func:`groups` call."""
+        """[alias, slice_of, [GroupTable, groups]] of the last :func:`groups` call."""
         return []
 
 
@@ -244,7 +244,10 @@ class GroupTable(NamedTuple):
 
 def groups(ctx: Context, a: Assignment) -> list[Group]:
     """Storage groups in the order of their first member in ``ctx.intervals``."""
-    return list(_group_memo(ctx, a)[1])
+    memo = _group_memo(ctx, a)
+    if len(memo) == 1:  # the Group objects are made when first asked for
+        memo.append(_groups(ctx, memo[0]))
+    return list(memo[1])
 
 
 def group_table(ctx: Context, a: Assignment) -> GroupTable:
@@ -252,12 +255,18 @@ def group_table(ctx: Context, a: Assignment) -> GroupTable:
     return _group_memo(ctx, a)[0]
 
 
-def _group_memo(ctx: Context, a: Assignment) -> tuple[GroupTable, list[Group]]:
+def group_roots(ctx: Context, a: Assignment) -> list[str]:
+    """The root of each group of :func:`groups`, in that order."""
+    tab, names = group_table(ctx, a), list(ctx.intervals)
+    return list(map(names.__getitem__, tab.root[tab.member[tab.start]].tolist()))
+
+
+def _group_memo(ctx: Context, a: Assignment) -> list:
+    """[GroupTable] or [GroupTable, groups] of ``a``'s alias and slice maps."""
     memo = ctx.groups_memo  # the report after a pass, share and place ask for the same
     if memo and memo[0] is a.alias and memo[1] is a.slice_of:
         return memo[2]
-    table = _group_table(ctx, a)
-    out = (table, _groups(ctx, table))
+    out = [_group_table(ctx, a)]
     memo[:] = [a.alias, a.slice_of, out]
     return out
 
@@ -265,8 +274,7 @@ def _group_memo(ctx: Context, a: Assignment) -> tuple[GroupTable, list[Group]]:
 def _group_table(ctx: Context, a: Assignment) -> GroupTable:
     intervals = ctx.intervals
     n = len(intervals)
-    first = np.fromiter(map(_FIRST, intervals.values()), np.int64, n)
-    last = np.fromiter(map(_LAST, intervals.values()), np.int64, n)
+    first, last = live_columns(intervals)
     root = np.arange(n, dtype=np.int64)
     rel = np.zeros(n, dtype=np.int64)
     if not a.alias and not a.slice_of:  # every tensor is its own group

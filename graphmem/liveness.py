@@ -6,6 +6,7 @@ inputs) and ``len(order)`` is "after the last node" (graph outputs stay alive).
 from __future__ import annotations
 
 from functools import partial
+from operator import itemgetter
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -22,6 +23,28 @@ class Interval(NamedTuple):
 
     def overlaps(self, other: "Interval") -> bool:
         return self.first <= other.last and other.first <= self.last
+
+
+class Intervals(dict):
+    """What :func:`liveness` returns: ``{tensor: Interval}``, a plain dict that also
+    keeps the first and last steps as int64 arrays in its key order (``columns``), so
+    that the passes need not read a million Intervals back into arrays. Treat it as
+    read-only, as every planner stage does: the columns are not updated."""
+
+    __slots__ = ("columns",)
+
+
+def live_columns(intervals) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) arrays of a ``{tensor: Interval}`` mapping, in its key order."""
+    cols = getattr(intervals, "columns", None)
+    if cols is not None and len(cols[0]) == len(intervals):
+        return cols
+    n = len(intervals)
+    return (np.fromiter(map(_FIRST, intervals.values()), np.int64, n),
+            np.fromiter(map(_LAST, intervals.values()), np.int64, n))
+
+
+_FIRST, _LAST = itemgetter(0), itemgetter(1)
 
 
 def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
@@ -55,11 +78,12 @@ def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
     last[outs[present[outs]]] = len(order)
     make = partial(tuple.__new__, Interval)  # Interval._make, without a Python call
     names = topo.arena_names()
-    if present.all():
-        return dict(zip(names, map(make, zip(first.tolist(), last.tolist()))))
-    keep = np.flatnonzero(present).tolist()
-    f, l_ = first[keep].tolist(), last[keep].tolist()
-    return dict(zip([names[k] for k in keep], map(make, zip(f, l_))))
+    if not present.all():
+        keep = np.flatnonzero(present)
+        names, first, last = [names[k] for k in keep.tolist()], first[keep], last[keep]
+    out = Intervals(zip(names, map(make, zip(first.tolist(), last.tolist()))))
+    out.columns = (first, last)
+    return out
 
 
 def overlapping_pairs(first: np.ndarray, last: np.ndarray, chunk: int = 1 << 22

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, align_up,
-                                 group_records, group_table, groups, make_record,
+                                 group_records, group_roots, group_table, groups, make_record,
                                  position_bytes, records)
 from graphmem.liveness import overlapping_pairs
 from graphmem.regions import NO_SPAN, byte_regions
@@ -569,13 +569,12 @@ _ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter(
 
 def run(ctx: Context, a: Assignment, strategy: str = "best",
         time_limit: float = 10.0) -> tuple[Assignment, dict]:
-    gs = groups(ctx, a)
     recs, pairs = _items(ctx, a)
     if strategy == "optimal":  # the MIP of place_exact, warm-started by "best"
         from .place_exact import place_optimal
         # the MIP knows plain records only: a group with Concat slices is placed as
         # one whole-life record there, and the best heuristic with slices competes
-        exact = place_optimal(records(ctx, gs), ctx.alignment, time_limit)
+        exact = place_optimal(records(ctx, groups(ctx, a)), ctx.alignment, time_limit)
         offsets, total, used = exact.offsets, exact.total, "optimal"
         tried = {exact.heuristic: exact.heuristic_total, "optimal": exact.total}
         extra = {"proven_optimal": exact.optimal, "lower_bound": exact.lower_bound,
@@ -589,9 +588,10 @@ def run(ctx: Context, a: Assignment, strategy: str = "best",
     else:
         offsets, total, used, tried = place_records(recs, strategy, ctx.alignment, pairs)
         extra = {}
-    root_offsets = dict.fromkeys([g.root for g in gs], 0)  # zero-sized groups sit at 0
+    roots = group_roots(ctx, a)
+    root_offsets = dict.fromkeys(roots, 0)  # zero-sized groups sit at 0
     placed = list(map(_ID, recs))
-    root_offsets.update(zip([gs[i].root for i in placed], map(offsets.__getitem__, placed)))
+    root_offsets.update(zip(map(roots.__getitem__, placed), map(offsets.__getitem__, placed)))
     detail = {"strategy": used, "tried": tried, **extra}
     if a.storage_bytes is not None:
         detail["share_bytes"] = sum(align_up(b, ctx.alignment) for b in a.storage_bytes)

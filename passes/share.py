@@ -18,7 +18,7 @@ from operator import attrgetter
 import numpy as np
 
 from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record,
-                                 group_records, groups)
+                                 group_records, group_roots)
 
 from .place import _fit, max_live, peak_live
 
@@ -33,7 +33,6 @@ SEARCH_WORK = 200_000
 
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
-    gs = groups(ctx, a)
     recs, cols = group_records(ctx, a)
     if cols is not None:  # the records' columns, sorted as share_blocks walks them
         by_first = np.lexsort((cols.id, cols.first))
@@ -53,9 +52,8 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         if best[0] <= floor:
             break  # blocks live at one step are distinct: no range can go below max live
     total, match_range, block_of, block_bytes = best
-    storage = {}
-    for r in recs:
-        storage[gs[r.id].root] = block_of[r.id]
+    roots = group_roots(ctx, a)
+    storage = {roots[r.id]: block_of[r.id] for r in recs}
     new = a.with_(storage=storage, storage_bytes=tuple(block_bytes))
     return new, {"blocks": len(block_bytes), "match_range": match_range, "total_bytes": total}
 
