@@ -450,11 +450,11 @@ class _Producers:
 
     def __init__(self, graph: Graph):
         self.nodes, self.topo = graph.nodes, topology(graph)
-        self.rows = self.topo.producer_rows()
+        self.rows = self.topo.producer_rows().tolist()  # a list: one lookup per call
 
     def get(self, name: str):
         i = self.topo.ids.get(name)
-        row = -1 if i is None else int(self.rows[i])
+        row = -1 if i is None else self.rows[i]
         return None if row < 0 else self.nodes[row]
 
 
@@ -470,7 +470,7 @@ def _alias_problems(plan: Plan, graph: Graph, cols: _Columns) -> list[str]:
     group = cols.group
     members = _members(cols)  # group root -> member names, for groups of more than one
     guard = _OverwriteGuard(plan, members)
-    concats: dict[int, tuple] = {}  # per Concat: see _concat_slices
+    concats: dict[str, tuple | None] = {}  # per Concat output: see _concat_slices
     for i in cols.linked:
         name, t = cols.names[i], cols.ts[i]
         if (t.alias_of is None) != (t.alias is None):
@@ -488,10 +488,10 @@ class _Positions:
     """``{Node.index: its position in the plan's order}``, from the topology's rows."""
 
     def __init__(self, topo, pos_of_row: np.ndarray):
-        self.row_of, self.pos_of_row = topo.row_of, pos_of_row
+        self.row_of, self.pos_of_row = topo.row_of.tolist(), pos_of_row.tolist()
 
     def __getitem__(self, index: int) -> int:
-        return int(self.pos_of_row[self.row_of[index]])
+        return self.pos_of_row[self.row_of[index]]
 
 
 def _members(cols: _Columns) -> dict[int, list[str]]:
@@ -581,12 +581,14 @@ def _check_slice(plan, graph, producer, name, t, concats) -> list[str]:
     out_name = t.slice_of
     if out_name not in plan.tensors:
         return [f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"]
-    node = producer.get(out_name)
-    if node is None or node.op_type != "Concat":
-        return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
-    concat = concats.get(node.index)
+    concat = concats.get(out_name)
     if concat is None:  # once per Concat, not once per slice
-        concat = concats[node.index] = _concat_slices(plan, graph, node, out_name)
+        node = producer.get(out_name)
+        concat = concats[out_name] = (
+            None if node is None or node.op_type != "Concat"
+            else _concat_slices(plan, graph, node, out_name))
+    if concat is None:
+        return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
     starts, axis, contiguous, base = concat
     if starts.get(name) is None:
         return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]

@@ -277,3 +277,23 @@ def _simulate(plan, graph) -> list[str]:
                 if not (tag[lo:hi] == want).all():
                     problems.append(f"output {o!r} was overwritten")
     return problems
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: {"a": {"offset": t["a"].offset + 64}}, "slice of 'y' at offset"),
+    (lambda t: {"a": {"slice_of": "z"}}, "slice_of 'z', which is not a Concat reading it once"),
+    (lambda t: {"a": {"slice_of": "x"}}, "slice_of 'x', which is not a Concat reading it once"),
+    (lambda t: {"a": {"slice_of": "nowhere"}}, "slice_of 'nowhere' is not an arena tensor"),
+    (lambda t: {"b": {"slice_of": "z"}, "a": {"slice_of": "z"}},
+     "slice_of 'z', which is not a Concat reading it once"),
+])
+def test_validation_words_each_broken_slice_rule(change, message):
+    """Every slice rule of the plan format, broken one at a time on a planner's plan."""
+    import dataclasses
+    res = plan_of(_cat_then_read_slice())
+    assert graphmem.problems(res.plan, res.graph) == []
+    t = dict(res.plan.tensors)
+    for name, fields in change(t).items():
+        t[name] = dataclasses.replace(t[name], **fields)
+    found = graphmem.problems(dataclasses.replace(res.plan, tensors=t, stats={}), res.graph)
+    assert any(message in p for p in found), found
