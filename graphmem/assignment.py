@@ -241,6 +241,10 @@ class GroupTable(NamedTuple):
     last: np.ndarray  # per position: its last step
     group: np.ndarray  # per position: the index of its group
 
+    def group_root(self) -> np.ndarray:
+        """Per group: the position of its root."""
+        return self.root[self.member[self.start]]
+
 
 def groups(ctx: Context, a: Assignment) -> list[Group]:
     """Storage groups in the order of their first member in ``ctx.intervals``."""
@@ -258,7 +262,7 @@ def group_table(ctx: Context, a: Assignment) -> GroupTable:
 def group_roots(ctx: Context, a: Assignment) -> list[str]:
     """The root of each group of :func:`groups`, in that order."""
     tab, names = group_table(ctx, a), list(ctx.intervals)
-    return list(map(names.__getitem__, tab.root[tab.member[tab.start]].tolist()))
+    return list(map(names.__getitem__, tab.group_root().tolist()))
 
 
 def _group_memo(ctx: Context, a: Assignment) -> list:
@@ -313,7 +317,7 @@ def _groups(ctx: Context, table: GroupTable) -> list[Group]:
     first, last = table.group_first.tolist(), table.group_last.tolist()
     if len(table.start) == len(names):  # every tensor is its own group, in order
         return list(map(_make_group, zip(names, zip(names), sizes, first, last)))
-    root_pos = table.root[table.member[table.start]].tolist()
+    root_pos = table.group_root().tolist()
     in_order = list(map(names.__getitem__, table.member.tolist()))
     members = map(tuple, map(in_order.__getitem__, map(slice, table.start.tolist(),
                                                        table.stop.tolist())))
@@ -349,7 +353,7 @@ def group_records(ctx: Context, a: Assignment) -> tuple[list[Record], RecordColu
     if nb is None:
         return records(ctx, groups(ctx, a)), None
     tab = group_table(ctx, a)
-    group_bytes = nb[tab.root[tab.member[tab.start]]]
+    group_bytes = nb[tab.group_root()]
     ids = np.flatnonzero(group_bytes > 0)
     cols = RecordColumns(ids, align_up(group_bytes[ids], ctx.alignment),
                          tab.group_first[ids], tab.group_last[ids])

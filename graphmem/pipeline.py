@@ -206,7 +206,7 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings):
     position = topo.ids if whole else dict(zip(names, count()))
     # a tensor's offset is its group root's plus its place inside the root
     tab = group_table(ctx, a)
-    root_pos = tab.root[tab.member[tab.start]]
+    root_pos = tab.group_root()
     group_offset = np.fromiter(map(a.offsets.get, map(names.__getitem__, root_pos.tolist()),
                                    repeat(0)), np.int64, len(root_pos))
     offs = group_offset[tab.group] + tab.rel

@@ -485,7 +485,7 @@ def _items(ctx: Context, a: Assignment) -> tuple[list[Record | Tied], PartPairs 
         return recs, plain()
     tab, al = group_table(ctx, a), ctx.alignment
     nb = position_bytes(ctx)
-    group_root = tab.root[tab.member[tab.start]]
+    group_root = tab.group_root()
     group_bytes = nb[group_root]
     # a group is split when a member with bytes does not cover it whole
     root_bytes = nb[tab.root]

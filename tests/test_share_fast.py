@@ -68,3 +68,18 @@ def test_compiled_pool_rejects_unsorted_records():
     out = np.empty(2, dtype=np.int64)
     with pytest.raises(ValueError, match="sorted"):
         share._fit.share(first, first, first, 4, out, out.copy())
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["densenet121", "resnet50"])
+def test_share_pass_is_the_same_on_either_loop(name, monkeypatch):
+    """The pass walks the group table's columns into the compiled pool; without the
+    extension it runs share_blocks' Python loop over the records: the same storage."""
+    import graphmem
+    from graphmem.zoo import zoo_path
+    graph = graphmem.load(zoo_path(name))
+    native = graphmem.plan_graph(graph, ["concat", "inplace", "share"]).assignment
+    monkeypatch.setattr(share, "NATIVE", False)
+    python = graphmem.plan_graph(graph, ["concat", "inplace", "share"]).assignment
+    assert native.storage == python.storage and native.storage_bytes == python.storage_bytes
+    assert len(set(native.storage.values())) < len(native.storage)  # blocks were shared
