@@ -73,6 +73,14 @@ class Context:
                 and list(self.intervals) == topo.arena_names())  # same strings: fast
 
     @cached_property
+    def positions(self) -> Mapping[str, int]:
+        """Tensor -> its position in ``intervals``: the topology's ids when ``whole``
+        (they may name more tensors, at positions past the intervals)."""
+        if self.whole:
+            return topology(self.graph).ids
+        return dict(zip(self.intervals, range(len(self.intervals))))
+
+    @cached_property
     def sizes(self) -> dict[str, int]:
         # cached: every pass asks, for every tensor
         if self.whole:
@@ -284,7 +292,7 @@ def _group_table(ctx: Context, a: Assignment) -> GroupTable:
     if not a.alias and not a.slice_of:  # every tensor is its own group
         return GroupTable(root, rel, root, root, root + 1, first, last, first, last, root)
     # each tensor's position and its root's (only the linked tensors have another root)
-    pos = topology(ctx.graph).ids if ctx.whole else dict(zip(intervals, range(n)))
+    pos = ctx.positions
     linked = root_map(ctx, a)
     t_pos = np.fromiter(map(pos.get, linked, repeat(n)), np.int64, len(linked))
     r_pos = np.fromiter(map(pos.__getitem__, map(_FIRST, linked.values())), np.int64,
@@ -383,7 +391,13 @@ def layout_bytes(ctx: Context, a: Assignment) -> int:
         return sum(align_up(b, ctx.alignment) for b in a.storage_bytes)
     # one buffer per storage group, the size of its root: every tensor's buffer but
     # those of the linked ones. The groups themselves are not needed, and the report
-    # after each pass asks, so only the linked tensors are visited.
-    sizes = ctx.sizes
-    linked = [b for b in map(sizes.get, a.linked) if b is not None]
+    # after each pass asks, so only the linked tensors are visited (in the topology's
+    # bytes where it can: no million-entry sizes dict for a report)
+    n = len(ctx.intervals)
+    if ctx.whole:
+        at = np.fromiter(map(ctx.positions.get, a.linked, repeat(n)), np.int64,
+                         len(a.linked))
+        linked = topology(ctx.graph).nbytes[at[at < n]]
+    else:
+        linked = [b for b in map(ctx.sizes.get, a.linked) if b is not None]
     return ctx.naive_layout - aligned_total(linked, ctx.alignment)

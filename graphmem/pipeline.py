@@ -5,7 +5,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import count, repeat
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -127,7 +127,6 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
 
 
-
 def _check_size(ctx: Context) -> None:
     """Refuse a graph whose tensors, one aligned buffer each, reach ``MAX_PLAN_BYTES``."""
     if ctx.naive_layout < MAX_PLAN_BYTES:
@@ -203,7 +202,7 @@ def _to_plan(ctx: Context, a: Assignment, reports, model: str, bindings):
         io = io_sets(graph)
         kinds = [expected_kind(graph, t, io) for t in names]
         sizes = np.fromiter(map(ctx.sizes.__getitem__, names), np.int64, n)
-    position = topo.ids if whole else dict(zip(names, count()))
+    position = ctx.positions
     # a tensor's offset is its group root's plus its place inside the root
     tab = group_table(ctx, a)
     root_pos = tab.group_root()

@@ -34,9 +34,8 @@ SEARCH_WORK = 200_000
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     recs, cols = group_records(ctx, a)
-    if cols is not None:  # the records' columns, sorted as share_blocks walks them
-        by_first = np.lexsort((cols.id, cols.first))
-        cols = tuple(c[by_first] for c in cols)
+    if cols is not None:
+        cols = _walk_order(*cols)
     best = None
     floor = max_live(recs) if cols is None else peak_live(*cols[1:])
     ranges = (MATCH_RANGES if len(recs) * len(MATCH_RANGES) <= SEARCH_WORK
@@ -107,6 +106,11 @@ def _columns(recs: list[Record]) -> tuple[np.ndarray, ...] | None:
         return None
     if int(nbytes.max()) >= MAX_PLAN_BYTES or int(nbytes.min()) < 0:
         return None
+    return _walk_order(ids, nbytes, first, last)
+
+
+def _walk_order(ids, nbytes, first, last) -> tuple[np.ndarray, ...]:
+    """Record columns sorted as share_blocks walks the records: by (first, id)."""
     order = np.lexsort((ids, first))
     return ids[order], nbytes[order], first[order], last[order]
 
