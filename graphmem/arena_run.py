@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from .arena import HostArena, OrtArena, free_ranges, intersect, merged
-from .compare import OutputCheck, close, max_abs_diff
+from .compare import OutputCheck, close, max_abs_diff, tolerance_dtypes
 from .errors import GraphmemError
 from .ir import Graph, Node
 from .node_sessions import NodeSessions, numpy_dtype
@@ -45,6 +45,7 @@ class ArenaRun:
         self.arena_kind = arena or ("host" if device == "cpu" else "ortvalue")
         self.by_index = {n.index: n for n in graph.nodes}
         self.sessions = NodeSessions(model, dict(graph.tensors), provider)
+        self.tolerance = tolerance_dtypes(graph)
         self.nodes_run = self.nodes_skipped = 0
         self._device_constants: dict[str, object] = {}
 
@@ -95,7 +96,7 @@ class ArenaRun:
             bad_inputs = []
             if reference is not None:
                 for t in dict.fromkeys(x for x in node.inputs if x in plan.tensors):
-                    if not close(self._read(arena, t), reference[t], graph.tensors[t].dtype,
+                    if not close(self._read(arena, t), reference[t], self._dtype(t),
                                  self.provider):
                         bad_inputs.append(t)
             if self._all_slices(node):
@@ -108,13 +109,17 @@ class ArenaRun:
                 for t in (o for o in node.outputs if o):
                     got = self._read(arena, t)
                     checked += 1
-                    if not close(got, reference[t], graph.tensors[t].dtype, self.provider):
+                    if not close(got, reference[t], self._dtype(t), self.provider):
                         diff = max_abs_diff(got, np.asarray(reference[t]))
                         return {}, self._explain(pos, node, t, diff, bad_inputs), checked
             if on_step:
                 on_step(pos + 1, total)
         final = {name: self._read(arena, name) for name in graph.outputs}
         return final, None, checked
+
+    def _dtype(self, name: str) -> str:
+        """The dtype whose tolerance compares ``name`` (see ``tolerance_dtypes``)."""
+        return self.tolerance.get(name) or self.graph.tensors[name].dtype
 
     def _read(self, arena, name: str) -> np.ndarray:
         t = self.graph.tensors[name]

@@ -112,7 +112,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     final, mismatch, checked = runner.run(feeds, reference if check_all else None, on_step)
     t_arena = time.perf_counter() - t0
     # A check_all run stops at its first mismatch, before any output is read back.
-    outputs = compare_outputs(graph, final, reference, provider) if mismatch is None else []
+    outputs = compare_outputs(graph, final, reference, provider,
+                              runner.tolerance) if mismatch is None else []
     nodes_run, nodes_skipped = runner.nodes_run, runner.nodes_skipped
     insensitive = False
     if not check_all and graph.inputs and mismatch is None and all(o.ok for o in outputs):
