@@ -23,6 +23,7 @@ from . import ops
 from .errors import GraphmemError, PlanInvalid
 from .gcpause import gc_paused
 from .ir import Graph
+from .link_rules import links_hold
 from .liveness import liveness, overlapping_pairs
 from .regions import NO_SPAN, byte_regions
 from .schedule import check_order
@@ -363,7 +364,8 @@ def _problems(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
         out += _tensor_problems(plan, graph, intervals)
     if out:
         return out
-    out += _alias_problems(plan, graph, cols)
+    if not (in_order and links_hold(plan, graph, topo, cols)):
+        out += _alias_problems(plan, graph, cols)
     if out:
         return out
     out += _overlap_problems(cols)

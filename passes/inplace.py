@@ -14,13 +14,16 @@ two Concat slices into one alias group, nor a graph input into a group with slic
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 from graphmem.assignment import Assignment, Context, root_map
-from graphmem.ops import OVERWRITE, VIEW, overwrite_pairs, view_pairs
+from graphmem.liveness import live_columns
+from graphmem.ops import alias_edges, overwrite_pairs, view_pairs
+from graphmem.topology import topology
 
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     graph, iv = ctx.graph, ctx.intervals
-    by_index = {n.index: n for n in graph.nodes}
     alias = dict(a.alias)
     # groups the earlier passes made (Concat slices); none: every tensor alone
     root_of = root_map(ctx, a) if a.alias or a.slice_of else {}
@@ -117,35 +120,55 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
                 slice_in_alias.add(as_)
 
     tensors = graph.tensors
-    for pos, idx in enumerate(ctx.order):
-        node = by_index[idx]
-        op = node.op_type
-        if op in VIEW:
-            for i, o in view_pairs(node):
-                src, out = node.inputs[i], node.outputs[o]
-                # both arena tensors, the output not aliased yet, the same bytes
-                if (src in iv and out in iv and out not in alias and src != out
-                        and tensors[src].bytes == tensors[out].bytes
-                        and allowed(out, src, None)):
-                    join(out, src, "view")
-                    views += 1
-        if op in OVERWRITE:
-            for i, o in overwrite_pairs(node):
-                src, out = node.inputs[i], node.outputs[o]
-                if src not in iv or out not in iv or out in alias or src == out:
-                    continue
-                s, d = tensors[src], tensors[out]
-                if (s.bytes != d.bytes or s.bytes == 0 or s.dtype != d.dtype
-                        or s.shape != d.shape):
-                    continue
-                r = find(src)
-                if (r in pinned or group_last.get(r, iv[r][1]) > pos
-                        or not allowed(out, src, pos)):
-                    continue
-                join(out, src, "inplace", pos)
-                overwrites += 1
+    for pos, overwrite, src, out in _candidates(ctx):
+        if src not in iv or out not in iv or out in alias or src == out:
+            continue
+        s, d = tensors[src], tensors[out]
+        if not overwrite:  # a view: the same bytes
+            if s.bytes == d.bytes and allowed(out, src, None):
+                join(out, src, "view")
+                views += 1
+            continue
+        if (s.bytes != d.bytes or s.bytes == 0 or s.dtype != d.dtype
+                or s.shape != d.shape):
+            continue
+        r = find(src)
+        if (r in pinned or group_last.get(r, iv[r][1]) > pos
+                or not allowed(out, src, pos)):
+            continue
+        join(out, src, "inplace", pos)
+        overwrites += 1
     new = a.with_(alias=alias)
     return new, {"views": views, "inplace": overwrites}
+
+
+def _candidates(ctx: Context) -> Iterator[tuple[int, bool, str, str]]:
+    """(position, overwrite?, input, output) for each pair ``view_pairs`` and
+    ``overwrite_pairs`` give, node by node in the order (views first), leaving out
+    only pairs that fail a test of ``run`` that no join can change: not two arena
+    tensors of equal bytes, or an overwrite of nothing, or of an input its own last
+    use is after this step (its group's last use is no earlier). ``run`` still
+    checks every rule; this only spares it the walk over every node.
+    """
+    if not ctx.whole:  # intervals that are not the topology's: node by node
+        by_index = {n.index: n for n in ctx.graph.nodes}
+        for pos, idx in enumerate(ctx.order):
+            node = by_index[idx]
+            for overwrite, pairs in ((False, view_pairs(node)), (True, overwrite_pairs(node))):
+                for i, o in pairs:
+                    yield pos, overwrite, node.inputs[i], node.outputs[o]
+        return
+    topo = topology(ctx.graph)
+    e = alias_edges(ctx.graph, ctx.order)
+    arena, nb = topo.arena, topo.nbytes
+    keep = (e.src >= 0) & (e.src < arena) & (e.out >= 0) & (e.out < arena) & (e.src != e.out)
+    pos, overwrite, src, out = (c[keep] for c in e)
+    _, last = live_columns(ctx.intervals)
+    keep = (nb[src] == nb[out]) & (~overwrite | ((nb[src] > 0) & (last[src] <= pos)))
+    names = topo.names
+    yield from zip(pos[keep].tolist(), overwrite[keep].tolist(),
+                   map(names.__getitem__, src[keep].tolist()),
+                   map(names.__getitem__, out[keep].tolist()))
 
 
 def _crosses(members, positions) -> bool:

@@ -120,3 +120,60 @@ def test_unknown_domain_op_never_aliases():
     from graphmem.ir import Node
     n = Node(0, "", "Relu", "com.example", ("a",), ("b",))
     assert view_pairs(n) == [] and overwrite_pairs(n) == []
+
+
+def _edge_graph():
+    """graphmem IR with every kind of node the edge table treats apart: a custom
+    domain, Dropout in inference and training, BatchNormalization with one output and
+    with its training outputs, a blank optional input and output, variadic Sum, a
+    binary op reading one tensor twice, and a weight input."""
+    from graphmem.ir import Graph, Node, Tensor
+    names = ["x", "a", "b", "c", "d", "m", "e", "f", "g", "h", "i", "j", "k", "rm", "rv"]
+    tensors = {t: Tensor(t, "float32", (4,), 32) for t in names + ["w", "lo", "mode"]}
+    nodes = (Node(0, "", "Relu", "", ("x",), ("a",)),
+             Node(1, "", "Relu", "com.example", ("a",), ("b",)),
+             Node(2, "", "Dropout", "", ("b",), ("c", "")),
+             Node(3, "", "Dropout", "", ("c", "", "mode"), ("d", "m")),
+             Node(4, "", "BatchNormalization", "", ("d", "w", "w", "w", "w"), ("e",)),
+             Node(5, "", "BatchNormalization", "", ("e", "w", "w", "w", "w"), ("f", "rm", "rv")),
+             Node(6, "", "Clip", "", ("f", "", "lo"), ("g",)),
+             Node(7, "", "Sum", "", ("g", "a", "w"), ("h",)),
+             Node(8, "", "Add", "", ("h", "h"), ("i",)),
+             Node(9, "", "Reshape", "", ("i", "w"), ("j",)),
+             Node(10, "", "Mul", "", ("w", "j"), ("k",)))
+    return Graph("edges", nodes, tensors, ("x", "mode", "lo"), ("k",), frozenset({"w"}), ())
+
+
+def test_alias_edges_are_the_pairs_of_view_pairs_and_overwrite_pairs():
+    from graphmem.ops import alias_edges, overwrite_pairs, view_pairs
+    from graphmem.topology import topology
+    graph = _edge_graph()
+    ids = topology(graph).ids
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    want = [(pos, overwrite, ids.get(n.inputs[i], -1), ids.get(n.outputs[o], -1))
+            for pos, n in enumerate(graph.nodes)
+            for overwrite, pairs in ((False, view_pairs(n)), (True, overwrite_pairs(n)))
+            for i, o in pairs]
+    e = alias_edges(graph, order)
+    got = list(zip(e.pos.tolist(), e.overwrite.tolist(), e.src.tolist(), e.out.tolist()))
+    assert got == want
+    # the table's special cases are there: no pairs for the custom domain, the
+    # training Dropout and the training BatchNormalization; one pair per Add input
+    assert {p for p, *_ in got} == {0, 2, 4, 6, 7, 8, 9, 10}
+    assert [s for p, _, s, _ in got if p == 8] == [ids["h"], ids["h"]]
+
+
+def test_inplace_pass_walks_nodes_and_reads_the_edge_table_alike():
+    """Intervals not in the topology's order make the pass walk the nodes one by one;
+    the same graph in the topology's order reads the numpy edge table: same aliases."""
+    from graphmem.assignment import Assignment, Context
+    from graphmem.liveness import liveness
+    from graphmem.passes import PASSES
+    graph = _edge_graph()
+    order = tuple(n.index for n in graph.nodes)
+    iv = liveness(graph, list(order))
+    fast = Context(graph, order, iv)
+    slow = Context(graph, order, dict(reversed(list(iv.items()))))
+    assert fast.whole and not slow.whole
+    got = [PASSES["inplace"](ctx, Assignment())[0].alias for ctx in (fast, slow)]
+    assert got[0] == got[1] and got[0]

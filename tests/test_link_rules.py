@@ -1,0 +1,174 @@
+"""The alias and slice rules checked on whole columns (graphmem.link_rules).
+
+``links_hold`` must clear the planner's own plans (else validation falls back to the
+tensor-by-tensor loop and is slow) and must leave every plan with a broken link to
+that loop, which words the problem. tests/test_property.py breaks links at random;
+these are the rules that random graphs reach rarely, one hand-built case each.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from onnx import helper
+
+import graphmem
+from conftest import F, graph_of, make_model
+from graphmem.ir import Graph, Node, Tensor
+from graphmem.link_rules import links_hold
+from graphmem.plan import _alias_problems, _columns
+from graphmem.topology import topology
+
+
+def _check(plan, graph):
+    """(links_hold, the loop's problems) for a plan in the graph's order."""
+    topo = topology(graph)
+    cols = _columns(plan, topo.ids)
+    return links_hold(plan, graph, topo, cols), _alias_problems(plan, graph, cols)
+
+
+def _with(plan, **changes):
+    tensors = dict(plan.tensors)
+    for name, fields in changes.items():
+        tensors[name] = dataclasses.replace(tensors[name], **fields)
+    return dataclasses.replace(plan, tensors=tensors)
+
+
+def _concat_graph(parts, shape, axis):
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+             helper.make_node("Concat", parts, ["c"], axis=axis),
+             helper.make_node("Abs", ["c"], ["y"])]
+    out = [d * len(parts) if i == axis else d for i, d in enumerate(shape)]
+    return graph_of(make_model(nodes, [("x", F, shape)], [("y", F, out)]))
+
+
+def test_the_planners_plans_pass_the_fast_check():
+    graph = _concat_graph(["a", "b"], [1, 4, 8, 8], 1)
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["a"].slice_of == "c" and plan.tensors["y"].alias == "inplace"
+    assert _check(plan, graph) == (True, [])
+
+
+def test_a_slice_of_a_non_contiguous_concat_is_left_to_the_loop():
+    graph = _concat_graph(["a", "b"], [2, 3], 1)
+    plan = graphmem.plan_graph(graph).plan
+    c = plan.tensors["c"].offset
+    mutant = _with(plan, a={"slice_of": "c", "offset": c}, b={"slice_of": "c", "offset": c + 24})
+    fine, found = _check(mutant, graph)
+    assert not fine and "not contiguous" in found[0]
+
+
+def test_a_slice_read_twice_by_its_concat_is_left_to_the_loop():
+    graph = _concat_graph(["a", "a", "b"], [1, 4, 8, 8], 1)
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["a"].slice_of is None  # the concat pass leaves a repeated input
+    mutant = _with(plan, a={"slice_of": "c", "offset": plan.tensors["c"].offset})
+    fine, found = _check(mutant, graph)
+    assert not fine and "not a Concat reading it once" in found[0]
+
+
+def test_an_in_place_output_larger_than_its_source_is_left_to_the_loop():
+    # Add broadcasts s (16 bytes) to y (1 KiB): y may not be written over s
+    nodes = [helper.make_node("Neg", ["x"], ["b"]), helper.make_node("Neg", ["s0"], ["s"]),
+             helper.make_node("Add", ["s", "b"], ["y"])]
+    graph = graph_of(make_model(nodes, [("x", F, [1, 4, 8, 8]), ("s0", F, [1, 4, 1, 1])],
+                                [("y", F, [1, 4, 8, 8])]))
+    plan = graphmem.plan_graph(graph, ["inplace"]).plan
+    mutant = _with(plan, y={"alias_of": "s", "alias": "inplace",
+                            "offset": plan.tensors["s"].offset})
+    fine, found = _check(mutant, graph)
+    assert not fine and "larger than 's'" in found[0]
+
+
+def test_a_view_of_other_bytes_is_left_to_the_loop():
+    # graphmem's IR built by hand (as a library user may): a Reshape whose output
+    # claims other bytes than its input
+    tensors = {"x": Tensor("x", "float32", (4, 4), 32), "a": Tensor("a", "float32", (4, 4), 32),
+               "v": Tensor("v", "float32", (8, 4), 32), "y": Tensor("y", "float32", (8, 4), 32)}
+    nodes = (Node(0, "n0", "Relu", "", ("x",), ("a",)),
+             Node(1, "n1", "Reshape", "", ("a",), ("v",)),
+             Node(2, "n2", "Abs", "", ("v",), ("y",)))
+    graph = Graph("g", nodes, tensors, ("x",), ("y",), frozenset(), ())
+    plan = graphmem.plan_graph(graph, []).plan
+    mutant = _with(plan, v={"alias_of": "a", "alias": "view", "offset": plan.tensors["a"].offset})
+    fine, found = _check(mutant, graph)
+    assert not fine and "a view must have the bytes" in found[0]
+
+
+def _view_graph():
+    S = [1, 4, 8, 8]
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["v"]),
+             helper.make_node("Abs", ["v"], ["y"])]
+    return graph_of(make_model(nodes, [("x", F, S)], [("y", F, S)]))
+
+
+@pytest.mark.parametrize("alias, message", [
+    ("copy", "neither 'view' nor 'inplace'"), (None, "must be given together"),
+    ("inplace", "Identity may not overwrite its input")])
+def test_an_alias_of_the_wrong_kind_is_left_to_the_loop(alias, message):
+    graph = _view_graph()
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["v"].alias == "view"
+    fine, found = _check(_with(plan, v={"alias": alias}), graph)
+    assert not fine and message in found[0]
+
+
+def test_a_view_alias_on_an_element_wise_op_is_left_to_the_loop():
+    graph = _view_graph()
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["y"].alias == "inplace"
+    fine, found = _check(_with(plan, y={"alias": "view"}), graph)
+    assert not fine and "Abs is not a view op" in found[0]
+
+
+def test_a_slice_of_an_op_other_than_concat_is_left_to_the_loop():
+    graph = _concat_graph(["a", "b"], [1, 4, 8, 8], 1)
+    plan = graphmem.plan_graph(graph).plan
+    y = plan.tensors["y"]  # Abs(c), in place over c: the same offset
+    fine, found = _check(_with(plan, c={"slice_of": "y", "offset": y.offset}), graph)
+    assert not fine and "slice_of 'y', which is not a Concat" in found[0]
+
+
+def test_a_slice_off_its_place_is_left_to_the_loop():
+    graph = _concat_graph(["a", "b"], [1, 4, 8, 8], 1)
+    plan = graphmem.plan_graph(graph).plan
+    b = plan.tensors["b"]
+    assert b.slice_of == "c"
+    fine, found = _check(_with(plan, b={"offset": b.offset + 64}), graph)
+    assert not fine and "slice of 'c' at offset" in found[0]
+
+
+def test_an_in_place_write_over_a_tensor_read_later_is_left_to_the_loop():
+    nodes = [helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    S = [1, 4, 8, 8]
+    graph = graph_of(make_model(nodes, [("x", F, S)], [("y", F, S)]))
+    plan = graphmem.plan_graph(graph, ["inplace"]).plan
+    assert plan.tensors["b"].alias_of is None
+    mutant = _with(plan, b={"alias_of": "a", "alias": "inplace",
+                            "offset": plan.tensors["a"].offset})
+    fine, found = _check(mutant, graph)
+    assert not fine and "is read later" in found[0]
+
+
+def test_an_in_place_write_over_a_graph_input_is_left_to_the_loop():
+    S = [1, 4, 8, 8]
+    graph = graph_of(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, S)],
+                                [("y", F, S)]))
+    plan = graphmem.plan_graph(graph, ["inplace"]).plan
+    mutant = _with(plan, y={"alias_of": "x", "alias": "inplace",
+                            "offset": plan.tensors["x"].offset})
+    fine, found = _check(mutant, graph)
+    assert not fine and "graph input 'x'" in found[0]
+
+
+def test_a_graph_output_as_a_slice_is_left_to_the_loop():
+    S = [1, 4, 8, 8]
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1)]
+    graph = graph_of(make_model(nodes, [("x", F, S)], [("a", F, S), ("c", F, [1, 8, 8, 8])]))
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["a"].slice_of is None
+    mutant = _with(plan, a={"slice_of": "c", "offset": plan.tensors["c"].offset})
+    fine, found = _check(mutant, graph)
+    assert not fine and "graph input or output cannot be a Concat slice" in found[0]
