@@ -26,14 +26,16 @@ from it. It never returns an order whose modelled peak is above the file order's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import add
 
 from graphmem.assignment import Assignment, Context
 from graphmem.ir import Graph
 from graphmem.ops import view_pairs
 
-EXACT_MAX_STATES = 10_000  # DP sets before giving up on the exact search (about 0.2 s)
+EXACT_MAX_STATES = 10_000  # DP sets before giving up on the exact search (about 0.1 s)
 BEAM_WORK = 8_000  # beam width x nodes; the width shrinks for large graphs
-SEARCH_WORK = 300_000  # local search: order evaluations x nodes (about 0.4 s)
+SEARCH_WORK = 300_000  # local search: order evaluations x nodes (about 0.1 s a start)
 # Executed-node sets are Python int bitmasks, so each search step costs O(n / 64):
 # the searches grow as n^2 (10k random nodes: 11 s; 100k: 450 s). Above this size
 # the pass keeps the given order and says so, which keeps planning near-linear.
@@ -52,6 +54,14 @@ class Model:
     unit_bytes: tuple[int, ...]
     unit_readers: tuple[int, ...]  # bitmask of readers; -1 (all bits): never freed
     base: int  # bytes live before the first node (graph inputs)
+    # per node: (readers, bytes) of each unit it touches that some step frees
+    frees: tuple[tuple[tuple[int, int], ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.frees:
+            object.__setattr__(self, "frees", tuple(
+                tuple((self.unit_readers[u], self.unit_bytes[u]) for u in units
+                      if self.unit_readers[u] != -1) for units in self.touched))
 
 
 def build_model(graph: Graph, nodes: list[int] | None = None) -> Model:
@@ -120,9 +130,11 @@ def _bits(mask: int):
 def _step(m: Model, done: int, mem: int, v: int) -> tuple[int, int]:
     """(bytes live while node ``v`` runs, bytes live after it) from executed set ``done``."""
     during = mem + m.new_bytes[v]
-    after_done = done | (1 << v)
-    freed = sum(m.unit_bytes[u] for u in m.touched[v]
-                if m.unit_readers[u] != -1 and m.unit_readers[u] & ~after_done == 0)
+    waiting = ~(done | (1 << v))  # the nodes not run after v
+    freed = 0
+    for readers, nbytes in m.frees[v]:  # a loop, not sum() over a generator: the
+        if not readers & waiting:  # searches call this a million times
+            freed += nbytes
     return during, during - freed
 
 
@@ -244,12 +256,19 @@ def local_search(m: Model, order: list[int], evals: int | None = None) -> tuple[
     """Improve an order by moving single nodes as early or as late as their
     dependencies allow (a helper node as late as possible, a consumer right after its
     producer), keeping a move when (peak, summed live bytes) drops. Bounded by ``evals``
-    order evaluations. Returns (order, peak)."""
+    order evaluations. Returns (order, peak).
+
+    A move changes only the steps between the node's old and new place: before them
+    the order is the same, and after them the executed set, so the live bytes, are
+    the same again. Each candidate is costed from the current order's prefix and
+    suffix (:class:`_Profile`) over that span alone: the same (peak, area) as
+    :func:`_cost` of the whole candidate, in time of the span, not of the order."""
     n = len(order)
     if evals is None:
         evals = max(50, SEARCH_WORK // max(n, 1))
     best = list(order)
-    cost = _cost(m, best)
+    prof = _Profile(m, best)
+    cost = prof.cost
     improved = True
     while improved and evals > 0:
         improved = False
@@ -264,11 +283,53 @@ def local_search(m: Model, order: list[int], evals: int | None = None) -> tuple[
             for target in {lo, hi} - {pos}:
                 cand = rest[:target] + [v] + rest[target:]
                 evals -= 1
-                c = _cost(m, cand)
+                c = prof.cost_of(cand, min(pos, target), max(pos, target))
                 if c < cost:
                     best, cost, improved = cand, c, True
+                    prof.move_to(best, min(pos, target), max(pos, target))
                     break
     return best, cost[0]
+
+
+class _Profile:
+    """An order's state before each step (executed set, live bytes), the bytes live
+    during each step, and the peak and area of the steps before and from each step:
+    enough to cost an order that differs only at positions ``a..b``, and to become
+    that order's profile by redoing those steps alone."""
+
+    def __init__(self, m: Model, order: list[int]):
+        self.m = m
+        n = len(order)
+        self.done, self.mem, self.during = [0] * (n + 1), [m.base] * (n + 1), [0] * n
+        self._walk(order, 0, n - 1)
+
+    def _walk(self, order: list[int], a: int, b: int) -> None:
+        """Redo steps ``a..b`` of ``order`` and the running sums around them."""
+        m, done, mem, during = self.m, self.done, self.mem, self.during
+        for k in range(a, b + 1):
+            during[k], mem[k + 1] = _step(m, done[k], mem[k], order[k])
+            done[k + 1] = done[k] | (1 << order[k])
+        # over the steps before k (peak from the inputs' bytes), and from k to the end
+        self.peak = list(accumulate(during, max, initial=m.base))
+        self.area = list(accumulate(during, add, initial=0))
+        self.tail_peak = list(accumulate(reversed(during), max, initial=0))[::-1]
+        self.tail_area = list(accumulate(reversed(during), add, initial=0))[::-1]
+        self.cost = (self.peak[-1], self.area[-1])
+
+    def cost_of(self, order: list[int], a: int, b: int) -> tuple[int, int]:
+        """:func:`_cost` of ``order``, equal to the profiled one outside ``a..b``."""
+        m = self.m
+        done, mem, peak, area = self.done[a], self.mem[a], self.peak[a], self.area[a]
+        for v in order[a:b + 1]:
+            during, mem = _step(m, done, mem, v)
+            peak = max(peak, during)
+            area += during
+            done |= 1 << v
+        return max(peak, self.tail_peak[b + 1]), area + self.tail_area[b + 1]
+
+    def move_to(self, order: list[int], a: int, b: int) -> None:
+        """Become the profile of ``order`` (equal to the profiled one outside ``a..b``)."""
+        self._walk(order, a, b)
 
 
 def layer_floor(m: Model) -> int:
