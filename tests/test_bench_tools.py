@@ -82,12 +82,13 @@ def test_scale_report_names_the_machine_check_and_the_best_fit_loop(capsys):
     import types
     rows = [{"family": f, "nodes": n, "tensors": n, "plan_s": n / 1e5, "passes_s": {"place": 0.0},
              "peak_rss_mib": 50.0, "rss_before_mib": 40.0, "arena_over_peak": 1.0,
-             "strategy": "greedy_by_size", "reordered": False}
+             "strategy": "greedy_by_size", "reordered": False, "check_s": 1.375}
             for f in scale.FAMILIES for n in (1000, 100_000)]
     args = types.SimpleNamespace(no_write=True, check_before=1.25, check_after=1.5)
     scale._report(args, rows, "")
     out = capsys.readouterr().out
     assert "took 1.25 s before the measurements and 1.50 s after them" in out
+    assert "| check s |" in out and out.count("| 1.38 |") == len(rows)  # per row
     assert "Best fit ran" in out
     assert "- 100,000 nodes: slowest family" in out and "met" in out
 

@@ -214,6 +214,7 @@ def measure_one(family: str, n: int) -> dict:
     before = _rss_mib()
     result = graphmem.plan_graph(graph)
     peak = _peak_rss_mib()
+    check = reference_workload()  # the machine's speed at this moment (after the peak)
     stats = result.plan.stats
     passes = {r.name: round(r.seconds, 3) for r in result.reports}
     reordered = any(r.detail.get("reordered") for r in result.reports if r.name == "reorder")
@@ -221,7 +222,8 @@ def measure_one(family: str, n: int) -> dict:
             "build_s": build_s, "plan_s": result.seconds, "passes_s": passes,
             "rss_before_mib": before, "peak_rss_mib": peak,
             "arena_over_peak": stats["arena_bytes"] / stats["aliased_peak_bytes"],
-            "strategy": result.assignment.strategy, "reordered": reordered}
+            "strategy": result.assignment.strategy, "reordered": reordered,
+            "check_s": check}
 
 
 def reference_workload(n: int = 1_000_000) -> float:
@@ -287,8 +289,8 @@ def _report(args, rows: list[dict], status: str) -> None:
     from bench import ROOT, environment, write_section
     table = ["| family | nodes | tensors | plan s | s per 1k nodes | reorder s | concat s "
              "| inplace s | share s | place s | rest s | placement used | peak RSS MiB "
-             "| graph alone MiB | arena / aliased peak |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+             "| graph alone MiB | arena / aliased peak | check s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         p = r["passes_s"]
         # a reorder that kept its order timed the other passes inside its own time
@@ -299,7 +301,7 @@ def _report(args, rows: list[dict], status: str) -> None:
                      f"| {p.get('inplace', 0):.2f} | {p.get('share', 0):.2f} "
                      f"| {p.get('place', 0):.2f} | {rest} | {r['strategy']} "
                      f"| {r['peak_rss_mib']:.0f} | {r['rss_before_mib']:.0f} "
-                     f"| {r['arena_over_peak']:.4f} |")
+                     f"| {r['arena_over_peak']:.4f} | {r['check_s']:.2f} |")
     svg = loglog_svg(rows)
     verdict = []
     for target_n, limit in ((100_000, 2.0), (1_000_000, 30.0)):
@@ -354,8 +356,10 @@ def _check_line(args) -> str:
     return ("Machine check: a fixed workload with no graphmem code in it "
             "(`reference_workload` in tools/scale.py: million-key dicts, lookups, a sort; "
             f"the fastest of {REPEATS} processes) took {args.check_before:.2f} s before the "
-            f"measurements{after}. Compare it between runs before comparing their rows: "
-            "a slower machine moves it, a change in graphmem does not.")
+            f"measurements{after}; *check s* is the same workload timed in the process of "
+            "each row, right after its planning (a row whose check is slow ran on a slow "
+            "machine). Compare them between runs before comparing their rows: a slower "
+            "machine moves them, a change in graphmem does not.")
 
 
 def _fit_loop() -> str:
