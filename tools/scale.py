@@ -356,10 +356,12 @@ def _check_line(args) -> str:
     return ("Machine check: a fixed workload with no graphmem code in it "
             "(`reference_workload` in tools/scale.py: million-key dicts, lookups, a sort; "
             f"the fastest of {REPEATS} processes) took {args.check_before:.2f} s before the "
-            f"measurements{after}; *check s* is the same workload timed in the process of "
-            "each row, right after its planning (a row whose check is slow ran on a slow "
-            "machine). Compare them between runs before comparing their rows: a slower "
-            "machine moves them, a change in graphmem does not.")
+            f"measurements{after}. *check s* is the same workload timed in each row's "
+            "process right after its planning: that process still holds the graph and "
+            "the plan, which slows the workload too (most at 1M nodes), so compare a "
+            "row's check with the same row's in another run. Compare the checks between "
+            "runs before comparing their rows: a slower machine moves them, a change in "
+            "graphmem does not.")
 
 
 def _fit_loop() -> str:
