@@ -34,6 +34,17 @@ def _with(plan, **changes):
     return dataclasses.replace(plan, tensors=tensors)
 
 
+def _left_to_the_loop(plan, graph, message, **changes):
+    """The plan with ``changes`` fails the fast check, and the loop words ``message``."""
+    fine, found = _check(_with(plan, **changes), graph)
+    assert not fine and found and message in found[0], found
+
+
+def _in_place_over(plan, src):
+    """The fields that make a tensor an in-place alias of ``src``."""
+    return {"alias_of": src, "alias": "inplace", "offset": plan.tensors[src].offset}
+
+
 def _concat_graph(parts, shape, axis):
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
              helper.make_node("Concat", parts, ["c"], axis=axis),
@@ -53,18 +64,16 @@ def test_a_slice_of_a_non_contiguous_concat_is_left_to_the_loop():
     graph = _concat_graph(["a", "b"], [2, 3], 1)
     plan = graphmem.plan_graph(graph).plan
     c = plan.tensors["c"].offset
-    mutant = _with(plan, a={"slice_of": "c", "offset": c}, b={"slice_of": "c", "offset": c + 24})
-    fine, found = _check(mutant, graph)
-    assert not fine and "not contiguous" in found[0]
+    _left_to_the_loop(plan, graph, "not contiguous", a={"slice_of": "c", "offset": c},
+                      b={"slice_of": "c", "offset": c + 24})
 
 
 def test_a_slice_read_twice_by_its_concat_is_left_to_the_loop():
     graph = _concat_graph(["a", "a", "b"], [1, 4, 8, 8], 1)
     plan = graphmem.plan_graph(graph).plan
     assert plan.tensors["a"].slice_of is None  # the concat pass leaves a repeated input
-    mutant = _with(plan, a={"slice_of": "c", "offset": plan.tensors["c"].offset})
-    fine, found = _check(mutant, graph)
-    assert not fine and "not a Concat reading it once" in found[0]
+    _left_to_the_loop(plan, graph, "not a Concat reading it once",
+                      a={"slice_of": "c", "offset": plan.tensors["c"].offset})
 
 
 def test_an_in_place_output_larger_than_its_source_is_left_to_the_loop():
@@ -74,10 +83,7 @@ def test_an_in_place_output_larger_than_its_source_is_left_to_the_loop():
     graph = graph_of(make_model(nodes, [("x", F, [1, 4, 8, 8]), ("s0", F, [1, 4, 1, 1])],
                                 [("y", F, [1, 4, 8, 8])]))
     plan = graphmem.plan_graph(graph, ["inplace"]).plan
-    mutant = _with(plan, y={"alias_of": "s", "alias": "inplace",
-                            "offset": plan.tensors["s"].offset})
-    fine, found = _check(mutant, graph)
-    assert not fine and "larger than 's'" in found[0]
+    _left_to_the_loop(plan, graph, "larger than 's'", y=_in_place_over(plan, "s"))
 
 
 def test_a_view_of_other_bytes_is_left_to_the_loop():
@@ -90,9 +96,8 @@ def test_a_view_of_other_bytes_is_left_to_the_loop():
              Node(2, "n2", "Abs", "", ("v",), ("y",)))
     graph = Graph("g", nodes, tensors, ("x",), ("y",), frozenset(), ())
     plan = graphmem.plan_graph(graph, []).plan
-    mutant = _with(plan, v={"alias_of": "a", "alias": "view", "offset": plan.tensors["a"].offset})
-    fine, found = _check(mutant, graph)
-    assert not fine and "a view must have the bytes" in found[0]
+    _left_to_the_loop(plan, graph, "a view must have the bytes",
+                      v={"alias_of": "a", "alias": "view", "offset": plan.tensors["a"].offset})
 
 
 def _view_graph():
@@ -109,24 +114,22 @@ def test_an_alias_of_the_wrong_kind_is_left_to_the_loop(alias, message):
     graph = _view_graph()
     plan = graphmem.plan_graph(graph).plan
     assert plan.tensors["v"].alias == "view"
-    fine, found = _check(_with(plan, v={"alias": alias}), graph)
-    assert not fine and message in found[0]
+    _left_to_the_loop(plan, graph, message, v={"alias": alias})
 
 
 def test_a_view_alias_on_an_element_wise_op_is_left_to_the_loop():
     graph = _view_graph()
     plan = graphmem.plan_graph(graph).plan
     assert plan.tensors["y"].alias == "inplace"
-    fine, found = _check(_with(plan, y={"alias": "view"}), graph)
-    assert not fine and "Abs is not a view op" in found[0]
+    _left_to_the_loop(plan, graph, "Abs is not a view op", y={"alias": "view"})
 
 
 def test_a_slice_of_an_op_other_than_concat_is_left_to_the_loop():
     graph = _concat_graph(["a", "b"], [1, 4, 8, 8], 1)
     plan = graphmem.plan_graph(graph).plan
     y = plan.tensors["y"]  # Abs(c), in place over c: the same offset
-    fine, found = _check(_with(plan, c={"slice_of": "y", "offset": y.offset}), graph)
-    assert not fine and "slice_of 'y', which is not a Concat" in found[0]
+    _left_to_the_loop(plan, graph, "slice_of 'y', which is not a Concat",
+                      c={"slice_of": "y", "offset": y.offset})
 
 
 def test_a_slice_off_its_place_is_left_to_the_loop():
@@ -134,8 +137,7 @@ def test_a_slice_off_its_place_is_left_to_the_loop():
     plan = graphmem.plan_graph(graph).plan
     b = plan.tensors["b"]
     assert b.slice_of == "c"
-    fine, found = _check(_with(plan, b={"offset": b.offset + 64}), graph)
-    assert not fine and "slice of 'c' at offset" in found[0]
+    _left_to_the_loop(plan, graph, "slice of 'c' at offset", b={"offset": b.offset + 64})
 
 
 def test_an_in_place_write_over_a_tensor_read_later_is_left_to_the_loop():
@@ -145,10 +147,7 @@ def test_an_in_place_write_over_a_tensor_read_later_is_left_to_the_loop():
     graph = graph_of(make_model(nodes, [("x", F, S)], [("y", F, S)]))
     plan = graphmem.plan_graph(graph, ["inplace"]).plan
     assert plan.tensors["b"].alias_of is None
-    mutant = _with(plan, b={"alias_of": "a", "alias": "inplace",
-                            "offset": plan.tensors["a"].offset})
-    fine, found = _check(mutant, graph)
-    assert not fine and "is read later" in found[0]
+    _left_to_the_loop(plan, graph, "is read later", b=_in_place_over(plan, "a"))
 
 
 def test_an_in_place_write_over_a_graph_input_is_left_to_the_loop():
@@ -156,10 +155,7 @@ def test_an_in_place_write_over_a_graph_input_is_left_to_the_loop():
     graph = graph_of(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, S)],
                                 [("y", F, S)]))
     plan = graphmem.plan_graph(graph, ["inplace"]).plan
-    mutant = _with(plan, y={"alias_of": "x", "alias": "inplace",
-                            "offset": plan.tensors["x"].offset})
-    fine, found = _check(mutant, graph)
-    assert not fine and "graph input 'x'" in found[0]
+    _left_to_the_loop(plan, graph, "graph input 'x'", y=_in_place_over(plan, "x"))
 
 
 def test_a_graph_output_as_a_slice_is_left_to_the_loop():
@@ -169,6 +165,5 @@ def test_a_graph_output_as_a_slice_is_left_to_the_loop():
     graph = graph_of(make_model(nodes, [("x", F, S)], [("a", F, S), ("c", F, [1, 8, 8, 8])]))
     plan = graphmem.plan_graph(graph).plan
     assert plan.tensors["a"].slice_of is None
-    mutant = _with(plan, a={"slice_of": "c", "offset": plan.tensors["c"].offset})
-    fine, found = _check(mutant, graph)
-    assert not fine and "graph input or output cannot be a Concat slice" in found[0]
+    _left_to_the_loop(plan, graph, "graph input or output cannot be a Concat slice",
+                      a={"slice_of": "c", "offset": plan.tensors["c"].offset})
