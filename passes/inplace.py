@@ -1,6 +1,7 @@
 """In-place and view aliasing, driven by the op tables in ``graphmem.ops``.
 
-Walks the order once. A view output joins its input's storage group. An
+Walks the order's view and overwrite pairs once (``ops.alias_edges``: the pairs of
+every node, in order, as one table). A view output joins its input's storage group. An
 element-wise output overwrites an input's storage when every tensor of that
 group is read for the last time at this step, the group holds no graph input,
 and the sizes and dtypes match exactly.
