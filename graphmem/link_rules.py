@@ -68,6 +68,13 @@ def links_hold(plan, graph: Graph, topo: Topology, cols) -> bool:
     return True
 
 
+def concat_axis(shape: tuple[int, ...], axis: int) -> tuple[int, bool]:
+    """A Concat's axis attribute made non-negative for an output of ``shape``, and
+    whether its slices are contiguous (every dimension before the axis is 1)."""
+    axis = axis + len(shape) if axis < 0 else axis
+    return axis, all(d == 1 for d in shape[:axis])
+
+
 def _given(values: list) -> np.ndarray:
     """Which values are not None."""
     return np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
@@ -152,9 +159,7 @@ def _slices_hold(graph, topo, cols, is_input, sl, target) -> bool:
             return False
         key = (tensors[name].shape, node.attrs.get("axis", 0))
         if key not in contiguous:
-            shape, axis = key
-            axis = axis + len(shape) if axis < 0 else axis
-            contiguous[key] = all(d == 1 for d in shape[:axis])
+            contiguous[key] = concat_axis(*key)[1]
         if not contiguous[key]:
             return False
     # each Concat's reads, their byte starts, and the slices among them

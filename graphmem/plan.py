@@ -23,7 +23,7 @@ from . import ops
 from .errors import GraphmemError, PlanInvalid
 from .gcpause import gc_paused
 from .ir import Graph
-from .link_rules import links_hold
+from .link_rules import concat_axis, links_hold
 from .liveness import liveness, overlapping_pairs
 from .regions import NO_SPAN, byte_regions
 from .schedule import check_order
@@ -615,9 +615,7 @@ def _concat_slices(plan, graph, node, out_name) -> tuple[dict[str, int | None], 
         starts[inp] = None if inp in starts else before  # None: read more than once
         before += graph.tensors[inp].bytes
     shape = graph.tensors[out_name].shape
-    axis = node.attrs.get("axis", 0)
-    axis = axis + len(shape) if axis < 0 else axis
-    contiguous = all(d == 1 for d in shape[:axis])
+    axis, contiguous = concat_axis(shape, node.attrs.get("axis", 0))
     return starts, axis, contiguous, plan.tensors[out_name].offset
 
 

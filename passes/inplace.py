@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
+
 from graphmem.assignment import Assignment, Context, root_map
 from graphmem.liveness import live_columns
-from graphmem.ops import alias_edges, overwrite_pairs, view_pairs
+from graphmem.ops import alias_edges
 from graphmem.topology import topology
 
 
@@ -145,27 +147,23 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 
 def _candidates(ctx: Context) -> Iterator[tuple[int, bool, str, str]]:
     """(position, overwrite?, input, output) for each pair ``view_pairs`` and
-    ``overwrite_pairs`` give, node by node in the order (views first), leaving out
-    only pairs that fail a test of ``run`` that no join can change: not two arena
-    tensors of equal bytes, or an overwrite of nothing, or of an input its own last
-    use is after this step (its group's last use is no earlier). ``run`` still
-    checks every rule; this only spares it the walk over every node.
+    ``overwrite_pairs`` give, node by node in the order (views first: the rows of
+    ``ops.alias_edges``), leaving out pairs that fail a test of ``run`` that no join
+    can change: a name that is no tensor of the topology (a weight, a blank), and,
+    where the intervals are the topology's (``ctx.whole``), not two arena tensors of
+    equal bytes, an overwrite of nothing, or of an input whose own last use is after
+    this step (its group's last use is no earlier). ``run`` still checks every rule;
+    this only spares it the walk over every node.
     """
-    if not ctx.whole:  # intervals that are not the topology's: node by node
-        by_index = {n.index: n for n in ctx.graph.nodes}
-        for pos, idx in enumerate(ctx.order):
-            node = by_index[idx]
-            for overwrite, pairs in ((False, view_pairs(node)), (True, overwrite_pairs(node))):
-                for i, o in pairs:
-                    yield pos, overwrite, node.inputs[i], node.outputs[o]
-        return
     topo = topology(ctx.graph)
-    e = alias_edges(ctx.graph, ctx.order)
-    arena, nb = topo.arena, topo.nbytes
-    keep = (e.src >= 0) & (e.src < arena) & (e.out >= 0) & (e.out < arena) & (e.src != e.out)
-    pos, overwrite, src, out = (c[keep] for c in e)
-    _, last = live_columns(ctx.intervals)
-    keep = (nb[src] == nb[out]) & (~overwrite | ((nb[src] > 0) & (last[src] <= pos)))
+    pos, overwrite, src, out = alias_edges(ctx.graph, ctx.order)
+    keep = (src >= 0) & (out >= 0) & (src != out)
+    if ctx.whole:  # positions are topology ids: the static tests in numpy
+        arena, nb = topo.arena, topo.nbytes
+        keep &= (src < arena) & (out < arena)
+        s, o = np.where(keep, src, 0), np.where(keep, out, 0)
+        _, last = live_columns(ctx.intervals)
+        keep &= (nb[s] == nb[o]) & (~overwrite | ((nb[s] > 0) & (last[s] <= pos)))
     names = topo.names
     yield from zip(pos[keep].tolist(), overwrite[keep].tolist(),
                    map(names.__getitem__, src[keep].tolist()),

@@ -140,12 +140,7 @@ def _step(m: Model, done: int, mem: int, v: int) -> tuple[int, int]:
 
 def peak_of(m: Model, order: list[int]) -> int:
     """Modelled peak of an order given as internal node ids."""
-    done, mem, peak = 0, m.base, m.base
-    for v in order:
-        during, mem = _step(m, done, mem, v)
-        peak = max(peak, during)
-        done |= 1 << v
-    return peak
+    return _cost(m, order)[0]
 
 
 def _initial_ready(m: Model) -> int:
@@ -242,7 +237,8 @@ def exact_order(m: Model, upper: int | None = None,
 
 
 def _cost(m: Model, order: list[int]) -> tuple[int, int]:
-    """(peak, live bytes summed over the steps): peak first, then compactness."""
+    """(peak, live bytes summed over the steps): peak first, then compactness. Local
+    search gets the same figures from a :class:`_Profile` (tests compare the two)."""
     done, mem, peak, area = 0, m.base, m.base, 0
     for v in order:
         during, mem = _step(m, done, mem, v)
@@ -301,10 +297,11 @@ class _Profile:
         self.m = m
         n = len(order)
         self.done, self.mem, self.during = [0] * (n + 1), [m.base] * (n + 1), [0] * n
-        self._walk(order, 0, n - 1)
+        self.move_to(order, 0, n - 1)
 
-    def _walk(self, order: list[int], a: int, b: int) -> None:
-        """Redo steps ``a..b`` of ``order`` and the running sums around them."""
+    def move_to(self, order: list[int], a: int, b: int) -> None:
+        """Become the profile of ``order``, equal to the profiled one outside ``a..b``:
+        redo those steps, then the running sums around them."""
         m, done, mem, during = self.m, self.done, self.mem, self.during
         for k in range(a, b + 1):
             during[k], mem[k + 1] = _step(m, done[k], mem[k], order[k])
@@ -326,10 +323,6 @@ class _Profile:
             area += during
             done |= 1 << v
         return max(peak, self.tail_peak[b + 1]), area + self.tail_area[b + 1]
-
-    def move_to(self, order: list[int], a: int, b: int) -> None:
-        """Become the profile of ``order`` (equal to the profiled one outside ``a..b``)."""
-        self._walk(order, a, b)
 
 
 def layer_floor(m: Model) -> int:

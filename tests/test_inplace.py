@@ -163,9 +163,10 @@ def test_alias_edges_are_the_pairs_of_view_pairs_and_overwrite_pairs():
     assert [s for p, _, s, _ in got if p == 8] == [ids["h"], ids["h"]]
 
 
-def test_inplace_pass_walks_nodes_and_reads_the_edge_table_alike():
-    """Intervals not in the topology's order make the pass walk the nodes one by one;
-    the same graph in the topology's order reads the numpy edge table: same aliases."""
+def test_inplace_pass_gives_the_same_aliases_with_and_without_its_prefilter():
+    """Intervals not in the topology's order make the pass try every pair of the edge
+    table; in the topology's order it first drops, in numpy, the pairs that cannot
+    join: the same aliases either way."""
     from graphmem.assignment import Assignment, Context
     from graphmem.liveness import liveness
     from graphmem.passes import PASSES
