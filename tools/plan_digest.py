@@ -1,0 +1,118 @@
+"""md5 of the plans graphmem writes, over the zoo, the generated networks and the scale
+families: run it before and after a change that must not change any plan.
+
+    python tools/plan_digest.py [--big] [--out digests.json]
+    python tools/plan_digest.py --compare before.json after.json
+
+Each case plans one graph with one set of options through the public API
+(``graphmem.plan_graph``) and hashes the plan's JSON text together with the passes'
+reports (what each pass says it did), so a change in any offset, alias, order,
+statistic or pass decision shows. ``--big`` adds the large benchmark graphs (100k-node
+random DAG, 60k residual, 40k transformer: about a minute more).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import graphmem  # noqa: E402
+from graphmem.load import from_model  # noqa: E402
+from graphmem.zoo import ZOO, zoo_path  # noqa: E402
+from models import generate, transformer  # noqa: E402
+from tools import scale  # noqa: E402
+
+STRATEGIES = ("greedy_by_size", "greedy_by_breadth", "greedy_by_area",
+              "greedy_by_duration", "greedy_in_order")
+# (label, plan_graph keywords) for every zoo model
+ZOO_OPTIONS = (
+    ("default", {}),
+    ("file-order", {"passes": ["concat", "inplace", "share", "place"]}),
+    ("mxnet", {"passes": ["inplace", "share", "place"]}),
+    ("none", {"passes": []}),
+    ("share-only", {"passes": ["share"]}),
+    ("inplace-only", {"passes": ["inplace"]}),
+    ("concat-place", {"passes": ["concat", "place"]}),
+    ("align1", {"alignment": 1}),
+    ("align48", {"alignment": 48}),
+    *((s, {"placement": s}) for s in STRATEGIES),
+)
+
+
+def digest(result) -> str:
+    reports = [[r.name, r.bytes_saved, r.bytes_after, r.detail] for r in result.reports]
+    text = result.plan.to_json() + json.dumps(reports, sort_keys=True, default=str)
+    return hashlib.md5(text.encode()).hexdigest()
+
+
+def cases(big: bool):
+    """(name, graph maker, options) for every case."""
+    for model in ZOO:
+        for label, opts in ZOO_OPTIONS:
+            yield f"zoo/{model}/{label}", (lambda m=model: graphmem.load(zoo_path(m))), opts
+    for name, proto in generate.randwire_suite().items():
+        yield f"gen/{name}", (lambda p=proto: from_model(p)), {}
+    yield "gen/inception_cell", lambda: from_model(generate.inception_cell()), {}
+    yield "gen/unet", lambda: from_model(generate.unet()), {}
+    yield "gen/transformer", lambda: from_model(transformer.build()), {}
+    for family in scale.FAMILIES:
+        yield f"family/{family}/5000", (lambda f=family: scale.BUILD[f](5000)), {}
+        yield f"family/{family}/5000/mxnet", (lambda f=family: scale.BUILD[f](5000)), \
+            {"passes": ["inplace", "share", "place"]}
+    yield "family/random/20000", lambda: scale.BUILD["random"](20000), {}
+    if big:
+        yield "family/random/100000", lambda: scale.BUILD["random"](100000), {}
+        yield "family/residual/60000", lambda: scale.BUILD["residual"](60000), {}
+        yield "family/transformer/40000", lambda: scale.BUILD["transformer"](40000), {}
+
+
+def run(big: bool) -> dict[str, str]:
+    out = {}
+    kept = (None, None)  # (zoo model, its graph): each zoo model is loaded once
+    for name, make, opts in cases(big):
+        t0 = time.perf_counter()
+        model = name.split("/")[1] if name.startswith("zoo/") else None
+        if model is None or kept[0] != model:
+            kept = (model, make())
+        out[name] = digest(graphmem.plan_graph(kept[1], **opts))
+        print(f"{out[name]}  {name}  ({time.perf_counter() - t0:.2f} s)", file=sys.stderr)
+    return out
+
+
+def compare(before: Path, after: Path) -> int:
+    a, b = json.loads(before.read_text()), json.loads(after.read_text())
+    differ = [k for k in a if k in b and a[k] != b[k]]
+    missing = [k for k in a if k not in b]
+    for k in differ:
+        print(f"differs: {k}")
+    for k in missing:
+        print(f"missing: {k}")
+    print(f"{len(a) - len(differ) - len(missing)} of {len(a)} cases identical")
+    return 1 if differ or missing else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--big", action="store_true", help="add the large benchmark graphs")
+    p.add_argument("--out", type=Path, help="write the digests as JSON here")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    args = p.parse_args(argv)
+    if args.compare:
+        return compare(*args.compare)
+    out = run(args.big)
+    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
