@@ -7,13 +7,14 @@ The data flows one way: ``load`` -> ``liveness`` -> passes -> ``Plan``::
     result = graphmem.plan_graph(graph, passes=["inplace", "place"])
     graphmem.validate(result.plan, graph)
 """
-from .errors import GraphmemError, PlanInvalid
-from .ir import Graph, Node, Tensor
-from .liveness import Interval, liveness
-from .load import load
-from .pipeline import DEFAULT_PASSES, PassReport, Result, plan_graph, plan_model
-from .plan import FORMAT, Plan, TensorPlan, problems, validate
-from .schedule import file_order
+from graphmem.errors import GraphmemError, PlanInvalid
+from graphmem.core.ir import Graph, Node, Tensor
+from graphmem.core.liveness import Interval, liveness
+from graphmem.frontend.reader import load
+from graphmem.pipeline import DEFAULT_PASSES, PassReport, Result, plan_graph, plan_model
+from graphmem.plan.format import FORMAT, Plan, TensorPlan
+from graphmem.plan.validate import problems, validate
+from graphmem.core.order import file_order
 
 __version__ = "0.1.0"
 

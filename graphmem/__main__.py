@@ -1,3 +1,3 @@
-from .cli import main
+from graphmem.cli import main
 
 raise SystemExit(main())

@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import GraphmemError
+from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
 COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "models")
@@ -14,7 +14,7 @@ COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "models")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graphmem", description="Static memory planner for ONNX computation graphs.")
-    from . import __version__
+    from graphmem import __version__
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -12,16 +12,18 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .assignment import (MAX_PLAN_BYTES, Assignment, Context, align_up, group_table,
+from graphmem.planning.assignment import (MAX_PLAN_BYTES, Assignment, Context, align_up, group_table,
                          groups, layout_bytes)
-from .errors import GraphmemError
-from .gcpause import gc_paused
-from .ir import Graph
-from .liveness import liveness
-from .load import load
-from .plan import Plan, built_stats, expected_kind, io_sets, tensor_plans, validate_built
-from .schedule import check_order, file_order
-from .topology import topology
+from graphmem.errors import GraphmemError
+from graphmem.core.nogc import gc_paused
+from graphmem.core.ir import Graph
+from graphmem.core.liveness import liveness
+from graphmem.frontend.reader import load
+from graphmem.plan.format import Plan, tensor_plans
+from graphmem.plan.stats import built_stats
+from graphmem.plan.validate import expected_kind, io_sets, validate_built
+from graphmem.core.order import check_order, file_order
+from graphmem.core.index import topology
 
 DEFAULT_PASSES = ("reorder", "concat", "inplace", "share", "place")
 # Passes that choose the execution order: they run first, on the file order, and

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     models["inception_cell_relu"] = inception_cell(relu=True)
     models["unet"] = unet()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from graphmem.plan import write_atomic
+    from graphmem.plan.io import write_atomic
     for name, model in models.items():
         write_atomic(out / f"{name}.onnx", model.SerializeToString())
         print(out / f"{name}.onnx")

@@ -3,11 +3,11 @@
 ``PASSES`` maps the names used by the CLI (``--passes reorder,concat,inplace,share,place``) to
 the functions, in the order the default pipeline runs them.
 """
-from .concat import run as concat
-from .inplace import run as inplace
-from .place import run as place
-from .reorder import run as reorder
-from .share import run as share
+from graphmem.passes.concat import run as concat
+from graphmem.passes.inplace import run as inplace
+from graphmem.passes.place import run as place
+from graphmem.passes.reorder import run as reorder
+from graphmem.passes.share import run as share
 
 PASSES = {
     "reorder": reorder,

@@ -14,7 +14,7 @@ and never joins a slice to a graph input or to a second slice.
 """
 from __future__ import annotations
 
-from graphmem.assignment import Assignment, Context
+from graphmem.planning.assignment import Assignment, Context
 
 
 def contiguous_axis(ctx: Context, node) -> int | None:

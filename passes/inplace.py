@@ -19,10 +19,10 @@ from typing import Iterator
 
 import numpy as np
 
-from graphmem.assignment import Assignment, Context, root_map
-from graphmem.liveness import live_columns
-from graphmem.ops import alias_edges
-from graphmem.topology import topology
+from graphmem.planning.assignment import Assignment, Context, root_map
+from graphmem.core.liveness import live_columns
+from graphmem.core.ops import alias_edges
+from graphmem.core.index import topology
 
 
 def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:

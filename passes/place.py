@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, align_up,
+from graphmem.planning.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record, align_up,
                                  group_records, group_roots, group_table, groups, make_record,
                                  position_bytes, records)
-from graphmem.liveness import overlapping_pairs
-from graphmem.regions import NO_SPAN, byte_regions
+from graphmem.core.liveness import overlapping_pairs
+from graphmem.core.regions import NO_SPAN, byte_regions
 
 try:  # the compiled best-fit loop (graphmem/_fit.c), built at install where a C compiler is
     from graphmem import _fit
@@ -571,7 +571,7 @@ def run(ctx: Context, a: Assignment, strategy: str = "best",
         time_limit: float = 10.0) -> tuple[Assignment, dict]:
     recs, pairs = _items(ctx, a)
     if strategy == "optimal":  # the MIP of place_exact, warm-started by "best"
-        from .place_exact import place_optimal
+        from graphmem.passes.place_exact import place_optimal
         # the MIP knows plain records only: a group with Concat slices is placed as
         # one whole-life record there, and the best heuristic with slices competes
         exact = place_optimal(records(ctx, groups(ctx, a)), ctx.alignment, time_limit)

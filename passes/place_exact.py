@@ -24,11 +24,11 @@ from typing import Sequence
 
 import numpy as np
 
-from graphmem.assignment import Record
+from graphmem.planning.assignment import Record
 from graphmem.errors import GraphmemError
-from graphmem.liveness import overlapping_pairs
+from graphmem.core.liveness import overlapping_pairs
 
-from .place import max_live, place_records
+from graphmem.passes.place import max_live, place_records
 
 DEFAULT_TIME_LIMIT = 10.0
 

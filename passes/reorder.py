@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import add
 
-from graphmem.assignment import Assignment, Context
-from graphmem.ir import Graph
-from graphmem.ops import view_pairs
+from graphmem.planning.assignment import Assignment, Context
+from graphmem.core.ir import Graph
+from graphmem.core.ops import view_pairs
 
 EXACT_MAX_STATES = 10_000  # DP sets before giving up on the exact search (about 0.1 s)
 BEAM_WORK = 8_000  # beam width x nodes; the width shrinks for large graphs

@@ -17,10 +17,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from graphmem.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record,
+from graphmem.planning.assignment import (MAX_PLAN_BYTES, Assignment, Context, Record,
                                  group_records, group_roots)
 
-from .place import _fit, max_live, peak_live
+from graphmem.passes.place import _fit, max_live, peak_live
 
 _ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
                                attrgetter("last"))

@@ -5,7 +5,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphmem
-from graphmem.load import from_model
+from graphmem.frontend.reader import from_model
 
 F = TensorProto.FLOAT
 

@@ -9,7 +9,7 @@ import bisect
 import random
 from typing import Callable, Sequence
 
-from graphmem.assignment import Record, align_up
+from graphmem.planning.assignment import Record, align_up
 # The four plain orderings and the climbing budget are the pass's own: only best fit,
 # breadth and the loops around them are restated here.
 from graphmem.passes.place import (CLIMB_MAX_RUNS, CLIMB_WORK, Tied, _by_area,

@@ -10,11 +10,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
-from graphmem import analysis
+from graphmem.analysis import breakdown as analysis
 from graphmem.cli import main
-from graphmem.load import from_model
-from graphmem.macs import im2col_bytes, node_macs
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.frontend.reader import from_model
+from graphmem.analysis.macs import im2col_bytes, node_macs
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 from conftest import F, make_model
 

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 import graphmem
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
-from graphmem.plan import Plan
+from graphmem.plan.format import Plan
 
 from conftest import F, make_model
 
@@ -339,6 +339,6 @@ def test_write_failure_leaves_nothing(capsys, tmp_path, monkeypatch):
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr("graphmem.plan.os.replace", full)
+    monkeypatch.setattr("graphmem.plan.io.os.replace", full)
     line = refused(capsys, tmp_path, path)
     assert "No space left on device" in line

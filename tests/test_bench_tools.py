@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import graphmem
-from graphmem.zoo import zoo_path
+from graphmem.frontend.zoo import zoo_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 

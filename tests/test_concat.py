@@ -9,7 +9,7 @@ from onnx import helper
 
 import graphmem
 from graphmem.passes.place import Tied, best_fit, place_records
-from graphmem.assignment import Record
+from graphmem.planning.assignment import Record
 from models.generate import inception_cell, unet
 
 from conftest import F, make_model, plan_of

@@ -5,7 +5,7 @@ import onnx
 import pytest
 
 import graphmem
-from graphmem.verify import verify
+from graphmem.verify.verifier import verify
 from models.generate import inception_cell, unet
 
 

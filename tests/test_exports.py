@@ -14,15 +14,15 @@ import onnx.numpy_helper
 import pytest
 
 import graphmem
-from graphmem.annotate import annotate, doc_fields, plan_of_model, read_plan
+from graphmem.export.annotate import annotate, doc_fields, plan_of_model, read_plan
 from graphmem.cli import main
 from graphmem.commands import report_html
 from graphmem.commands.common import add_model_args
-from graphmem.graphml import graphml_text, to_networkx
-from graphmem.html import render, report_data
-from graphmem.load import read_model
-from graphmem.planview import build
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.export.graphml import graphml_text, to_networkx
+from graphmem.export.html import render, report_data
+from graphmem.frontend.reader import read_model
+from graphmem.plan.view import build
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 
 @pytest.fixture(scope="module", params=ZOO)
@@ -127,7 +127,7 @@ def test_annotating_twice_does_not_stack(zoo):
 
 
 def test_doc_fields_quote_names():
-    from graphmem.annotate import _mark
+    from graphmem.export.annotate import _mark
     vi = onnx.ValueInfoProto(doc_string="kept")
     _mark(vi, False, "(note)", bytes=4, alias_of='a b="c"=d', alias="view")
     assert vi.doc_string.startswith("kept\n[graphmem] ")
@@ -217,7 +217,7 @@ def test_html_report_content(zoo):
 
 def test_html_escapes_hostile_names():
     from onnx import TensorProto, helper
-    from graphmem.load import from_model
+    from graphmem.frontend.reader import from_model
     F = TensorProto.FLOAT
     bad = "</script><b>x&y"
     model = helper.make_model(helper.make_graph(

@@ -5,7 +5,7 @@ import gc
 
 import pytest
 
-from graphmem.gcpause import gc_paused
+from graphmem.core.nogc import gc_paused
 
 
 @gc_paused

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import graphmem
-from graphmem.html import render
-from graphmem.planview import build
-from graphmem.zoo import zoo_path
+from graphmem.export.html import render
+from graphmem.plan.view import build
+from graphmem.frontend.zoo import zoo_path
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

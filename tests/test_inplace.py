@@ -116,8 +116,8 @@ def test_batchnorm_overwrites_its_input_in_inference():
 
 
 def test_unknown_domain_op_never_aliases():
-    from graphmem.ops import overwrite_pairs, view_pairs
-    from graphmem.ir import Node
+    from graphmem.core.ops import overwrite_pairs, view_pairs
+    from graphmem.core.ir import Node
     n = Node(0, "", "Relu", "com.example", ("a",), ("b",))
     assert view_pairs(n) == [] and overwrite_pairs(n) == []
 
@@ -127,7 +127,7 @@ def _edge_graph():
     domain, Dropout in inference and training, BatchNormalization with one output and
     with its training outputs, a blank optional input and output, variadic Sum, a
     binary op reading one tensor twice, and a weight input."""
-    from graphmem.ir import Graph, Node, Tensor
+    from graphmem.core.ir import Graph, Node, Tensor
     names = ["x", "a", "b", "c", "d", "m", "e", "f", "g", "h", "i", "j", "k", "rm", "rv"]
     tensors = {t: Tensor(t, "float32", (4,), 32) for t in names + ["w", "lo", "mode"]}
     nodes = (Node(0, "", "Relu", "", ("x",), ("a",)),
@@ -145,8 +145,8 @@ def _edge_graph():
 
 
 def test_alias_edges_are_the_pairs_of_view_pairs_and_overwrite_pairs():
-    from graphmem.ops import alias_edges, overwrite_pairs, view_pairs
-    from graphmem.topology import topology
+    from graphmem.core.ops import alias_edges, overwrite_pairs, view_pairs
+    from graphmem.core.index import topology
     graph = _edge_graph()
     ids = topology(graph).ids
     order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
@@ -167,8 +167,8 @@ def test_inplace_pass_gives_the_same_aliases_with_and_without_its_prefilter():
     """Intervals not in the topology's order make the pass try every pair of the edge
     table; in the topology's order it first drops, in numpy, the pairs that cannot
     join: the same aliases either way."""
-    from graphmem.assignment import Assignment, Context
-    from graphmem.liveness import liveness
+    from graphmem.planning.assignment import Assignment, Context
+    from graphmem.core.liveness import liveness
     from graphmem.passes import PASSES
     graph = _edge_graph()
     order = tuple(n.index for n in graph.nodes)

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import graphmem
-from graphmem.assignment import Assignment, roots
+from graphmem.planning.assignment import Assignment, roots
 from graphmem.errors import PlanInvalid
 
 from conftest import F, graph_of, make_model
@@ -56,7 +56,7 @@ def test_share_stops_at_the_floor_with_the_exhaustive_answer():
     import importlib
     import random
 
-    from graphmem.assignment import Record
+    from graphmem.planning.assignment import Record
     share = importlib.import_module("graphmem.passes.share")
     place = importlib.import_module("graphmem.passes.place")
     rng = random.Random(4)

@@ -14,16 +14,17 @@ from onnx import helper
 
 import graphmem
 from conftest import F, graph_of, make_model
-from graphmem.ir import Graph, Node, Tensor
-from graphmem.link_rules import links_hold
-from graphmem.plan import _alias_problems, _columns
-from graphmem.topology import topology
+from graphmem.core.ir import Graph, Node, Tensor
+from graphmem.plan.links import links_hold
+from graphmem.plan.validate import _alias_problems
+from graphmem.plan.columns import columns
+from graphmem.core.index import topology
 
 
 def _check(plan, graph):
     """(links_hold, the loop's problems) for a plan in the graph's order."""
     topo = topology(graph)
-    cols = _columns(plan, topo.ids)
+    cols = columns(plan, topo.ids)
     return links_hold(plan, graph, topo, cols), _alias_problems(plan, graph, cols)
 
 

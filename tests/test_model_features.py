@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 import graphmem
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
-from graphmem.load import from_model
-from graphmem.plan import Plan
+from graphmem.frontend.reader import from_model
+from graphmem.plan.format import Plan
 
 from conftest import F, make_model, plan_of
 from verify_hook import verify_or_skip

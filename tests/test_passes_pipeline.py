@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
-from graphmem.plan import problems
+from graphmem.plan.validate import problems
 from conftest import F, graph_of, make_model, plan_of
 
 S = [1, 4, 8, 8]  # 1024 bytes in float32
@@ -59,7 +59,7 @@ def test_residual_block_keeps_the_skip_alive():
 def test_each_pass_switch_changes_the_result(off):
     """Fails if a switch is a silent no-op (apache/mxnet#6272)."""
     graph = graphmem.load(graphmem.zoo.zoo_path("squeezenet")) if hasattr(graphmem, "zoo") else None
-    from graphmem.zoo import zoo_path
+    from graphmem.frontend.zoo import zoo_path
     graph = graphmem.load(zoo_path("squeezenet"))
     full = graphmem.plan_graph(graph)
     without = graphmem.plan_graph(graph, [p for p in graphmem.DEFAULT_PASSES if p != off])

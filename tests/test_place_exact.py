@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from graphmem.assignment import Record
+from graphmem.planning.assignment import Record
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
 from graphmem.passes.place_exact import place_optimal

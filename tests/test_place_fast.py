@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import graphmem
-from graphmem.assignment import Context, Record, groups, records
-from graphmem.liveness import liveness
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.planning.assignment import Context, Record, groups, records
+from graphmem.core.liveness import liveness
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 import reference_place as ref
 
@@ -144,7 +144,7 @@ def test_best_fit_with_tied_sets_equals_reference(seed, fit_loop):
 
 @pytest.mark.parametrize("chunk", [1, 5, 1 << 22])
 def test_overlapping_pairs_are_every_sharing_pair_once_in_any_chunking(chunk):
-    from graphmem.liveness import overlapping_pairs
+    from graphmem.core.liveness import overlapping_pairs
     rng = random.Random(chunk)
     first = [rng.randrange(-1, 30) for _ in range(80)]
     last = [f + rng.randrange(0, 8) for f in first]
@@ -213,9 +213,9 @@ class _Spy:
 
 
 def _after_aliasing(graph, alignment):
-    from graphmem.assignment import Assignment
+    from graphmem.planning.assignment import Assignment
     from graphmem.passes import PASSES
-    from graphmem.schedule import file_order
+    from graphmem.core.order import file_order
     order = file_order(graph)
     ctx = Context(graph, tuple(order), liveness(graph, order), alignment)
     a = PASSES["concat"](ctx, Assignment())[0]
@@ -227,7 +227,7 @@ def _after_aliasing(graph, alignment):
 def test_items_made_from_columns_equal_the_records_and_their_pairs(name, alignment):
     """The place pass builds its items and their part pairs from the group table in
     numpy; both must be what records() and part_pairs() make from the groups."""
-    from graphmem.assignment import group_records, group_table
+    from graphmem.planning.assignment import group_records, group_table
     ctx, a = _after_aliasing(graphmem.load(zoo_path(name)), alignment)
     gs = groups(ctx, a)
     recs, cols = group_records(ctx, a)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphmem.assignment import Record
+from graphmem.planning.assignment import Record
 from graphmem.passes.place import STRATEGIES, best_fit, max_live, place_records
 from graphmem.passes.share import share_blocks
 

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
-from graphmem.assignment import Record, align_up
+from graphmem.planning.assignment import Record, align_up
 from graphmem.errors import PlanInvalid
-from graphmem.load import from_model
+from graphmem.frontend.reader import from_model
 from graphmem.passes.place import STRATEGIES, max_live, place_records
-from graphmem.plan import live_timelines
-from graphmem.schedule import check_order
+from graphmem.plan.stats import live_timelines
+from graphmem.core.order import check_order
 
 T = TensorProto
 SHAPES = [(2, 3), (3, 2), (6,), (4, 8), (32,), (1, 64), (8, 2, 4), (16, 16), (1, 1), (5,)]
@@ -200,12 +200,12 @@ def test_random_dags_through_the_json_file(model, tmp_path_factory):
     graphmem.validate(again, graph)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("graphmem.verify") is None,
+@pytest.mark.skipif(importlib.util.find_spec("graphmem.verify.verifier") is None,
                     reason="graphmem.verify is not merged yet: planned and validated only")
 @settings(max_examples=max(10, settings.default.max_examples // 10), deadline=None)
 @given(model=dag_models(max_nodes=10), passes=st.sampled_from(PASS_SETS))
 def test_a_sample_of_random_plans_verifies_on_onnxruntime(model, passes, tmp_path_factory):
-    from graphmem.verify import verify
+    from graphmem.verify.verifier import verify
     path = tmp_path_factory.mktemp("dag") / "random.onnx"
     onnx.save(model, str(path))
     graph = graphmem.load(path)
@@ -216,8 +216,8 @@ def test_a_sample_of_random_plans_verifies_on_onnxruntime(model, passes, tmp_pat
 # -------------------------------------------------------- validate must reject mutants
 
 def _groups(plan):
-    from graphmem.plan import _group_roots
-    return _group_roots(plan)
+    from graphmem.plan.columns import group_roots
+    return group_roots(plan)
 
 
 def _with(plan, name, **changes):
@@ -325,13 +325,14 @@ def test_the_links_fast_check_never_clears_what_the_loop_rejects(model, passes, 
     """``links_hold`` (numpy over all alias/slice links) may leave a plan to the
     tensor-by-tensor loop, but must never say "holds" where the loop finds a problem:
     plans with one link broken at random, and planned plans, which it must clear."""
-    from graphmem.link_rules import links_hold
-    from graphmem.plan import _alias_problems, _columns
-    from graphmem.topology import topology
+    from graphmem.plan.links import links_hold
+    from graphmem.plan.validate import _alias_problems
+    from graphmem.plan.columns import columns
+    from graphmem.core.index import topology
     graph = from_model(model)
     plan = graphmem.plan_graph(graph, passes).plan
     topo = topology(graph)
-    fine = links_hold(plan, graph, topo, _columns(plan, topo.ids))
+    fine = links_hold(plan, graph, topo, columns(plan, topo.ids))
     concat_reads_weight = any(n.op_type == "Concat" and any(i in graph.weights for i in n.inputs)
                               for n in graph.nodes)
     assert fine or concat_reads_weight  # the planner's own plan: the fast path clears it
@@ -372,6 +373,6 @@ def test_the_links_fast_check_never_clears_what_the_loop_rejects(model, passes, 
         tensors = {k: dataclasses.replace(v, offset=v.offset + plan.alignment)
                    if roots[k] == roots[name] else v for k, v in plan.tensors.items()}
         mutant = dataclasses.replace(plan, tensors=tensors)
-    cols = _columns(mutant, topo.ids)
+    cols = columns(mutant, topo.ids)
     if links_hold(mutant, graph, topo, cols):
         assert _alias_problems(mutant, graph, cols) == []

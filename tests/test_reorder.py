@@ -9,9 +9,9 @@ from onnx import helper
 
 import graphmem
 from graphmem.cli import main
-from graphmem.ir import Graph, Node, Tensor
+from graphmem.core.ir import Graph, Node, Tensor
 from graphmem.passes.reorder import beam_order, build_model, exact_order, peak_of
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.frontend.zoo import ZOO, zoo_path
 from models.generate import inception_cell, randwire, unet
 
 from conftest import F, make_model, plan_of

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphmem.assignment import Record
+from graphmem.planning.assignment import Record
 
 # graphmem.passes.share is the pass function; the module is under the same name
 share = importlib.import_module("graphmem.passes.share")
@@ -76,7 +76,7 @@ def test_share_pass_is_the_same_on_either_loop(name, monkeypatch):
     """The pass walks the group table's columns into the compiled pool; without the
     extension it runs share_blocks' Python loop over the records: the same storage."""
     import graphmem
-    from graphmem.zoo import zoo_path
+    from graphmem.frontend.zoo import zoo_path
     graph = graphmem.load(zoo_path(name))
     native = graphmem.plan_graph(graph, ["concat", "inplace", "share"]).assignment
     monkeypatch.setattr(share, "NATIVE", False)

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from graphmem.ir import Graph, Node, Tensor
-from graphmem.liveness import Interval, liveness
-from graphmem.load import from_model
-from graphmem.schedule import check_order
-from graphmem.topology import topology
+from graphmem.core.ir import Graph, Node, Tensor
+from graphmem.core.liveness import Interval, liveness
+from graphmem.frontend.reader import from_model
+from graphmem.core.order import check_order
+from graphmem.core.index import topology
 from test_property import dag_models
 
 

@@ -191,7 +191,7 @@ def test_train_command_errors(tmp_path, capsys):
 
 
 def test_zoo_squeezenet_builds_plans_and_runs():
-    from graphmem.zoo import zoo_path
+    from graphmem.frontend.zoo import zoo_path
     tg = build_training(onnx.load(str(zoo_path("squeezenet"))), 1)
     graph = load_training(tg)
     result, _ = plan_training(graph)
@@ -235,7 +235,7 @@ def test_grouped_conv_weight_gradient_matches_numpy(group, stride):
 
 
 def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
-    from graphmem.sizes import parse_bytes
+    from graphmem.commands.sizes import parse_bytes
     assert parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1.5e3") == 1500
     path = tmp_path / "tiny.onnx"
     onnx.save(chain_model(), str(path))
@@ -322,7 +322,7 @@ def test_our_rewrites_keep_the_gradients():
 def test_training_graph_verifies_in_its_arena(tmp_path):
     """The arena verifier runs the squeezenet training step node by node: PASS."""
     import graphmem
-    from graphmem.verify import verify
+    from graphmem.verify.verifier import verify
     path = tmp_path / "sq.train.onnx"
     assert main(["train", "squeezenet", "--batch", "1", "--save", str(path), "--json"]) == 0
     graph = graphmem.load(path)

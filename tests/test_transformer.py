@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 import graphmem
-from graphmem.load import from_model
+from graphmem.frontend.reader import from_model
 from models.transformer import build
 
 

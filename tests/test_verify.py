@@ -10,12 +10,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphmem
-from graphmem.arena import free_ranges
+from graphmem.verify.arena import free_ranges
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
-from graphmem.compare import tolerance_dtypes
-from graphmem.verify import random_inputs, verify
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.verify.compare import tolerance_dtypes
+from graphmem.verify.verifier import random_inputs, verify
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 from conftest import make_model
 from test_verify_mutations import shorten_live_range, tiny_model

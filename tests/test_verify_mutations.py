@@ -16,9 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
 from graphmem.cli import main
-from graphmem.plan import Plan
-from graphmem.verify import verify
-from graphmem.zoo import zoo_path
+from graphmem.plan.format import Plan
+from graphmem.verify.verifier import verify
+from graphmem.frontend.zoo import zoo_path
 
 from conftest import make_model
 

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
-from graphmem import ops
-from graphmem.verify import verify
+from graphmem.core import ops
+from graphmem.verify.verifier import verify
 
 from conftest import make_model
 
@@ -67,7 +67,7 @@ def _in_place(plan: graphmem.Plan, out: str, src: str) -> graphmem.Plan:
     tensors[out] = dataclasses.replace(tensors[out], offset=tensors[src].offset,
                                        alias_of=src, alias="inplace")
     new = dataclasses.replace(plan, tensors=tensors)
-    from graphmem.plan import plan_stats
+    from graphmem.plan.stats import plan_stats
     return dataclasses.replace(new, stats=plan_stats(new))
 
 
@@ -150,7 +150,7 @@ def test_view_op_runs_on_its_input_bytes(op, tmp_path):
     tensors = dict(plan.tensors)
     tensors["v"] = dataclasses.replace(tensors["v"], offset=tensors["p"].offset,
                                        alias_of="p", alias="view")
-    from graphmem.plan import plan_stats
+    from graphmem.plan.stats import plan_stats
     view = dataclasses.replace(plan, tensors=tensors)
     view = dataclasses.replace(view, stats=plan_stats(view))
     graphmem.validate(view, graph)

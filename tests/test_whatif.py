@@ -10,13 +10,13 @@ import pytest
 from onnx import helper, numpy_helper
 
 import graphmem
-from graphmem import analysis
+from graphmem.analysis import breakdown as analysis
 from graphmem.cli import main
-from graphmem.load import from_model
-from graphmem.sizes import parse_bytes
-from graphmem.whatif import (Batcher, check_scaling, fit, footprint, rebatch,
+from graphmem.frontend.reader import from_model
+from graphmem.commands.sizes import parse_bytes
+from graphmem.analysis.whatif import (Batcher, check_scaling, fit, footprint, rebatch,
                              sweep, with_float_dtype)
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 from conftest import F, make_model
 

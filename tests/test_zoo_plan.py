@@ -7,7 +7,7 @@ import pytest
 
 import graphmem
 from graphmem.cli import main
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
 # Arena bar at file order with the default passes (MiB), and the no-aliasing bound.
@@ -76,7 +76,7 @@ def test_planner_tensors_equal_tensor_plans_made_one_by_one(name):
     its JSON must equal it."""
     import dataclasses
 
-    from graphmem.plan import Plan, TensorPlan, tensor_plans
+    from graphmem.plan.format import Plan, TensorPlan, tensor_plans
     plan = graphmem.plan_model(zoo_path(name)).plan
     rows = [dataclasses.astuple(t) for t in plan.tensors.values()]
     made = [TensorPlan(*r) for r in rows]

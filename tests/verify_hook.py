@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import graphmem
-from graphmem import verify
+from graphmem.verify import verifier as verify
 from graphmem.errors import GraphmemError
 
 

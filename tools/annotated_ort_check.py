@@ -16,10 +16,10 @@ import onnx
 import onnxruntime as ort
 
 import graphmem
-from graphmem.annotate import annotate
-from graphmem.load import read_model
-from graphmem.planview import build
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.export.annotate import annotate
+from graphmem.frontend.reader import read_model
+from graphmem.plan.view import build
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 
 def outputs(model, graph):

@@ -28,13 +28,13 @@ import onnx  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 import graphmem  # noqa: E402
-from graphmem.assignment import Assignment, Context  # noqa: E402
-from graphmem.constants import evaluate_constants  # noqa: E402
-from graphmem.liveness import liveness  # noqa: E402
-from graphmem.load import read_model  # noqa: E402
+from graphmem.planning.assignment import Assignment, Context  # noqa: E402
+from graphmem.frontend.folding import evaluate_constants  # noqa: E402
+from graphmem.core.liveness import liveness  # noqa: E402
+from graphmem.frontend.reader import read_model  # noqa: E402
 from graphmem.passes import PASSES  # noqa: E402
-from graphmem.plan import write_atomic  # noqa: E402
-from graphmem.zoo import ZOO, zoo_path  # noqa: E402
+from graphmem.plan.io import write_atomic  # noqa: E402
+from graphmem.frontend.zoo import ZOO, zoo_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -158,7 +158,7 @@ def optimal_reference(time_limit: float) -> str:
     """Each strategy, the default (best + hill climbing) and the MIP on small random DAGs."""
     import importlib
 
-    from graphmem.assignment import groups, records
+    from graphmem.planning.assignment import groups, records
     from graphmem.passes.place_exact import place_optimal
     import scale
     place = importlib.import_module("graphmem.passes.place")
@@ -168,7 +168,7 @@ def optimal_reference(time_limit: float) -> str:
              + " | ".join(short[s] for s in STRATEGIES)
              + " | graphmem default | optimal (MIP) | proven? | MIP s |",
              "|---|---:|---:|---:|" + "---:|" * len(STRATEGIES) + "---:|---:|---|---:|"]
-    from graphmem.assignment import Record
+    from graphmem.planning.assignment import Record
     cases = [("literal of tests/test_place_exact.py",
               [Record(i, 64 * b, f, last) for i, (b, f, last) in enumerate(HARD)])]
     for n, width, seed in OPTIMAL_CASES:

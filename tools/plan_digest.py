@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import graphmem  # noqa: E402
-from graphmem.load import from_model  # noqa: E402
-from graphmem.zoo import ZOO, zoo_path  # noqa: E402
+from graphmem.frontend.reader import from_model  # noqa: E402
+from graphmem.frontend.zoo import ZOO, zoo_path  # noqa: E402
 from models import generate, transformer  # noqa: E402
 from tools import scale  # noqa: E402
 
@@ -60,7 +60,9 @@ def cases(big: bool):
         yield f"gen/{name}", (lambda p=proto: from_model(p)), {}
     yield "gen/inception_cell", lambda: from_model(generate.inception_cell()), {}
     yield "gen/unet", lambda: from_model(generate.unet()), {}
-    yield "gen/transformer", lambda: from_model(transformer.build()), {}
+    dims = {"batch": 2, "seq": 16}
+    yield "gen/transformer", lambda: from_model(transformer.build(), dims), {}
+    yield "gen/transformer-opset20", lambda: from_model(transformer.build(opset=20), dims), {}
     for family in scale.FAMILIES:
         yield f"family/{family}/5000", (lambda f=family: scale.BUILD[f](5000)), {}
         yield f"family/{family}/5000/mxnet", (lambda f=family: scale.BUILD[f](5000)), \

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import graphmem  # noqa: E402
-from graphmem.load import from_model  # noqa: E402
-from graphmem.plan import write_atomic  # noqa: E402
+from graphmem.frontend.reader import from_model  # noqa: E402
+from graphmem.plan.io import write_atomic  # noqa: E402
 from models.generate import randwire  # noqa: E402
 
 KIB = 1024

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from graphmem.ir import Graph, Node, Tensor  # noqa: E402
+from graphmem.core.ir import Graph, Node, Tensor  # noqa: E402
 
 FAMILIES = ("chain", "eltwise", "residual", "random", "transformer")
 # Timings on a shared machine move by a quarter between runs of the same code: below
@@ -343,7 +343,7 @@ def _report(args, rows: list[dict], status: str) -> None:
     if not status:
         print(body)
     if not args.no_write:
-        from graphmem.plan import write_atomic
+        from graphmem.plan.io import write_atomic
         write_atomic(ROOT / "docs" / "scale.svg", svg)
         write_section("scale", body)
         if not status:

@@ -24,7 +24,7 @@ from graphmem.training import build_training
 from graphmem.training.offload import offload_plan
 from graphmem.training.recompute import recompute_sqrt
 from graphmem.training.report import account, load_training, plan_training
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
 HEADER = ["| model | nodes | weights MiB | gradients MiB | Adam state MiB "

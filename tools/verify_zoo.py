@@ -16,8 +16,8 @@ import time
 import onnxruntime as ort
 
 import graphmem
-from graphmem.verify import verify
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.verify.verifier import verify
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 SETS = {"default": list(graphmem.DEFAULT_PASSES), "inplace": ["inplace"], "share": ["share"],
         "place": ["place"], "none": []}

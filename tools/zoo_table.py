@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import graphmem
-from graphmem.zoo import ZOO, zoo_path
+from graphmem.frontend.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
 

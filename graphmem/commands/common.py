@@ -11,11 +11,11 @@ from typing import Callable, Iterator
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import GraphmemError
-from ..load import load
-from ..pipeline import DEFAULT_PASSES, Result, available_passes, plan_graph
-from ..plan import Plan
-from ..zoo import resolve
+from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import load
+from graphmem.pipeline import DEFAULT_PASSES, Result, available_passes, plan_graph
+from graphmem.plan.format import Plan
+from graphmem.frontend.zoo import resolve
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import onnx
 
-from ..errors import GraphmemError
-from ..ir import Graph
-from ..load import load, read_model
-from ..pipeline import DEFAULT_PASSES, plan_graph
-from ..plan import Plan, write_atomic
-from ..planview import PlanView, build, check_plan_fits
-from .common import add_pass_args, chosen_passes, model_path, model_stem, parse_dims
+from graphmem.errors import GraphmemError
+from graphmem.core.ir import Graph
+from graphmem.frontend.reader import load, read_model
+from graphmem.pipeline import DEFAULT_PASSES, plan_graph
+from graphmem.plan.format import Plan
+from graphmem.plan.io import write_atomic
+from graphmem.plan.view import PlanView, build, check_plan_fits
+from graphmem.commands.common import add_pass_args, chosen_passes, model_path, model_stem, parse_dims
 
 
 def add_parser(sub) -> None:
@@ -76,11 +77,11 @@ def run(args) -> int:
             _check_external_data(model, graph.model_path, path)
             texts.append((path, model.SerializeToString()))
         elif flag == "html":
-            from ..analysis import layer_table
-            from ..html import render
+            from graphmem.analysis.breakdown import layer_table
+            from graphmem.export.html import render
             texts.append((path, render(view, layer_table(graph, view.plan))))
         else:
-            from ..graphml import graphml_text
+            from graphmem.export.graphml import graphml_text
             texts.append((path, graphml_text(view, graph)))
     for path, text in texts:
         write_atomic(path, text)
@@ -91,7 +92,7 @@ def run(args) -> int:
 def load_any_plan(path: str) -> Plan:
     """A plan from a plan JSON file, or from an annotated ONNX model."""
     if Path(path).suffix.lower() == ".onnx":
-        from ..annotate import read_plan
+        from graphmem.export.annotate import read_plan
         if not Path(path).is_file():
             raise GraphmemError(f"{path}: no such annotated model")
         return read_plan(path)
@@ -123,7 +124,7 @@ def planned_view(args) -> tuple[PlanView, Graph]:
 
 def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False
                    ) -> onnx.ModelProto:
-    from ..annotate import annotate
+    from graphmem.export.annotate import annotate
     return annotate(read_model(graph.model_path), view, graph,
                     raise_ir_version=raise_ir_version)
 
@@ -142,7 +143,7 @@ def _extract(args) -> int:
     if args.model or args.annotated or args.html or args.graphml or args.plan:
         raise GraphmemError("--plan-from only extracts a plan; to export from a saved plan "
                             "use MODEL --plan ANNOTATED.onnx")
-    from ..annotate import read_plan
+    from graphmem.export.annotate import read_plan
     if not Path(args.plan_from).is_file():
         raise GraphmemError(f"{args.plan_from}: no such annotated model")
     plan = read_plan(args.plan_from)

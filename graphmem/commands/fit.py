@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ..load import read_model
-from ..sizes import parse_bytes
-from ..whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
-from ..zoo import resolve
-from .common import add_model_args, add_pass_args, parse_dims, plan_options
+from graphmem.frontend.reader import read_model
+from graphmem.commands.sizes import parse_bytes
+from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
+from graphmem.frontend.zoo import resolve
+from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
 
 
 def add_parser(sub) -> None:

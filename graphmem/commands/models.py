@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..zoo import ZOO, write_all, zoo_path
+from graphmem.frontend.zoo import ZOO, write_all, zoo_path
 
 
 def add_parser(sub) -> None:

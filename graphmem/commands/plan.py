@@ -6,8 +6,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from ..pipeline import Result
-from .common import add_model_args, add_pass_args, load_graph, model_stem, plan_from_args
+from graphmem.pipeline import Result
+from graphmem.commands.common import add_model_args, add_pass_args, load_graph, model_stem, plan_from_args
 
 
 def add_parser(sub) -> None:
@@ -37,7 +37,7 @@ def run(args) -> int:
         print_summary(console, result, load_seconds, None if out == "-" else out)
     if args.verify:
         from argparse import Namespace
-        from .verify import print_report, run_verify
+        from graphmem.commands.verify import print_report, run_verify
         report = run_verify(result.plan, graph, Namespace(
             provider="cpu", runtime_only=False, check_all=False, seed=0))
         print_report(Console(stderr=out == "-"), report)

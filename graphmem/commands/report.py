@@ -7,16 +7,16 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from .. import analysis
-from ..errors import GraphmemError
-from ..load import read_model
-from ..whatif import Batcher, float_dtype, sweep
-from ..zoo import resolve
-from ..html import render as render_html
-from ..plan import write_atomic
-from .common import add_model_args, add_pass_args, parse_dims, plan_options
-from .export import planned_view
-from .report_html import add_html_args
+from graphmem.analysis import breakdown as analysis
+from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import read_model
+from graphmem.analysis.whatif import Batcher, float_dtype, sweep
+from graphmem.frontend.zoo import resolve
+from graphmem.export.html import render as render_html
+from graphmem.plan.io import write_atomic
+from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
+from graphmem.commands.export import planned_view
+from graphmem.commands.report_html import add_html_args
 
 
 def add_parser(sub) -> None:

@@ -6,9 +6,9 @@ given. ``graphmem export MODEL --html OUT`` writes the same page.
 """
 from __future__ import annotations
 
-from ..analysis import layer_table
-from ..plan import write_atomic
-from .export import add_plan_arg, planned_view
+from graphmem.analysis.breakdown import layer_table
+from graphmem.plan.io import write_atomic
+from graphmem.commands.export import add_plan_arg, planned_view
 
 
 def add_html_args(parser) -> None:
@@ -21,7 +21,7 @@ def add_html_args(parser) -> None:
 
 def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
-    from ..html import render
+    from graphmem.export.html import render
     view, graph = planned_view(args)
     write_atomic(args.html, render(view, layer_table(graph, view.plan)))
     return args.html

@@ -7,10 +7,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import GraphmemError
-from ..load import read_model
-from ..sizes import parse_bytes
-from .common import model_path
+from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import read_model
+from graphmem.commands.sizes import parse_bytes
+from graphmem.commands.common import model_path
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -46,10 +46,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..training import build_training
-    from ..training.offload import offload_plan
-    from ..training.recompute import fit_budget, recompute_sqrt
-    from ..training.report import account, load_training, plan_training
+    from graphmem.training import build_training
+    from graphmem.training.offload import offload_plan
+    from graphmem.training.recompute import fit_budget, recompute_sqrt
+    from graphmem.training.report import account, load_training, plan_training
 
     if args.batch <= 0:
         raise GraphmemError(f"--batch must be positive, not {args.batch}")
@@ -83,7 +83,7 @@ def run(args) -> int:
         report.extra.update(offload_plan(graph, result, args.host_bw, args.device_flops,
                                          parse_bytes(args.offload_min, "--offload-min")))
     if args.save:
-        from ..plan import write_atomic
+        from graphmem.plan.io import write_atomic
         write_atomic(args.save, tg.model.SerializeToString())
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=1) + "\n")

@@ -7,10 +7,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import GraphmemError
-from ..load import load
-from ..verify import PROVIDERS, VerifyReport, read_inputs, verify
-from .common import (add_model_args, add_pass_args, load_graph, model_path, parse_dims,
+from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import load
+from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
+from graphmem.commands.common import (add_model_args, add_pass_args, load_graph, model_path, parse_dims,
                      plan_from_args, read_plan)
 
 

@@ -15,10 +15,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import GraphmemError
-from .grouped_conv import patched
-from .prepare import prepare_inference
-from .rewrites import (SEED, cancel_transposes, copies_to_reshapes, fills_from_seed,
+from graphmem.errors import GraphmemError
+from graphmem.training.grouped_conv import patched
+from graphmem.training.prepare import prepare_inference
+from graphmem.training.rewrites import (SEED, cancel_transposes, copies_to_reshapes, fills_from_seed,
                        pads_into_weight_conv, relu_mask_from_output)
 
 LOSSES = ("xent", "sum", "mean")

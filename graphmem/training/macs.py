@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
-from ..ir import Graph, Node
+from graphmem.core.ir import Graph, Node
 
 
 def node_macs(graph: Graph, node: Node) -> int:

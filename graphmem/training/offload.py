@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir import Graph, Node
-from ..pipeline import Result, plan_graph
-from .macs import node_macs, phase
-from .report import saved_activations
+from graphmem.core.ir import Graph, Node
+from graphmem.pipeline import Result, plan_graph
+from graphmem.training.macs import node_macs, phase
+from graphmem.training.report import saved_activations
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 

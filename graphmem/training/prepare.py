@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, version_converter
 
-from ..errors import GraphmemError
+from graphmem.errors import GraphmemError
 
 TARGET_OPSET = 17
 

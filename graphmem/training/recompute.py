@@ -15,8 +15,8 @@ import math
 
 import onnx
 
-from ..errors import GraphmemError
-from .build import TrainingGraph
+from graphmem.errors import GraphmemError
+from graphmem.training.build import TrainingGraph
 
 
 def _forward(g: onnx.GraphProto):
@@ -136,7 +136,7 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
     fits ``budget``: none first, then a binary search over segment counts, each scored
     by a real plan; among the counts that fit the one with the fewest recomputed MACs,
     else the smallest step found."""
-    from .report import account, load_training, plan_training
+    from graphmem.training.report import account, load_training, plan_training
 
     def attempt(segments):
         if segments is None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import Graph
-from ..load import from_model
-from ..pipeline import DEFAULT_PASSES, Result, plan_graph
-from .build import TrainingGraph
-from .macs import macs_by_phase, phase
-from .schedule import sink_floating
+from graphmem.core.ir import Graph
+from graphmem.frontend.reader import from_model
+from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
+from graphmem.training.build import TrainingGraph
+from graphmem.training.macs import macs_by_phase, phase
+from graphmem.training.schedule import sink_floating
 
 # Optimizer state in multiples of the trainable weights.
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}

@@ -39,7 +39,7 @@ def relu_mask_from_output(m: onnx.ModelProto) -> int:
 def _static_shapes(m: onnx.ModelProto) -> dict[str, list[int]]:
     """Static shapes of every value, from graphmem's loader (it folds shape arithmetic
     that onnx's own inference gives up on)."""
-    from ..load import from_model
+    from graphmem.frontend.reader import from_model
     graph = from_model(m, check=False)
     return {name: list(t.shape) for name, t in graph.tensors.items()}
 
@@ -53,8 +53,8 @@ def _fold_shape_queries(m: onnx.ModelProto, shapes: dict[str, list[int]]) -> int
     the loader could not finish for inception_v1's MaxPool adjoint once the weights
     were initializers again).
     """
-    from ..constants import shape_value
-    from ..ir import Tensor
+    from graphmem.frontend.folding import shape_value
+    from graphmem.core.ir import Tensor
 
     from onnx.reference import ReferenceEvaluator
 

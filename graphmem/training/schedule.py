@@ -10,8 +10,8 @@ inputs alive: only nodes that read no activation, or that recompute, float.)
 """
 from __future__ import annotations
 
-from ..ir import Graph
-from .rewrites import SEED
+from graphmem.core.ir import Graph
+from graphmem.training.rewrites import SEED
 
 
 def floating_nodes(graph: Graph) -> set[int]:

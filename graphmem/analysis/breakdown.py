@@ -1,0 +1,297 @@
+"""Where the memory and the compute go: a breakdown and a per-layer table from Graph + Plan.
+
+Pure functions: nothing here loads or plans; callers hand in a loaded
+:class:`~graphmem.ir.Graph` and the :class:`~graphmem.plan.Plan` made for it.
+
+- Weights are the initializers and folded constants that running nodes read (a weight
+  only feeding a folded node, e.g. the shape of a ``ConstantOfShape``, is not counted;
+  the folded result is). ``params`` counts their elements, leaving out int64 constants
+  (Reshape shapes, axes, indices), which are arguments rather than parameters.
+- Activations: ``naive`` is one buffer per arena tensor; ``arena`` is the planned arena.
+- Workspace: the largest im2col buffer over the convolutions (see :mod:`graphmem.macs`);
+  one buffer, reused, as a runtime that lowers convolutions would keep it.
+- Per layer: bytes moved are the distinct tensors a node reads (activations and weights)
+  plus what it writes; a node whose outputs are all views of its input (a Reshape the
+  plan aliases) moves nothing. The roofline compares ``2 * MACs / peak FLOP/s`` with
+  ``bytes moved / peak bandwidth``: the larger decides whether the layer is compute or
+  bandwidth bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from graphmem.errors import GraphmemError
+from graphmem.core.ir import Graph
+from graphmem.analysis.macs import im2col_bytes, node_macs
+from graphmem.plan.format import Plan
+
+# Peak dense throughput (no structured sparsity) per element class, and memory bandwidth.
+# Sources: the vendors' datasheets.
+#   V100 SXM2: FP32 15.7 TFLOPS, FP16 tensor 125 TFLOPS, INT8 (DP4A) 62.8 TOPS, HBM2 900 GB/s.
+#   T4: FP32 8.1 TFLOPS, FP16 mixed 65 TFLOPS, INT8 130 TOPS, GDDR6 320 GB/s.
+#   A100 SXM4 80GB: FP32 19.5 TFLOPS, FP16 tensor 312 TFLOPS, INT8 624 TOPS, 2,039 GB/s.
+#   H100 SXM5: FP32 67 TFLOPS, FP16 tensor 989.5 TFLOPS, INT8 1,979 TOPS (the datasheet's
+#     1,979 / 3,958 are with sparsity), HBM3 3.35 TB/s.
+#   H200 SXM: H100's compute with HBM3e at 4.8 TB/s.
+#   cpu-avx2: a nominal 8-core 3.0 GHz AVX2 CPU: two 256-bit FMA units per core give
+#     2 x 8 lanes x 2 = 32 FP32 FLOP/cycle, 8 x 3e9 x 32 = 768 GFLOP/s; no FP16 arithmetic
+#     (F16C only converts), INT8 via vpmaddubsw about twice FP32; dual-channel DDR4-3200
+#     is 2 x 25.6 = 51.2 GB/s.
+DEVICES: dict[str, tuple[dict[str, float], float]] = {
+    "v100": ({"float32": 15.7e12, "float16": 125e12, "int8": 62.8e12}, 900e9),
+    "t4": ({"float32": 8.1e12, "float16": 65e12, "int8": 130e12}, 320e9),
+    "a100": ({"float32": 19.5e12, "float16": 312e12, "int8": 624e12}, 2039e9),
+    "h100": ({"float32": 67e12, "float16": 989.5e12, "int8": 1979e12}, 3350e9),
+    "h200": ({"float32": 67e12, "float16": 989.5e12, "int8": 1979e12}, 4800e9),
+    "cpu-avx2": ({"float32": 768e9, "float16": 768e9, "int8": 1536e9}, 51.2e9),
+}
+DEFAULT_DEVICE = "a100"
+
+_HALF = {"float16", "bfloat16"}
+_EIGHT_BIT = {"int8", "uint8", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+              "float8e5m2fnuz"}
+FLOAT_TYPES = {"float32", "float64", "float16", "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Device:
+    """A roofline device: peak FLOP/s for the graph's element type, and bytes per second."""
+
+    name: str
+    flops: float
+    bandwidth: float
+
+    @property
+    def ridge(self) -> float:
+        """MACs per byte above which a layer is compute bound (one MAC = 2 FLOPs)."""
+        return self.flops / (2 * self.bandwidth)
+
+
+def compute_class(graph: Graph) -> str:
+    """Which peak of a device applies to this graph: "float16", "int8" or "float32".
+
+    Decided by the weights read by running nodes, the bulk of what the kernels compute on.
+    """
+    counts: dict[str, int] = {}
+    for name in static_reads(graph):
+        t = graph.tensors.get(name)
+        if t is not None:
+            counts[t.dtype] = counts.get(t.dtype, 0) + t.bytes
+    dtype = max(counts, key=counts.get) if counts else "float32"
+    return "float16" if dtype in _HALF else "int8" if dtype in _EIGHT_BIT else "float32"
+
+
+def device(name: str | None = None, *, flops: float | None = None,
+           bandwidth: float | None = None, compute: str = "float32") -> Device:
+    """A preset by name (peak for the ``compute`` class), or one from explicit peaks."""
+    if flops is not None or bandwidth is not None:
+        if flops is None or bandwidth is None:
+            raise GraphmemError("give both --device-flops and --device-bw, or a --device preset")
+        if flops <= 0 or bandwidth <= 0:
+            raise GraphmemError("--device-flops and --device-bw must be positive")
+        return Device(name or "custom", float(flops), float(bandwidth))
+    key = (name or DEFAULT_DEVICE).lower()
+    if key not in DEVICES:
+        raise GraphmemError(f"unknown device {name!r}; presets: {', '.join(DEVICES)}")
+    peaks, bw = DEVICES[key]
+    return Device(key, peaks[compute], bw)
+
+
+# ---------------------------------------------------------------------- breakdown
+
+def static_reads(graph: Graph) -> list[str]:
+    """Weights and folded constants that running nodes read (or the graph outputs), once each."""
+    static = graph.weights | set(graph.constants)
+    seen: dict[str, None] = {}
+    for n in graph.nodes:
+        for t in n.reads:
+            if t in static:
+                seen.setdefault(t)
+    for t in graph.outputs:
+        if t in static:
+            seen.setdefault(t)
+    return [t for t in seen if t in graph.tensors]
+
+
+def weight_bytes(graph: Graph) -> int:
+    """Bytes of the weights and folded constants running nodes read, each once."""
+    return sum(graph.tensors[t].bytes for t in static_reads(graph))
+
+
+def is_param(graph: Graph, name: str) -> bool:
+    """A weight that counts as a parameter: int64 constants are shapes, axes and indices."""
+    return graph.tensors[name].dtype != "int64"
+
+
+def param_count(graph: Graph) -> int:
+    """Elements of the weights running nodes read, shape and index constants left out."""
+    return sum(graph.tensors[t].numel for t in static_reads(graph) if is_param(graph, t))
+
+
+def workspace(graph: Graph) -> tuple[int, int | None]:
+    """(bytes, node index) of the largest im2col buffer; (0, None) without convolutions."""
+    best, where = 0, None
+    for n in graph.nodes:
+        b = im2col_bytes(n, graph.tensors)
+        if b > best:
+            best, where = b, n.index
+    return best, where
+
+
+def totals(graph: Graph, plan: Plan) -> dict:
+    """The breakdown: weights, params, naive and planned activations, MACs, workspace."""
+    macs = [node_macs(n, graph.tensors) for n in graph.nodes]
+    ws, ws_node = workspace(graph)
+    weights = weight_bytes(graph)
+    return {
+        "weight_bytes": weights,
+        "params": param_count(graph),
+        "activation_bytes_naive": plan.stats.get("naive_bytes",
+                                                 sum(t.bytes for t in plan.tensors.values())),
+        "arena_bytes": plan.arena_bytes,
+        "aliased_peak_bytes": plan.stats.get("aliased_peak_bytes"),
+        "macs": sum(m for m in macs if m is not None),
+        "macs_unknown_ops": sorted({n.op_type for n, m in zip(graph.nodes, macs) if m is None}),
+        "workspace_bytes": ws,
+        "workspace_node": ws_node,
+        "total_bytes": weights + plan.arena_bytes + ws,
+    }
+
+
+# ---------------------------------------------------------------------- per layer
+
+def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dict]:
+    """One row per node in plan order: shapes, params, bytes, MACs, roofline.
+
+    Fields: ``node`` (index in the file), ``name``, ``op``, ``output_shapes``,
+    ``params``, ``param_bytes`` (weights and constants the node reads),
+    ``activation_bytes`` (its outputs), ``workspace_bytes`` (its im2col buffer),
+    ``live_bytes`` (arena bytes in use while it runs), ``macs`` (None for an op without a cost rule), ``bytes_moved``,
+    ``intensity`` (MACs per byte moved, None when nothing moves), ``bound``
+    ("compute", "bandwidth" or "none"), ``time_s`` (roofline time on ``dev``).
+    """
+    dev = dev or device(compute=compute_class(graph))
+    static = graph.weights | set(graph.constants)
+    by_index = {n.index: n for n in graph.nodes}
+    live = _live_bytes(plan)
+    rows = []
+    for pos, idx in enumerate(plan.order):
+        n = by_index[idx]
+        reads = list(dict.fromkeys(n.reads))
+        outs = [o for o in n.outputs if o]
+        params = [t for t in reads if t in static and t in graph.tensors]
+        param_bytes = sum(graph.tensors[t].bytes for t in params)
+        act_bytes = sum(graph.tensors[o].bytes for o in outs)
+        views = [o for o in outs if o in plan.tensors and plan.tensors[o].alias == "view"]
+        if outs and len(views) == len(outs):
+            moved = 0  # the output is the input's storage: no kernel runs
+        else:
+            moved = sum(graph.tensors[t].bytes for t in reads if t in graph.tensors) + act_bytes
+        macs = node_macs(n, graph.tensors)
+        compute_s = 2 * (macs or 0) / dev.flops
+        memory_s = moved / dev.bandwidth
+        bound = ("none" if not macs and not moved else
+                 "compute" if compute_s > memory_s else "bandwidth")
+        rows.append({
+            "node": idx, "name": n.name, "op": n.op_type,
+            "output_shapes": [list(graph.tensors[o].shape) for o in outs],
+            "params": sum(graph.tensors[t].numel for t in params if is_param(graph, t)),
+            "param_bytes": param_bytes,
+            "activation_bytes": act_bytes,
+            "workspace_bytes": im2col_bytes(n, graph.tensors),
+            "live_bytes": live[pos],
+            "macs": macs,
+            "bytes_moved": moved,
+            "intensity": (macs or 0) / moved if moved else None,
+            "bound": bound,
+            "time_s": max(compute_s, memory_s),
+        })
+    return rows
+
+
+def _live_bytes(plan: Plan) -> list[int]:
+    """Arena bytes occupied at each step: the union of live tensors' byte ranges."""
+    steps = len(plan.order)
+    ranges: list[list[tuple[int, int]]] = [[] for _ in range(steps)]
+    for t in plan.tensors.values():
+        if t.bytes <= 0:
+            continue
+        for pos in range(max(t.live[0], 0), min(t.live[1], steps - 1) + 1):
+            ranges[pos].append((t.offset, t.offset + t.bytes))
+    return [_union(sorted(rs)) for rs in ranges]
+
+
+def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
+    """The step where the most arena bytes are in use, and the storage live there.
+
+    Tensors sharing storage (views, in-place outputs, Concat slices) are one entry,
+    named after its largest live tensor; entries are largest first and their bytes add
+    up to ``live_bytes``.
+    """
+    layers = layers if layers is not None else layer_table(graph, plan)
+    if not layers:
+        return {"node": None, "op": None, "live_bytes": 0, "tensors": []}
+    pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
+    groups: dict[str, list[str]] = {}
+    for name, t in plan.tensors.items():
+        if t.bytes and t.live[0] <= pos <= t.live[1]:
+            groups.setdefault(_storage_root(plan, name), []).append(name)
+    entries = []
+    for members in groups.values():
+        ranges = sorted((plan.tensors[m].offset, plan.tensors[m].offset + plan.tensors[m].bytes)
+                        for m in members)
+        main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
+        entries.append({"name": main, "shares_with": sorted(set(members) - {main}),
+                        "bytes": _union(ranges), "offset": ranges[0][0],
+                        "shape": list(graph.tensors[main].shape)})
+    entries.sort(key=lambda d: (-d["bytes"], d["offset"]))
+    return {"node": layers[pos]["node"], "op": layers[pos]["op"],
+            "live_bytes": layers[pos]["live_bytes"], "tensors": entries}
+
+
+def _storage_root(plan: Plan, name: str) -> str:
+    seen = set()
+    t = plan.tensors[name]
+    while name not in seen and (t.alias_of or t.slice_of) in plan.tensors:
+        seen.add(name)
+        name = t.alias_of or t.slice_of
+        t = plan.tensors[name]
+    return name
+
+
+def _union(ranges: list[tuple[int, int]]) -> int:
+    """Bytes covered by sorted [start, stop) ranges."""
+    total, end = 0, -1
+    for start, stop in ranges:
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def report(graph: Graph, plan: Plan, dev: Device | None = None) -> dict:
+    """``totals``, ``layers`` and the device used, as one JSON-ready object."""
+    dev = dev or device(compute=compute_class(graph))
+    layers = layer_table(graph, plan, dev)
+    return {
+        "model": plan.model,
+        "bindings": dict(plan.bindings),
+        "device": {"name": dev.name, "flops": dev.flops, "bandwidth": dev.bandwidth,
+                   "ridge_macs_per_byte": dev.ridge},
+        "totals": {**totals(graph, plan),
+                   "time_s": sum(r["time_s"] for r in layers)},
+        "peak": peak(graph, plan, layers),
+        "layers": layers,
+    }
+
+
+def by_op(layers: list[dict]) -> dict[str, dict]:
+    """MACs, bytes moved and time summed per op type, largest MAC share first."""
+    out: dict[str, dict] = {}
+    for r in layers:
+        s = out.setdefault(r["op"], {"count": 0, "macs": 0, "bytes_moved": 0, "time_s": 0.0})
+        s["count"] += 1
+        s["macs"] += r["macs"] or 0
+        s["bytes_moved"] += r["bytes_moved"]
+        s["time_s"] += r["time_s"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["macs"]))
+

@@ -1,0 +1,114 @@
+"""Constant subgraphs: which nodes fold at plan time, and their values when needed.
+
+Folding is decided on types alone (a ``Shape`` of a statically shaped tensor is a
+constant); values are computed only on request, e.g. by the verifier, or by the
+loader when shape inference needs the result of shape arithmetic.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from graphmem.core.ir import Tensor
+
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+           "Multinomial", "Bernoulli"}
+
+
+def is_foldable(n: onnx.NodeProto) -> bool:
+    """A standard-domain, deterministic node without subgraphs."""
+    if n.domain not in ("", "ai.onnx") or n.op_type in _RANDOM:
+        return False
+    return not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for a in n.attribute)
+
+
+def shape_value(n: onnx.NodeProto, tensor: Tensor) -> np.ndarray:
+    """The value a Shape or Size node gives for a statically shaped input."""
+    if n.op_type == "Size":
+        return np.array(tensor.numel, dtype=np.int64)
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+    rank = len(tensor.shape)
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return np.array(tensor.shape[start:end], dtype=np.int64)
+
+
+def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeProto],
+                       tensors: Mapping[str, Tensor], *, max_bytes: int | None = None,
+                       base_dir: str = ".",
+                       initializer_values: Mapping[str, np.ndarray] | None = None,
+                       ) -> dict[str, np.ndarray]:
+    """Values of the folded tensors (initializers included), skipping any over ``max_bytes``.
+
+    ``folded_nodes`` must be in a topological order. Large initializers are read
+    only when ``max_bytes`` allows them.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    values: dict[str, np.ndarray] = dict(initializer_values or {})
+    for init in model.graph.initializer:
+        if init.name in values:
+            continue
+        value = _initializer_value(init, base_dir, max_bytes)
+        if value is not None:
+            values[init.name] = value
+
+    def too_big(name: str) -> bool:
+        t = tensors.get(name)
+        return max_bytes is not None and t is not None and t.bytes > max_bytes
+
+    run: list[onnx.NodeProto] = []
+    available = set(values)
+    for n in folded_nodes:
+        outs = [o for o in n.output if o]
+        if any(too_big(o) for o in outs):
+            continue
+        if n.op_type in ("Shape", "Size") and n.input[0] in tensors:
+            values[outs[0]] = shape_value(n, tensors[n.input[0]])
+            available.add(outs[0])
+            continue
+        if all(t in available for t in n.input if t):
+            run.append(n)
+            available.update(outs)
+    if not run:
+        return values
+    wanted = [o for n in run for o in n.output if o]
+    needed = {t for n in run for t in n.input if t}
+    graph = helper.make_graph(
+        run, "constants", [],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in wanted],
+        [numpy_helper.from_array(values[t], t) for t in sorted(needed) if t in values])
+    sub = helper.make_model(graph, opset_imports=list(model.opset_import),
+                            ir_version=max(model.ir_version, 4))
+    try:
+        results = ReferenceEvaluator(sub).run(None, {})
+    except Exception:
+        return values  # best effort: the caller reports what stays unknown
+    for name, value in zip(wanted, results):
+        values[name] = np.asarray(value)
+    return values
+
+
+def _initializer_value(init: onnx.TensorProto, base_dir: str,
+                       max_bytes: int | None) -> np.ndarray | None:
+    if init.data_location == onnx.TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in init.external_data}
+        if info.get("location") in (None, "graphmem-dropped"):
+            return None
+        length = int(info.get("length", 0) or 0)
+        if max_bytes is not None and length > max_bytes:
+            return None
+        t = onnx.TensorProto()
+        t.CopyFrom(init)
+        try:
+            from onnx.external_data_helper import load_external_data_for_tensor
+            load_external_data_for_tensor(t, base_dir)
+            return numpy_helper.to_array(t)
+        except Exception:
+            return None
+    return numpy_helper.to_array(init)

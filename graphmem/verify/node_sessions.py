@@ -1,0 +1,104 @@
+"""One-node ONNX Runtime sessions, cached by what makes a kernel differ.
+
+The verifier runs every node of a model alone, its inputs and outputs bound to
+addresses in the arena. A session depends only on the op, its attributes, the types
+and shapes of its inputs and outputs and the opsets, so nodes that agree on those
+(the many 3x3 convolutions of one stage) share one session. Weights and folded
+constants are session inputs, not initializers, so they do not split the cache.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from graphmem.core.dtypes import ENUM_BY_NAME
+from graphmem.errors import GraphmemError
+from graphmem.core.ir import Tensor
+
+# graphmem dtype names that numpy (and so IOBinding) can carry.
+NUMPY_DTYPES = {name: np.dtype(name) for name in (
+    "float32", "float64", "float16", "int8", "uint8", "int16", "uint16", "int32",
+    "uint32", "int64", "uint64", "bool", "complex64", "complex128")}
+
+
+def numpy_dtype(t: Tensor) -> np.dtype:
+    """The numpy dtype of a tensor; the types numpy has no name for are refused."""
+    try:
+        return NUMPY_DTYPES[t.dtype]
+    except KeyError:
+        raise GraphmemError(f"tensor {t.name!r} is {t.dtype}, which the verifier cannot "
+                            "bind through numpy") from None
+
+
+def session_options():
+    """Sequential, one thread, no graph rewrites: the kernel runs as the node says."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return so
+
+
+class NodeSessions:
+    """Builds and caches one-node sessions for nodes of ``model`` on ``provider``."""
+
+    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], provider: str):
+        self.model, self.tensors, self.provider = model, tensors, provider
+        self.opsets = list(model.opset_import)
+        self.ir_version = max(model.ir_version, 3)
+        self._cache: dict[tuple, object] = {}
+        self.built = 0
+
+    def session(self, node_index: int):
+        """(session, input names, output names) for the node at ``node_index``.
+
+        The names are positional (``in0``, ``out0``; ``""`` for an omitted optional
+        input or output), in the node's own input and output order.
+        """
+        proto = self.model.graph.node[node_index]
+        ins = [f"in{i}" if t else "" for i, t in enumerate(proto.input)]
+        outs = [f"out{i}" if t else "" for i, t in enumerate(proto.output)]
+        key = (proto.op_type, proto.domain,
+               b"".join(a.SerializeToString() for a in proto.attribute),
+               tuple(self._sig(t) for t in proto.input),
+               tuple(self._sig(t) for t in proto.output))
+        sess = self._cache.get(key)
+        if sess is None:
+            sess = self._build(proto, ins, outs)
+            self._cache[key] = sess
+        return sess, ins, outs
+
+    def _sig(self, name: str):
+        if not name:
+            return None
+        t = self.tensors[name]
+        return (t.dtype, t.shape)
+
+    def _build(self, proto: onnx.NodeProto, ins: list[str], outs: list[str]):
+        import onnxruntime as ort
+        node = helper.make_node(proto.op_type, ins, outs, domain=proto.domain or None)
+        node.attribute.extend(proto.attribute)
+
+        def info(local: str, name: str):
+            t = self.tensors[name]
+            return helper.make_tensor_value_info(local, ENUM_BY_NAME[t.dtype], list(t.shape))
+
+        graph = helper.make_graph(
+            [node], f"node_{proto.op_type}",
+            [info(a, b) for a, b in zip(ins, proto.input) if a],
+            [info(a, b) for a, b in zip(outs, proto.output) if a])
+        m = helper.make_model(graph, opset_imports=self.opsets)
+        m.ir_version = self.ir_version
+        try:
+            sess = ort.InferenceSession(m.SerializeToString(), session_options(),
+                                        providers=[self.provider])
+        except Exception as exc:
+            raise GraphmemError(f"ONNX Runtime cannot run {proto.op_type} "
+                                f"{proto.name!r} alone: {' '.join(str(exc).split())[:300]}"
+                                ) from None
+        self.built += 1
+        return sess

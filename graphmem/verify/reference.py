@@ -1,0 +1,102 @@
+"""The verifier's inputs and its reference: weights, constants, seeded inputs, a whole-model run."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import onnx
+
+from graphmem.frontend.folding import evaluate_constants
+from graphmem.errors import GraphmemError
+from graphmem.core.ir import Graph, Node
+from graphmem.frontend.reader import read_model
+from graphmem.verify.node_sessions import numpy_dtype, session_options
+
+
+def model_with_weights(graph: Graph) -> onnx.ModelProto:
+    if not graph.model_path:
+        raise GraphmemError("the graph has no model path; the verifier needs the ONNX file")
+    return read_model(graph.model_path, load_weights=True)
+
+
+def constant_values(model: onnx.ModelProto, graph: Graph) -> dict[str, np.ndarray]:
+    """Every initializer and folded constant a running node reads, evaluated once."""
+    from pathlib import Path
+    rank = {name: i for i, name in enumerate(graph.constants)}
+    folded = [model.graph.node[i] for i in graph.folded_nodes]
+    # production order (graph.constants is in it), so each node's inputs come first
+    folded.sort(key=lambda n: min((rank.get(o, len(rank)) for o in n.output if o),
+                                  default=len(rank)))
+    values = evaluate_constants(model, folded, graph.tensors,
+                                base_dir=str(Path(graph.model_path).parent))
+    static = graph.weights | set(graph.constants)
+    for node in graph.nodes:
+        for t in node.inputs:
+            if t in static and t not in values:
+                raise GraphmemError(f"cannot evaluate constant {t!r}, read by {node.label}")
+    return values
+
+
+def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats uniform in [-1, 1), integers in a range valid as indices."""
+    rng = np.random.default_rng(seed)
+    consumers = graph.consumers()
+    feeds = {}
+    for name in graph.inputs:
+        t = graph.tensors[name]
+        dtype = numpy_dtype(t)
+        if dtype.kind == "f":
+            feeds[name] = rng.uniform(-1.0, 1.0, t.shape).astype(dtype)
+        elif dtype.kind == "c":
+            feeds[name] = (rng.uniform(-1, 1, t.shape) + 1j * rng.uniform(-1, 1, t.shape)
+                           ).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[name] = rng.random(t.shape) < 0.5
+        else:
+            high = _index_bound(graph, name, consumers.get(name, []))
+            feeds[name] = rng.integers(0, high, t.shape).astype(dtype)
+    return feeds
+
+
+def _index_bound(graph: Graph, name: str, readers: list[Node]) -> int:
+    """An exclusive upper bound for integer inputs: within every indexed axis."""
+    high = 4
+    for n in readers:
+        if n.op_type in ("Gather", "GatherElements") and n.inputs[1:2] == (name,):
+            data = graph.tensors[n.inputs[0]].shape
+            axis = n.attrs.get("axis", 0)
+            if data:
+                high = min(high, data[axis])
+        elif n.op_type == "OneHot" and n.inputs[:1] == (name,):
+            high = min(high, 2)
+    return max(high, 1)
+
+
+def reference_run(model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.ndarray],
+                  provider: str, *, everything: bool = False) -> dict[str, np.ndarray]:
+    """A whole-model run; with ``everything`` every arena tensor is an output too."""
+    import onnxruntime as ort
+    from onnx import helper
+    from graphmem.core.dtypes import ENUM_BY_NAME
+    names = list(graph.outputs)
+    m = model
+    if everything:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        existing = {o.name for o in m.graph.output}
+        for t in graph.arena_tensors():
+            if t not in existing and t not in graph.inputs:
+                info = graph.tensors[t]
+                m.graph.output.append(helper.make_tensor_value_info(
+                    t, ENUM_BY_NAME[info.dtype], list(info.shape)))
+                names.append(t)
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), session_options(),
+                                    providers=[provider])
+        values = sess.run(names, dict(feeds))
+    except Exception as exc:
+        raise GraphmemError(f"ONNX Runtime cannot run the whole model: "
+                            f"{' '.join(str(exc).split())[:300]}") from None
+    out = dict(zip(names, values))
+    out.update(feeds)
+    return out
