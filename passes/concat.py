@@ -1,12 +1,12 @@
 """Zero-copy concatenation: Concat inputs are written straight into their slices.
 
-For a Concat whose slices are contiguous in memory (every dimension before the axis
-is 1), each input that qualifies gets ``slice_of`` = the Concat output and its byte
-offset inside it, so the Concat copies nothing. An input qualifies when it is an
-arena activation (not a graph input or output, not a weight or folded constant), it
-is not empty, it appears once among the Concat's inputs, it is not already a slice
-of another Concat, and its offset inside the output is a multiple of the alignment
-(a plan's offsets must be). Chains nest: a Concat output may itself be a slice.
+For a Concat whose slices are contiguous in memory (``ops.concat_axis``), each input
+that qualifies gets ``slice_of`` = the Concat output and its byte offset inside it, so
+the Concat copies nothing. An input qualifies when it is an arena activation (not a
+graph input or output, not a weight or folded constant), it is not empty, it appears
+once among the Concat's inputs, it is not already a slice of another Concat, and its
+offset inside the output is a multiple of the alignment (a plan's offsets must be).
+Chains nest: a Concat output may itself be a slice.
 
 This pass runs before ``inplace``, so no aliases exist yet; ``inplace`` then keeps
 the in-place rule over the whole group a slice creates (see ``passes/inplace.py``)
@@ -14,23 +14,13 @@ and never joins a slice to a graph input or to a second slice.
 """
 from __future__ import annotations
 
-from graphmem.planning.assignment import Assignment, Context
+from graphmem.core.ops import concat_axis, is_concat
+from graphmem.planning.assignment import Assignment
+from graphmem.planning.context import Context
+from graphmem.planning.contract import Pass, PassOptions
 
 
-def contiguous_axis(ctx: Context, node) -> int | None:
-    """The Concat's axis when its slices are contiguous, else None."""
-    out = node.outputs[0] if node.outputs else ""
-    if out not in ctx.intervals:
-        return None
-    shape = ctx.graph.tensors[out].shape
-    axis = node.attrs.get("axis", 0)
-    axis = axis + len(shape) if axis < 0 else axis
-    if not 0 <= axis < len(shape) or any(d != 1 for d in shape[:axis]):
-        return None
-    return axis
-
-
-def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
+def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
     graph = ctx.graph
     by_index = {n.index: n for n in graph.nodes}
     pinned = set(graph.inputs) | set(graph.outputs)
@@ -40,11 +30,13 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
     saved = 0
     for idx in ctx.order:
         node = by_index[idx]
-        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
-            continue
-        if contiguous_axis(ctx, node) is None:
+        if not is_concat(node) or not node.outputs or node.outputs[0] not in ctx.intervals:
             continue
         out = node.outputs[0]
+        shape = graph.tensors[out].shape
+        axis, contiguous = concat_axis(shape, node.attrs.get("axis", 0))
+        if not (0 <= axis < len(shape) and contiguous):
+            continue
         before = 0
         hit = False
         for t in node.inputs:
@@ -60,3 +52,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         concats += hit
     new = a.with_(slice_of=slice_of, slice_offset=slice_offset)
     return new, {"concats": concats, "slices": sliced, "copy_bytes_saved": saved}
+
+
+PASS = Pass("concat", "alias", reads=(), provides=("slices",), run=run,
+            summary="zero-copy Concat: each input written straight into its slice")

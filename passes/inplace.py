@@ -1,6 +1,6 @@
 """In-place and view aliasing, driven by the op tables in ``graphmem.ops``.
 
-Walks the order's view and overwrite pairs once (``ops.alias_edges``: the pairs of
+Walks the order's view and overwrite pairs once (``Context.edges``: the pairs of
 every node, in order, as one table). A view output joins its input's storage group. An
 element-wise output overwrites an input's storage when every tensor of that
 group is read for the last time at this step, the group holds no graph input,
@@ -19,17 +19,16 @@ from typing import Iterator
 
 import numpy as np
 
-from graphmem.planning.assignment import Assignment, Context, root_map
-from graphmem.core.liveness import live_columns
-from graphmem.core.ops import alias_edges
-from graphmem.core.index import topology
+from graphmem.planning.assignment import Assignment, linked_roots
+from graphmem.planning.context import Context
+from graphmem.planning.contract import Pass, PassOptions
 
 
-def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
+def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
     graph, iv = ctx.graph, ctx.intervals
     alias = dict(a.alias)
     # groups the earlier passes made (Concat slices); none: every tensor alone
-    root_of = root_map(ctx, a) if a.alias or a.slice_of else {}
+    root_of = linked_roots(a) if a.alias or a.slice_of else {}
     # union-find over storage groups; a group's state (member lives, in-place write
     # positions, last use) is made when the group first has two members or is asked
     # about (a tensor alone is its own root, lives [its life] and has no writes): on a
@@ -44,7 +43,7 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
         if r not in lives:
             lives[r], writes[r], group_last[r] = [iv[r]], [], iv[r][1]
 
-    for t in a.linked:  # the others are their own root: no visit
+    for t in a.linked():  # the others are their own root: no visit
         r = root_of[t][0]
         if r != t and t in iv:
             parent[t] = r
@@ -148,23 +147,17 @@ def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
 def _candidates(ctx: Context) -> Iterator[tuple[int, bool, str, str]]:
     """(position, overwrite?, input, output) for each pair ``view_pairs`` and
     ``overwrite_pairs`` give, node by node in the order (views first: the rows of
-    ``ops.alias_edges``), leaving out pairs that fail a test of ``run`` that no join
-    can change: a name that is no tensor of the topology (a weight, a blank), and,
-    where the intervals are the topology's (``ctx.whole``), not two arena tensors of
-    equal bytes, an overwrite of nothing, or of an input whose own last use is after
-    this step (its group's last use is no earlier). ``run`` still checks every rule;
-    this only spares it the walk over every node.
+    ``ctx.edges``), leaving out pairs that fail a test of ``run`` that no join can
+    change: not two arena tensors of equal bytes, an overwrite of nothing, or of an
+    input whose own last use is after this step (its group's last use is no earlier).
+    ``run`` still checks every rule; this only spares it the walk over every node.
     """
-    topo = topology(ctx.graph)
-    pos, overwrite, src, out = alias_edges(ctx.graph, ctx.order)
-    keep = (src >= 0) & (out >= 0) & (src != out)
-    if ctx.whole:  # positions are topology ids: the static tests in numpy
-        arena, nb = topo.arena, topo.nbytes
-        keep &= (src < arena) & (out < arena)
-        s, o = np.where(keep, src, 0), np.where(keep, out, 0)
-        _, last = live_columns(ctx.intervals)
-        keep &= (nb[s] == nb[o]) & (~overwrite | ((nb[s] > 0) & (last[s] <= pos)))
-    names = topo.names
+    pos, overwrite, src, out = ctx.edges
+    arena, nb = ctx.index.arena, ctx.nbytes
+    keep = (src >= 0) & (out >= 0) & (src != out) & (src < arena) & (out < arena)
+    s, o = np.where(keep, src, 0), np.where(keep, out, 0)
+    keep &= (nb[s] == nb[o]) & (~overwrite | ((nb[s] > 0) & (ctx.last[s] <= pos)))
+    names = ctx.index.names
     yield from zip(pos[keep].tolist(), overwrite[keep].tolist(),
                    map(names.__getitem__, src[keep].tolist()),
                    map(names.__getitem__, out[keep].tolist()))
@@ -174,3 +167,7 @@ def _crosses(members, positions) -> bool:
     """Is some member live across one of the positions (produced before, read after)?"""
     return any(first < p < last for p in positions for first, last in members)
 
+
+
+PASS = Pass("inplace", "alias", reads=("slices",), provides=("aliases",), run=run,
+            summary="views share their input's storage; element-wise ops overwrite a dying input")

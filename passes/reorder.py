@@ -20,8 +20,9 @@ pipeline plans both orders with the real passes and keeps the better arena).
 - ``layer_floor``: no order can go below the largest inputs + outputs of one node; an
   order that meets it is optimal and ends the search.
 
-The pass returns its order in ``detail["order"]``; the pipeline rebuilds liveness
-from it. It never returns an order whose modelled peak is above the file order's.
+The pass returns its order as ``Assignment.order``; the pipeline plans the rest for it
+and for the given order and keeps the smaller arena. It never returns an order whose
+modelled peak is above the given order's.
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import add
 
-from graphmem.planning.assignment import Assignment, Context
 from graphmem.core.ir import Graph
 from graphmem.core.ops import view_pairs
+from graphmem.planning.assignment import Assignment
+from graphmem.planning.context import Context
+from graphmem.planning.contract import Pass, PassOptions
 
 EXACT_MAX_STATES = 10_000  # DP sets before giving up on the exact search (about 0.1 s)
 BEAM_WORK = 8_000  # beam width x nodes; the width shrinks for large graphs
-SEARCH_WORK = 300_000  # local search: order evaluations x nodes (about 0.1 s a start)
+LOCAL_SEARCH_WORK = 300_000  # local search: order evaluations x nodes (about 0.1 s a start)
 # Executed-node sets are Python int bitmasks, so each search step costs O(n / 64):
 # the searches grow as n^2 (10k random nodes: 11 s; 100k: 450 s). Above this size
 # the pass keeps the given order and says so, which keeps planning near-linear.
@@ -43,7 +46,7 @@ MAX_NODES = 4_000
 
 
 @dataclass(frozen=True)
-class Model:
+class Schedule:
     """The scheduling problem: nodes 0..n-1 with dependency masks and storage units."""
 
     nodes: tuple[int, ...]  # graph node index of each internal node id
@@ -64,7 +67,7 @@ class Model:
                       if self.unit_readers[u] != -1) for units in self.touched))
 
 
-def build_model(graph: Graph, nodes: list[int] | None = None) -> Model:
+def build_schedule(graph: Graph, nodes: list[int] | None = None) -> Schedule:
     """The cost model of ``graph`` (node ids follow ``nodes``, default the file order)."""
     by_index = {n.index: n for n in graph.nodes}
     nodes = list(nodes) if nodes is not None else [n.index for n in graph.nodes]
@@ -116,7 +119,7 @@ def build_model(graph: Graph, nodes: list[int] | None = None) -> Model:
             succs[p].append(i)
     base = sum(unit_bytes[uid[unit(t)]] for t in dict.fromkeys(graph.inputs)
                if t in arena and unit(t) == t)
-    return Model(tuple(nodes), tuple(preds), tuple(tuple(s) for s in succs), tuple(new_bytes),
+    return Schedule(tuple(nodes), tuple(preds), tuple(tuple(s) for s in succs), tuple(new_bytes),
                  tuple(touched), tuple(unit_bytes), tuple(readers), base)
 
 
@@ -127,7 +130,7 @@ def _bits(mask: int):
         mask ^= low
 
 
-def _step(m: Model, done: int, mem: int, v: int) -> tuple[int, int]:
+def _step(m: Schedule, done: int, mem: int, v: int) -> tuple[int, int]:
     """(bytes live while node ``v`` runs, bytes live after it) from executed set ``done``."""
     during = mem + m.new_bytes[v]
     waiting = ~(done | (1 << v))  # the nodes not run after v
@@ -138,12 +141,12 @@ def _step(m: Model, done: int, mem: int, v: int) -> tuple[int, int]:
     return during, during - freed
 
 
-def peak_of(m: Model, order: list[int]) -> int:
+def peak_of(m: Schedule, order: list[int]) -> int:
     """Modelled peak of an order given as internal node ids."""
     return _cost(m, order)[0]
 
 
-def _initial_ready(m: Model) -> int:
+def _initial_ready(m: Schedule) -> int:
     ready = 0
     for i, p in enumerate(m.preds):
         if p == 0:
@@ -151,7 +154,7 @@ def _initial_ready(m: Model) -> int:
     return ready
 
 
-def _advance_ready(m: Model, ready: int, done: int, v: int) -> int:
+def _advance_ready(m: Schedule, ready: int, done: int, v: int) -> int:
     ready &= ~(1 << v)
     for s in m.succs[v]:
         if m.preds[s] & ~done == 0:
@@ -172,7 +175,7 @@ def _unwind(link) -> list[int]:
 RANKINGS = {"peak": lambda s: (s[0], s[1], s[2]), "live": lambda s: (s[1], s[0], s[2])}
 
 
-def beam_order(m: Model, width: int | None = None) -> tuple[list[int], int]:
+def beam_order(m: Schedule, width: int | None = None) -> tuple[list[int], int]:
     """(order as internal ids, its modelled peak): the better of the beam searches."""
     best = None
     for rank in RANKINGS.values():
@@ -182,7 +185,7 @@ def beam_order(m: Model, width: int | None = None) -> tuple[list[int], int]:
     return best
 
 
-def _beam(m: Model, width: int | None, rank) -> tuple[list[int], int]:
+def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
     n = len(m.nodes)
     if width is None:
         width = max(4, min(32, BEAM_WORK // max(n, 1)))
@@ -202,7 +205,7 @@ def _beam(m: Model, width: int | None, rank) -> tuple[list[int], int]:
     return _unwind(best[4]), best[0]
 
 
-def exact_order(m: Model, upper: int | None = None,
+def exact_order(m: Schedule, upper: int | None = None,
                 max_states: int = EXACT_MAX_STATES) -> tuple[list[int], int] | None:
     """(an order of minimum modelled peak, that peak), or None past ``max_states`` sets.
 
@@ -236,7 +239,7 @@ def exact_order(m: Model, upper: int | None = None,
     return _unwind(link), peak
 
 
-def _cost(m: Model, order: list[int]) -> tuple[int, int]:
+def _cost(m: Schedule, order: list[int]) -> tuple[int, int]:
     """(peak, live bytes summed over the steps): peak first, then compactness. Local
     search gets the same figures from a :class:`_Profile` (tests compare the two)."""
     done, mem, peak, area = 0, m.base, m.base, 0
@@ -248,7 +251,7 @@ def _cost(m: Model, order: list[int]) -> tuple[int, int]:
     return peak, area
 
 
-def local_search(m: Model, order: list[int], evals: int | None = None) -> tuple[list[int], int]:
+def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tuple[list[int], int]:
     """Improve an order by moving single nodes as early or as late as their
     dependencies allow (a helper node as late as possible, a consumer right after its
     producer), keeping a move when (peak, summed live bytes) drops. Bounded by ``evals``
@@ -261,7 +264,7 @@ def local_search(m: Model, order: list[int], evals: int | None = None) -> tuple[
     :func:`_cost` of the whole candidate, in time of the span, not of the order."""
     n = len(order)
     if evals is None:
-        evals = max(50, SEARCH_WORK // max(n, 1))
+        evals = max(50, LOCAL_SEARCH_WORK // max(n, 1))
     best = list(order)
     prof = _Profile(m, best)
     cost = prof.cost
@@ -293,7 +296,7 @@ class _Profile:
     enough to cost an order that differs only at positions ``a..b``, and to become
     that order's profile by redoing those steps alone."""
 
-    def __init__(self, m: Model, order: list[int]):
+    def __init__(self, m: Schedule, order: list[int]):
         self.m = m
         n = len(order)
         self.done, self.mem, self.during = [0] * (n + 1), [m.base] * (n + 1), [0] * n
@@ -325,7 +328,7 @@ class _Profile:
         return max(peak, self.tail_peak[b + 1]), area + self.tail_area[b + 1]
 
 
-def layer_floor(m: Model) -> int:
+def layer_floor(m: Schedule) -> int:
     """A lower bound on every order's peak: a node's inputs and outputs are live together."""
     return max((sum(m.unit_bytes[u] for u in m.touched[v]) for v in range(len(m.nodes))),
                default=0)
@@ -336,7 +339,7 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     """The best order found for ``graph`` (graph node indices) and what was tried."""
     if len(order) > MAX_NODES:
         return list(order), {"method": f"skipped ({len(order)} nodes > {MAX_NODES})"}
-    m = build_model(graph, order)
+    m = build_schedule(graph, order)
     file_peak = peak_of(m, list(range(len(order))))
     floor = max(layer_floor(m), m.base)
     if file_peak <= floor:  # the file order is already optimal
@@ -363,7 +366,11 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     return [m.nodes[i] for i in ids], detail
 
 
-def run(ctx: Context, a: Assignment) -> tuple[Assignment, dict]:
+def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
     order, detail = best_order(ctx.graph, list(ctx.order))
-    detail["order"] = tuple(order)
-    return a, detail
+    return a.with_(order=tuple(order)), detail
+
+
+PASS = Pass("reorder", "order", reads=(), provides=("order",), run=run,
+            summary="memory-aware execution order (exact DP when small, beam search and "
+                    "moves otherwise); never worse than the given order")

@@ -1,6 +1,8 @@
-"""The O(n^2) placement as it was before the overlap index (issue 10), kept as a reference.
+"""The specification of placement: best fit as a plain O(n^2) Python loop (as it was
+before the overlap index of issue 10), breadth, hill climbing and the best of all.
 
-tests/test_place_fast.py checks that passes/place.py gives the same offsets for the
+tests/test_place_reference.py checks that the compiled loop the pass runs
+(passes/placement/best_fit.py over graphmem/_fit.c) gives the same offsets for the
 same order. Do not optimise this file: it is the specification.
 """
 from __future__ import annotations
@@ -9,11 +11,13 @@ import bisect
 import random
 from typing import Callable, Sequence
 
-from graphmem.planning.assignment import Record, align_up
 # The four plain orderings and the climbing budget are the pass's own: only best fit,
 # breadth and the loops around them are restated here.
-from graphmem.passes.place import (CLIMB_MAX_RUNS, CLIMB_WORK, Tied, _by_area,
-                                   _by_duration, _by_size, _in_order)
+from graphmem.passes.placement import by_area, by_duration, by_size, in_order
+from graphmem.passes.placement.items import Tied
+from graphmem.passes.placement.search import CLIMB_MAX_RUNS, CLIMB_WORK
+from graphmem.planning.context import align_up
+from graphmem.planning.groups import Record
 
 
 def _breadth(recs: Sequence[Record]) -> dict[int, int]:
@@ -40,11 +44,11 @@ def _by_breadth(recs):
 
 # name -> how records are ordered before best-fit insertion
 STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
-    "greedy_by_size": _by_size,
+    "greedy_by_size": by_size.order,
     "greedy_by_breadth": _by_breadth,
-    "greedy_by_area": _by_area,
-    "greedy_by_duration": _by_duration,
-    "greedy_in_order": _in_order,
+    "greedy_by_area": by_area.order,
+    "greedy_by_duration": by_duration.order,
+    "greedy_in_order": in_order.order,
 }
 
 

@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 import graphmem
-from graphmem.planning.assignment import align_up
+from graphmem.planning.context import align_up
 from graphmem.errors import GraphmemError
 
 from verify_hook import verify_or_skip

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import onnx
-import pytest
 from onnx import helper
 
 from graphmem.cli import main

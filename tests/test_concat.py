@@ -8,8 +8,10 @@ import pytest
 from onnx import helper
 
 import graphmem
-from graphmem.passes.place import Tied, best_fit, place_records
-from graphmem.planning.assignment import Record
+from graphmem.passes.placement.best_fit import best_fit
+from graphmem.passes.placement.items import Tied
+from graphmem.passes.placement.search import place_records
+from graphmem.planning.groups import Record
 from models.generate import inception_cell, unet
 
 from conftest import F, make_model, plan_of

@@ -13,7 +13,6 @@ import onnx
 import onnx.numpy_helper
 import pytest
 
-import graphmem
 from graphmem.export.annotate import annotate, doc_fields, plan_of_model, read_plan
 from graphmem.cli import main
 from graphmem.commands import report_html

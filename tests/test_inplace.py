@@ -1,7 +1,6 @@
 """The inplace pass on hand-built graphs: views, overwrites, and every guard."""
 from __future__ import annotations
 
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 import numpy as np
 
@@ -146,35 +145,18 @@ def _edge_graph():
 
 def test_alias_edges_are_the_pairs_of_view_pairs_and_overwrite_pairs():
     from graphmem.core.ops import alias_edges, overwrite_pairs, view_pairs
-    from graphmem.core.index import topology
+    from graphmem.core.index import index_graph
     graph = _edge_graph()
-    ids = topology(graph).ids
+    ids = index_graph(graph).ids
     order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     want = [(pos, overwrite, ids.get(n.inputs[i], -1), ids.get(n.outputs[o], -1))
             for pos, n in enumerate(graph.nodes)
             for overwrite, pairs in ((False, view_pairs(n)), (True, overwrite_pairs(n)))
             for i, o in pairs]
-    e = alias_edges(graph, order)
+    e = alias_edges(graph, order, index_graph(graph))
     got = list(zip(e.pos.tolist(), e.overwrite.tolist(), e.src.tolist(), e.out.tolist()))
     assert got == want
     # the table's special cases are there: no pairs for the custom domain, the
     # training Dropout and the training BatchNormalization; one pair per Add input
     assert {p for p, *_ in got} == {0, 2, 4, 6, 7, 8, 9, 10}
     assert [s for p, _, s, _ in got if p == 8] == [ids["h"], ids["h"]]
-
-
-def test_inplace_pass_gives_the_same_aliases_with_and_without_its_prefilter():
-    """Intervals not in the topology's order make the pass try every pair of the edge
-    table; in the topology's order it first drops, in numpy, the pairs that cannot
-    join: the same aliases either way."""
-    from graphmem.planning.assignment import Assignment, Context
-    from graphmem.core.liveness import liveness
-    from graphmem.passes import PASSES
-    graph = _edge_graph()
-    order = tuple(n.index for n in graph.nodes)
-    iv = liveness(graph, list(order))
-    fast = Context(graph, order, iv)
-    slow = Context(graph, order, dict(reversed(list(iv.items()))))
-    assert fast.whole and not slow.whole
-    got = [PASSES["inplace"](ctx, Assignment())[0].alias for ctx in (fast, slow)]
-    assert got[0] == got[1] and got[0]

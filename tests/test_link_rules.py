@@ -16,16 +16,18 @@ import graphmem
 from conftest import F, graph_of, make_model
 from graphmem.core.ir import Graph, Node, Tensor
 from graphmem.plan.links import links_hold
-from graphmem.plan.validate import _alias_problems
+from graphmem.plan.validate import link_problems
 from graphmem.plan.columns import columns
-from graphmem.core.index import topology
+from graphmem.core.index import index_graph
+from graphmem.core.ops import alias_edges
 
 
 def _check(plan, graph):
     """(links_hold, the loop's problems) for a plan in the graph's order."""
-    topo = topology(graph)
+    topo = index_graph(graph)
     cols = columns(plan, topo.ids)
-    return links_hold(plan, graph, topo, cols), _alias_problems(plan, graph, cols)
+    return (links_hold(plan, graph, topo, cols, lambda: alias_edges(graph, plan.order, topo)),
+            link_problems(plan, graph, topo, cols))
 
 
 def _with(plan, **changes):

@@ -13,14 +13,17 @@ def test_every_subpackage_is_packaged():
     found = {"graphmem." + ".".join(p.parent.relative_to(ROOT / "graphmem").parts)
              for p in (ROOT / "graphmem").rglob("__init__.py")}
     found = {f.rstrip(".") for f in found} | {"graphmem.passes"}
+    found |= {"graphmem.passes." + ".".join(p.parent.relative_to(ROOT / "passes").parts)
+              for p in (ROOT / "passes").rglob("*/__init__.py")}
     assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages"
     assert config["package-dir"]["graphmem.passes"] == "passes"
 
 
-def test_the_compiled_extension_is_declared_optional_with_its_source():
-    """graphmem/_fit.c builds at install where a C compiler is; without one the install
-    must still succeed (placement then runs its Python loop)."""
+def test_the_compiled_extension_is_declared_required_with_its_source():
+    """graphmem/_fit.c (best fit and the storage pool) is built at install and required:
+    the passes have no second, Python, implementation (their specifications are
+    tests/reference_place.py and tests/reference_share.py)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     (ext,) = config["ext-modules"]
-    assert ext["name"] == "graphmem._fit" and ext["optional"] is True
+    assert ext["name"] == "graphmem._fit" and ext["optional"] is False
     assert all((ROOT / s).is_file() for s in ext["sources"])

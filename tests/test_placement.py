@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphmem.planning.assignment import Record
-from graphmem.passes.place import STRATEGIES, best_fit, max_live, place_records
+from graphmem.planning.groups import Record
+from graphmem.passes.placement.best_fit import best_fit
+from graphmem.passes.placement.search import STRATEGIES, max_live, place_records
 from graphmem.passes.share import share_blocks
 
 

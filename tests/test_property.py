@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
-from graphmem.planning.assignment import Record, align_up
+from graphmem.planning.context import align_up
+from graphmem.planning.groups import Record
 from graphmem.errors import PlanInvalid
 from graphmem.frontend.reader import from_model
-from graphmem.passes.place import STRATEGIES, max_live, place_records
+from graphmem.passes.placement.search import STRATEGIES, max_live, place_records
 from graphmem.plan.stats import live_timelines
 from graphmem.core.order import check_order
 
@@ -326,13 +327,15 @@ def test_the_links_fast_check_never_clears_what_the_loop_rejects(model, passes, 
     tensor-by-tensor loop, but must never say "holds" where the loop finds a problem:
     plans with one link broken at random, and planned plans, which it must clear."""
     from graphmem.plan.links import links_hold
-    from graphmem.plan.validate import _alias_problems
+    from graphmem.plan.validate import link_problems
     from graphmem.plan.columns import columns
-    from graphmem.core.index import topology
+    from graphmem.core.index import index_graph
+    from graphmem.core.ops import alias_edges
     graph = from_model(model)
     plan = graphmem.plan_graph(graph, passes).plan
-    topo = topology(graph)
-    fine = links_hold(plan, graph, topo, columns(plan, topo.ids))
+    topo = index_graph(graph)
+    edges = lambda: alias_edges(graph, plan.order, topo)  # noqa: E731
+    fine = links_hold(plan, graph, topo, columns(plan, topo.ids), edges)
     concat_reads_weight = any(n.op_type == "Concat" and any(i in graph.weights for i in n.inputs)
                               for n in graph.nodes)
     assert fine or concat_reads_weight  # the planner's own plan: the fast path clears it
@@ -374,5 +377,5 @@ def test_the_links_fast_check_never_clears_what_the_loop_rejects(model, passes, 
                    if roots[k] == roots[name] else v for k, v in plan.tensors.items()}
         mutant = dataclasses.replace(plan, tensors=tensors)
     cols = columns(mutant, topo.ids)
-    if links_hold(mutant, graph, topo, cols):
-        assert _alias_problems(mutant, graph, cols) == []
+    if links_hold(mutant, graph, topo, cols, edges):
+        assert link_problems(mutant, graph, topo, cols) == []

@@ -1,7 +1,6 @@
 """The reorder pass: exact search, beam heuristic, and never worse than the file order."""
 from __future__ import annotations
 
-import importlib
 import random
 
 import pytest
@@ -10,7 +9,7 @@ from onnx import helper
 import graphmem
 from graphmem.cli import main
 from graphmem.core.ir import Graph, Node, Tensor
-from graphmem.passes.reorder import beam_order, build_model, exact_order, peak_of
+from graphmem.passes.reorder import beam_order, build_schedule, exact_order, peak_of
 from graphmem.frontend.zoo import ZOO, zoo_path
 from models.generate import inception_cell, randwire, unet
 
@@ -46,7 +45,7 @@ def test_exact_matches_bruteforce_on_tiny_graphs():
     import itertools
     for seed in range(20):
         graph = _random_graph(random.Random(seed), 7)
-        m = build_model(graph)
+        m = build_schedule(graph)
         n = len(m.nodes)
         best = min(peak_of(m, list(p)) for p in itertools.permutations(range(n))
                    if _valid(m, p))
@@ -60,7 +59,7 @@ def test_heuristic_within_5_percent_of_exact_on_random_dags():
     close = 0
     for _ in range(200):
         graph = _random_graph(rng, rng.randint(6, 20))
-        m = build_model(graph)
+        m = build_schedule(graph)
         h_order, h_peak = beam_order(m)
         assert _valid(m, h_order) and peak_of(m, h_order) == h_peak
         found = exact_order(m, upper=h_peak, max_states=10 ** 6)
@@ -129,7 +128,7 @@ def _random_graph(rng: random.Random, n: int) -> Graph:
 
 def test_large_graphs_keep_their_order(monkeypatch):
     """Above MAX_NODES the quadratic searches are skipped and the pass says so."""
-    reorder = importlib.import_module("graphmem.passes.reorder")  # the name is the pass function
+    from graphmem.passes import reorder
     graph = graphmem.load(zoo_path("shufflenet"))  # reorder helps here: 2.97 -> 2.75 MiB
     assert graphmem.plan_graph(graph).plan.order != [n.index for n in graph.nodes]
     monkeypatch.setattr(reorder, "MAX_NODES", len(graph.nodes) - 1)
@@ -142,10 +141,10 @@ def test_local_search_costs_each_move_as_the_whole_order_would():
     """local_search costs a moved node over the span it moved through (the rest of the
     order, and so of its live bytes, is unchanged): every such cost must equal
     ``_cost`` of the whole candidate order, before and after profiles are moved on."""
-    reorder = importlib.import_module("graphmem.passes.reorder")
+    from graphmem.passes import reorder
     rng = random.Random(7)
     for _ in range(40):
-        m = build_model(_random_graph(rng, rng.randint(2, 30)))
+        m = build_schedule(_random_graph(rng, rng.randint(2, 30)))
         n = len(m.nodes)
         order = list(range(n))
         prof = reorder._Profile(m, order)

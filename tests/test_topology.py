@@ -1,6 +1,6 @@
 """The graph's integer topology, and the order check and liveness computed on it.
 
-``liveness`` and ``check_order`` run as numpy over ``topology(graph)`` arrays; the
+``liveness`` and ``check_order`` run as numpy over ``index_graph(graph)`` arrays; the
 references below are the plain dict walks they replaced (their specification),
 compared on hand-built graphs and on random DAGs under any order: valid, invalid,
 partial, with repeats.
@@ -15,7 +15,7 @@ from graphmem.core.ir import Graph, Node, Tensor
 from graphmem.core.liveness import Interval, liveness
 from graphmem.frontend.reader import from_model
 from graphmem.core.order import check_order
-from graphmem.core.index import topology
+from graphmem.core.index import index_graph
 from test_property import dag_models
 
 
@@ -66,8 +66,7 @@ def tiny() -> Graph:
 
 def test_ids_rows_and_edges_of_a_tiny_graph():
     g = tiny()
-    topo = topology(g)
-    assert topo is topology(g)  # built once per graph
+    topo = index_graph(g)
     assert topo.names == ["x", "a", "b", "c", "v"] and topo.arena == 5
     assert topo.node_index.tolist() == [0, 2, 5, 7]
     assert topo.rows([7, 0]).tolist() == [3, 0]
@@ -88,7 +87,7 @@ def test_an_output_named_like_a_weight_gets_its_own_id():
     f = lambda name: Tensor(name, "float32", (2,), 32)  # noqa: E731
     nodes = (Node(0, "", "Relu", "", ("x",), ("w",)), Node(1, "", "Relu", "", ("w",), ("y",)))
     g = Graph("odd", nodes, {t: f(t) for t in "xwy"}, ("x",), ("y",), frozenset({"w"}), ())
-    topo = topology(g)
+    topo = index_graph(g)
     assert topo.names == ["x", "y", "w"] and topo.arena == 2  # w is not an arena tensor
     assert liveness(g, [0, 1]) == reference_liveness(g, [0, 1])
     assert check_order(g, [1, 0]) == [reference_first_dependency_problem(g, [1, 0])]

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import io
-import platform
-import re
 import sys
 import tempfile
 import time
@@ -28,18 +25,20 @@ import onnx  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 import graphmem  # noqa: E402
-from graphmem.planning.assignment import Assignment, Context  # noqa: E402
+from graphmem.core.order import file_order  # noqa: E402
 from graphmem.frontend.folding import evaluate_constants  # noqa: E402
-from graphmem.core.liveness import liveness  # noqa: E402
 from graphmem.frontend.reader import read_model  # noqa: E402
-from graphmem.passes import PASSES  # noqa: E402
-from graphmem.plan.io import write_atomic  # noqa: E402
 from graphmem.frontend.zoo import ZOO, zoo_path  # noqa: E402
+from graphmem.passes import PASSES  # noqa: E402
+from graphmem.passes.placement.search import STRATEGIES, max_live, place_records  # noqa: E402
+from graphmem.plan.io import write_atomic  # noqa: E402
+from graphmem.planning.assignment import Assignment  # noqa: E402
+from graphmem.planning.context import Context  # noqa: E402
+from graphmem.planning.groups import group_records, group_table  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+from benchdoc import DOC, ROOT, environment, write_section  # noqa: E402
+
 MIB = 2 ** 20
-STRATEGIES = list(__import__("graphmem.passes.place", fromlist=["STRATEGIES"]).STRATEGIES)
 
 
 # ------------------------------------------------------------------ the same graph for everyone
@@ -75,14 +74,18 @@ def timed(fn, *args, **kw):
 
 
 def intermediates_arena(graph, alignment: int = 64) -> int:
-    """graphmem's arena with graph inputs and outputs left to the caller, as ORT sees them."""
-    order = [n.index for n in graph.nodes]
-    io_names = set(graph.inputs) | set(graph.outputs)
-    iv = {t: v for t, v in liveness(graph, order).items() if t not in io_names}
-    ctx = Context(graph, tuple(order), iv, alignment)
+    """graphmem's arena with graph inputs and outputs left to the caller, as ORT sees them:
+    the in-place pass, then the storage groups that hold no graph input or output placed."""
+    ctx = Context.for_order(graph, file_order(graph), alignment)
     a, _ = PASSES["inplace"](ctx, Assignment())
-    a, _ = PASSES["place"](ctx, a)
-    return a.arena_bytes or 0
+    tab = group_table(ctx, a)
+    io = np.zeros(len(ctx.names), dtype=bool)
+    io[ctx.index.inputs] = True
+    io[ctx.index.outputs[ctx.index.outputs < len(io)]] = True
+    held = np.zeros(len(tab.start), dtype=bool)
+    held[tab.group[io]] = True
+    recs = [r for r in group_records(ctx, tab)[0] if not held[r.id]]
+    return place_records(recs, "best", alignment)[1]
 
 
 def onnx_tool_arena(path: Path, model: onnx.ModelProto) -> tuple[int | None, float, str]:
@@ -156,32 +159,27 @@ HARD = ((5, 0, 3), (4, 0, 1), (4, 4, 5), (3, 4, 4), (2, 1, 2), (4, 3, 4))
 
 def optimal_reference(time_limit: float) -> str:
     """Each strategy, the default (best + hill climbing) and the MIP on small random DAGs."""
-    import importlib
-
-    from graphmem.planning.assignment import groups, records
-    from graphmem.passes.place_exact import place_optimal
+    from graphmem.passes.placement.optimal import place_optimal
     import scale
-    place = importlib.import_module("graphmem.passes.place")
     short = {"greedy_by_size": "size", "greedy_by_breadth": "breadth", "greedy_by_area": "area",
              "greedy_by_duration": "duration", "greedy_in_order": "in order"}
     lines = ["| graph | buffers | overlapping pairs | floor (max live) | "
              + " | ".join(short[s] for s in STRATEGIES)
              + " | graphmem default | optimal (MIP) | proven? | MIP s |",
              "|---|---:|---:|---:|" + "---:|" * len(STRATEGIES) + "---:|---:|---|---:|"]
-    from graphmem.planning.assignment import Record
+    from graphmem.planning.groups import Record
     cases = [("literal of tests/test_place_exact.py",
               [Record(i, 64 * b, f, last) for i, (b, f, last) in enumerate(HARD)])]
     for n, width, seed in OPTIMAL_CASES:
         graph = scale.random_dag(n, width, seed)
         res = graphmem.plan_graph(graph, ["inplace"])
-        order = res.plan.order
-        ctx = Context(graph, tuple(order), liveness(graph, order), 64)
+        ctx = Context.for_order(graph, res.plan.order, 64)
         cases.append((f"random DAG n={n} w={width} seed={seed}",
-                      records(ctx, groups(ctx, res.assignment))))
+                      group_records(ctx, res.assignment.groups)[0]))
     for label, recs in cases:
-        floor = place.max_live(recs)
-        singles = [place.place_records(recs, s, 64)[1] for s in STRATEGIES]
-        default = place.place_records(recs, "best", 64)
+        floor = max_live(recs)
+        singles = [place_records(recs, s, 64)[1] for s in STRATEGIES]
+        default = place_records(recs, "best", 64)
         exact = place_optimal(recs, 64, time_limit)
 
         def pct(v):
@@ -267,49 +265,6 @@ def zoo_tables(rows: list[dict]) -> tuple[str, list[str]]:
 
 
 # ------------------------------------------------------------------ the doc
-
-def environment() -> str:
-    import onnxruntime
-    try:
-        import highspy  # noqa: F401
-        from importlib.metadata import version
-        hv = version("highspy")
-    except Exception:
-        hv = "n/a"
-    try:
-        from importlib.metadata import version
-        otv = version("onnx-tool")
-    except Exception:
-        otv = "n/a"
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-    return (f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
-            f"`{' '.join(['python tools/bench.py', *sys.argv[1:]])}` on {cpu}, "
-            f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python "
-            f"{platform.python_version()}; graphmem {getattr(graphmem, '__version__', '0.1.0')}, "
-            f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, onnx-tool {otv}, "
-            f"highspy {hv}, numpy {np.__version__}.")
-
-
-def write_section(key: str, body: str, doc: Path = DOC) -> None:
-    """Replace the text between ``<!-- bench:KEY -->`` and ``<!-- /bench:KEY -->``, keeping the rest."""
-    begin, end = f"<!-- bench:{key} -->", f"<!-- /bench:{key} -->"
-    block = f"{begin}\n{body.strip()}\n{end}"
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    if begin in text and end in text:
-        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(doc, text)
-
 
 ZOO_METHOD = """\
 ### How each figure is made

@@ -17,7 +17,6 @@ the plan's validation (load, i.e. building the graph, excluded).
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import random
@@ -286,7 +285,7 @@ def run(args) -> None:
 
 
 def _report(args, rows: list[dict], status: str) -> None:
-    from bench import ROOT, environment, write_section
+    from benchdoc import ROOT, environment, write_section
     table = ["| family | nodes | tensors | plan s | s per 1k nodes | reorder s | concat s "
              "| inplace s | share s | place s | rest s | placement used | peak RSS MiB "
              "| graph alone MiB | arena / aliased peak | check s |",
@@ -329,12 +328,13 @@ def _report(args, rows: list[dict], status: str) -> None:
         "liveness, the storage groups, writing the Plan and validating it (not given "
         "where reorder kept a new order: its time then includes planning that order). "
         "*placement used* is the strategy whose arena was kept: on inputs over "
-        "`STRATEGY_WORK` (passes/place.py) fewer strategies run, and hill climbing "
+        "`STRATEGY_WORK` (passes/placement/search.py) fewer strategies run, and hill climbing "
         "only below about 4,500 buffers. Each measurement is a fresh process; peak RSS is "
         "that process's high-water mark (graph included), *graph alone* its RSS before "
         "planning. Below 1M nodes each row is the fastest of three fresh processes "
         "(timings on this shared machine move by a quarter between runs), 1M-node rows "
-        "are one run. " + _fit_loop() + ". " + _check_line(args),
+        "are one run. Best fit and the storage pool run compiled (graphmem/_fit.c). "
+        + _check_line(args),
         "", "\n".join(table), "",
         "Log-log slope of plan time between the two largest sizes (1.0 is linear): "
         + ", ".join(slopes) + ".", "",
@@ -362,15 +362,6 @@ def _check_line(args) -> str:
             "row's check with the same row's in another run. Compare the checks between "
             "runs before comparing their rows: a slower machine moves them, a change in "
             "graphmem does not.")
-
-
-def _fit_loop() -> str:
-    """Which best-fit loop this run used: the compiled one is optional at install."""
-    place = importlib.import_module("graphmem.passes.place")
-    if place._fit is not None:
-        return "Best fit ran compiled (graphmem/_fit.c, built at install)"
-    return ("Best fit ran in Python: graphmem/_fit.c was not built at install (no C "
-            "compiler?), so the place column is slower than it need be")
 
 
 def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:

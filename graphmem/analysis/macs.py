@@ -35,7 +35,7 @@ from __future__ import annotations
 from math import prod
 from typing import Mapping
 
-from graphmem.core.ir import Node, Tensor
+from graphmem.core.ir import Node, Tensor, standard_domain
 
 _ELEMENTWISE = {
     "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Sigmoid",
@@ -65,7 +65,7 @@ _MOVEMENT = {
 
 def node_macs(node: Node, tensors: Mapping[str, Tensor]) -> int | None:
     """MACs of one run of ``node`` (see the module docstring), or None for an unknown op."""
-    if node.domain not in ("", "ai.onnx"):
+    if not standard_domain(node.domain):
         return None
     op = node.op_type
     outs = [tensors[o] for o in node.outputs if o and o in tensors]
@@ -123,7 +123,7 @@ def _einsum_macs(equation: str, ins) -> int | None:
 
 def im2col_bytes(node: Node, tensors: Mapping[str, Tensor]) -> int:
     """Bytes of the unfolded input one image and one group of a Conv needs (0 if none)."""
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
+    if node.op_type != "Conv" or not standard_domain(node.domain):
         return 0
     x, w, y = tensors[node.inputs[0]], tensors[node.inputs[1]], tensors[node.outputs[0]]
     kernel = w.shape[2:]

@@ -13,7 +13,9 @@ from rich.markup import escape
 
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
-from graphmem.pipeline import DEFAULT_PASSES, Result, available_passes, plan_graph
+from graphmem.passes import DEFAULT_PASSES, PASSES
+from graphmem.passes.placement.search import STRATEGIES
+from graphmem.pipeline import Result, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.frontend.zoo import resolve
 
@@ -38,14 +40,13 @@ def _dim_value(text: str) -> int:
 
 
 def add_pass_args(p: argparse.ArgumentParser) -> None:
-    names = ", ".join(available_passes())
+    names = ", ".join(PASSES)
     p.add_argument("--passes", metavar="LIST", default=None,
                    help=f"comma-separated passes to run (default: {','.join(DEFAULT_PASSES)}; "
                         f"known: {names}); 'none' runs none")
-    for name in available_passes():
+    for name in PASSES:
         p.add_argument(f"--no-{name}", dest=f"no_{name}", action="store_true",
                        help=f"switch the {name} pass off")
-    from graphmem.passes.place import STRATEGIES
     p.add_argument("--placement", default="best", choices=["best", *STRATEGIES, "optimal"],
                    help="placement strategy for the place pass (default: best of all; "
                         "optimal: exact MIP for this order, warm-started by best)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from graphmem.frontend.reader import onnx_opset
 from graphmem.frontend.zoo import ZOO, write_all, zoo_path
 
 
@@ -30,7 +31,7 @@ def run(args) -> int:
             table.add_row(name, "-", "-", "not in this onnx package")
             continue
         m = onnx.load(str(p), load_external_data=False)
-        opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+        opset = onnx_opset(m)
         table.add_row(name, str(len(m.graph.node)), str(opset), str(p))
     console.print(table)
     return 0

@@ -1,12 +1,13 @@
-"""A graph's tensors as integer ids and its nodes' reads and writes as arrays.
+"""The graph index: a graph's tensors as integer ids, its nodes' reads and writes as arrays.
 
-At a million nodes every lookup in a name-keyed dict of a million entries misses
-the CPU caches, and the order check and liveness, done that way, walked the nodes
-with several such lookups per edge (4 s of a 1M-node plan). Here the names are
-turned into ids once per graph (one pass over the nodes) and those two stages are
-numpy over the arrays; names come back only for the result and the error messages.
+Inside the planner a tensor is its id here and a node its row: the order check,
+liveness, the op pairs, the passes, the plan writer and the validation all work on
+these columns (numpy or compiled), and names come back only at the edges (the plan
+file, messages). At a million nodes every lookup in a name-keyed dict of a million
+entries misses the CPU caches; one pass over the nodes builds the index instead.
 
-``topology(graph)`` is computed on first use and kept on the graph (a frozen object).
+``index_graph(graph)`` builds it; the planner builds it once per run and carries it
+in its :class:`~graphmem.planning.context.Context`. Nothing is cached on the graph.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 from graphmem.core.ir import Graph
 
 
-class Topology(NamedTuple):
+class GraphIndex(NamedTuple):
     """Ids, rows and edges of one graph. Row ``k`` is ``graph.nodes[k]``."""
 
     names: list[str]  # id -> tensor: the arena tensors first, then other node outputs
@@ -58,16 +59,8 @@ class Topology(NamedTuple):
         return out
 
 
-def topology(graph: Graph) -> Topology:
-    """The graph's :class:`Topology`, built once and kept on the graph."""
-    topo = graph.__dict__.get("_topology")
-    if topo is None:
-        topo = _build(graph)
-        graph.__dict__["_topology"] = topo  # Graph is frozen: not a field, not compared
-    return topo
-
-
-def _build(graph: Graph) -> Topology:
+def index_graph(graph: Graph) -> GraphIndex:
+    """The :class:`GraphIndex` of ``graph`` (one pass over its nodes)."""
     nodes = graph.nodes
     outs = [n.outputs for n in nodes]
     written = [t for o in outs for t in o if t]
@@ -106,7 +99,7 @@ def _build(graph: Graph) -> Topology:
         nbytes = np.fromiter((tensors[t].bytes for t in names[:n_arena]), np.int64, n_arena)
     except OverflowError:  # a tensor of 2**63 bytes or more: refused later, by name
         nbytes = None
-    return Topology(names, n_arena, ids, node_index, row_of, read_start, reads,
+    return GraphIndex(names, n_arena, ids, node_index, row_of, read_start, reads,
                     write_start, writes, arena_inputs, outputs, nbytes)
 
 

@@ -5,6 +5,14 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Mapping
 
+# The standard ONNX operator domain, by either of its names.
+STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
+
+
+def standard_domain(domain: str) -> bool:
+    """Is ``domain`` (of a node or an opset import) the standard ONNX domain?"""
+    return domain in STANDARD_DOMAINS
+
 
 @dataclass(frozen=True, slots=True)  # slots: a large graph holds a million of these
 class Tensor:

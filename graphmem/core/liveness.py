@@ -12,7 +12,7 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from graphmem.core.ir import Graph
-from graphmem.core.index import edges_in_order, topology
+from graphmem.core.index import GraphIndex, edges_in_order, index_graph
 
 
 class Interval(NamedTuple):
@@ -47,16 +47,17 @@ def live_columns(intervals) -> tuple[np.ndarray, np.ndarray]:
 _FIRST, _LAST = itemgetter(0), itemgetter(1)
 
 
-def liveness(graph: Graph, order: list[int]) -> dict[str, Interval]:
+def liveness(graph: Graph, order: list[int], index: GraphIndex | None = None) -> Intervals:
     """``{tensor: Interval(first, last)}`` for every arena tensor, inclusive.
 
     A tensor nobody reads lives at its producer's step only; a graph output lives
     to ``len(order)``; a graph input starts at ``-1``. Only the nodes in ``order``
     count (a tensor no node of it writes is left out), and a read before the
-    tensor's first write does not extend its life. Computed on the graph's
-    :func:`~graphmem.topology.topology` arrays (numpy), in the arena tensors' order.
+    tensor's first write does not extend its life. Computed on the arrays of the
+    graph's :class:`~graphmem.core.index.GraphIndex` (``index``, built if not given),
+    in the arena tensors' order.
     """
-    topo = topology(graph)
+    topo = index if index is not None else index_graph(graph)
     n = topo.arena
     rows = topo.rows(order)
     unset = len(order) + 1

@@ -1,7 +1,7 @@
-"""Per-op tables: which ops are views, which may overwrite an input.
+"""Per-op tables: which ops are views, which may overwrite an input, which concatenate.
 
-The passes contain no op names; they ask these tables. Deny by default: an op not
-listed here never shares storage with its inputs.
+The passes, the validation and the verifier contain no op names; they ask this module.
+Deny by default: an op not listed here never shares storage with its inputs.
 
 - ``VIEW``: output ``out`` is the data of input ``in`` unchanged (same bytes, same
   layout). It may share storage even when the input has other readers later.
@@ -18,10 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from graphmem.core.ir import Graph, Node
-from graphmem.core.index import topology
-
-_STD_DOMAINS = frozenset(("", "ai.onnx"))
+from graphmem.core.index import GraphIndex
+from graphmem.core.ir import Graph, Node, standard_domain
 
 # op_type -> list of (input index, output index); standard ONNX domain only.
 VIEW: dict[str, list[tuple[int, int]]] = {
@@ -53,121 +51,145 @@ OVERWRITE.update({op: [(i, 0) for i in range(8)] for op in _BINARY})
 OVERWRITE["BatchNormalization"] = [(0, 0)]
 
 
-def _std(node: Node) -> bool:
-    return node.domain in _STD_DOMAINS
+# The op whose inputs may be written straight into slices of its output (zero-copy
+# concatenation): the concat pass, the plan's slice rule and the verifier ask is_concat.
+CONCAT = "Concat"
+
+
+def is_concat(node: Node) -> bool:
+    """Is ``node`` a standard-domain Concat (its inputs may be slices of its output)?"""
+    return node.op_type == CONCAT and standard_domain(node.domain)
+
+
+def concat_axis(shape: tuple[int, ...], axis: int) -> tuple[int, bool]:
+    """A Concat's axis attribute made non-negative for an output of ``shape``, and
+    whether its slices are contiguous in memory (every dimension before the axis is 1),
+    so that each input may be written straight into its slice of the output."""
+    axis = axis + len(shape) if axis < 0 else axis
+    return axis, all(d == 1 for d in shape[:axis])
 
 
 def view_pairs(node: Node) -> list[tuple[int, int]]:
     """(input, output) index pairs where the output is a view of the input."""
-    if not _std(node):
-        return []
-    if node.op_type == "Dropout" and _training_dropout(node):
-        return []
-    return list(_pairs(False, node.op_type, len(node.inputs), len(node.outputs)))
+    return list(_pairs_of(*_signature(node))[0])
 
 
 def overwrite_pairs(node: Node) -> list[tuple[int, int]]:
     """(input, output) index pairs where the kernel may write the output over the input."""
-    if not _std(node):
-        return []
-    if node.op_type == "BatchNormalization" and len([o for o in node.outputs if o]) > 1:
-        return []  # training mode: also writes running statistics
-    return list(_pairs(True, node.op_type, len(node.inputs), len(node.outputs)))
+    return list(_pairs_of(*_signature(node))[1])
+
+
+def _signature(node: Node) -> tuple[str, str, tuple[bool, ...], tuple[bool, ...]]:
+    """Everything the pairs of a node depend on: its op, its domain, and which of its
+    inputs and outputs are given (a blank is an omitted optional one)."""
+    return (node.op_type, node.domain, tuple(map(bool, node.inputs)),
+            tuple(map(bool, node.outputs)))
 
 
 @lru_cache(maxsize=4096)
-def _pairs(overwrite: bool, op_type: str, n_in: int, n_out: int) -> tuple[tuple[int, int], ...]:
-    """The table's pairs that exist for a node of this op with so many inputs and
-    outputs (cached: a large graph asks for the same few combinations each node)."""
-    table = OVERWRITE if overwrite else VIEW
-    return tuple((i, o) for i, o in table.get(op_type, []) if i < n_in and o < n_out)
+def _pairs_of(op_type: str, domain: str, given_in: tuple[bool, ...], given_out: tuple[bool, ...]
+              ) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """(view pairs, overwrite pairs) of a node with this signature: the one rule.
 
+    Standard domain only; pairs between given inputs and outputs only. Dropout with a
+    ``training_mode`` input may be training (its output is not its input);
+    BatchNormalization with more than one output is training (it also writes running
+    statistics), so neither aliases then."""
+    if not standard_domain(domain):
+        return (), ()
 
-def _training_dropout(node: Node) -> bool:
-    # Opset 12+: a third input training_mode; anything but a missing input is treated
-    # as possibly training, where the output differs from the input.
-    return len(node.inputs) > 2 and bool(node.inputs[2])
+    def pairs(table):
+        return tuple((i, o) for i, o in table.get(op_type, ())
+                     if i < len(given_in) and given_in[i] and o < len(given_out) and given_out[o])
+
+    views, overwrites = pairs(VIEW), pairs(OVERWRITE)
+    if op_type == "Dropout" and len(given_in) > 2 and given_in[2]:
+        views = ()
+    if op_type == "BatchNormalization" and sum(given_out) > 1:
+        overwrites = ()
+    return views, overwrites
 
 
 class AliasEdges(NamedTuple):
     """The pairs :func:`view_pairs` and :func:`overwrite_pairs` give for every node of
-    an order, as topology ids, sorted by position, then views before overwrites, then
-    each node's pairs in the order those functions list them."""
+    an order, as graph-index ids, sorted by position, then views before overwrites,
+    then each node's pairs in the order those functions list them."""
 
     pos: np.ndarray  # the node's position in the order
     overwrite: np.ndarray  # bool: an overwrite pair (else a view pair)
-    src: np.ndarray  # the input's topology id (-1: a name the topology lacks, a weight)
-    out: np.ndarray  # the output's topology id
+    src: np.ndarray  # the input's id (-1: a name the index lacks, a weight)
+    out: np.ndarray  # the output's id
 
 
-def alias_edges(graph: Graph, order) -> AliasEdges:
-    """:class:`AliasEdges` of ``order`` (node indices) in one numpy pass per table entry.
+def alias_edges(graph: Graph, order, index: GraphIndex) -> AliasEdges:
+    """:class:`AliasEdges` of ``order`` (node indices): :func:`_pairs_of` asked once per
+    distinct signature, its pairs laid over all nodes of that signature in numpy.
 
-    A node whose pairs are the table's alone (standard domain, no blank input or output,
-    not Dropout or BatchNormalization, whose pairs depend on the node's mode) is read
-    from the topology's arrays; the few others ask ``view_pairs`` / ``overwrite_pairs``.
-    The edges of the last order asked for are kept on the graph (the in-place pass and
-    the plan's validation ask for the same).
+    A node with no blank input or output and no implicit input (nearly all) has its
+    inputs and outputs at the same places in the index's read and write arrays, so its
+    signature is (op, domain, input count, output count); the few others are looked up
+    by name one node at a time.
     """
-    order = tuple(order)
-    kept = graph.__dict__.get("_alias_edges")
-    if kept is not None and kept[0] == order:
-        return kept[1]
-    edges = _alias_edges(graph, order)
-    graph.__dict__["_alias_edges"] = (order, edges)  # Graph is frozen: not a field
-    return edges
-
-
-def _alias_edges(graph: Graph, order: tuple[int, ...]) -> AliasEdges:
-    topo = topology(graph)
     nodes = graph.nodes
-    rows = topo.rows(order)
+    rows = index.rows(order)
     op_types = list(map(_OP_TYPE, nodes))
     codes = {op: k for k, op in enumerate(dict.fromkeys(op_types))}
+    aliasing = [codes[op] for op in _TABLE_OPS if op in codes]
+    if not aliasing:
+        return _EMPTY
     code = np.fromiter(map(codes.__getitem__, op_types), np.int64, len(nodes))[rows]
     n_in = np.fromiter(map(len, map(_INPUTS, nodes)), np.int64, len(nodes))[rows]
     n_out = np.fromiter(map(len, map(_OUTPUTS, nodes)), np.int64, len(nodes))[rows]
-    read_start, write_start = topo.read_start[rows], topo.write_start[rows]
-    regular = ((topo.read_start[rows + 1] - read_start == n_in)
-               & (topo.write_start[rows + 1] - write_start == n_out))
+    read_start, write_start = index.read_start[rows], index.write_start[rows]
+    regular = ((index.read_start[rows + 1] - read_start == n_in)
+               & (index.write_start[rows + 1] - write_start == n_out))
     domains = list(map(_DOMAIN, nodes))
-    if any(d not in _STD_DOMAINS for d in dict.fromkeys(domains)):
-        regular &= np.fromiter(map(_STD_DOMAINS.__contains__, domains), bool, len(nodes))[rows]
-    for op in _MODAL:
-        if op in codes:
-            regular &= code != codes[op]
+    domain_of = {d: k for k, d in enumerate(dict.fromkeys(domains))}
+    domain = np.fromiter(map(domain_of.__getitem__, domains), np.int64, len(nodes))[rows]
     parts = []  # (pos, overwrite, rank, src, out) arrays
-    for overwrite, table in ((False, VIEW), (True, OVERWRITE)):
-        for op, pairs in table.items():
-            if op not in codes:
-                continue
-            of_op = regular & (code == codes[op])
-            for rank, (i, o) in enumerate(pairs):
-                pos = np.flatnonzero(of_op & (n_in > i) & (n_out > o))
-                parts.append((pos, np.full(len(pos), overwrite), np.full(len(pos), rank),
-                              topo.reads[read_start[pos] + i], topo.writes[write_start[pos] + o]))
-    # the nodes of a table's op that are not regular: their pairs one node at a time
-    odd = np.flatnonzero(~regular & np.isin(code, [codes[op] for op in _TABLE_OPS
-                                                   if op in codes]))
-    get = topo.ids.get
+    candidates = np.isin(code, aliasing)
+    for op, k in codes.items():
+        if op not in _TABLE_OPS:
+            continue
+        of_op = candidates & regular & (code == k)
+        if not of_op.any():
+            continue
+        sigs = np.unique(np.stack([domain[of_op], n_in[of_op], n_out[of_op]]), axis=1)
+        for d, i_count, o_count in sigs.T.tolist():
+            name = next(x for x, c in domain_of.items() if c == d)
+            sig = (op, name, (True,) * i_count, (True,) * o_count)
+            pos_all = np.flatnonzero(of_op & (domain == d) & (n_in == i_count) & (n_out == o_count))
+            for overwrite, pairs in zip((False, True), _pairs_of(*sig)):
+                for rank, (i, o) in enumerate(pairs):
+                    parts.append((pos_all, np.full(len(pos_all), overwrite),
+                                  np.full(len(pos_all), rank),
+                                  index.reads[read_start[pos_all] + i],
+                                  index.writes[write_start[pos_all] + o]))
+    get = index.ids.get
     extra = []
-    for pos, row in zip(odd.tolist(), rows[odd].tolist()):
+    for pos, row in zip(*(a.tolist() for a in _odd(candidates & ~regular, rows))):
         node = nodes[row]
-        for overwrite, pairs in ((False, view_pairs(node)), (True, overwrite_pairs(node))):
+        for overwrite, pairs in zip((False, True), _pairs_of(*_signature(node))):
             extra += [(pos, overwrite, rank, get(node.inputs[i], -1), get(node.outputs[o], -1))
                       for rank, (i, o) in enumerate(pairs)]
     if extra:
         parts.append(tuple(np.array(c, dtype=d) for c, d in zip(
             zip(*extra), (np.int64, bool, np.int64, np.int64, np.int64))))
     if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return AliasEdges(empty, empty.astype(bool), empty, empty)
+        return _EMPTY
     pos, overwrite, rank, src, out = (np.concatenate(c) for c in zip(*parts))
     by = np.lexsort((rank, overwrite, pos))
     return AliasEdges(pos[by], overwrite[by], src[by], out[by])
 
 
+def _odd(mask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, rows) of the nodes under ``mask``."""
+    pos = np.flatnonzero(mask)
+    return pos, rows[pos]
+
+
 _OP_TYPE, _DOMAIN = attrgetter("op_type"), attrgetter("domain")
 _INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
-_MODAL = ("Dropout", "BatchNormalization")  # pairs that depend on the node, not the op
-_TABLE_OPS = tuple(dict.fromkeys([*VIEW, *OVERWRITE]))
+_TABLE_OPS = frozenset([*VIEW, *OVERWRITE])
+_NONE = np.zeros(0, dtype=np.int64)
+_EMPTY = AliasEdges(_NONE, _NONE.astype(bool), _NONE, _NONE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphmem.core.ir import Graph
-from graphmem.core.index import edges_in_order, topology
+from graphmem.core.index import GraphIndex, edges_in_order, index_graph
 
 
 def file_order(graph: Graph) -> list[int]:
@@ -12,13 +12,14 @@ def file_order(graph: Graph) -> list[int]:
     return [n.index for n in graph.nodes]
 
 
-def check_order(graph: Graph, order: list[int]) -> list[str]:
-    """Problems with ``order`` for ``graph`` (empty when it is a valid schedule)."""
+def check_order(graph: Graph, order: list[int], index: GraphIndex | None = None) -> list[str]:
+    """Problems with ``order`` for ``graph`` (empty when it is a valid schedule).
+    ``index``: the graph's :class:`~graphmem.core.index.GraphIndex`, built if not given."""
     problems = []
     by_index = {n.index: n for n in graph.nodes}
     seen = set(order)
     if len(seen) == len(order) == len(by_index) and seen == by_index.keys():
-        return _dependency_problems(graph, by_index, order)  # a permutation of the nodes
+        return _dependency_problems(graph, by_index, order, index)  # a permutation of the nodes
     seen = set()
     for pos, idx in enumerate(order):
         if idx in seen:
@@ -30,13 +31,14 @@ def check_order(graph: Graph, order: list[int]) -> list[str]:
     if missing:
         problems.append(f"order: node {missing[0]} ({by_index[missing[0]].op_type}) is missing"
                         + (f", and {len(missing) - 1} more" if len(missing) > 1 else ""))
-    return problems or _dependency_problems(graph, by_index, order)
+    return problems or _dependency_problems(graph, by_index, order, index)
 
 
-def _dependency_problems(graph: Graph, by_index: dict, order: list[int]) -> list[str]:
+def _dependency_problems(graph: Graph, by_index: dict, order: list[int],
+                         index: GraphIndex | None) -> list[str]:
     """The first node of a permutation ``order`` that runs before a producer of its input
-    (numpy over the graph's :func:`~graphmem.topology.topology`)."""
-    topo = topology(graph)
+    (numpy over the graph's index)."""
+    topo = index if index is not None else index_graph(graph)
     rows = topo.rows(order)
     made = np.full(len(topo.names), -1, dtype=np.int64)  # latest position writing each id
     np.maximum.at(made, *edges_in_order(topo.write_start, topo.writes, rows))

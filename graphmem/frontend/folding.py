@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphmem.core.ir import Tensor
+from graphmem.core.ir import Tensor, standard_domain
 
 _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
            "Multinomial", "Bernoulli"}
@@ -20,7 +20,7 @@ _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 
 def is_foldable(n: onnx.NodeProto) -> bool:
     """A standard-domain, deterministic node without subgraphs."""
-    if n.domain not in ("", "ai.onnx") or n.op_type in _RANDOM:
+    if not standard_domain(n.domain) or n.op_type in _RANDOM:
         return False
     return not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                    for a in n.attribute)

@@ -16,7 +16,7 @@ from graphmem.frontend.folding import evaluate_constants, is_foldable
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.nogc import gc_paused
-from graphmem.core.ir import Graph, Node, Tensor
+from graphmem.core.ir import Graph, Node, Tensor, standard_domain
 
 # Constants up to this size are evaluated when shape inference needs their values.
 SMALL_CONSTANT_BYTES = 1 << 20
@@ -60,6 +60,11 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
                       model_path=str(path), dim_default=dim_default)
 
 
+def onnx_opset(model: onnx.ModelProto) -> int:
+    """The model's standard-domain opset version (0 when it imports none)."""
+    return max((o.version for o in model.opset_import if standard_domain(o.domain)), default=0)
+
+
 def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
                check: bool = True, base_dir: str = ".", model_path: str | None = None,
                dim_default: int | None = None) -> Graph:
@@ -101,7 +106,7 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
         where = f"output of node {node.index} ({node.op_type}{' ' + repr(node.name) if node.name else ''})"
         more = f"; {len(missing) - 1} more tensors are unknown too" if len(missing) > 1 else ""
         hint = ""
-        if node.domain not in ("", "ai.onnx"):
+        if not standard_domain(node.domain):
             hint = (f"; {node.op_type!r} is from domain {node.domain!r}, which graphmem runs "
                     "as an opaque op: give the shapes of its outputs in the model's value_info")
         raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
@@ -447,7 +452,7 @@ def _fold(model, order, types) -> tuple[set[int], list[str]]:
         if not is_foldable(n):
             continue
         reads = _reads(n)
-        if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
+        if n.op_type in ("Shape", "Size") and standard_domain(n.domain):
             ok = all(_static_tensor(t, types.get(t)) is not None for t in reads)
         else:
             ok = all(t in const for t in reads)
@@ -514,12 +519,11 @@ def _fill_known_gaps(model, order, types, missing):
     Dropout's mask (opsets 7 to 9 infer nothing for it) has the data's shape; its
     element type is bool from opset 10 on, the data's type before.
     """
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
-                default=0)
+    opset = onnx_opset(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for name, node in missing:
-        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "Dropout" or not standard_domain(node.domain):
             continue
         if len(node.outputs) < 2 or name != node.outputs[1]:
             continue
@@ -568,7 +572,7 @@ def _build(model, order, types, folded, constants, model_path, bindings) -> Grap
         explicit = [t for t in n.input if t]
         implicit = tuple(t for t in _reads(n) if t not in explicit)
         nodes.append(_node(idx, n, implicit))
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    opset = onnx_opset(model)
     return Graph(
         name=g.name or (Path(model_path).stem if model_path else "model"),
         nodes=tuple(nodes), tensors=tensors,

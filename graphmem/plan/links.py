@@ -1,10 +1,10 @@
 """The plan's alias and slice rules on whole columns: do they all hold?
 
 ``validate`` checks each ``alias_of`` and ``slice_of`` of a plan one tensor at a time
-(``plan._check_alias``, ``plan._check_slice``), and words every broken rule. At 100k
+(``validate``'s ``_check_alias`` and ``_check_slice``), and words every broken rule. At 100k
 nodes that loop took a sixth of the planning time. :func:`links_hold` asks the same
 questions of every link at once, in numpy, for a plan in the graph's order (positions
-are topology ids): True means no rule is broken; False means the loop must run, as it
+are graph-index ids): True means no rule is broken; False means the loop must run, as it
 words the problem (it also answers for every case this leaves to it, such as a Concat
 reading a weight). It may say False where the loop finds nothing, never True where
 the loop finds something.
@@ -28,18 +28,22 @@ from operator import attrgetter, is_not
 
 import numpy as np
 
+from typing import Callable
+
+from graphmem.core.index import GraphIndex
 from graphmem.core.ir import Graph
-from graphmem.core.ops import alias_edges
-from graphmem.core.index import Topology
+from graphmem.core.ops import AliasEdges, concat_axis, is_concat
 
 _ALIAS_OF, _ALIAS, _SLICE_OF = attrgetter("alias_of"), attrgetter("alias"), attrgetter("slice_of")
 _INPUTS = attrgetter("inputs")
 
 
-def links_hold(plan, graph: Graph, topo: Topology, cols) -> bool:
+def links_hold(plan, graph: Graph, topo: GraphIndex, cols,
+               edges: Callable[[], AliasEdges]) -> bool:
     """Whether every alias and slice rule holds for ``plan`` (whose tensors are the
-    topology's arena tensors in its order, with the columns ``cols`` of
-    ``plan._columns``; kinds, bytes and lives already checked)."""
+    index's arena tensors in its order, with the columns ``cols`` of
+    ``plan.columns.columns``; kinds, bytes and lives already checked). ``edges`` gives
+    the alias edges of ``plan.order``."""
     n = len(cols.names)
     if n != topo.arena or not cols.linked:
         return n == topo.arena
@@ -55,7 +59,7 @@ def links_hold(plan, graph: Graph, topo: Topology, cols) -> bool:
     is_input[topo.inputs] = True
     ids = topo.ids
     at = np.flatnonzero(has_alias)
-    if len(at) and not _aliases_hold(plan, graph, topo, cols, is_input, linked[at],
+    if len(at) and not _aliases_hold(edges(), topo, cols, is_input, linked[at],
                                      [alias_of[k] for k in at.tolist()],
                                      [alias[k] for k in at.tolist()]):
         return False
@@ -68,26 +72,19 @@ def links_hold(plan, graph: Graph, topo: Topology, cols) -> bool:
     return True
 
 
-def concat_axis(shape: tuple[int, ...], axis: int) -> tuple[int, bool]:
-    """A Concat's axis attribute made non-negative for an output of ``shape``, and
-    whether its slices are contiguous (every dimension before the axis is 1)."""
-    axis = axis + len(shape) if axis < 0 else axis
-    return axis, all(d == 1 for d in shape[:axis])
-
-
 def _given(values: list) -> np.ndarray:
     """Which values are not None."""
     return np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
 
 
 def _ids(ids, names, count: int, n: int) -> np.ndarray | None:
-    """Positions of names in a plan of the topology's ``n`` arena tensors (None when
+    """Positions of names in a plan of the index's ``n`` arena tensors (None when
     one is not among them)."""
     out = np.fromiter(map(ids.get, names, repeat(-1)), np.int64, count)
     return None if ((out < 0) | (out >= n)).any() else out
 
 
-def _aliases_hold(plan, graph, topo, cols, is_input, out, src_names, kinds) -> bool:
+def _aliases_hold(e: AliasEdges, topo, cols, is_input, out, src_names, kinds) -> bool:
     n = len(cols.names)
     src = _ids(topo.ids, src_names, len(out), n)
     if src is None:
@@ -96,7 +93,6 @@ def _aliases_hold(plan, graph, topo, cols, is_input, out, src_names, kinds) -> b
     if not (overwrite | np.fromiter(map("view".__eq__, kinds), bool, len(kinds))).all():
         return False  # an alias that is neither
     # the pair (src -> out) must be one the producer's op table gives, of that kind
-    e = alias_edges(graph, plan.order)
     width = len(topo.names) + 1
     edge_key = ((e.out * width + (e.src + 1)) * 2 + e.overwrite)
     by = np.argsort(edge_key, kind="stable")
@@ -155,7 +151,7 @@ def _slices_hold(graph, topo, cols, is_input, sl, target) -> bool:
     contiguous: dict[tuple, bool] = {}  # (shape, axis) -> are the slices contiguous?
     for row, name in zip(concats.tolist(), out_names):
         node = nodes[row]
-        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
+        if not is_concat(node):
             return False
         key = (tensors[name].shape, node.attrs.get("axis", 0))
         if key not in contiguous:

@@ -13,7 +13,7 @@ from graphmem.plan.format import Plan
 
 def built_stats(plan: Plan, index: Mapping[str, int] | None) -> tuple[dict[str, int], PlanColumns]:
     """:func:`plan_stats` for the planner's just-built plan, with the plan's columns
-    (``index`` as there) to hand on to :func:`validate_built`."""
+    (``index`` as there) to hand on to ``validate.validate_built``."""
     cols = columns(plan, index)
     return stats_of(plan, cols), cols
 

@@ -7,11 +7,13 @@ verifier call it on every plan.
 from __future__ import annotations
 
 import bisect
+from typing import Callable
 
 import numpy as np
 
 from graphmem.core import ops
-from graphmem.core.index import topology
+from graphmem.core.index import GraphIndex, index_graph
+from graphmem.core.ops import AliasEdges, alias_edges, concat_axis, is_concat
 from graphmem.core.ir import Graph
 from graphmem.core.liveness import liveness, overlapping_pairs
 from graphmem.core.nogc import gc_paused
@@ -19,7 +21,7 @@ from graphmem.core.order import check_order
 from graphmem.errors import PlanInvalid
 from graphmem.plan.columns import KIND, LIVE, PlanColumns, columns
 from graphmem.plan.format import FORMAT, Plan
-from graphmem.plan.links import concat_axis, links_hold
+from graphmem.plan.links import links_hold
 from graphmem.plan.stats import stats_of
 
 
@@ -40,22 +42,40 @@ def io_sets(graph: Graph) -> tuple[set, set]:
 
 
 @gc_paused
-def problems(plan: Plan, graph: Graph, *, intervals=None) -> list[str]:
+def problems(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> list[str]:
     """Every rule of ``graphmem.plan/1`` that ``plan`` breaks for ``graph`` (empty: valid).
 
-    ``intervals`` is for the planner checking the plan it has just built: the
-    liveness of ``plan.order`` it computed with :func:`liveness` after checking the
-    order, and from which it wrote the plan's stats with :func:`plan_stats`. Given
-    it, the order check, the liveness and the stats are not computed a second time
-    (the same functions on the same input); every rule about what the passes
-    decided (kinds, bytes, offsets, live ranges, aliases, slices, overlaps) still is.
+    ``index``: the graph's :class:`~graphmem.core.index.GraphIndex`, built if not given.
     """
-    return _problems_or_range(plan, graph, intervals)
+    index = index if index is not None else index_graph(graph)
+    return _problems_or_range(plan, graph, index, None, None, None)
 
 
-def _problems_or_range(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
+def validate(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> None:
+    """Raise :class:`PlanInvalid` naming each broken rule; return None for a valid plan."""
+    found = problems(plan, graph, index=index)
+    if found:
+        raise PlanInvalid(found)
+
+
+@gc_paused
+def validate_built(plan: Plan, graph: Graph, cols: PlanColumns, index: GraphIndex,
+                   intervals, edges: Callable[[], AliasEdges]) -> None:
+    """:func:`validate` of the plan the planner has just built, from what the planner
+    computed with the same functions on the same input: ``intervals``, the liveness of
+    ``plan.order`` (after checking that order), from which it wrote the plan's stats;
+    ``edges``, a function giving the order's alias edges (asked only when the plan has
+    aliases); ``cols``, the plan's own columns. The order check, the liveness and the
+    stats are not computed a second time; every rule about what the passes decided
+    (kinds, bytes, offsets, live ranges, aliases, slices, overlaps) still is."""
+    found = _problems_or_range(plan, graph, index, intervals, edges, cols)
+    if found:
+        raise PlanInvalid(found)
+
+
+def _problems_or_range(plan: Plan, graph: Graph, index, intervals, edges, cols) -> list[str]:
     try:
-        return _problems(plan, graph, intervals, cols)
+        return _problems(plan, graph, index, intervals, edges, cols)
     except OverflowError:  # the checks use 64-bit arrays
         return [_out_of_range(plan)]
 
@@ -74,7 +94,7 @@ def _out_of_range(plan: Plan) -> str:
 
 
 
-def _problems(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
+def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols) -> list[str]:
     out: list[str] = []
     if plan.format != FORMAT:
         return [f"format is {plan.format!r}, not {FORMAT!r}"]
@@ -82,7 +102,7 @@ def _problems(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
         return [f"alignment {plan.alignment} is not positive"]
     fresh = intervals is not None
     if not fresh:
-        out += check_order(graph, plan.order)
+        out += check_order(graph, plan.order, topo)
     if out:
         return out
     const_expected = set(graph.constants)
@@ -92,11 +112,10 @@ def _problems(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
         out.append(f"constants: {extra[0]!r} is not a foldable constant" if extra else
                    f"constants: {miss[0]!r} is computed from weights alone but not listed")
     if not fresh:
-        intervals = liveness(graph, plan.order)
-    topo = topology(graph)
+        intervals = liveness(graph, plan.order, topo)
     arena = topo.arena_names()
     # the usual plan lists every arena tensor in the graph's order (what liveness
-    # gives); then positions in the plan are topology ids, and the set checks hold
+    # gives); then positions in the plan are graph-index ids, and the set checks hold
     in_order = len(intervals) == len(arena) and list(plan.tensors) == arena
     if not in_order:
         names = set(intervals)
@@ -112,14 +131,17 @@ def _problems(plan: Plan, graph: Graph, intervals, cols=None) -> list[str]:
     try:
         if cols is None:
             cols = columns(plan, topo.ids if in_order else None)
+        if edges is None:
+            def edges():
+                return alias_edges(graph, plan.order, topo)
     except OverflowError:  # past 64 bits: the loop words the rule broken, if any
         return out + _tensor_problems(plan, graph, intervals) or [_out_of_range(plan)]
     if not (in_order and _tensor_rules_hold(plan, topo, cols, intervals)):
         out += _tensor_problems(plan, graph, intervals)
     if out:
         return out
-    if not (in_order and links_hold(plan, graph, topo, cols)):
-        out += _alias_problems(plan, graph, cols)
+    if not (in_order and links_hold(plan, graph, topo, cols, edges)):
+        out += link_problems(plan, graph, topo, cols)
     if out:
         return out
     out += _overlap_problems(cols)
@@ -169,31 +191,11 @@ def _tensor_problems(plan: Plan, graph: Graph, intervals) -> list[str]:
     return out
 
 
-def validate(plan: Plan, graph: Graph, *, intervals=None) -> None:
-    """Raise :class:`PlanInvalid` naming each broken rule; return None for a valid plan.
-
-    ``intervals``: see :func:`problems`."""
-    found = problems(plan, graph, intervals=intervals)
-    if found:
-        raise PlanInvalid(found)
-
-
-
-def validate_built(plan: Plan, graph: Graph, intervals, cols: PlanColumns) -> None:
-    """:func:`validate` of the plan the planner has just built (``intervals``: see
-    :func:`problems`), reusing the columns :func:`built_stats` read from its tensors:
-    they are the plan's own data, so every rule is still checked against the graph."""
-    found = _problems_or_range(plan, graph, intervals, cols)
-    if found:
-        raise PlanInvalid(found)
-
-
-
 class _Producers:
-    """``{tensor: the node writing it}`` of the graph, looked up in its topology."""
+    """``{tensor: the node writing it}`` of the graph, looked up in its index."""
 
-    def __init__(self, graph: Graph):
-        self.nodes, self.topo = graph.nodes, topology(graph)
+    def __init__(self, graph: Graph, topo: GraphIndex):
+        self.nodes, self.topo = graph.nodes, topo
         self.rows = self.topo.producer_rows().tolist()  # a list: one lookup per call
 
     def get(self, name: str):
@@ -202,12 +204,11 @@ class _Producers:
         return None if row < 0 else self.nodes[row]
 
 
-def _alias_problems(plan: Plan, graph: Graph, cols: PlanColumns) -> list[str]:
+def link_problems(plan: Plan, graph: Graph, topo: GraphIndex, cols: PlanColumns) -> list[str]:
     out: list[str] = []
     if not cols.linked:
         return out
-    producer = _Producers(graph)
-    topo = producer.topo
+    producer = _Producers(graph, topo)
     pos_of_row = np.full(len(topo.node_index), -1, dtype=np.int64)
     pos_of_row[topo.rows(plan.order)] = np.arange(len(plan.order))
     position = _Positions(topo, pos_of_row)
@@ -229,7 +230,7 @@ def _alias_problems(plan: Plan, graph: Graph, cols: PlanColumns) -> list[str]:
 
 
 class _Positions:
-    """``{Node.index: its position in the plan's order}``, from the topology's rows."""
+    """``{Node.index: its position in the plan's order}``, from the index's rows."""
 
     def __init__(self, topo, pos_of_row: np.ndarray):
         self.row_of, self.pos_of_row = topo.row_of.tolist(), pos_of_row.tolist()
@@ -329,7 +330,7 @@ def _check_slice(plan, graph, producer, name, t, concats) -> list[str]:
     if concat is None:  # once per Concat, not once per slice
         node = producer.get(out_name)
         concat = concats[out_name] = (
-            None if node is None or node.op_type != "Concat"
+            None if node is None or not is_concat(node)
             else _concat_slices(plan, graph, node, out_name))
     if concat is None:
         return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]

@@ -11,6 +11,7 @@ import onnx
 from onnx import numpy_helper, version_converter
 
 from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import onnx_opset
 
 TARGET_OPSET = 17
 
@@ -29,7 +30,7 @@ def prepare_inference(model: onnx.ModelProto, batch: int | None = None, *,
     if batch is not None:
         _set_batch(m, batch)
     m.ir_version = max(m.ir_version, 7)
-    opset = _opset(m)
+    opset = onnx_opset(m)
     if opset < TARGET_OPSET:
         try:
             m = version_converter.convert_version(m, TARGET_OPSET)
@@ -41,10 +42,6 @@ def prepare_inference(model: onnx.ModelProto, batch: int | None = None, *,
     _materialize_constant_of_shape(m, rng)
     _drop_initializer_inputs(m)
     return m
-
-
-def _opset(m: onnx.ModelProto) -> int:
-    return max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
 def _materialize_constant_of_shape(m: onnx.ModelProto, rng) -> None:

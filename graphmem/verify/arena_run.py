@@ -11,6 +11,7 @@ from graphmem.verify.arena import HostArena, OrtArena, free_ranges, intersect, m
 from graphmem.verify.compare import OutputCheck, close, max_abs_diff, tolerance_dtypes
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Node
+from graphmem.core.ops import is_concat
 from graphmem.verify.node_sessions import NodeSessions, numpy_dtype
 from graphmem.plan.format import Plan, TensorPlan
 
@@ -126,7 +127,7 @@ class ArenaRun:
         return arena.read(self.plan.tensors[name].offset, numpy_dtype(t), t.shape)
 
     def _all_slices(self, node: Node) -> bool:
-        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
+        if not is_concat(node):
             return False
         out = node.outputs[0]
         ins = [t for t in node.inputs if t]

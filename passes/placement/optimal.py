@@ -24,11 +24,10 @@ from typing import Sequence
 
 import numpy as np
 
-from graphmem.planning.assignment import Record
-from graphmem.errors import GraphmemError
 from graphmem.core.liveness import overlapping_pairs
-
-from graphmem.passes.place import max_live, place_records
+from graphmem.errors import GraphmemError
+from graphmem.planning.groups import Record
+from graphmem.passes.placement.search import max_live, place_records
 
 DEFAULT_TIME_LIMIT = 10.0
 

@@ -1,0 +1,130 @@
+"""The best arena over the strategies: each greedy ordering through best fit, then seeded
+hill climbing from their orders while the arena is above the max-live floor, within
+work budgets that keep planning about linear on large graphs."""
+from __future__ import annotations
+
+import random
+from operator import attrgetter
+from typing import Callable, Sequence
+
+import numpy as np
+
+from graphmem.planning.groups import Record
+from graphmem.passes.placement import by_area, by_breadth, by_duration, by_size, in_order
+from graphmem.passes.placement.best_fit import best_fit
+from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
+
+# name -> how records are ordered before best-fit insertion; ties go to the first
+STRATEGIES: dict[str, Callable[[Sequence], list]] = {
+    s.NAME: s.order for s in (by_size, by_breadth, by_area, by_duration, in_order)}
+
+# "best" runs every strategy on inputs of up to this much work (parts plus
+# time-overlapping part pairs, what one best-fit run visits), fewer above it: after
+# the first, a strategy runs only while the runs so far stay within the budget. On a
+# 100,000-node random DAG one run is about 2.7 million visits (0.25 s).
+STRATEGY_WORK = 3_000_000
+
+# Hill climbing re-runs best fit up to this many times in all, fewer for large
+# inputs (each run costs about n^2 steps), so planning time stays bounded.
+CLIMB_WORK = 20_000_000
+CLIMB_MAX_RUNS = 400
+
+
+def max_live(recs: Sequence[Record | Tied]) -> int:
+    """The largest total of record bytes live at one step: no placement can be smaller."""
+    plain = [r for r in recs if type(r) is not Tied]
+    if len(plain) < len(recs):
+        plain += [p for r in recs if type(r) is Tied for _, p in r.parts]
+    n = len(plain)
+    return peak_live(np.fromiter(map(_BYTES, plain), np.int64, n),
+                     np.fromiter(map(_FIRST, plain), np.int64, n),
+                     np.fromiter(map(_LAST, plain), np.int64, n))
+
+
+def peak_live(nbytes: np.ndarray, first: np.ndarray, last: np.ndarray) -> int:
+    """:func:`max_live` of records given as columns."""
+    if not len(nbytes):
+        return 0
+    lo = int(first.min())
+    delta = np.zeros(int(last.max()) - lo + 2, dtype=nbytes.dtype)
+    np.add.at(delta, first - lo, nbytes)
+    np.add.at(delta, last - lo + 1, -nbytes)
+    return max(int(np.cumsum(delta).max()), 0)
+
+
+_BYTES, _FIRST, _LAST = attrgetter("bytes"), attrgetter("first"), attrgetter("last")
+
+
+def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
+               seed: int = 0, pairs: PartPairs | None = None,
+               ) -> tuple[dict[int, int], int, list[Record], int]:
+    """Improve a best-fit order: move a record that reaches the arena's top earlier.
+
+    Accepts moves that do not grow the arena, stops at ``floor`` or after ``runs``
+    best-fit runs. Seeded, so the result is the same every time (as TVM's hill_climb).
+    Returns (offsets, total, order, runs used).
+    """
+    rng = random.Random(seed)
+    order = list(ordered)
+    if pairs is None:
+        pairs = part_pairs(order)
+    offsets, total = best_fit(order, alignment, pairs)
+    used = 0
+    while used < runs and total > floor:
+        top = [i for i, r in enumerate(order) if offsets[r.id] + r.bytes == total]
+        i = rng.choice(top)
+        j = rng.randrange(i) if i > 0 else 0
+        candidate = order[:]
+        candidate.insert(j, candidate.pop(i))
+        new_offsets, new_total = best_fit(candidate, alignment, pairs)
+        used += 1
+        if new_total <= total:
+            order, offsets, total = candidate, new_offsets, new_total
+    return offsets, total, order, used
+
+
+def place_records(recs: Sequence[Record], strategy: str = "best", alignment: int = 1,
+                  pairs: PartPairs | None = None,
+                  ) -> tuple[dict[int, int], int, str, dict[str, int]]:
+    """Offsets for records by one strategy, or by the best of all (``"best"``).
+
+    ``"best"`` runs the strategies in order until one reaches the max-live floor
+    (no later one could beat it) or the next would exceed ``STRATEGY_WORK`` (large
+    inputs: see there), then, while the arena is above the floor, hill-climbs from
+    each strategy's order (best first) within a work budget.
+    ``pairs``: :func:`part_pairs` of ``recs``, made here if not given.
+    Returns (offsets, total, the strategy used, {strategy: total} for each tried).
+    """
+    names = list(STRATEGIES) if strategy == "best" else [strategy]
+    if any(n not in STRATEGIES for n in names):
+        raise ValueError(f"unknown placement strategy {strategy!r}; "
+                         f"choose from best, {', '.join(STRATEGIES)}")
+    tried: dict[str, int] = {}
+    best = None
+    starts = []
+    if pairs is None:
+        pairs = part_pairs(recs)
+    floor = peak_live(pairs.nbytes, pairs.first, pairs.last) if strategy == "best" else None
+    work = len(pairs.rel) + len(pairs.a)
+    for name in names:
+        if floor is not None and best is not None and best[1] <= floor:
+            break  # at the floor already: a later strategy could only tie, and ties keep the first
+        if best is not None and (len(tried) + 1) * work > STRATEGY_WORK:
+            break  # a large input: the first strategies only (see STRATEGY_WORK)
+        ordered = STRATEGIES[name](recs)
+        offsets, total = best_fit(ordered, alignment, pairs)
+        tried[name] = total
+        starts.append((total, len(starts), name, ordered))
+        if best is None or total < best[1]:
+            best = (offsets, total, name)
+    if strategy == "best" and recs:
+        budget = min(CLIMB_MAX_RUNS, CLIMB_WORK // (len(recs) ** 2))
+        per_start = budget // len(starts)
+        for _, _, name, ordered in sorted(starts, key=lambda s: (s[0], s[1])):
+            if best[1] <= floor or per_start == 0:
+                break
+            offsets, total, _, _ = hill_climb(ordered, alignment, floor, per_start, pairs=pairs)
+            if total < best[1]:
+                best = (offsets, total, f"{name}+hill_climb")
+                tried[best[2]] = total
+    return best[0], best[1], best[2], tried
