@@ -7,12 +7,10 @@ by the best of them.
 """
 from __future__ import annotations
 
-from operator import attrgetter
-
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context, aligned_total
 from graphmem.planning.contract import Pass, PassOptions
-from graphmem.planning.groups import group_records, group_roots
+from graphmem.planning.groups import ID, group_records, group_roots
 from graphmem.passes.placement.items import Tied, items
 from graphmem.passes.placement.optimal import place_optimal
 from graphmem.passes.placement.search import place_records
@@ -41,15 +39,12 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
         extra = {}
     roots = group_roots(ctx, a.groups)
     root_offsets = dict.fromkeys(roots, 0)  # zero-sized groups sit at 0
-    placed = list(map(_ID, recs))
+    placed = list(map(ID, recs))
     root_offsets.update(zip(map(roots.__getitem__, placed), map(offsets.__getitem__, placed)))
     detail = {"strategy": used, "tried": tried, **extra}
     if a.storage_bytes is not None:
         detail["share_bytes"] = aligned_total(a.storage_bytes, ctx.alignment)
     return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail
-
-
-_ID = attrgetter("id")
 
 PASS = Pass("place", "layout", reads=("groups", "storage"), provides=("offsets",), run=run,
             summary="offsets in one arena: the best of five best-fit orderings, then "

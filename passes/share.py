@@ -14,15 +14,14 @@ is ``tests/reference_share.py``, and the tests run both on the same records.
 """
 from __future__ import annotations
 
-from operator import attrgetter
-
 import numpy as np
 
 from graphmem import _fit
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
-from graphmem.planning.groups import Record, group_records, group_roots
+from graphmem.planning.groups import (BYTES, FIRST, ID, LAST, Record, group_records,
+                                      group_roots)
 from graphmem.passes.placement.search import peak_live
 
 MATCH_RANGES = (1, 2, 4, 8, 16)
@@ -56,7 +55,7 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
 def share_blocks(recs: list[Record], match_range: int) -> tuple[dict[int, int], list[int]]:
     """Assign each record a block id: ({record id: block}, block sizes)."""
     n = len(recs)
-    cols = (np.fromiter(map(f, recs), np.int64, n) for f in (_ID, _BYTES, _FIRST, _LAST))
+    cols = (np.fromiter(map(f, recs), np.int64, n) for f in (ID, BYTES, FIRST, LAST))
     return _pool(*_walk_order(*cols), match_range)
 
 
@@ -72,10 +71,6 @@ def _pool(ids, nbytes, first, last, match_range) -> tuple[dict[int, int], list[i
     block_bytes = np.empty(len(ids), dtype=np.int64)
     blocks = _fit.share(first, last, nbytes, match_range, block, block_bytes)
     return dict(zip(ids.tolist(), block.tolist())), block_bytes[:blocks].tolist()
-
-
-_ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
-                               attrgetter("last"))
 
 PASS = Pass("share", "layout", reads=("groups",), provides=("storage",), run=run,
             summary="MXNet's storage pool: blocks reused by size (match ranges 1-16)")

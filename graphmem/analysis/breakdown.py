@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.analysis.macs import im2col_bytes, node_macs
+from graphmem.plan.columns import group_roots
 from graphmem.plan.format import Plan
 
 # Peak dense throughput (no structured sparsity) per element class, and memory bandwidth.
@@ -231,10 +232,11 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
     if not layers:
         return {"node": None, "op": None, "live_bytes": 0, "tensors": []}
     pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
+    roots = group_roots(plan)
     groups: dict[str, list[str]] = {}
     for name, t in plan.tensors.items():
         if t.bytes and t.live[0] <= pos <= t.live[1]:
-            groups.setdefault(_storage_root(plan, name), []).append(name)
+            groups.setdefault(roots[name], []).append(name)
     entries = []
     for members in groups.values():
         ranges = sorted((plan.tensors[m].offset, plan.tensors[m].offset + plan.tensors[m].bytes)
@@ -246,16 +248,6 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
     entries.sort(key=lambda d: (-d["bytes"], d["offset"]))
     return {"node": layers[pos]["node"], "op": layers[pos]["op"],
             "live_bytes": layers[pos]["live_bytes"], "tensors": entries}
-
-
-def _storage_root(plan: Plan, name: str) -> str:
-    seen = set()
-    t = plan.tensors[name]
-    while name not in seen and (t.alias_of or t.slice_of) in plan.tensors:
-        seen.add(name)
-        name = t.alias_of or t.slice_of
-        t = plan.tensors[name]
-    return name
 
 
 def _union(ranges: list[tuple[int, int]]) -> int:

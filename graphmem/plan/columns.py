@@ -30,8 +30,8 @@ def columns(plan: Plan, index: Mapping[str, int] | None = None) -> PlanColumns:
     names, ts = list(plan.tensors), list(plan.tensors.values())
     n = len(ts)
     live = list(map(LIVE, ts))
-    first = np.fromiter(map(_FIRST, live), np.int64, n)
-    last = np.fromiter(map(_SECOND, live), np.int64, n)
+    first = np.fromiter(map(_LIVE_FIRST, live), np.int64, n)
+    last = np.fromiter(map(_LIVE_LAST, live), np.int64, n)
     offset = np.fromiter(map(OFFSET, ts), np.int64, n)
     size = np.fromiter(map(BYTES, ts), np.int64, n)
     linked = [i for i, t in enumerate(ts)
@@ -47,7 +47,7 @@ def columns(plan: Plan, index: Mapping[str, int] | None = None) -> PlanColumns:
 # getters of a TensorPlan's fields, shared by the modules that read plan columns
 LIVE, OFFSET, BYTES, KIND = (attrgetter("live"), attrgetter("offset"), attrgetter("bytes"),
                              attrgetter("kind"))
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_LIVE_FIRST, _LIVE_LAST = itemgetter(0), itemgetter(1)
 
 
 def _join_groups(group: np.ndarray, ts, linked: list[int], index) -> None:

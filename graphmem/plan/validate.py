@@ -290,7 +290,7 @@ def _check_alias(plan, graph, producer, position, members, gid, name, t, guard) 
     node = producer.get(name)
     if node is None or src not in node.inputs:
         return [f"tensor {name!r}: alias_of {src!r}, but its producer does not read {src!r}"]
-    i, o = node.inputs.index(src), node.outputs.index(name)
+    o = node.outputs.index(name)
     s = plan.tensors[src]
     if t.offset != s.offset:
         return [f"tensor {name!r}: alias of {src!r} at offset {t.offset}, not {s.offset}"]

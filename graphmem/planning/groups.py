@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -118,6 +118,9 @@ def group_roots(ctx: Context, table: GroupTable) -> list[str]:
     return list(map(ctx.names.__getitem__, table.group_root().tolist()))
 
 
+# Record's fields as getters (for C-level maps over many records)
+ID, BYTES, FIRST, LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
+                          attrgetter("last"))
 # Group._make and Record._make without a Python-level call
 _make_group, make_record = partial(tuple.__new__, Group), partial(tuple.__new__, Record)
 

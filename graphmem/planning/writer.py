@@ -55,8 +55,8 @@ def write_plan(ctx: Context, a: Assignment, passes: list[dict], model: str,
     offs[ctx.nbytes == 0] = 0
     lives = list(map(tuple, ctx.intervals.values()))
     alias, ids = a.alias, index.ids
-    alias_of = _column(n, ids, alias, map(_FIRST, alias.values()))
-    alias_kind = _column(n, ids, alias, map(_SECOND, alias.values()))
+    alias_of = _column(n, ids, alias, map(_ALIAS_SOURCE, alias.values()))
+    alias_kind = _column(n, ids, alias, map(_ALIAS_KIND, alias.values()))
     slices = _column(n, ids, a.slice_of, a.slice_of.values())
     tensors = dict(zip(names, tensor_plans(index.kinds(), ctx.nbytes.tolist(), offs.tolist(),
                                            lives, alias_of, alias_kind, slices)))
@@ -80,4 +80,4 @@ def _column(n: int, position: Mapping[str, int], keys, values) -> list:
     return out.tolist()
 
 
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_ALIAS_SOURCE, _ALIAS_KIND = itemgetter(0), itemgetter(1)  # of an (alias_of, alias) pair

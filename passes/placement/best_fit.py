@@ -6,14 +6,13 @@ both on the same items.
 """
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Sequence
 
 import numpy as np
 
 from graphmem import _fit
 from graphmem.planning.context import MAX_PLAN_BYTES
-from graphmem.planning.groups import Record
+from graphmem.planning.groups import ID, Record
 from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
 
 
@@ -39,11 +38,8 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
     if reach + (len(pairs.rel) + 2) * alignment >= MAX_PLAN_BYTES:
         raise ValueError("best_fit: the records are too large for 64-bit offsets")
     index = dict(zip(pairs.ids, range(len(pairs.ids))))
-    seq = np.fromiter(map(index.__getitem__, map(_ID, ordered)), np.int64, len(ordered))
+    seq = np.fromiter(map(index.__getitem__, map(ID, ordered)), np.int64, len(ordered))
     base = np.zeros(len(pairs.ids), dtype=np.int64)
     total = _fit.run(seq, pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
                      pairs.a, pairs.b, alignment, base)
     return dict(zip(pairs.ids, base.tolist())), total
-
-
-_ID = attrgetter("id")

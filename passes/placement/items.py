@@ -5,7 +5,6 @@ their parts whose lives overlap (:class:`PartPairs`), which every best-fit run s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -14,7 +13,8 @@ from graphmem.core.liveness import overlapping_pairs
 from graphmem.core.regions import NO_SPAN, byte_regions
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context, align_up
-from graphmem.planning.groups import Record, group_records, make_record
+from graphmem.planning.groups import (BYTES, FIRST, ID, LAST, Record, group_records,
+                                      make_record)
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,9 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
     tied = [type(r) is Tied for r in items]
     if True not in tied:  # plain records only: one part each, columns at C speed
         n = len(items)
-        return _index(list(map(_ID, items)), tied, range(n + 1), [0] * n,
-                      list(map(_BYTES, items)), list(map(_FIRST, items)),
-                      list(map(_LAST, items)))
+        return _index(list(map(ID, items)), tied, range(n + 1), [0] * n,
+                      list(map(BYTES, items)), list(map(FIRST, items)),
+                      list(map(LAST, items)))
     ids, start, rel, nbytes, first, last = [], [0], [], [], [], []
     for r, is_tied in zip(items, tied):
         ids.append(r.id)
@@ -90,10 +90,6 @@ def _index(ids, tied, start, rel, nbytes, first, last) -> PartPairs:
                      owner, first, last,
                      np.concatenate(a_parts) if a_parts else empty,
                      np.concatenate(b_parts) if b_parts else empty)
-
-
-_ID, _BYTES, _FIRST, _LAST = (attrgetter("id"), attrgetter("bytes"), attrgetter("first"),
-                               attrgetter("last"))
 
 
 def items(ctx: Context, a: Assignment) -> tuple[list[Record | Tied], PartPairs]:

@@ -4,12 +4,11 @@ work budgets that keep planning about linear on large graphs."""
 from __future__ import annotations
 
 import random
-from operator import attrgetter
 from typing import Callable, Sequence
 
 import numpy as np
 
-from graphmem.planning.groups import Record
+from graphmem.planning.groups import BYTES, FIRST, LAST, Record
 from graphmem.passes.placement import by_area, by_breadth, by_duration, by_size, in_order
 from graphmem.passes.placement.best_fit import best_fit
 from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
@@ -36,9 +35,9 @@ def max_live(recs: Sequence[Record | Tied]) -> int:
     if len(plain) < len(recs):
         plain += [p for r in recs if type(r) is Tied for _, p in r.parts]
     n = len(plain)
-    return peak_live(np.fromiter(map(_BYTES, plain), np.int64, n),
-                     np.fromiter(map(_FIRST, plain), np.int64, n),
-                     np.fromiter(map(_LAST, plain), np.int64, n))
+    return peak_live(np.fromiter(map(BYTES, plain), np.int64, n),
+                     np.fromiter(map(FIRST, plain), np.int64, n),
+                     np.fromiter(map(LAST, plain), np.int64, n))
 
 
 def peak_live(nbytes: np.ndarray, first: np.ndarray, last: np.ndarray) -> int:
@@ -50,9 +49,6 @@ def peak_live(nbytes: np.ndarray, first: np.ndarray, last: np.ndarray) -> int:
     np.add.at(delta, first - lo, nbytes)
     np.add.at(delta, last - lo + 1, -nbytes)
     return max(int(np.cumsum(delta).max()), 0)
-
-
-_BYTES, _FIRST, _LAST = attrgetter("bytes"), attrgetter("first"), attrgetter("last")
 
 
 def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
