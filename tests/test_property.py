@@ -313,32 +313,25 @@ def test_every_strategy_places_without_overlap(case, strategy):
         assert total == min(tried.values())
 
 
-# -------------------------------------------------------- the links' fast check
+# -------------------------------------------------------- links broken at random
 
 LINK_MUTATIONS = ["alias_of", "alias", "drop_alias", "new_alias", "slice_of", "new_slice",
                   "offset", "group_offset"]
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=max(10, settings.default.max_examples // 2))
 @given(model=dag_models(max_nodes=14), passes=st.sampled_from(PASS_SETS[1:]),
        kind=st.sampled_from(LINK_MUTATIONS), data=st.data())
-def test_the_links_fast_check_never_clears_what_the_loop_rejects(model, passes, kind, data):
-    """``links_hold`` (numpy over all alias/slice links) may leave a plan to the
-    tensor-by-tensor loop, but must never say "holds" where the loop finds a problem:
-    plans with one link broken at random, and planned plans, which it must clear."""
-    from graphmem.plan.links import links_hold
-    from graphmem.plan.validate import link_problems
-    from graphmem.plan.columns import columns
-    from graphmem.core.index import index_graph
-    from graphmem.core.ops import alias_edges
-    graph = from_model(model)
+def test_a_plan_with_a_link_broken_at_random_is_refused_or_still_runs(
+        model, passes, kind, data, tmp_path_factory):
+    """The planner's plans break no alias or slice rule; a plan with one link broken at
+    random is either refused by validation or, where the rules still hold, runs in its
+    arena on ONNX Runtime with the plain run's results (the rules are not too weak)."""
+    from graphmem.verify import verify
+    path = tmp_path_factory.mktemp("dag") / "random.onnx"
+    onnx.save(model, str(path))
+    graph = graphmem.load(path)
     plan = graphmem.plan_graph(graph, passes).plan
-    topo = index_graph(graph)
-    edges = lambda: alias_edges(graph, plan.order, topo)  # noqa: E731
-    fine = links_hold(plan, graph, topo, columns(plan, topo.ids), edges)
-    concat_reads_weight = any(n.op_type == "Concat" and any(i in graph.weights for i in n.inputs)
-                              for n in graph.nodes)
-    assert fine or concat_reads_weight  # the planner's own plan: the fast path clears it
     names = sorted(plan.tensors)
     name = data.draw(st.sampled_from(names))
     t = plan.tensors[name]
@@ -376,6 +369,7 @@ def test_the_links_fast_check_never_clears_what_the_loop_rejects(model, passes, 
         tensors = {k: dataclasses.replace(v, offset=v.offset + plan.alignment)
                    if roots[k] == roots[name] else v for k, v in plan.tensors.items()}
         mutant = dataclasses.replace(plan, tensors=tensors)
-    cols = columns(mutant, topo.ids)
-    if links_hold(mutant, graph, topo, cols, edges):
-        assert link_problems(mutant, graph, topo, cols) == []
+    if mutant == plan or graphmem.problems(mutant, graph):
+        return
+    report = verify(mutant, graph)
+    assert report.passed, report.mismatch.describe() if report.mismatch else report

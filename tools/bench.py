@@ -281,7 +281,7 @@ onnx-tool and ONNX Runtime. Execution order: the file's. Alignment: 64 bytes.
 - **graphmem**: `graphmem.plan_graph(graph)`, the default passes (inplace, share,
   place with the best of all strategies). **X only**: `--placement X`.
   **optimal (MIP)**: `--placement optimal --time-limit T`, the exact offsets for
-  this order and these aliases (passes/place_exact.py, HiGHS), warm-started by the
+  this order and these aliases (passes/placement/optimal.py, HiGHS), warm-started by the
   heuristics; where the heuristic already reaches the aliased peak the MIP is not
   needed (it is the optimum). A gap is printed where the optimum was not proven.
 - **MXNet share**: graphmem's inplace + share passes without placement, the
@@ -332,7 +332,7 @@ def run_zoo(args) -> None:
         "confirms it. Off the floor, on small random DAGs (tools/scale.py `random_dag`, "
         "after the inplace pass): arena above the max-live floor for each strategy alone, "
         f"graphmem's default (best of all, then hill climbing) and the MIP "
-        f"(passes/place_exact.py, HiGHS, {args.time_limit:g} s limit, warm-started by the "
+        f"(passes/placement/optimal.py, HiGHS, {args.time_limit:g} s limit, warm-started by the "
         "default; 'proven' means its lower bound meets the arena).", "",
         reference, "", ZOO_METHOD])
     print(body)

@@ -144,22 +144,26 @@ def alias_edges(graph: Graph, order, index: GraphIndex) -> AliasEdges:
     regular = ((index.read_start[rows + 1] - read_start == n_in)
                & (index.write_start[rows + 1] - write_start == n_out))
     domains = list(map(_DOMAIN, nodes))
-    domain_of = {d: k for k, d in enumerate(dict.fromkeys(domains))}
-    domain = np.fromiter(map(domain_of.__getitem__, domains), np.int64, len(nodes))[rows]
+    domain_names = list(dict.fromkeys(domains))
+    domain = (np.zeros(len(rows), dtype=np.int64) if len(domain_names) == 1 else
+              np.fromiter(map({d: k for k, d in enumerate(domain_names)}.__getitem__, domains),
+                          np.int64, len(nodes))[rows])
     parts = []  # (pos, overwrite, rank, src, out) arrays
-    candidates = np.isin(code, aliasing)
+    candidates = np.isin(code, aliasing) & regular
+    # one integer per signature of a regular node: (domain, input count, output count)
+    wide_in, wide_out = int(n_in.max(initial=0)) + 1, int(n_out.max(initial=0)) + 1
+    signature = (domain * wide_in + n_in) * wide_out + n_out
     for op, k in codes.items():
         if op not in _TABLE_OPS:
             continue
-        of_op = candidates & regular & (code == k)
-        if not of_op.any():
-            continue
-        sigs = np.unique(np.stack([domain[of_op], n_in[of_op], n_out[of_op]]), axis=1)
-        for d, i_count, o_count in sigs.T.tolist():
-            name = next(x for x, c in domain_of.items() if c == d)
-            sig = (op, name, (True,) * i_count, (True,) * o_count)
-            pos_all = np.flatnonzero(of_op & (domain == d) & (n_in == i_count) & (n_out == o_count))
-            for overwrite, pairs in zip((False, True), _pairs_of(*sig)):
+        of_op = np.flatnonzero(candidates & (code == k))
+        sig_of_op = signature[of_op]
+        for sig in np.unique(sig_of_op).tolist():
+            d, rest = divmod(sig, wide_in * wide_out)
+            i_count, o_count = divmod(rest, wide_out)
+            pos_all = of_op[sig_of_op == sig]
+            pairs_of = _pairs_of(op, domain_names[d], (True,) * i_count, (True,) * o_count)
+            for overwrite, pairs in zip((False, True), pairs_of):
                 for rank, (i, o) in enumerate(pairs):
                     parts.append((pos_all, np.full(len(pos_all), overwrite),
                                   np.full(len(pos_all), rank),
@@ -167,7 +171,7 @@ def alias_edges(graph: Graph, order, index: GraphIndex) -> AliasEdges:
                                   index.writes[write_start[pos_all] + o]))
     get = index.ids.get
     extra = []
-    for pos, row in zip(*(a.tolist() for a in _odd(candidates & ~regular, rows))):
+    for pos, row in zip(*(a.tolist() for a in _odd(np.isin(code, aliasing) & ~regular, rows))):
         node = nodes[row]
         for overwrite, pairs in zip((False, True), _pairs_of(*_signature(node))):
             extra += [(pos, overwrite, rank, get(node.inputs[i], -1), get(node.outputs[o], -1))

@@ -2,8 +2,8 @@
 
 A Concat output holds its slices: the slices are live before the output is, so the
 group's bytes are split into regions, each live from the first to the last use of a
-member on it. Placement (``passes/place.py``) cuts at aligned boundaries so that
-every gap is aligned; the plan's statistics (``graphmem/plan.py``) at the exact
+member on it. Placement (``passes/placement/items.py``) cuts at aligned boundaries so that
+every gap is aligned; the plan's statistics (``graphmem/plan/stats.py``) at the exact
 ones. Both ask this one function, for all groups at once, in numpy.
 """
 from __future__ import annotations

@@ -1,75 +1,82 @@
-"""The plan's alias and slice rules on whole columns: do they all hold?
+"""The plan's alias and slice rules: which links break them, and how to say so.
 
-``validate`` checks each ``alias_of`` and ``slice_of`` of a plan one tensor at a time
-(``validate``'s ``_check_alias`` and ``_check_slice``), and words every broken rule. At 100k
-nodes that loop took a sixth of the planning time. :func:`links_hold` asks the same
-questions of every link at once, in numpy, for a plan in the graph's order (positions
-are graph-index ids): True means no rule is broken; False means the loop must run, as it
-words the problem (it also answers for every case this leaves to it, such as a Concat
-reading a weight). It may say False where the loop finds nothing, never True where
-the loop finds something.
+Each rule is decided once, for every link at once (numpy over the plan's columns and the
+graph index), and the tensors that break one are then worded in plan order. The rules
+(docs/plan-format.md):
 
-The rules (``../shared/plan-format.md``):
-
-- alias: ``alias_of`` and ``alias`` come together; the source is an arena tensor at
-  the same offset, read by the tensor's producer through one of the pairs
-  ``ops.view_pairs`` (``"view"``, same bytes) or ``ops.overwrite_pairs``
-  (``"inplace"``, no more bytes) give; an in-place write at position p needs every
-  member of its storage group to be no graph input and not live across p (produced
-  before p, read after it).
+- alias: ``alias_of`` and ``alias`` come together; the source is an arena tensor at the
+  same offset, read by the tensor's producer through one of the pairs
+  ``ops.view_pairs`` (``"view"``, same bytes) or ``ops.overwrite_pairs`` (``"inplace"``,
+  no more bytes) give; an in-place write at position p needs every member of its
+  storage group to be no graph input and not live across p (produced before p, read
+  after it).
 - slice: ``slice_of`` is an activation's Concat output, produced by a Concat that reads
-  the tensor once, whose dimensions before the axis are 1 (contiguous slices), and
-  the tensor sits at the output's offset plus the bytes of the inputs before it.
+  the tensor once, whose dimensions before the axis are 1 (contiguous slices), and the
+  tensor sits at the output's offset plus the bytes of the inputs before it.
+
+Per link the first rule broken is reported (the alias rules in the order above, then
+the slice rules), as one line naming the tensor.
 """
 from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter, is_not
+from typing import Callable, Mapping
 
 import numpy as np
 
-from typing import Callable
-
-from graphmem.core.index import GraphIndex
+from graphmem.core.index import GraphIndex, edges_in_order
 from graphmem.core.ir import Graph
 from graphmem.core.ops import AliasEdges, concat_axis, is_concat
+from graphmem.plan.columns import PlanColumns
+from graphmem.plan.format import Plan
 
 _ALIAS_OF, _ALIAS, _SLICE_OF = attrgetter("alias_of"), attrgetter("alias"), attrgetter("slice_of")
-_INPUTS = attrgetter("inputs")
+_IMPLICIT = attrgetter("implicit_inputs")
+
+# what breaks an alias, in the order the rules are checked (0: nothing)
+(_FINE, _NOT_TOGETHER, _NO_SOURCE, _NOT_READ, _OFFSET, _NOT_VIEW, _VIEW_BYTES, _KIND,
+ _NOT_OVERWRITE, _LARGER, _GROUP) = range(11)
 
 
-def links_hold(plan, graph: Graph, topo: GraphIndex, cols,
-               edges: Callable[[], AliasEdges]) -> bool:
-    """Whether every alias and slice rule holds for ``plan`` (whose tensors are the
-    index's arena tensors in its order, with the columns ``cols`` of
-    ``plan.columns.columns``; kinds, bytes and lives already checked). ``edges`` gives
-    the alias edges of ``plan.order``."""
-    n = len(cols.names)
-    if n != topo.arena or not cols.linked:
-        return n == topo.arena
-    if len(topo.writes) and np.bincount(topo.writes).max() > 1:
-        return False  # a tensor written twice: the producer is the loop's question
+def link_problems(plan: Plan, graph: Graph, topo: GraphIndex, cols: PlanColumns,
+                  pid: np.ndarray, position: Mapping[str, int],
+                  edges: Callable[[], AliasEdges]) -> list[str]:
+    """Every alias and slice rule the plan's links break, one line per broken link.
+
+    ``pid``: each plan position's id in ``topo``; ``position``: tensor -> plan position
+    (it may name more tensors, at positions past the plan's); ``edges``: a function
+    giving the alias edges of ``plan.order`` (asked only when the plan has aliases).
+    Kinds, bytes and live ranges are already checked.
+    """
+    if not cols.linked:
+        return []
     linked = np.asarray(cols.linked, dtype=np.int64)
     ts = list(map(cols.ts.__getitem__, cols.linked))
     alias_of, alias, slice_of = (list(map(f, ts)) for f in (_ALIAS_OF, _ALIAS, _SLICE_OF))
-    has_alias = _given(alias_of)
-    if not np.array_equal(has_alias, _given(alias)):
-        return False
-    is_input = np.zeros(n, dtype=bool)
-    is_input[topo.inputs] = True
-    ids = topo.ids
-    at = np.flatnonzero(has_alias)
-    if len(at) and not _aliases_hold(edges(), topo, cols, is_input, linked[at],
-                                     [alias_of[k] for k in at.tolist()],
-                                     [alias[k] for k in at.tolist()]):
-        return False
-    at = np.flatnonzero(_given(slice_of))
+    has_alias_of, has_alias = _given(alias_of), _given(alias)
+    code = np.where(has_alias_of != has_alias, _NOT_TOGETHER, _FINE)
+    at = np.flatnonzero(has_alias_of & has_alias)
+    facts = None
     if len(at):
-        target = _ids(ids, (slice_of[k] for k in at.tolist()), len(at), n)
-        if target is None:
-            return False
-        return _slices_hold(graph, topo, cols, is_input, linked[at], target)
-    return True
+        facts = _AliasFacts(plan, graph, topo, cols, pid, position, edges(), linked[at],
+                            [alias_of[k] for k in at.tolist()], [alias[k] for k in at.tolist()])
+        code[at] = facts.code
+    out: list[str] = []
+    slices = _SliceFacts(plan, graph, topo, cols, pid, position)
+    alias_row = dict(zip(at.tolist(), range(len(at))))
+    for k in np.flatnonzero((code != _FINE) | _given(slice_of)).tolist():
+        i, name, t = int(linked[k]), cols.names[linked[k]], ts[k]
+        if code[k] == _NOT_TOGETHER:
+            out.append(f"tensor {name!r}: alias_of and alias must be given together")
+            continue
+        if code[k] != _FINE:
+            out.append(facts.words(alias_row[k], name, t))
+        if t.slice_of is not None:
+            found = slices.problem(i, name, t)
+            if found:
+                out.append(found)
+    return out
 
 
 def _given(values: list) -> np.ndarray:
@@ -77,108 +84,204 @@ def _given(values: list) -> np.ndarray:
     return np.fromiter(map(is_not, values, repeat(None)), bool, len(values))
 
 
-def _ids(ids, names, count: int, n: int) -> np.ndarray | None:
-    """Positions of names in a plan of the index's ``n`` arena tensors (None when
-    one is not among them)."""
-    out = np.fromiter(map(ids.get, names, repeat(-1)), np.int64, count)
-    return None if ((out < 0) | (out >= n)).any() else out
+class _AliasFacts:
+    """The alias rules decided for a set of links (plan positions ``out`` with sources
+    named ``src_names`` and kinds ``kinds``): ``code``, per link, the first rule broken."""
+
+    def __init__(self, plan, graph, topo, cols, pid, position, e: AliasEdges, out,
+                 src_names, kinds):
+        n = len(cols.names)
+        self.plan, self.graph, self.cols = plan, graph, cols
+        self.src_names = src_names
+        src = np.fromiter(map(position.get, src_names, repeat(n)), np.int64, len(out))
+        code = np.full(len(out), _FINE, dtype=np.int64)
+
+        def rule(broken: np.ndarray, what: int) -> None:
+            code[(code == _FINE) & broken] = what
+
+        rule(src >= n, _NO_SOURCE)
+        src = np.where(src < n, src, out)  # (a placeholder where the source is missing)
+        out_id, src_id = pid[out], pid[src]
+        rows_of = topo.rows(plan.order)
+        self.prow = prow = topo.producer_rows()[out_id]
+        rule((prow < 0) | ~_reads_explicitly(graph, topo, prow, src_id), _NOT_READ)
+        rule(cols.offset[out] != cols.offset[src], _OFFSET)
+        view = np.fromiter(map("view".__eq__, kinds), bool, len(kinds))
+        overwrite = np.fromiter(map("inplace".__eq__, kinds), bool, len(kinds))
+        paired = _in_edges(e, rows_of, prow, out_id, src_id, overwrite)
+        rule(view & ~paired, _NOT_VIEW)
+        rule(view & (cols.size[out] != cols.size[src]), _VIEW_BYTES)
+        rule(~view & ~overwrite, _KIND)
+        rule(overwrite & ~paired, _NOT_OVERWRITE)
+        rule(overwrite & (cols.size[out] > cols.size[src]), _LARGER)
+        pos_of_row = np.full(len(topo.node_index), -1, dtype=np.int64)
+        pos_of_row[rows_of] = np.arange(len(rows_of))
+        self.pos = pos_of_row[np.maximum(prow, 0)]
+        writes = np.flatnonzero(code == _FINE)
+        writes = writes[overwrite[writes]]
+        if len(writes):
+            broken = np.zeros(len(out), dtype=bool)
+            broken[writes] = _group_breaks(cols, _input_positions(topo, pid), out[writes],
+                                           self.pos[writes])
+            rule(broken, _GROUP)
+        self.code, self.src, self.out = code, src, out
+
+    def words(self, k: int, name: str, t) -> str:
+        """The line for link ``k``, which breaks rule ``code[k]``."""
+        code, src, plan = int(self.code[k]), self.src_names[k], self.plan
+        if code == _NO_SOURCE:
+            return f"tensor {name!r}: alias_of {src!r} is not an arena tensor"
+        if code == _NOT_READ:
+            return f"tensor {name!r}: alias_of {src!r}, but its producer does not read {src!r}"
+        s = plan.tensors[src]
+        op = self.graph.nodes[int(self.prow[k])].op_type
+        if code == _OFFSET:
+            return f"tensor {name!r}: alias of {src!r} at offset {t.offset}, not {s.offset}"
+        if code == _NOT_VIEW:
+            return f"tensor {name!r}: {op} is not a view op for input {src!r}"
+        if code == _VIEW_BYTES:
+            return f"tensor {name!r}: a view must have the bytes of {src!r}"
+        if code == _KIND:
+            return f"tensor {name!r}: alias {t.alias!r} is neither 'view' nor 'inplace'"
+        if code == _NOT_OVERWRITE:
+            return f"tensor {name!r}: {op} may not overwrite its input {src!r}"
+        if code == _LARGER:
+            return f"tensor {name!r}: in-place output larger than {src!r}"
+        # _GROUP: the first member of the storage group (in plan order) that breaks it
+        cols, pos = self.cols, int(self.pos[k])
+        group = cols.group
+        for m in np.flatnonzero(group == group[self.out[k]]).tolist():
+            mt = cols.ts[m]
+            if _overwrites(mt.kind == "input", mt.live[0], mt.live[1], pos):
+                if mt.kind == "input":
+                    return (f"tensor {name!r}: overwrites the storage of graph input "
+                            f"{cols.names[m]!r}")
+                return (f"tensor {name!r}: overwrites {src!r} in place at position {pos}, but "
+                        f"{cols.names[m]!r}, which shares that storage, is read later "
+                        f"(at {mt.live[1]})")
+        raise AssertionError("a broken in-place group with no member that breaks it")
 
 
-def _aliases_hold(e: AliasEdges, topo, cols, is_input, out, src_names, kinds) -> bool:
-    n = len(cols.names)
-    src = _ids(topo.ids, src_names, len(out), n)
-    if src is None:
-        return False
-    overwrite = np.fromiter(map("inplace".__eq__, kinds), bool, len(kinds))
-    if not (overwrite | np.fromiter(map("view".__eq__, kinds), bool, len(kinds))).all():
-        return False  # an alias that is neither
-    # the pair (src -> out) must be one the producer's op table gives, of that kind
-    width = len(topo.names) + 1
-    edge_key = ((e.out * width + (e.src + 1)) * 2 + e.overwrite)
-    by = np.argsort(edge_key, kind="stable")
-    edge_key = edge_key[by]
-    key = (out * width + (src + 1)) * 2 + overwrite
-    k = np.searchsorted(edge_key, key)
-    if not (k < len(edge_key)).all() or not np.array_equal(edge_key[k], key):
-        return False
-    size, offset = cols.size, cols.offset
-    if (offset[out] != offset[src]).any():
-        return False
-    if ((size[out] != size[src]) & ~overwrite).any() or (size[out] > size[src]).any():
-        return False
-    # an in-place write at position p: no member of the storage group is a graph
-    # input or live across p
-    writes, pos = out[overwrite], e.pos[by][k[overwrite]]
-    if not len(writes):
-        return True
+def _overwrites(is_input, first, last, pos):
+    """Whether a member of a storage group stops an in-place write at ``pos``: it holds a
+    graph input, or it is live across ``pos`` (scalars or arrays alike)."""
+    return is_input | ((first < pos) & (last > pos))
+
+
+def _input_positions(topo: GraphIndex, pid: np.ndarray) -> np.ndarray:
+    """The plan positions of the graph inputs."""
+    is_input = np.zeros(len(topo.names), dtype=bool)
+    is_input[topo.inputs] = True
+    return np.flatnonzero(is_input[pid])
+
+
+def _group_breaks(cols: PlanColumns, inputs: np.ndarray, out: np.ndarray,
+                  pos: np.ndarray) -> np.ndarray:
+    """Per in-place write (output ``out`` at position ``pos``): does a member of its
+    storage group hold a graph input or live across ``pos`` (:func:`_overwrites`, asked
+    of all members at once)? O(n log n) for all writes,
+    where asking every member of every write's group would be quadratic in a long
+    in-place chain: per group, the latest last use of the members that start before
+    ``pos`` decides whether one is live across it."""
     group = cols.group
-    w_group = group[writes]
-    tainted = np.zeros(n, dtype=bool)
-    tainted[group[is_input]] = True
-    if tainted[w_group].any():
-        return False
-    # members of the written groups by (group, first); per group the latest last use of
-    # the members that start by each one; a write at p is safe when the members
-    # starting before p all end by p
+    w_group = group[out]
+    tainted = np.zeros(len(group), dtype=bool)
+    tainted[group[inputs]] = True
+    broken = tainted[w_group].copy()
     member = np.flatnonzero(np.isin(group, w_group))
-    first, last = cols.first[member], cols.last[member]
-    g = group[member]
-    span = int(max(last.max(), pos.max())) - int(min(first.min(), pos.min())) + 2
+    first, last, g = cols.first[member], cols.last[member], group[member]
     base = int(min(first.min(), pos.min()))
+    span = int(max(last.max(), pos.max())) - base + 2
     by_first = np.lexsort((first, g))
     g, first, last = g[by_first], first[by_first], last[by_first]
     # a running maximum of last within each group: groups are kept apart by their rank
     rank = np.cumsum(np.r_[True, g[1:] != g[:-1]])
     reach = np.maximum.accumulate(rank * span + (last - base)) - rank * span
     start = np.searchsorted(g * span + (first - base), w_group * span + (pos - base))
-    before = start > np.searchsorted(g, w_group)  # some member of the group starts before p
-    return not (before & (reach[np.maximum(start - 1, 0)] + base > pos)).any()
+    before = start > np.searchsorted(g, w_group)  # some member of the group starts before pos
+    broken |= before & (reach[np.maximum(start - 1, 0)] + base > pos)
+    return broken
 
 
-def _slices_hold(graph, topo, cols, is_input, sl, target) -> bool:
-    n = len(cols.names)
-    is_output = np.zeros(n, dtype=bool)
-    is_output[topo.outputs[topo.outputs < n]] = True
-    if (is_input[sl] | is_output[sl]).any():
-        return False  # a graph input or output is no slice
-    rows = topo.producer_rows()[target]
-    if (rows < 0).any():
-        return False
-    nodes = graph.nodes
-    concats, row_of = np.unique(rows, return_inverse=True)
-    tensors = graph.tensors
-    out_names = [topo.names[t] for t in target[np.unique(row_of, return_index=True)[1]]]
-    contiguous: dict[tuple, bool] = {}  # (shape, axis) -> are the slices contiguous?
-    for row, name in zip(concats.tolist(), out_names):
-        node = nodes[row]
-        if not is_concat(node):
-            return False
-        key = (tensors[name].shape, node.attrs.get("axis", 0))
-        if key not in contiguous:
-            contiguous[key] = concat_axis(*key)[1]
-        if not contiguous[key]:
-            return False
-    # each Concat's reads, their byte starts, and the slices among them
-    lo, hi = topo.read_start[concats], topo.read_start[concats + 1]
-    count = hi - lo
-    n_in = np.fromiter(map(len, map(_INPUTS, map(nodes.__getitem__, concats.tolist()))),
-                       np.int64, len(concats))
-    if not np.array_equal(count, n_in) or not count.all():
-        return False  # a blank input (or none)
-    seg = np.cumsum(count) - count  # where each Concat's reads begin
-    read = topo.reads[np.repeat(lo - seg, count) + np.arange(int(count.sum()))]
-    if ((read < 0) | (read >= n)).any():
-        return False  # a weight or constant among the inputs: the loop sums its bytes
-    nbytes = cols.size[read]
-    before = np.cumsum(nbytes) - nbytes  # bytes of all reads before each
-    start = before - np.repeat(before[seg], count)  # ... within its Concat
-    which = np.repeat(np.arange(len(concats)), count)
-    width = n + 1
-    read_key = which * width + read
-    by = np.argsort(read_key, kind="stable")
-    read_key, start = read_key[by], start[by]
-    key = row_of * width + sl
-    k = np.searchsorted(read_key, key)
-    if (np.searchsorted(read_key, key, side="right") - k != 1).any():
-        return False  # not read by that Concat, or read more than once
-    return np.array_equal(cols.offset[sl], cols.offset[target] + start[k])
+def _reads_explicitly(graph: Graph, topo: GraphIndex, rows: np.ndarray,
+                      ids: np.ndarray) -> np.ndarray:
+    """Per (row, id): is ``id`` among the explicit inputs of node ``rows[k]`` (rows < 0:
+    False)? A node's reads are its explicit inputs (blanks left out), then its implicit
+    ones."""
+    ok = rows >= 0
+    r = np.where(ok, rows, 0)
+    values, which = edges_in_order(topo.read_start, topo.reads, r)
+    implicit = np.fromiter(map(len, map(_IMPLICIT, graph.nodes)), np.int64, len(graph.nodes))
+    count = np.diff(topo.read_start)[r]
+    explicit = count - implicit[r]
+    within = np.arange(len(values)) - np.repeat(np.cumsum(count) - count, count)
+    hit = np.zeros(len(rows), dtype=bool)
+    match = (values == ids[which]) & (within < explicit[which])
+    hit[which[match]] = True
+    return hit & ok
+
+
+def _in_edges(e: AliasEdges, rows_of: np.ndarray, rows: np.ndarray, out_id: np.ndarray,
+              src_id: np.ndarray, overwrite: np.ndarray) -> np.ndarray:
+    """Per link: is (its producer's row, output, source, view or overwrite) a pair of the
+    edge table?"""
+    width = int(max(e.out.max(initial=0), e.src.max(initial=0), out_id.max(initial=0),
+                    src_id.max(initial=0))) + 2
+    e_key = (e.out * width + (e.src + 1)) * 2 + e.overwrite
+    by = np.argsort(e_key, kind="stable")
+    e_key, e_row = e_key[by], rows_of[e.pos[by]]
+    key = (out_id * width + (src_id + 1)) * 2 + overwrite
+    lo, hi = np.searchsorted(e_key, key), np.searchsorted(e_key, key, side="right")
+    found = (hi > lo) & (e_row[np.minimum(lo, len(e_row) - 1)] == rows) if len(e_row) \
+        else np.zeros(len(key), dtype=bool)
+    for k in np.flatnonzero(hi - lo > 1).tolist():  # a tensor written twice: any writer
+        found[k] = bool((e_row[lo[k]:hi[k]] == rows[k]).any())
+    return found
+
+
+class _SliceFacts:
+    """The slice rules, per Concat output computed once (the starts of its inputs, its
+    axis and contiguity), checked per slice."""
+
+    def __init__(self, plan, graph, topo, cols, pid, position):
+        self.plan, self.graph, self.cols, self.position = plan, graph, cols, position
+        self.n, self.pid = len(cols.names), pid
+        self.producer = topo.producer_rows()
+        self.concats: dict[str, tuple | None] = {}
+
+    def problem(self, i: int, name: str, t) -> str | None:
+        out_name = t.slice_of
+        target = self.position.get(out_name, self.n)
+        if target >= self.n:
+            return f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"
+        concat = self.concats.get(out_name)
+        if out_name not in self.concats:  # once per Concat, not once per slice
+            row = int(self.producer[self.pid[target]])
+            node = self.graph.nodes[row] if row >= 0 else None
+            concat = self.concats[out_name] = (
+                self._starts(node, out_name, target) if node is not None and is_concat(node)
+                else None)
+        if concat is None or concat[0].get(name) is None:
+            return f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"
+        starts, axis, contiguous, base = concat
+        if t.kind != "activation":
+            return f"tensor {name!r}: a graph input or output cannot be a Concat slice"
+        if not contiguous:
+            return (f"tensor {name!r}: the slices of {out_name!r} are not contiguous "
+                    f"(a dimension before axis {axis} is not 1)")
+        want = base + starts[name]
+        if t.offset != want:
+            return f"tensor {name!r}: slice of {out_name!r} at offset {t.offset}, expected {want}"
+        return None
+
+    def _starts(self, node, out_name: str, target: int) -> tuple:
+        """Each input's byte start (None for an input read more than once), the axis,
+        whether the slices are contiguous, and the output's offset."""
+        tensors = self.graph.tensors
+        starts: dict[str, int | None] = {}
+        before = 0
+        for inp in node.inputs:
+            starts[inp] = None if inp in starts else before  # None: read more than once
+            before += tensors[inp].bytes
+        axis, contiguous = concat_axis(tensors[out_name].shape, node.attrs.get("axis", 0))
+        return starts, axis, contiguous, int(self.cols.offset[target])

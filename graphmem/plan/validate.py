@@ -6,39 +6,21 @@ verifier call it on every plan.
 """
 from __future__ import annotations
 
-import bisect
 from typing import Callable
 
 import numpy as np
 
-from graphmem.core import ops
 from graphmem.core.index import GraphIndex, index_graph
-from graphmem.core.ops import AliasEdges, alias_edges, concat_axis, is_concat
+from graphmem.core.ops import AliasEdges, alias_edges
 from graphmem.core.ir import Graph
 from graphmem.core.liveness import liveness, overlapping_pairs
 from graphmem.core.nogc import gc_paused
 from graphmem.core.order import check_order
 from graphmem.errors import PlanInvalid
-from graphmem.plan.columns import KIND, LIVE, PlanColumns, columns
+from graphmem.plan.columns import KIND, PlanColumns, columns
 from graphmem.plan.format import FORMAT, Plan
-from graphmem.plan.links import links_hold
+from graphmem.plan.links import link_problems
 from graphmem.plan.stats import stats_of
-
-
-def expected_kind(graph: Graph, tensor: str, io: tuple[set, set] | None = None) -> str:
-    """input, output or activation; ``io`` is ``io_sets(graph)``, to ask for many tensors."""
-    inputs, outputs = io if io is not None else (graph.inputs, graph.outputs)
-    if tensor in inputs:
-        return "input"
-    if tensor in outputs:
-        return "output"
-    return "activation"
-
-
-def io_sets(graph: Graph) -> tuple[set, set]:
-    """The graph's inputs and outputs as sets (they are tuples: a lookup per tensor
-    would cost O(outputs), quadratic for a graph with many outputs)."""
-    return set(graph.inputs), set(graph.outputs)
 
 
 @gc_paused
@@ -128,20 +110,21 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
             if miss:
                 out.append(f"tensors: {miss[0]!r} is missing")
             return out
+    position = topo.ids if in_order else dict(zip(plan.tensors, range(len(plan.tensors))))
     try:
         if cols is None:
-            cols = columns(plan, topo.ids if in_order else None)
-        if edges is None:
-            def edges():
-                return alias_edges(graph, plan.order, topo)
-    except OverflowError:  # past 64 bits: the loop words the rule broken, if any
-        return out + _tensor_problems(plan, graph, intervals) or [_out_of_range(plan)]
-    if not (in_order and _tensor_rules_hold(plan, topo, cols, intervals)):
-        out += _tensor_problems(plan, graph, intervals)
+            cols = columns(plan, position)
+        pid = (np.arange(len(cols.names)) if in_order
+               else np.fromiter(map(topo.ids.__getitem__, cols.names), np.int64, len(cols.names)))
+        out += _tensor_problems(plan, graph, topo, intervals, cols, pid)
+    except OverflowError:  # a value past the 64-bit columns (none is right)
+        return out + [_out_of_range(plan)]
     if out:
         return out
-    if not (in_order and links_hold(plan, graph, topo, cols, edges)):
-        out += link_problems(plan, graph, topo, cols)
+    if edges is None:
+        def edges():
+            return alias_edges(graph, plan.order, topo)
+    out += link_problems(plan, graph, topo, cols, pid, position, edges)
     if out:
         return out
     out += _overlap_problems(cols)
@@ -150,216 +133,53 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
     return out
 
 
-def _tensor_rules_hold(plan: Plan, topo, cols: PlanColumns, intervals) -> bool:
-    """The per-tensor rules of :func:`_tensor_problems` on whole columns (numpy), for a
-    plan in the graph's order: True when none is broken (else that loop words them)."""
-    if topo.nbytes is None or not np.array_equal(cols.size, topo.nbytes):
-        return False
-    n = len(cols.ts)
-    if list(map(KIND, cols.ts)) != topo.kinds():
-        return False
-    if list(map(LIVE, cols.ts)) != list(intervals.values()):  # Interval == tuple
-        return False
+def _tensor_problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, cols: PlanColumns,
+                     pid: np.ndarray) -> list[str]:
+    """Kind, bytes, offset, end and live range of every tensor: decided on whole columns
+    (``pid``: each plan position's id in ``topo``), worded for the tensors that break
+    one, in plan order. Raises OverflowError for a value past 64 bits."""
+    n = len(cols.names)
+    if not -2 ** 63 < plan.arena_bytes < 2 ** 63:
+        raise OverflowError("arena_bytes")
+    in_order = n == topo.arena and bool((pid == np.arange(n)).all())
+    kinds = topo.kinds()
+    plan_kinds = list(map(KIND, cols.ts))
+    if not in_order:
+        kinds = list(map(kinds.__getitem__, pid.tolist()))
+    bad_kind = (np.zeros(n, dtype=bool) if plan_kinds == kinds
+                else np.fromiter(map(str.__ne__, plan_kinds, kinds), bool, n))
+    want_bytes = topo.nbytes if topo.nbytes is not None else np.array(
+        [graph.tensors[t].bytes for t in topo.arena_names()], dtype=object)
+    want_bytes = want_bytes[pid]
+    bad_bytes = cols.size != want_bytes
     off, size = cols.offset, cols.size
-    if n and max(int(off.max()), int(size.max())) >= 2 ** 62:  # the sum below would wrap
-        return False
-    return not (((off < 0) | (off % plan.alignment != 0)).any()
-                or (off + size > plan.arena_bytes).any())
-
-
-def _tensor_problems(plan: Plan, graph: Graph, intervals) -> list[str]:
-    """Kind, bytes, offset, end and live range of every tensor, one by one."""
+    bad_offset = (off < 0) | (off % plan.alignment != 0)
+    small = (np.abs(off) < 2 ** 62) & (np.abs(size) < 2 ** 62)  # their sum fits 64 bits
+    bad_end = np.where(small, np.where(small, off, 0) + np.where(small, size, 0)
+                       > plan.arena_bytes, False)
+    for k in np.flatnonzero(~small).tolist():  # Python integers: no wrap
+        bad_end[k] = int(off[k]) + int(size[k]) > plan.arena_bytes
+    iv_first, iv_last = intervals.columns
+    bad_live = (cols.first != iv_first[pid]) | (cols.last != iv_last[pid])
     out = []
-    io = io_sets(graph)
-    for name, t in plan.tensors.items():
-        info = graph.tensors[name]
-        want_kind = expected_kind(graph, name, io)
-        if t.kind != want_kind:
-            out.append(f"tensor {name!r}: kind {t.kind!r}, expected {want_kind!r}")
-        if t.bytes != info.bytes:
+    for k in np.flatnonzero(bad_kind | bad_bytes | bad_offset | bad_end | bad_live).tolist():
+        name, t = cols.names[k], cols.ts[k]
+        if bad_kind[k]:
+            out.append(f"tensor {name!r}: kind {t.kind!r}, expected {kinds[k]!r}")
+        if bad_bytes[k]:
+            info = graph.tensors[name]
             out.append(f"tensor {name!r}: bytes {t.bytes}, but {info.dtype}{list(info.shape)} "
                        f"is {info.bytes}")
-        if t.offset < 0 or t.offset % plan.alignment:
+        if bad_offset[k]:
             out.append(f"tensor {name!r}: offset {t.offset} is not a non-negative multiple "
                        f"of the alignment {plan.alignment}")
-        if t.offset + t.bytes > plan.arena_bytes:
+        if bad_end[k]:
             out.append(f"tensor {name!r}: ends at {t.offset + t.bytes}, past the arena "
                        f"({plan.arena_bytes} bytes)")
-        iv = intervals[name]
-        if t.live != (iv.first, iv.last):
-            out.append(f"tensor {name!r}: live {list(t.live)}, expected [{iv.first}, {iv.last}]")
+        if bad_live[k]:
+            first, last = int(iv_first[pid[k]]), int(iv_last[pid[k]])
+            out.append(f"tensor {name!r}: live {list(t.live)}, expected [{first}, {last}]")
     return out
-
-
-class _Producers:
-    """``{tensor: the node writing it}`` of the graph, looked up in its index."""
-
-    def __init__(self, graph: Graph, topo: GraphIndex):
-        self.nodes, self.topo = graph.nodes, topo
-        self.rows = self.topo.producer_rows().tolist()  # a list: one lookup per call
-
-    def get(self, name: str):
-        i = self.topo.ids.get(name)
-        row = -1 if i is None else self.rows[i]
-        return None if row < 0 else self.nodes[row]
-
-
-def link_problems(plan: Plan, graph: Graph, topo: GraphIndex, cols: PlanColumns) -> list[str]:
-    out: list[str] = []
-    if not cols.linked:
-        return out
-    producer = _Producers(graph, topo)
-    pos_of_row = np.full(len(topo.node_index), -1, dtype=np.int64)
-    pos_of_row[topo.rows(plan.order)] = np.arange(len(plan.order))
-    position = _Positions(topo, pos_of_row)
-    group = cols.group
-    members = _members(cols)  # group root -> member names, for groups of more than one
-    guard = _OverwriteGuard(plan, members)
-    concats: dict[str, tuple | None] = {}  # per Concat output: see _concat_slices
-    for i in cols.linked:
-        name, t = cols.names[i], cols.ts[i]
-        if (t.alias_of is None) != (t.alias is None):
-            out.append(f"tensor {name!r}: alias_of and alias must be given together")
-            continue
-        if t.alias_of is not None:
-            out += _check_alias(plan, graph, producer, position, members, int(group[i]),
-                                name, t, guard)
-        if t.slice_of is not None:
-            out += _check_slice(plan, graph, producer, name, t, concats)
-    return out
-
-
-class _Positions:
-    """``{Node.index: its position in the plan's order}``, from the index's rows."""
-
-    def __init__(self, topo, pos_of_row: np.ndarray):
-        self.row_of, self.pos_of_row = topo.row_of.tolist(), pos_of_row.tolist()
-
-    def __getitem__(self, index: int) -> int:
-        return self.pos_of_row[self.row_of[index]]
-
-
-def _members(cols: PlanColumns) -> dict[int, list[str]]:
-    """Group root -> its members' names in plan order, for the groups of more than one."""
-    group = cols.group
-    shared = np.flatnonzero(np.bincount(group, minlength=len(group))[group] > 1)
-    if not len(shared):
-        return {}
-    shared = shared[np.argsort(group[shared], kind="stable")]
-    g = group[shared]
-    cuts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    names = list(map(cols.names.__getitem__, shared.tolist()))
-    bounds = np.r_[cuts, len(shared)].tolist()
-    # each group's names, sliced out of one list (no per-group numpy call)
-    return dict(zip(g[cuts].tolist(), map(names.__getitem__,
-                                          map(slice, bounds[:-1], bounds[1:]))))
-
-
-class _OverwriteGuard:
-    """Per storage group: does any member hold a graph input, or live across a step?
-
-    Answers in O(log n) what the member loop of ``_check_alias`` answers in O(group),
-    so a long chain of in-place ops is not quadratic; the loop still runs (and words
-    the problem) whenever this says a problem is possible.
-    """
-
-    def __init__(self, plan: Plan, members: dict[int, list[str]]):
-        self.plan, self.members = plan, members
-        self.cache: dict[int, tuple[bool, list[int], list[int]]] = {}
-
-    def may_break(self, root: int, pos: int) -> bool:
-        if root not in self.cache:
-            tensors = self.plan.tensors
-            ms = sorted((tensors[m].live[0], tensors[m].live[1]) for m in self.members[root])
-            firsts, reach, best = [], [], None
-            for first, last in ms:
-                best = last if best is None else max(best, last)
-                firsts.append(first)
-                reach.append(best)  # the latest last use among members starting by here
-            has_input = any(tensors[m].kind == "input" for m in self.members[root])
-            self.cache[root] = (has_input, firsts, reach)
-        has_input, firsts, reach = self.cache[root]
-        k = bisect.bisect_left(firsts, pos)  # members with first < pos
-        return has_input or (k > 0 and reach[k - 1] > pos)
-
-
-def _check_alias(plan, graph, producer, position, members, gid, name, t, guard) -> list[str]:
-    src = t.alias_of
-    if src not in plan.tensors:
-        return [f"tensor {name!r}: alias_of {src!r} is not an arena tensor"]
-    node = producer.get(name)
-    if node is None or src not in node.inputs:
-        return [f"tensor {name!r}: alias_of {src!r}, but its producer does not read {src!r}"]
-    o = node.outputs.index(name)
-    s = plan.tensors[src]
-    if t.offset != s.offset:
-        return [f"tensor {name!r}: alias of {src!r} at offset {t.offset}, not {s.offset}"]
-    if t.alias == "view":
-        pairs = ops.view_pairs(node)
-        if not any(src == node.inputs[a] and b == o for a, b in pairs):
-            return [f"tensor {name!r}: {node.op_type} is not a view op for input {src!r}"]
-        if t.bytes != s.bytes:
-            return [f"tensor {name!r}: a view must have the bytes of {src!r}"]
-        return []
-    if t.alias != "inplace":
-        return [f"tensor {name!r}: alias {t.alias!r} is neither 'view' nor 'inplace'"]
-    pairs = ops.overwrite_pairs(node)
-    if not any(src == node.inputs[a] and b == o for a, b in pairs):
-        return [f"tensor {name!r}: {node.op_type} may not overwrite its input {src!r}"]
-    if t.bytes > s.bytes:
-        return [f"tensor {name!r}: in-place output larger than {src!r}"]
-    pos = position[node.index]
-    group = members[gid]
-    if len(group) > 8 and not guard.may_break(gid, pos):
-        return []  # a large group that the guard clears without the member loop
-    for m in group:
-        mt = plan.tensors[m]
-        if mt.kind == "input":
-            return [f"tensor {name!r}: overwrites the storage of graph input {m!r}"]
-        if mt.live[0] < pos and mt.live[1] > pos:
-            return [f"tensor {name!r}: overwrites {src!r} in place at position {pos}, but "
-                    f"{m!r}, which shares that storage, is read later (at {mt.live[1]})"]
-    return []
-
-
-def _check_slice(plan, graph, producer, name, t, concats) -> list[str]:
-    out_name = t.slice_of
-    if out_name not in plan.tensors:
-        return [f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"]
-    concat = concats.get(out_name)
-    if concat is None:  # once per Concat, not once per slice
-        node = producer.get(out_name)
-        concat = concats[out_name] = (
-            None if node is None or not is_concat(node)
-            else _concat_slices(plan, graph, node, out_name))
-    if concat is None:
-        return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
-    starts, axis, contiguous, base = concat
-    if starts.get(name) is None:
-        return [f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"]
-    if t.kind != "activation":
-        return [f"tensor {name!r}: a graph input or output cannot be a Concat slice"]
-    if not contiguous:
-        return [f"tensor {name!r}: the slices of {out_name!r} are not contiguous "
-                f"(a dimension before axis {axis} is not 1)"]
-    want = base + starts[name]
-    if t.offset != want:
-        return [f"tensor {name!r}: slice of {out_name!r} at offset {t.offset}, expected {want}"]
-    return []
-
-
-def _concat_slices(plan, graph, node, out_name) -> tuple[dict[str, int | None], int, bool, int]:
-    """What every slice check of one Concat needs: each input's byte start (None for an
-    input read more than once), the axis, whether the slices are contiguous, and the
-    output's offset."""
-    starts: dict[str, int | None] = {}
-    before = 0
-    for inp in node.inputs:
-        starts[inp] = None if inp in starts else before  # None: read more than once
-        before += graph.tensors[inp].bytes
-    shape = graph.tensors[out_name].shape
-    axis, contiguous = concat_axis(shape, node.attrs.get("axis", 0))
-    return starts, axis, contiguous, plan.tensors[out_name].offset
 
 
 def _overlap_problems(cols: PlanColumns) -> list[str]:

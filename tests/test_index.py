@@ -1,4 +1,4 @@
-"""The graph's integer topology, and the order check and liveness computed on it.
+"""The graph index (core.index), and the order check and liveness computed on it.
 
 ``liveness`` and ``check_order`` run as numpy over ``index_graph(graph)`` arrays; the
 references below are the plain dict walks they replaced (their specification),
