@@ -18,7 +18,7 @@ from graphmem.core.nogc import gc_paused
 from graphmem.core.order import file_order
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
-from graphmem.passes import DEFAULT_PASSES, PASSES
+from graphmem.passes.registry import DEFAULT_PASSES, PASSES
 from graphmem.plan.format import Plan
 from graphmem.plan.validate import validate_built
 from graphmem.planning.assignment import Assignment

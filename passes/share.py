@@ -9,14 +9,14 @@ last use. As with ``NNVM_AUTO_SEARCH_MATCH_RANGE``, match ranges 1, 2, 4, 8 and
 see ``MATCH_SEARCH_WORK``). The result is storage blocks, not offsets: the layout is
 the sum of the block sizes.
 
-The pool is compiled (``graphmem._fit.share``); its specification, in plain Python,
+The pool is compiled (``graphmem.fitloops.share``); its specification, in plain Python,
 is ``tests/reference_share.py``, and the tests run both on the same records.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from graphmem import _fit
+from graphmem import fitloops
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
@@ -69,7 +69,7 @@ def _pool(ids, nbytes, first, last, match_range) -> tuple[dict[int, int], list[i
     """The compiled pool over record columns in walk order."""
     block = np.empty(len(ids), dtype=np.int64)
     block_bytes = np.empty(len(ids), dtype=np.int64)
-    blocks = _fit.share(first, last, nbytes, match_range, block, block_bytes)
+    blocks = fitloops.share(first, last, nbytes, match_range, block, block_bytes)
     return dict(zip(ids.tolist(), block.tolist())), block_bytes[:blocks].tolist()
 
 PASS = Pass("share", "layout", reads=("groups",), provides=("storage",), run=run,

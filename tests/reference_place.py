@@ -2,7 +2,7 @@
 before the overlap index of issue 10), breadth, hill climbing and the best of all.
 
 tests/test_place_reference.py checks that the compiled loop the pass runs
-(passes/placement/best_fit.py over graphmem/_fit.c) gives the same offsets for the
+(passes/placement/best_fit.py over graphmem/fitloops.c) gives the same offsets for the
 same order. Do not optimise this file: it is the specification.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The specification of the share pass's storage pool (MXNet's ``plan_memory.cc``), as a
 plain Python loop. tests/test_share_reference.py checks that the compiled pool the
-pass runs (``graphmem._fit.share`` through ``passes/share.py``) assigns the same blocks.
+pass runs (``graphmem.fitloops.share`` through ``passes/share.py``) assigns the same blocks.
 Do not optimise this file: it is the specification.
 """
 from __future__ import annotations

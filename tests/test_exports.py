@@ -126,9 +126,9 @@ def test_annotating_twice_does_not_stack(zoo):
 
 
 def test_doc_fields_quote_names():
-    from graphmem.export.annotate import _mark
+    from graphmem.export.annotate import mark_doc
     vi = onnx.ValueInfoProto(doc_string="kept")
-    _mark(vi, False, "(note)", bytes=4, alias_of='a b="c"=d', alias="view")
+    mark_doc(vi, False, "(note)", bytes=4, alias_of='a b="c"=d', alias="view")
     assert vi.doc_string.startswith("kept\n[graphmem] ")
     assert doc_fields(vi.doc_string) == {"bytes": "4", "alias_of": 'a b="c"=d', "alias": "view"}
 

@@ -20,10 +20,10 @@ def test_every_subpackage_is_packaged():
 
 
 def test_the_compiled_extension_is_declared_required_with_its_source():
-    """graphmem/_fit.c (best fit and the storage pool) is built at install and required:
+    """graphmem/fitloops.c (best fit and the storage pool) is built at install and required:
     the passes have no second, Python, implementation (their specifications are
     tests/reference_place.py and tests/reference_share.py)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     (ext,) = config["ext-modules"]
-    assert ext["name"] == "graphmem._fit" and ext["optional"] is False
+    assert ext["name"] == "graphmem.fitloops" and ext["optional"] is False
     assert all((ROOT / s).is_file() for s in ext["sources"])

@@ -1,4 +1,4 @@
-"""The compiled best fit (graphmem/_fit.c) equals its specification, the O(n^2) Python
+"""The compiled best fit (graphmem/fitloops.c) equals its specification, the O(n^2) Python
 loop of tests/reference_place.py, on random and zoo records."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import graphmem
-from graphmem import _fit
+from graphmem import fitloops
 from graphmem.frontend.zoo import ZOO, zoo_path
 from graphmem.passes.placement import by_breadth
 from graphmem.passes.placement.best_fit import best_fit
@@ -135,20 +135,20 @@ def test_the_compiled_loop_refuses_inconsistent_arrays():
     seq = np.arange(len(recs), dtype=np.int64)
     seq[1] = seq[0]  # not a permutation
     with pytest.raises(ValueError, match="permutation"):
-        _fit.run(seq, pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner, pairs.a, pairs.b, 64, base)
+        fitloops.run(seq, pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner, pairs.a, pairs.b, 64, base)
     bad_a = pairs.a.copy()
     bad_a[:1] = len(pairs.rel)  # a pair naming a part that does not exist
     with pytest.raises(ValueError, match="pair"):
-        _fit.run(np.arange(len(recs), dtype=np.int64), pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
+        fitloops.run(np.arange(len(recs), dtype=np.int64), pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
                        bad_a, pairs.b, 64, base)
     with pytest.raises(ValueError, match="length"):
-        _fit.run(np.arange(len(recs) - 1, dtype=np.int64), pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
+        fitloops.run(np.arange(len(recs) - 1, dtype=np.int64), pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
                        pairs.a, pairs.b, 64, base)
 
 
 def _after_aliasing(graph, alignment):
     from graphmem.core.order import file_order
-    from graphmem.passes import PASSES
+    from graphmem.passes.registry import PASSES
     from graphmem.planning.assignment import Assignment
     ctx = Context.for_order(graph, file_order(graph), alignment)
     a = PASSES["concat"](ctx, Assignment())[0]

@@ -1,4 +1,4 @@
-"""The compiled storage pool (graphmem._fit.share) equals its specification, the Python
+"""The compiled storage pool (graphmem.fitloops.share) equals its specification, the Python
 loop of tests/reference_share.py."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphmem import _fit
+from graphmem import fitloops
 from graphmem.passes.share import share_blocks
 from graphmem.planning.groups import Record
 
@@ -49,7 +49,7 @@ def test_compiled_pool_rejects_unsorted_records():
     first = np.array([3, 1], dtype=np.int64)
     out = np.empty(2, dtype=np.int64)
     with pytest.raises(ValueError, match="sorted"):
-        _fit.share(first, first, first, 4, out, out.copy())
+        fitloops.share(first, first, first, 4, out, out.copy())
 
 
 @pytest.mark.parametrize("name", ["densenet121", "resnet50"])

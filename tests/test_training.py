@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.cli import main
-from graphmem.training import build_training
+from graphmem.training.build import build_training
 from graphmem.training.recompute import candidates, recompute_sqrt, rewrite
 from graphmem.training.report import load_training, plan_training, saved_activations
 

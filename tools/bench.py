@@ -29,7 +29,7 @@ from graphmem.core.order import file_order  # noqa: E402
 from graphmem.frontend.folding import evaluate_constants  # noqa: E402
 from graphmem.frontend.reader import read_model  # noqa: E402
 from graphmem.frontend.zoo import ZOO, zoo_path  # noqa: E402
-from graphmem.passes import PASSES  # noqa: E402
+from graphmem.passes.registry import PASSES  # noqa: E402
 from graphmem.passes.placement.search import STRATEGIES, max_live, place_records  # noqa: E402
 from graphmem.plan.io import write_atomic  # noqa: E402
 from graphmem.planning.assignment import Assignment  # noqa: E402

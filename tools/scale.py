@@ -333,7 +333,7 @@ def _report(args, rows: list[dict], status: str) -> None:
         "that process's high-water mark (graph included), *graph alone* its RSS before "
         "planning. Below 1M nodes each row is the fastest of three fresh processes "
         "(timings on this shared machine move by a quarter between runs), 1M-node rows "
-        "are one run. Best fit and the storage pool run compiled (graphmem/_fit.c). "
+        "are one run. Best fit and the storage pool run compiled (graphmem/fitloops.c). "
         + _check_line(args),
         "", "\n".join(table), "",
         "Log-log slope of plan time between the two largest sizes (1.0 is linear): "

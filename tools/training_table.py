@@ -20,7 +20,7 @@ from pathlib import Path
 import onnx
 
 from graphmem.errors import GraphmemError
-from graphmem.training import build_training
+from graphmem.training.build import build_training
 from graphmem.training.offload import offload_plan
 from graphmem.training.recompute import recompute_sqrt
 from graphmem.training.report import account, load_training, plan_training

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
-from graphmem.passes import DEFAULT_PASSES, PASSES
+from graphmem.passes.registry import DEFAULT_PASSES, PASSES
 from graphmem.passes.placement.search import STRATEGIES
 from graphmem.pipeline import Result, plan_graph
 from graphmem.plan.format import Plan

@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from graphmem.training import build_training
+    from graphmem.training.build import build_training
     from graphmem.training.offload import offload_plan
     from graphmem.training.recompute import fit_budget, recompute_sqrt
     from graphmem.training.report import account, load_training, plan_training

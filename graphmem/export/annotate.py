@@ -67,12 +67,12 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph, *,
             if node.op_type != s.op:
                 raise GraphmemError(f"node {idx} of the model is {node.op_type}, the plan's "
                                     f"graph has {s.op} there: not the model that was planned")
-            _mark(node, props, f"({_mib(s.live_bytes)} live of a {_mib(plan.arena_bytes)} "
+            mark_doc(node, props, f"({_mib(s.live_bytes)} live of a {_mib(plan.arena_bytes)} "
                                f"arena at step {s.step} of {len(plan.order)})",
                   step=s.step, live_bytes=s.live_bytes,
                   live_bytes_unaliased=s.live_bytes_unaliased)
         elif idx in graph.folded_nodes:
-            _mark(node, props, "(folded into a constant at plan time; not in the arena)",
+            mark_doc(node, props, "(folded into a constant at plan time; not in the arena)",
                   folded=1)
 
     # per tensor: reuse the graph's own input/output ValueInfo, add value_info for the rest
@@ -97,7 +97,7 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph, *,
             fields.update(alias_of=r.alias_of, alias=r.alias)
         if r.slice_of is not None:
             fields["slice_of"] = r.slice_of
-        _mark(vi, props, f"({_mib(r.bytes)})", **fields)
+        mark_doc(vi, props, f"({_mib(r.bytes)})", **fields)
 
     # model level (model metadata_props exist in every IR version)
     s = plan.stats
@@ -166,7 +166,7 @@ def _props(msg, **fields) -> None:
         entry.value = str(value)
 
 
-def _mark(msg, props: bool, note: str, **fields) -> None:
+def mark_doc(msg, props: bool, note: str, **fields) -> None:
     """Fields as metadata_props (IR >= 10) and as one ``[graphmem] k=v ...`` doc line."""
     if props:
         _props(msg, **fields)

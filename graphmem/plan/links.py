@@ -37,6 +37,16 @@ _IMPLICIT = attrgetter("implicit_inputs")
 # what breaks an alias, in the order the rules are checked (0: nothing)
 (_FINE, _NOT_TOGETHER, _NO_SOURCE, _NOT_READ, _OFFSET, _NOT_VIEW, _VIEW_BYTES, _KIND,
  _NOT_OVERWRITE, _LARGER, _GROUP) = range(11)
+_WORDS = {
+    _NO_SOURCE: "alias_of {src!r} is not an arena tensor",
+    _NOT_READ: "alias_of {src!r}, but its producer does not read {src!r}",
+    _OFFSET: "alias of {src!r} at offset {offset}, not {src_offset}",
+    _NOT_VIEW: "{op} is not a view op for input {src!r}",
+    _VIEW_BYTES: "a view must have the bytes of {src!r}",
+    _KIND: "alias {alias!r} is neither 'view' nor 'inplace'",
+    _NOT_OVERWRITE: "{op} may not overwrite its input {src!r}",
+    _LARGER: "in-place output larger than {src!r}",
+}
 
 
 def link_problems(plan: Plan, graph: Graph, topo: GraphIndex, cols: PlanColumns,
@@ -128,25 +138,13 @@ class _AliasFacts:
 
     def words(self, k: int, name: str, t) -> str:
         """The line for link ``k``, which breaks rule ``code[k]``."""
-        code, src, plan = int(self.code[k]), self.src_names[k], self.plan
-        if code == _NO_SOURCE:
-            return f"tensor {name!r}: alias_of {src!r} is not an arena tensor"
-        if code == _NOT_READ:
-            return f"tensor {name!r}: alias_of {src!r}, but its producer does not read {src!r}"
-        s = plan.tensors[src]
-        op = self.graph.nodes[int(self.prow[k])].op_type
-        if code == _OFFSET:
-            return f"tensor {name!r}: alias of {src!r} at offset {t.offset}, not {s.offset}"
-        if code == _NOT_VIEW:
-            return f"tensor {name!r}: {op} is not a view op for input {src!r}"
-        if code == _VIEW_BYTES:
-            return f"tensor {name!r}: a view must have the bytes of {src!r}"
-        if code == _KIND:
-            return f"tensor {name!r}: alias {t.alias!r} is neither 'view' nor 'inplace'"
-        if code == _NOT_OVERWRITE:
-            return f"tensor {name!r}: {op} may not overwrite its input {src!r}"
-        if code == _LARGER:
-            return f"tensor {name!r}: in-place output larger than {src!r}"
+        code, src = int(self.code[k]), self.src_names[k]
+        if code != _GROUP:
+            s = self.plan.tensors.get(src) if code > _NOT_READ else None
+            op = self.graph.nodes[int(self.prow[k])].op_type if code > _NOT_READ else ""
+            return f"tensor {name!r}: " + _WORDS[code].format(
+                src=src, op=op, offset=t.offset, src_offset=s.offset if s else None,
+                alias=t.alias)
         # _GROUP: the first member of the storage group (in plan order) that breaks it
         cols, pos = self.cols, int(self.pos[k])
         group = cols.group
@@ -178,8 +176,8 @@ def _input_positions(topo: GraphIndex, pid: np.ndarray) -> np.ndarray:
 def _group_breaks(cols: PlanColumns, inputs: np.ndarray, out: np.ndarray,
                   pos: np.ndarray) -> np.ndarray:
     """Per in-place write (output ``out`` at position ``pos``): does a member of its
-    storage group hold a graph input or live across ``pos`` (:func:`_overwrites`, asked
-    of all members at once)? O(n log n) for all writes,
+    storage group break :func:`_overwrites`, i.e. hold a graph input or live across
+    ``pos``? Answered for all writes in O(n log n),
     where asking every member of every write's group would be quadratic in a long
     in-place chain: per group, the latest last use of the members that start before
     ``pos`` decides whether one is live across it."""

@@ -8,13 +8,13 @@ they are interchangeable and compared on the same input (TFLite GPU's
 - ``items``: the records and Tied sets of an assignment's storage groups, and the
   index of every time-overlapping pair of their parts (``part_pairs``);
 - ``best_fit``: the insertion loop every greedy strategy shares (compiled,
-  ``graphmem/_fit.c``; its specification is ``tests/reference_place.py``);
+  ``graphmem/fitloops.c``; its specification is ``tests/reference_place.py``);
 - ``by_size``, ``by_breadth``, ``by_area``, ``by_duration``, ``in_order``: the
   orderings best fit inserts in (``STRATEGIES`` in ``search``);
 - ``search``: the best of the strategies, then seeded hill climbing, within a work
   budget; the max-live floor;
 - ``optimal``: the exact MIP (HiGHS) for one order, warm-started by ``search``.
 
-May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.planning`, ``graphmem._fit``.
+May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.planning`, ``graphmem.fitloops``.
 The pass that uses them is :mod:`graphmem.passes.place`.
 """

@@ -1,6 +1,6 @@
 """Best fit: insert items in a given order, each in the best-fitting free gap.
 
-The loop is compiled (``graphmem._fit.run``, in ``graphmem/_fit.c``); its
+The loop is compiled (``graphmem.fitloops.run``, in ``graphmem/fitloops.c``); its
 specification, in plain Python, is ``tests/reference_place.py``, and the tests run
 both on the same items.
 """
@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from graphmem import _fit
+from graphmem import fitloops
 from graphmem.planning.context import MAX_PLAN_BYTES
 from graphmem.planning.groups import ID, Record
 from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
@@ -40,6 +40,6 @@ def best_fit(ordered: Sequence[Record | Tied], alignment: int = 1,
     index = dict(zip(pairs.ids, range(len(pairs.ids))))
     seq = np.fromiter(map(index.__getitem__, map(ID, ordered)), np.int64, len(ordered))
     base = np.zeros(len(pairs.ids), dtype=np.int64)
-    total = _fit.run(seq, pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
+    total = fitloops.run(seq, pairs.tied, pairs.start, pairs.rel, pairs.nbytes, pairs.owner,
                      pairs.a, pairs.b, alignment, base)
     return dict(zip(pairs.ids, base.tolist())), total

@@ -1,13 +1,14 @@
-/* graphmem._fit: the sequential loops of the passes, compiled.
+/* graphmem.fitloops: the sequential loops of the passes, compiled.
  *
- * share() is share_blocks of passes/share.py (MXNet's free pool of blocks keyed by
- * size); its Python loop stays the specification (tests/test_share_fast.py runs both).
+ * share() is the storage pool of passes/share.py (MXNet's free pool of blocks keyed by
+ * size); its specification is the Python loop of tests/reference_share.py
+ * (tests/test_share_reference.py runs both).
  *
- * run() is the best-fit loop of passes/place.py. It places items (plain records and Tied sets, numbered as
- * passes/place.py's PartPairs numbers them) in a given order, each at the
- * best-fitting gap among the already placed parts that overlap it in time. The
- * rules are those of place.best_fit's Python loop, which stays the specification
- * (tests/test_place_fast.py runs both on the same inputs):
+ * run() is the best-fit loop of passes/placement/best_fit.py. It places items (plain
+ * records and Tied sets, numbered as passes/placement/items.py's PartPairs numbers
+ * them) in a given order, each at the best-fitting gap among the already placed parts
+ * that overlap it in time. Its specification is best_fit in tests/reference_place.py
+ * (tests/test_place_reference.py runs both on the same inputs):
  *
  *   plain record: among the earlier parts that overlap it, sorted by offset, the
  *     smallest gap [top, next offset) of at least its size, the lowest offset on
@@ -17,7 +18,8 @@
  *
  * All arrays are C-contiguous int64, but for the part owners and the overlapping
  * pairs (int32, as numpy builds them) and the Tied flags (one byte per item). The
- * caller keeps every value far from 2^63 (place.py falls back to Python above it).
+ * caller keeps every value far from 2^63 (a planning context refuses larger graphs,
+ * best_fit refuses larger records).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,7 +79,7 @@ static int get_buf(PyObject *obj, buf_t *b, Py_ssize_t itemsize, Py_ssize_t coun
         return -1;
     b->held = 1;
     if (b->view.itemsize != itemsize || (count >= 0 && b->view.len != count * itemsize)) {
-        PyErr_Format(PyExc_ValueError, "_fit.run: %s has the wrong item size or length", what);
+        PyErr_Format(PyExc_ValueError, "fitloops.run: %s has the wrong item size or length", what);
         return -1;
     }
     return 0;
@@ -91,7 +93,7 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
                           &o_owner, &o_a, &o_b, &alignment, &o_base))
         return NULL;
     if (alignment <= 0) {
-        PyErr_SetString(PyExc_ValueError, "_fit.run: alignment must be positive");
+        PyErr_SetString(PyExc_ValueError, "fitloops.run: alignment must be positive");
         return NULL;
     }
     buf_t bufs[9];
@@ -126,22 +128,22 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
 
     /* check the indices once, so the loops below cannot read out of bounds */
     if (start[0] != 0 || start[n_items] != n_parts) {
-        PyErr_SetString(PyExc_ValueError, "_fit.run: start does not span the parts");
+        PyErr_SetString(PyExc_ValueError, "fitloops.run: start does not span the parts");
         goto done;
     }
     for (Py_ssize_t k = 0; k < n_items; k++)
         if (start[k + 1] < start[k]) {
-            PyErr_SetString(PyExc_ValueError, "_fit.run: start is not ascending");
+            PyErr_SetString(PyExc_ValueError, "fitloops.run: start is not ascending");
             goto done;
         }
     for (Py_ssize_t p = 0; p < n_parts; p++)
         if (owner[p] < 0 || owner[p] >= n_items) {
-            PyErr_SetString(PyExc_ValueError, "_fit.run: a part owner is out of range");
+            PyErr_SetString(PyExc_ValueError, "fitloops.run: a part owner is out of range");
             goto done;
         }
     for (Py_ssize_t e = 0; e < n_pairs; e++)
         if (pa[e] < 0 || pa[e] >= n_parts || pb[e] < 0 || pb[e] >= n_parts) {
-            PyErr_SetString(PyExc_ValueError, "_fit.run: a pair is out of range");
+            PyErr_SetString(PyExc_ValueError, "fitloops.run: a pair is out of range");
             goto done;
         }
 
@@ -162,7 +164,7 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n_items; i++) {
         int64_t k = seq[i];
         if (k < 0 || k >= n_items || rank[k] >= 0) {
-            PyErr_SetString(PyExc_ValueError, "_fit.run: seq is not a permutation of the items");
+            PyErr_SetString(PyExc_ValueError, "fitloops.run: seq is not a permutation of the items");
             goto done;
         }
         rank[k] = i;
@@ -357,7 +359,7 @@ static PyObject *fit_share(PyObject *self, PyObject *args)
                           &o_block, &o_block_bytes))
         return NULL;
     if (match_range < 0) {
-        PyErr_SetString(PyExc_ValueError, "_fit.share: match_range must not be negative");
+        PyErr_SetString(PyExc_ValueError, "fitloops.share: match_range must not be negative");
         return NULL;
     }
     buf_t bufs[5];
@@ -379,7 +381,7 @@ static PyObject *fit_share(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         if (nbytes[i] < 0 || (i && first[i] < first[i - 1])) {
             PyErr_SetString(PyExc_ValueError,
-                            "_fit.share: records must be sorted by first step, sizes >= 0");
+                            "fitloops.share: records must be sorted by first step, sizes >= 0");
             goto done;
         }
     heap = malloc(sizeof(release_t) * (size_t)(n ? n : 1));
@@ -444,15 +446,17 @@ done:
 static PyMethodDef fit_methods[] = {
     {"share", fit_share, METH_VARARGS,
      "share(first, last, nbytes, match_range, block, block_bytes) -> blocks\\n\\n"
-     "share_blocks of passes/share.py over records sorted by (first step, id): writes\\n"
+     "The storage pool of passes/share.py over records sorted by (first step, id): writes\\n"
      "each record's block and each block's bytes; returns the number of blocks."},
     {"run", fit_run, METH_VARARGS,
      "run(seq, tied, start, rel, nbytes, owner, a, b, alignment, base) -> arena bytes\n\n"
-     "Best fit of passes/place.py over PartPairs arrays; writes each item's base offset."},
+     "Best fit of passes/placement/best_fit.py over PartPairs arrays; writes each item's\n"
+     "base offset."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef fit_module = {PyModuleDef_HEAD_INIT, "_fit",
-                                        "The sequential loops of passes/share.py and passes/place.py, compiled.", -1,
-                                        fit_methods};
+static struct PyModuleDef fit_module = {
+    PyModuleDef_HEAD_INIT, "fitloops",
+    "The sequential loops of passes/share.py and passes/placement/best_fit.py, compiled.", -1,
+    fit_methods};
 
-PyMODINIT_FUNC PyInit__fit(void) { return PyModule_Create(&fit_module); }
+PyMODINIT_FUNC PyInit_fitloops(void) { return PyModule_Create(&fit_module); }
