@@ -107,6 +107,16 @@ def node_macs(node: Node, tensors: Mapping[str, Tensor]) -> int | None:
     return None
 
 
+# The matrix ops: the training figures (forward, backward and recompute MACs) count
+# these alone (graphmem.training.macs), the report counts every op.
+MATRIX_OPS = frozenset(("Conv", "ConvTranspose", "Gemm", "MatMul"))
+
+
+def matrix_macs(node: Node, tensors: Mapping[str, Tensor]) -> int:
+    """:func:`node_macs` of a matrix op (``MATRIX_OPS``), 0 for any other node."""
+    return (node_macs(node, tensors) or 0) if node.op_type in MATRIX_OPS else 0
+
+
 def _einsum_macs(equation: str, ins) -> int | None:
     lhs = equation.replace(" ", "").split("->")[0]
     terms = lhs.split(",")

@@ -77,9 +77,8 @@ def run(args) -> int:
             _check_external_data(model, graph.model_path, path)
             texts.append((path, model.SerializeToString()))
         elif flag == "html":
-            from graphmem.analysis.breakdown import layer_table
-            from graphmem.export.html import render
-            texts.append((path, render(view, layer_table(graph, view.plan))))
+            from graphmem.export.html import page
+            texts.append((path, page(view, graph)))
         else:
             from graphmem.export.graphml import graphml_text
             texts.append((path, graphml_text(view, graph)))

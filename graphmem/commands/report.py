@@ -12,11 +12,9 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
-from graphmem.export.html import render as render_html
-from graphmem.plan.io import write_atomic
 from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
 from graphmem.commands.export import planned_view
-from graphmem.commands.report_html import add_html_args
+from graphmem.commands.report_html import add_html_args, write_page
 
 
 def add_parser(sub) -> None:
@@ -69,7 +67,7 @@ def build(args) -> dict:
     """The report object (what ``--json`` prints)."""
     view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
     if args.html:
-        write_atomic(args.html, render_html(view, analysis.layer_table(graph, view.plan)))
+        write_page(args.html, view, graph)
     dev = device_from_args(args, graph)
     out = analysis.report(graph, view.plan, dev)
     out["dtype"] = float_dtype(graph)

@@ -1,14 +1,14 @@
 """``graphmem report MODEL --html OUT``: the HTML part of the report command.
 
 The report command itself (text/JSON memory analysis) lives in its own module; it
-calls :func:`add_html_args` on its parser and :func:`write_html` when ``--html`` is
-given. ``graphmem export MODEL --html OUT`` writes the same page.
+calls :func:`add_html_args` on its parser and :func:`write_page` when ``--html`` is
+given. ``graphmem export MODEL --html OUT`` writes the same page
+(:func:`graphmem.export.html.page`).
 """
 from __future__ import annotations
 
-from graphmem.analysis.breakdown import layer_table
-from graphmem.plan.io import write_atomic
 from graphmem.commands.export import add_plan_arg, planned_view
+from graphmem.plan.io import write_atomic
 
 
 def add_html_args(parser) -> None:
@@ -19,9 +19,14 @@ def add_html_args(parser) -> None:
         add_plan_arg(parser)
 
 
+def write_page(path: str, view, graph) -> str:
+    """Write the report page of ``view`` (a plan of ``graph``) to ``path``."""
+    from graphmem.export.html import page
+    write_atomic(path, page(view, graph))
+    return path
+
+
 def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
-    from graphmem.export.html import render
     view, graph = planned_view(args)
-    write_atomic(args.html, render(view, layer_table(graph, view.plan)))
-    return args.html
+    return write_page(args.html, view, graph)

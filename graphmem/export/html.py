@@ -16,6 +16,8 @@ import html
 import json
 
 from graphmem import __version__
+from graphmem.analysis.breakdown import layer_table
+from graphmem.core.ir import Graph
 from graphmem.plan.view import PlanView
 
 _ESC = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
@@ -50,6 +52,12 @@ def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
                step_of_node.get(r.producer, -1) if r.producer is not None else -1]
               for r in view.tensors],
     }
+
+
+def page(view: PlanView, graph: Graph) -> str:
+    """The report page of a plan for its graph, with the per-layer table: what
+    ``graphmem report --html`` and ``graphmem export --html`` write."""
+    return render(view, layer_table(graph, view.plan))
 
 
 def render(view: PlanView, layers: list[dict] | None = None) -> str:

@@ -19,7 +19,8 @@ from dataclasses import replace
 
 from graphmem.core.ir import Graph, Node
 from graphmem.pipeline import Result, plan_graph
-from graphmem.training.macs import node_macs, phase
+from graphmem.analysis.macs import matrix_macs
+from graphmem.training.macs import phase
 from graphmem.training.report import saved_activations
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -110,7 +111,7 @@ def _simulate(graph, order, saved, renamed, last_fwd, first_bwd, prefetch_at, pr
         stall += ready - now
         n = by_index[idx]
         out_elems = sum(graph.tensors[t].numel for t in n.outputs if t)
-        step = max(2 * node_macs(graph, n), out_elems) / flops
+        step = max(2 * matrix_macs(n, graph.tensors), out_elems) / flops
         compute += step
         now = ready + step
         for t in start_out.get(k, []):
