@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from graphmem.errors import GraphmemError
 
@@ -23,9 +25,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that temporary files are cleaned up on the
+    way out, as for Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         return int(args.func(args) or 0)
     except GraphmemError as exc:
@@ -34,3 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphmem: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("graphmem: terminated", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

@@ -66,7 +66,10 @@ def _in_place(plan: graphmem.Plan, out: str, src: str) -> graphmem.Plan:
     tensors = dict(plan.tensors)
     tensors[out] = dataclasses.replace(tensors[out], offset=tensors[src].offset,
                                        alias_of=src, alias="inplace")
-    new = dataclasses.replace(plan, tensors=tensors)
+    # the arena ends where its last tensor now ends (docs/plan-format.md)
+    end = max(t.offset + t.bytes for t in tensors.values())
+    new = dataclasses.replace(plan, tensors=tensors,
+                              arena_bytes=-(-end // plan.alignment) * plan.alignment)
     from graphmem.plan.stats import plan_stats
     return dataclasses.replace(new, stats=plan_stats(new))
 

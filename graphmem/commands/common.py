@@ -86,6 +86,13 @@ def model_path(args) -> Path:
     return resolve(args.model)
 
 
+def input_paths(args) -> list[Path]:
+    """The files the command reads (its model, a saved --plan): no output may be one."""
+    paths = [resolve(args.model, quiet=True)] if getattr(args, "model", None) else []
+    return paths + [Path(p) for p in (getattr(args, "plan", None),
+                                      getattr(args, "plan_from", None)) if p]
+
+
 def model_stem(args) -> str:
     name = Path(args.model).name
     return name[:-5] if name.endswith(".onnx") else name

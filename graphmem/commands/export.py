@@ -17,9 +17,10 @@ from graphmem.core.ir import Graph
 from graphmem.frontend.reader import load, read_model
 from graphmem.pipeline import DEFAULT_PASSES, plan_graph
 from graphmem.plan.format import Plan
-from graphmem.plan.io import write_atomic
+from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
-from graphmem.commands.common import add_pass_args, chosen_passes, model_path, model_stem, parse_dims
+from graphmem.commands.common import (add_pass_args, chosen_passes, input_paths, model_path,
+                                      model_stem, parse_dims)
 
 
 def add_parser(sub) -> None:
@@ -68,6 +69,9 @@ def run(args) -> int:
     if not outputs:
         raise GraphmemError("export: nothing to write; give --annotated, --html and/or "
                             "--graphml")
+    inputs = input_paths(args)
+    for _, path in outputs:  # before the work: a bad output fails at once, none written
+        check_output(path, inputs)
     view, graph = planned_view(args)
     # everything is rendered before anything is written: bad input leaves no files
     texts = []
@@ -82,8 +86,8 @@ def run(args) -> int:
         else:
             from graphmem.export.graphml import graphml_text
             texts.append((path, graphml_text(view, graph)))
-    for path, text in texts:
-        write_atomic(path, text)
+    write_all(texts, inputs=inputs)  # all or none
+    for path, _ in texts:
         print(f"wrote {path}")
     return 0
 
@@ -153,6 +157,6 @@ def _extract(args) -> int:
     if out == "-":
         sys.stdout.write(plan.to_json())
     else:
-        plan.save(out)
+        plan.save(out, inputs=input_paths(args))
         print(f"wrote {out}")
     return 0

@@ -7,7 +7,9 @@ from rich.console import Console
 from rich.table import Table
 
 from graphmem.pipeline import Result
-from graphmem.commands.common import add_model_args, add_pass_args, load_graph, model_stem, plan_from_args
+from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, load_graph,
+                                      model_stem, plan_from_args)
+from graphmem.plan.io import check_output
 
 
 def add_parser(sub) -> None:
@@ -25,13 +27,16 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    out = args.output or f"{model_stem(args)}.plan.json"
+    inputs = input_paths(args)
+    if out != "-":
+        check_output(out, inputs)  # before the work: a bad output fails at once
     graph, load_seconds = load_graph(args)
     result = plan_from_args(args, graph)
-    out = args.output or f"{model_stem(args)}.plan.json"
     if out == "-":
         sys.stdout.write(result.plan.to_json())
     else:
-        result.plan.save(out)
+        result.plan.save(out, inputs=inputs)
     if not args.quiet:
         console = Console(stderr=out == "-")
         print_summary(console, result, load_seconds, None if out == "-" else out)

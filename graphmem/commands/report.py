@@ -12,9 +12,11 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
+from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, parse_dims,
+                                      plan_options)
 from graphmem.commands.export import planned_view
 from graphmem.commands.report_html import add_html_args, write_page
+from graphmem.plan.io import check_output
 
 
 def add_parser(sub) -> None:
@@ -65,9 +67,11 @@ def parse_list(text: str, what: str, convert=str) -> list:
 
 def build(args) -> dict:
     """The report object (what ``--json`` prints)."""
+    if args.html:  # before the work: a bad output fails at once
+        check_output(args.html, input_paths(args))
     view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
     if args.html:
-        write_page(args.html, view, graph)
+        write_page(args.html, view, graph, input_paths(args))
     dev = device_from_args(args, graph)
     out = analysis.report(graph, view.plan, dev)
     out["dtype"] = float_dtype(graph)

@@ -7,8 +7,9 @@ given. ``graphmem export MODEL --html OUT`` writes the same page
 """
 from __future__ import annotations
 
+from graphmem.commands.common import input_paths
 from graphmem.commands.export import add_plan_arg, planned_view
-from graphmem.plan.io import write_atomic
+from graphmem.plan.io import check_output, write_atomic
 
 
 def add_html_args(parser) -> None:
@@ -19,14 +20,16 @@ def add_html_args(parser) -> None:
         add_plan_arg(parser)
 
 
-def write_page(path: str, view, graph) -> str:
-    """Write the report page of ``view`` (a plan of ``graph``) to ``path``."""
+def write_page(path: str, view, graph, inputs=()) -> str:
+    """Write the report page of ``view`` (a plan of ``graph``) to ``path``; ``inputs``:
+    the files the command read, which ``path`` must not be."""
     from graphmem.export.html import page
-    write_atomic(path, page(view, graph))
+    write_atomic(path, page(view, graph), inputs=inputs)
     return path
 
 
 def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
+    check_output(args.html, input_paths(args))
     view, graph = planned_view(args)
-    return write_page(args.html, view, graph)
+    return write_page(args.html, view, graph, input_paths(args))

@@ -11,6 +11,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.commands.common import model_path
+from graphmem.plan.io import check_output
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -56,6 +57,8 @@ def run(args) -> int:
     budget = parse_bytes(args.budget) if args.budget else None
     if args.host_bw <= 0 or args.device_flops <= 0:
         raise GraphmemError("--host-bw and --device-flops must be positive")
+    if args.save:  # before the work: a bad output fails at once
+        check_output(args.save, [model_path(args)])
     model = read_model(model_path(args), load_weights=True)
     tg = build_training(model, args.batch, loss=args.loss)
     baseline = None
@@ -84,7 +87,7 @@ def run(args) -> int:
                                          parse_bytes(args.offload_min, "--offload-min")))
     if args.save:
         from graphmem.plan.io import write_atomic
-        write_atomic(args.save, tg.model.SerializeToString())
+        write_atomic(args.save, tg.model.SerializeToString(), inputs=[model_path(args)])
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=1) + "\n")
     else:

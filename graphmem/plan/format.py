@@ -106,9 +106,10 @@ class Plan:
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write atomically: a temp file in the same folder, then rename."""
-        write_atomic(path, self.to_json())
+    def save(self, path: str | os.PathLike, *, inputs=()) -> None:
+        """Write whole (:func:`~graphmem.plan.io.write_atomic`); ``inputs``: the files
+        the command read, which ``path`` must not be."""
+        write_atomic(path, self.to_json(), inputs=inputs)
 
     @staticmethod
     def from_dict(d: Any, source: str = "plan") -> "Plan":
@@ -125,15 +126,20 @@ class Plan:
                 if not (isinstance(live, list) and len(live) == 2):
                     raise ValueError(f"tensor {name!r}: live must be [first, last]")
                 tensors[str(name)] = TensorPlan(
-                    kind=str(t["kind"]), bytes=_int(t["bytes"]), offset=_int(t["offset"]),
-                    live=(_int(live[0]), _int(live[1])), alias_of=t.get("alias_of"),
-                    alias=t.get("alias"), slice_of=t.get("slice_of"))
+                    kind=_str(t["kind"], "kind"), bytes=_int(t["bytes"]),
+                    offset=_int(t["offset"]), live=(_int(live[0]), _int(live[1])),
+                    alias_of=_name(t.get("alias_of"), "alias_of"),
+                    alias=_name(t.get("alias"), "alias"),
+                    slice_of=_name(t.get("slice_of"), "slice_of"))
+            passes = d.get("passes", [])
+            if not (isinstance(passes, list) and all(isinstance(p, dict) for p in passes)):
+                raise ValueError("passes must be a list of objects")
             return Plan(model=str(d["model"]),
                         bindings={str(k): _int(v) for k, v in d["bindings"].items()},
                         alignment=_int(d["alignment"]), order=[_int(i) for i in d["order"]],
-                        constants=[str(c) for c in d["constants"]],
+                        constants=[_str(c, "constants") for c in d["constants"]],
                         arena_bytes=_int(d["arena_bytes"]), tensors=tensors,
-                        passes=list(d.get("passes", [])),
+                        passes=[dict(p) for p in passes],
                         stats={str(k): _int(v) for k, v in d.get("stats", {}).items()})
         except KeyError as exc:
             raise GraphmemError(f"{source}: corrupt plan, missing field {exc.args[0]!r}") from None
@@ -147,13 +153,36 @@ class Plan:
             raise GraphmemError(f"{p}: no such plan file")
         try:
             d = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise GraphmemError(f"{p}: not a JSON plan file ({exc})") from None
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers
+            raise GraphmemError(f"{p}: not a JSON plan file ({_first_line(exc)})") from None
+        except RecursionError:
+            raise GraphmemError(f"{p}: not a JSON plan file (nested too deeply)") from None
         return Plan.from_dict(d, str(p))
 
 
 def _int(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"expected an integer, got {v!r}")
+        raise ValueError(f"expected an integer, got {_short(v)}")
     return v
+
+
+def _str(v: Any, field: str) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{field} must be a string, not {_short(v)}")
+    return v
+
+
+def _name(v: Any, field: str) -> str | None:
+    """A tensor name or an alias kind: a string, or absent."""
+    return None if v is None else _str(v, field)
+
+
+def _short(v: Any) -> str:
+    """``repr(v)`` cut to a line's worth (a hostile value may be huge)."""
+    text = repr(v) if not isinstance(v, int) or v.bit_length() < 256 else f"an integer of {v.bit_length()} bits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 

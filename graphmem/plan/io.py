@@ -1,38 +1,117 @@
-"""Files written whole or not at all: a temporary name in the same folder, then a rename."""
+"""Files written whole or not at all, and never over what graphmem reads.
+
+Every output is checked before anything is written: its folder exists, it is not a
+directory, not read-only, and not one of the command's inputs (the same file, also
+through a link). A regular file is written under a temporary name in its folder and
+renamed into place once every output of the command is ready, so a command with
+several outputs writes all of them or none; a device or a FIFO (``-o /dev/null``) is
+written straight into, never replaced.
+"""
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import Iterable, Sequence
 
 from graphmem.errors import GraphmemError
 
+Content = str | bytes
 
-def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
-    """Write a file under a temp name in its folder, then rename it into place."""
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise GraphmemError(f"{p}: cannot write, folder {str(folder)!r} does not exist")
-    if p.is_dir():
-        raise GraphmemError(f"{p}: cannot write, it is a directory")
-    mode = "wb" if isinstance(text, bytes) else "w"
+
+def write_atomic(path: str | os.PathLike, text: Content, *,
+                 inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Write one file whole (see :func:`write_all`)."""
+    write_all([(path, text)], inputs=inputs)
+
+
+def write_all(outputs: Sequence[tuple[str | os.PathLike, Content]], *,
+              inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Write every output, or none: check them all, write each regular file under a
+    temporary name, then rename them all into place and write the devices and FIFOs.
+    ``inputs``: the files the command reads, which no output may be."""
+    inputs = [Path(p) for p in inputs if p is not None]
+    targets = [check_output(path, inputs) for path, _ in outputs]
+    seen: set = set()
+    for t in targets:
+        if t.key in seen:
+            raise GraphmemError(f"{t.path}: given as two outputs")
+        seen.add(t.key)
+    temps: list[str] = []
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+        for t, (_, text) in zip(targets, outputs):
+            if t.regular:
+                _write_temp(t, text, temps)
+            else:
+                temps.append("")
+        for t, tmp, (_, text) in zip(targets, temps, outputs):
+            if t.regular:
+                os.replace(tmp, t.real)
+            else:
+                _write_straight(t, text)
+    except OSError as exc:  # disk full, permissions, a read-only file system
+        raise GraphmemError(f"{t.path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        for tmp in temps:
+            if tmp and os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+class _Target:
+    """An output checked for writing: ``real`` is where a regular file is renamed to
+    (through a symbolic link, so the link stays); ``key`` identifies the file."""
+
+    def __init__(self, path: Path, real: Path, regular: bool, key):
+        self.path, self.real, self.regular, self.key = path, real, regular, key
+
+
+def check_output(path: str | os.PathLike, inputs: Iterable[Path] = ()) -> _Target:
+    """Refuse an output that cannot or must not be written; raise GraphmemError naming
+    the problem."""
+    p = Path(path)
+    real = Path(os.path.realpath(p))
+    folder = real.parent
+    if not folder.is_dir():
+        shown = p.parent if str(p.parent) else Path(".")
+        raise GraphmemError(f"{p}: cannot write, folder {str(shown)!r} does not exist")
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return _Target(p, real, True, ("new", str(real)))
     except OSError as exc:
         raise GraphmemError(f"{p}: cannot write ({exc.strerror or exc})") from None
-    try:
-        # mkstemp makes the file private (0600); give it the usual umask-based mode
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, mode) as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):  # disk full, permissions, a read-only file system
-            raise GraphmemError(f"{p}: cannot write ({exc.strerror or exc})") from None
-        raise
+    if stat.S_ISDIR(st.st_mode):
+        raise GraphmemError(f"{p}: cannot write, it is a directory")
+    for inp in inputs:
+        try:
+            same = inp.exists() and os.path.samefile(real, inp)
+        except OSError:
+            same = False
+        if same:
+            raise GraphmemError(f"{p}: cannot write, it is the input {str(inp)!r}")
+    special = stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISFIFO(st.st_mode)
+    if not special:
+        if not stat.S_ISREG(st.st_mode):
+            raise GraphmemError(f"{p}: cannot write, it is not a regular file")
+        if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            raise GraphmemError(f"{p}: cannot write, the file is read-only")
+    return _Target(p, real, not special, (st.st_dev, st.st_ino))
 
+
+def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
+    """``text`` in a new file beside ``t.real``, with the usual umask-based mode; its
+    name goes into ``temps`` as soon as it exists (the caller removes what is left)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{t.real.name}.", suffix=".tmp", dir=t.real.parent)
+    temps.append(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private (0600)
+    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
+        f.write(text)
+
+
+def _write_straight(t: _Target, text: Content) -> None:
+    """Write into a device or a FIFO as it is (it is not replaced)."""
+    with open(t.real, "wb" if isinstance(text, bytes) else "w") as f:
+        f.write(text)

@@ -119,6 +119,8 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
         out += _tensor_problems(plan, graph, topo, intervals, cols, pid)
     except OverflowError:  # a value past the 64-bit columns (none is right)
         return out + [_out_of_range(plan)]
+    if not out:
+        out += _arena_problems(plan, cols)
     if out:
         return out
     if edges is None:
@@ -180,6 +182,17 @@ def _tensor_problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, cols
             first, last = int(iv_first[pid[k]]), int(iv_last[pid[k]])
             out.append(f"tensor {name!r}: live {list(t.live)}, expected [{first}, {last}]")
     return out
+
+
+def _arena_problems(plan: Plan, cols: PlanColumns) -> list[str]:
+    """The arena ends where its last tensor ends, rounded up to the alignment: a larger
+    one is memory no tensor uses (and a verifier would allocate)."""
+    end = int((cols.offset + cols.size).max()) if len(cols.size) else 0
+    top = -(-end // plan.alignment) * plan.alignment
+    if plan.arena_bytes > top:
+        return [f"arena_bytes {plan.arena_bytes} is past the end of its last tensor "
+                f"({end} bytes, {top} aligned)"]
+    return []
 
 
 def _overlap_problems(cols: PlanColumns) -> list[str]:

@@ -7,12 +7,41 @@ it needs nothing but onnxruntime(-gpu).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from graphmem.errors import GraphmemError
 
 POISON = 0xFF  # 0xFFFFFFFF is a NaN as float32 (and as float16/float64 in every lane)
 HOST_ALIGNMENT = 256
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can allocate now without swapping (Linux's MemAvailable, or
+    the free physical pages), None where neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(arena_bytes: int, reference_bytes: int) -> None:
+    """Refuse, before allocating anything, a run this machine cannot hold: the arena and
+    the reference run's tensors (every tensor is an output of it)."""
+    have = available_memory()
+    need = arena_bytes + reference_bytes
+    if have is not None and need > have:
+        raise GraphmemError(f"verifying needs about {need:,} bytes (an arena of "
+                            f"{arena_bytes:,}, the reference run's tensors {reference_bytes:,}); "
+                            f"this machine has {have:,} bytes available")
 
 
 class HostArena:

@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from graphmem.verify.arena import check_fits
 from graphmem.verify.arena_run import ArenaRun, Mismatch
 from graphmem.verify.compare import OutputCheck, compare_outputs, identical
 from graphmem.errors import GraphmemError
@@ -90,6 +91,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     found = found or runtime_problems(plan, graph)
     if found:
         return _replace(base, problems=tuple(found), seconds=time.perf_counter() - start)
+    check_fits(plan.arena_bytes, sum(graph.tensors[t].bytes for t in plan.tensors))
 
     t0 = time.perf_counter()
     model = model_with_weights(graph)

@@ -1,0 +1,110 @@
+"""No output replaces what graphmem reads, a read-only file or a device; a command with
+several outputs writes all of them or none (issue 25)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from graphmem.cli import main
+from graphmem.frontend.zoo import zoo_path
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "m.onnx"
+    shutil.copy(zoo_path("squeezenet"), path)
+    return path
+
+
+def _unchanged(path, before: bytes) -> bool:
+    return path.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "m.onnx", "-o", "m.onnx", "-q"],
+    ["export", "m.onnx", "--html", "m.onnx"],
+    ["export", "m.onnx", "--graphml", "m.onnx"],
+    ["report", "m.onnx", "--html", "m.onnx"],
+])
+def test_an_output_that_is_the_input_is_refused(model, capsys, argv):
+    before = model.read_bytes()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["graphmem: m.onnx: cannot write, it is the input 'm.onnx'"]
+    assert _unchanged(model, before)
+
+
+@pytest.mark.parametrize("link", [os.symlink, os.link])
+def test_an_output_linked_to_the_input_is_refused(model, capsys, link):
+    link("m.onnx", "other.onnx")
+    before = model.read_bytes()
+    assert main(["plan", "m.onnx", "-o", "other.onnx", "-q"]) == 2
+    assert "it is the input 'm.onnx'" in capsys.readouterr().err
+    assert _unchanged(model, before)
+
+
+def test_a_read_only_output_stays_read_only(model, capsys, tmp_path):
+    ro = tmp_path / "ro.json"
+    ro.write_text("mine")
+    ro.chmod(0o444)
+    assert main(["plan", "m.onnx", "-o", "ro.json", "-q"]) == 2
+    assert "ro.json: cannot write, the file is read-only" in capsys.readouterr().err
+    assert ro.read_text() == "mine" and not os.stat(ro).st_mode & 0o222
+
+
+def test_a_plan_written_through_a_symlink_keeps_the_link(model, tmp_path):
+    (tmp_path / "real.json").write_text("old")
+    os.symlink("real.json", tmp_path / "link.json")
+    assert main(["plan", "m.onnx", "-o", "link.json", "-q"]) == 0
+    assert (tmp_path / "link.json").is_symlink()
+    assert (tmp_path / "real.json").read_text().startswith("{")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="no /dev/null")
+def test_a_device_is_written_into_not_replaced(model):
+    before = os.stat("/dev/null")
+    assert main(["plan", "m.onnx", "-o", "/dev/null", "-q"]) == 0
+    after = os.stat("/dev/null")
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_failed_write_is_exit_2(model, capsys):
+    assert main(["plan", "m.onnx", "-o", "/dev/full", "-q"]) == 2
+    assert "/dev/full: cannot write (No space left on device)" in capsys.readouterr().err
+    assert os.path.exists("/dev/full") and not os.path.isfile("/dev/full")
+
+
+def test_export_writes_all_of_its_outputs_or_none(model, tmp_path, capsys):
+    (tmp_path / "A.onnx").write_text("keep")
+    assert main(["export", "m.onnx", "--annotated", "A.onnx", "--html", "H.html",
+                 "--graphml", "missing/G.graphml"]) == 2
+    assert "folder 'missing' does not exist" in capsys.readouterr().err
+    assert (tmp_path / "A.onnx").read_text() == "keep" and not (tmp_path / "H.html").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_sigterm_exits_143_and_leaves_no_temporary_file(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from graphmem.cli import main\n"
+        "import os\n"
+        "def slow(src, dst):\n"  # interrupted between writing and renaming
+        "    print('written', flush=True)\n"
+        "    time.sleep(30)\n"
+        "os.replace = slow\n"
+        f"sys.exit(main(['plan', {str(zoo_path('squeezenet'))!r}, '-o', 'p.json', '-q']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "written"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and "graphmem: terminated" in err
+    assert list(tmp_path.iterdir()) == []
