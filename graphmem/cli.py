@@ -13,12 +13,22 @@ from graphmem.errors import GraphmemError
 COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "models")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``graphmem:`` line and exit 2, as any other
+    bad input (``--help`` still prints the usage)."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("graphmem").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"graphmem: {where}{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="graphmem", description="Static memory planner for ONNX computation graphs.")
     from graphmem import __version__
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
@@ -36,7 +46,7 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         return int(args.func(args) or 0)
@@ -52,6 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _negative_values(argv: list[str]) -> list[str]:
+    """``--budget -5GiB`` as ``--budget=-5GiB``: argparse takes a value that starts with
+    '-' and is not a plain number for an option, and would not say what is wrong with
+    it; joined, the option's own check names the problem."""
+    out: list[str] = []
+    for tok in argv:
+        if (out and out[-1].startswith("--") and "=" not in out[-1]
+                and len(tok) > 1 and tok[0] == "-" and (tok[1].isdigit() or tok[1] == ".")):
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
 
 
 def _main_thread() -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -20,6 +21,16 @@ from graphmem.plan.format import Plan
 from graphmem.frontend.zoo import resolve
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text) -> str:
+    """Text that comes from a model or a plan (a name, an op type), made safe to print
+    through rich: its markup escaped, and control characters (ANSI and OSC escapes,
+    NUL) written as ``\\xNN``, so a name is shown, never obeyed."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
@@ -29,6 +40,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "(off unless given; says on stderr which it bound)")
 
 
+# The largest value a symbolic dimension may be bound to: past it, one tensor of a
+# single dimension alone would pass the bytes any device has.
+MAX_DIM = 2 ** 40
+
+
 def _dim_value(text: str) -> int:
     try:
         v = int(text)
@@ -36,6 +52,20 @@ def _dim_value(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v < 0:
         raise argparse.ArgumentTypeError("a dimension cannot be negative")
+    if v > MAX_DIM:
+        raise argparse.ArgumentTypeError(f"{v} is past the largest dimension graphmem "
+                                         f"plans (2**40)")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer of at least 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} is negative")
     return v
 
 
@@ -68,6 +98,9 @@ def parse_dims(items: list[str]) -> dict[str, int]:
             raise GraphmemError(f"--dim {item!r}: {value!r} is not an integer") from None
         if v < 0:
             raise GraphmemError(f"--dim {item!r}: a dimension cannot be negative")
+        if v > MAX_DIM:
+            raise GraphmemError(f"--dim {item!r}: past the largest dimension graphmem "
+                                f"plans (2**40)")
         dims[name] = v
     return dims
 

@@ -150,6 +150,8 @@ def _extract(args) -> int:
     if not Path(args.plan_from).is_file():
         raise GraphmemError(f"{args.plan_from}: no such annotated model")
     plan = read_plan(args.plan_from)
+    # the plan must fit the model it sits in, as any plan graphmem reads
+    check_plan_fits(plan, load(args.plan_from, plan.bindings), args.plan_from)
     stem = Path(args.plan_from).name
     for suffix in (".onnx", ".annotated"):
         stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem

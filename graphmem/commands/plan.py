@@ -8,7 +8,7 @@ from rich.table import Table
 
 from graphmem.pipeline import Result
 from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, load_graph,
-                                      model_stem, plan_from_args)
+                                      model_stem, plan_from_args, shown)
 from graphmem.plan.io import check_output
 
 
@@ -57,7 +57,8 @@ def mib(n: int) -> str:
 def print_summary(console: Console, result: Result, load_seconds: float, written: str | None):
     plan, graph = result.plan, result.graph
     s = plan.stats
-    table = Table(title=f"graphmem plan: {plan.model}", show_header=True, header_style="bold")
+    table = Table(title=f"graphmem plan: {shown(plan.model)}", show_header=True,
+                  header_style="bold")
     table.add_column("", style="bold")
     table.add_column("bytes", justify="right")
     table.add_column("MiB", justify="right")
@@ -79,8 +80,8 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
     for r in result.reports:
         note = ", ".join(f"{k} {v}" for k, v in r.detail.items() if not isinstance(v, dict))
         table.add_row(f"  pass {r.name}", f"-{r.bytes_saved:,}", mib(r.bytes_saved),
-                      f"{note}; {r.seconds * 1000:.0f} ms")
+                      f"{shown(note)}; {r.seconds * 1000:.0f} ms")
     table.add_row("time", "", "", f"load {load_seconds:.2f} s, plan {result.seconds:.3f} s")
     console.print(table)
     if written:
-        console.print(f"wrote {written}")
+        console.print(f"wrote {shown(written)}")

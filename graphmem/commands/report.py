@@ -13,7 +13,7 @@ from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
 from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, parse_dims,
-                                      plan_options)
+                                      plan_options, shown)
 from graphmem.commands.export import planned_view
 from graphmem.commands.report_html import add_html_args, write_page
 from graphmem.plan.io import check_output
@@ -120,7 +120,7 @@ def count(n: float) -> str:
 
 def print_breakdown(console: Console, data: dict) -> None:
     t = data["totals"]
-    table = Table(title=f"graphmem report: {data['model']} ({data['dtype']})",
+    table = Table(title=f"graphmem report: {shown(data['model'])} ({data['dtype']})",
                   header_style="bold")
     for col, justify in (("", "left"), ("bytes", "right"), ("MiB", "right"), ("note", "left")):
         table.add_column(col, justify=justify)
@@ -138,7 +138,7 @@ def print_breakdown(console: Console, data: dict) -> None:
                   f"one unfolded image of one conv, reused; {where}")
     table.add_row("[bold]total", f"[bold]{t['total_bytes']:,}", f"[bold]{mib(t['total_bytes'])}",
                   "weights + arena + workspace")
-    unknown = f"; no MAC rule for {', '.join(t['macs_unknown_ops'])}" \
+    unknown = f"; no MAC rule for {', '.join(map(shown, t['macs_unknown_ops']))}" \
         if t["macs_unknown_ops"] else ""
     table.add_row("MACs", f"{t['macs']:,}", "", f"{count(t['macs'])}MAC{unknown}")
     d = data["device"]
@@ -153,12 +153,13 @@ def print_peak(console: Console, data: dict, most: int = 8) -> None:
     if p["node"] is None:
         return
     table = Table(title=f"peak: {mib(p['live_bytes'])} MiB live at node {p['node']} "
-                        f"({p['op']})", header_style="bold")
+                        f"({shown(p['op'])})", header_style="bold")
     for col in ("tensor", "shape", "MiB", "offset"):
         table.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
     for t in p["tensors"][:most]:
         shares = f" (+{len(t['shares_with'])} sharing it)" if t["shares_with"] else ""
-        table.add_row(t["name"] + shares, "x".join(map(str, t["shape"])), mib(t["bytes"]), f"{t['offset']:,}")
+        table.add_row(shown(t["name"]) + shares, "x".join(map(str, t["shape"])), mib(t["bytes"]),
+                      f"{t['offset']:,}")
     if len(p["tensors"]) > most:
         rest = sum(t["bytes"] for t in p["tensors"][most:])
         table.add_row(f"... {len(p['tensors']) - most} more", "", mib(rest), "")
@@ -173,7 +174,8 @@ def print_by_op(console: Console, data: dict) -> None:
     for col in ("op", "nodes", "MACs", "% MACs", "MiB moved", "% time"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for op, s in analysis.by_op(layers).items():
-        table.add_row(op, str(s["count"]), count(s["macs"]), f"{100 * s['macs'] / total_macs:.1f}",
+        table.add_row(shown(op), str(s["count"]), count(s["macs"]),
+                      f"{100 * s['macs'] / total_macs:.1f}",
                       mib(s["bytes_moved"]), f"{100 * s['time_s'] / total_time:.1f}")
     console.print(table)
 
@@ -186,7 +188,8 @@ def print_layers(console: Console, data: dict) -> None:
         table.add_column(col, justify="left" if col in ("op", "output shape", "bound") else "right")
     for r in data["layers"]:
         shapes = " ".join("x".join(map(str, s)) for s in r["output_shapes"])
-        table.add_row(str(r["node"]), r["op"], shapes, count(r["params"]), mib(r["param_bytes"]),
+        table.add_row(str(r["node"]), shown(r["op"]), shapes, count(r["params"]),
+                      mib(r["param_bytes"]),
                       mib(r["activation_bytes"]), mib(r["live_bytes"]),
                       "?" if r["macs"] is None else count(r["macs"]), mib(r["bytes_moved"]),
                       "-" if r["intensity"] is None else f"{r['intensity']:.2f}", r["bound"])

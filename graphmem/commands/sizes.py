@@ -15,9 +15,18 @@ def parse_bytes(text: str, option: str = "") -> int:
 
     ``option`` (e.g. ``"--budget"``) names the flag in the error message.
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     where = f"{option} " if option else ""
+    if text.strip().startswith("-"):
+        raise GraphmemError(f"{where}{text.strip()}: a size cannot be negative")
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).lower() not in UNITS:
         raise GraphmemError(f"{where}cannot read the size {text!r}; write e.g. 12GiB, 4GB, "
                             "512MiB or a number of bytes")
-    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+    value = float(m.group(1)) * UNITS[m.group(2).lower()]
+    if not value < MAX_BYTES:  # also inf and nan
+        raise GraphmemError(f"{where}{text.strip()}: past the largest size graphmem "
+                            f"handles (2**62 bytes)")
+    return int(value)
+
+
+MAX_BYTES = 2 ** 62

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
-from graphmem.commands.common import (add_model_args, add_pass_args, load_graph, model_path, parse_dims,
-                     plan_from_args, read_plan)
+from graphmem.commands.common import (add_model_args, add_pass_args, load_graph, model_path,
+                                      non_negative_int, parse_dims, plan_from_args, read_plan,
+                                      shown)
 
 
 def add_parser(sub) -> None:
@@ -36,7 +36,8 @@ def add_verify_args(p) -> None:
                    help="skip the plan-format rules and trust the plan: only the run decides")
     p.add_argument("--check-all", action="store_true",
                    help="compare every intermediate tensor with the reference as it is produced")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the random inputs (default 0)")
     p.add_argument("--inputs", metavar="DIR",
                    help="use the inputs of an ONNX test-data folder (input_0.pb, ...) "
                         "instead of random ones; every tensor is then compared")
@@ -74,13 +75,13 @@ def run_verify(plan, graph, args) -> VerifyReport:
 
 
 def print_report(console: Console, r: VerifyReport) -> None:
-    console.print(f"[bold]graphmem verify[/]: {r.model}")
+    console.print(f"[bold]graphmem verify[/]: {shown(r.model)}")
     console.print(f"provider      {r.provider}")
     console.print(f"arena         {r.arena_bytes:,} bytes ({r.arena_bytes / 2**20:,.2f} MiB)")
     if r.problems:
         console.print("[red]FAIL[/]: the plan breaks the rules of graphmem.plan/1:")
         for p in r.problems:
-            console.print(f"  - {p}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"  - {shown(p)}", highlight=False, soft_wrap=True)
         return
     skipped = (f", {r.nodes_skipped} Concat skipped (inputs already in their slices)"
                if r.nodes_skipped else "")
@@ -92,7 +93,7 @@ def print_report(console: Console, r: VerifyReport) -> None:
     for col in ("graph output", "type", "max abs diff", ""):
         table.add_column(col)
     for o in r.outputs:
-        table.add_row(o.name, f"{o.dtype}{list(o.shape)}", f"{o.max_abs_diff:.3g}",
+        table.add_row(shown(o.name), f"{o.dtype}{list(o.shape)}", f"{o.max_abs_diff:.3g}",
                       "[green]ok" if o.ok else "[red]differs")
     if r.outputs:
         console.print(table)
@@ -101,7 +102,7 @@ def print_report(console: Console, r: VerifyReport) -> None:
                       "input seeds (they ignore the input), so every tensor was compared "
                       "as it was produced, as with --check-all")
     if r.mismatch:
-        console.print("[red]FAIL[/]: " + escape(r.mismatch.describe()), highlight=False,
+        console.print("[red]FAIL[/]: " + shown(r.mismatch.describe()), highlight=False,
                       soft_wrap=True)
     elif r.passed:
         console.print(f"[green]PASS[/] ({r.seconds:.2f} s)")

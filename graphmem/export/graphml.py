@@ -15,8 +15,13 @@ arena tensors and are not edges; a node's ``weight_bytes`` sums the ones it read
 
 Graph attributes: ``model``, ``format``, ``arena_bytes``, the plan's stats,
 ``peak_step`` and ``passes``.
+
+Names are data: a character XML 1.0 cannot hold (control characters such as NUL or
+ESC) is written as the text ``\\xNN``, so every file is well-formed XML.
 """
 from __future__ import annotations
+
+import re
 
 import networkx as nx
 
@@ -25,11 +30,19 @@ from graphmem.plan.format import FORMAT
 from graphmem.plan.view import PlanView
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold written as ``\\xNN``."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def to_networkx(view: PlanView, graph: Graph) -> nx.MultiDiGraph:
     """The plan as a networkx MultiDiGraph with only GraphML-safe attribute values."""
     plan = view.plan
     g = nx.MultiDiGraph()
-    g.graph.update(model=plan.model, format=FORMAT, arena_bytes=plan.arena_bytes,
+    g.graph.update(model=xml_safe(plan.model), format=FORMAT, arena_bytes=plan.arena_bytes,
                    alignment=plan.alignment, peak_step=view.peak_step,
                    passes=",".join(p.get("name", "?") for p in plan.passes) or "none",
                    **{k: v for k, v in plan.stats.items() if k != "arena_bytes"})
@@ -38,7 +51,8 @@ def to_networkx(view: PlanView, graph: Graph) -> nx.MultiDiGraph:
     by_index = {n.index: n for n in graph.nodes}
     for idx in plan.order:
         n, s = by_index[idx], steps[idx]
-        g.add_node(f"n{idx}", op_type=n.op_type, name=n.name, domain=n.domain, index=idx,
+        g.add_node(f"n{idx}", op_type=xml_safe(n.op_type), name=xml_safe(n.name),
+                   domain=xml_safe(n.domain), index=idx,
                    step=s.step, live_bytes=s.live_bytes,
                    live_bytes_unaliased=s.live_bytes_unaliased,
                    weight_bytes=sum(graph.tensors[t].bytes for t in set(n.reads)
@@ -46,26 +60,27 @@ def to_networkx(view: PlanView, graph: Graph) -> nx.MultiDiGraph:
     consumers = graph.consumers()
     outputs = set(graph.outputs)
     for r in view.tensors:
-        attrs = dict(tensor=r.name, kind=r.kind, bytes=r.bytes, offset=r.offset,
+        name = xml_safe(r.name)
+        attrs = dict(tensor=name, kind=r.kind, bytes=r.bytes, offset=r.offset,
                      first=r.first, last=r.last, storage=r.storage, dtype=r.dtype,
                      shape="x".join(map(str, r.shape)) or "scalar")
         for key in ("alias_of", "alias", "slice_of"):
             if getattr(r, key) is not None:
-                attrs[key] = getattr(r, key)
+                attrs[key] = xml_safe(getattr(r, key))
         if r.producer is None:
-            src = f"input:{r.name}"
-            g.add_node(src, op_type="(input)", name=r.name)
+            src = f"input:{name}"
+            g.add_node(src, op_type="(input)", name=name)
         else:
             src = f"n{r.producer}"
         targets = [f"n{c.index}" for c in consumers.get(r.name, [])]
         if r.name in outputs:
-            targets.append(f"output:{r.name}")
-            g.add_node(f"output:{r.name}", op_type="(output)", name=r.name)
+            targets.append(f"output:{name}")
+            g.add_node(f"output:{name}", op_type="(output)", name=name)
         if not targets:
-            targets.append(f"unused:{r.name}")
-            g.add_node(f"unused:{r.name}", op_type="(unused)", name=r.name)
+            targets.append(f"unused:{name}")
+            g.add_node(f"unused:{name}", op_type="(unused)", name=name)
         for dst in targets:
-            g.add_edge(src, dst, key=r.name, **attrs)
+            g.add_edge(src, dst, key=name, **attrs)
     return g
 
 

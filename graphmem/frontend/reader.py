@@ -37,12 +37,40 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
         raise GraphmemError(f"{p}: not an ONNX model ({_one_line(exc)})") from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise GraphmemError(f"{p}: not an ONNX model (no graph in the file)")
+    check_external_data(model, p)
     if load_weights:
         try:
             onnx.load_external_data_for_model(model, str(p.parent))
         except Exception as exc:
             raise GraphmemError(f"{p}: cannot read its external data ({_one_line(exc)})") from None
     return model
+
+
+def check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Refuse, without opening it, external data that is not a file inside the model's
+    folder (an absolute path, or one that climbs out with ``..``): a model must not make
+    graphmem read elsewhere on the machine."""
+    for t in _all_initializers(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        norm = os.path.normpath(location)
+        if (not location or os.path.isabs(location) or norm == ".."
+                or norm.startswith(".." + os.sep) or "\0" in location):
+            raise GraphmemError(f"{path}: tensor {t.name!r} keeps its data at {location!r}, "
+                                f"outside the model's folder; refused")
+
+
+def _all_initializers(graph: onnx.GraphProto):
+    """The initializers of ``graph`` and of every subgraph (If/Loop/Scan bodies)."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_initializers(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_initializers(g)
 
 
 @gc_paused

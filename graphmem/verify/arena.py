@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from graphmem.errors import GraphmemError
+from graphmem.verify.node_sessions import FATAL_ONLY
 
 POISON = 0xFF  # 0xFFFFFFFF is a NaN as float32 (and as float16/float64 in every lane)
 HOST_ALIGNMENT = 256
@@ -127,7 +128,7 @@ def _identity_session(provider: str):
     m.ir_version = 7
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = FATAL_ONLY
     return ort.InferenceSession(m.SerializeToString(), so, providers=[provider])
 
 

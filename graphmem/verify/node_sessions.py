@@ -39,8 +39,20 @@ def session_options():
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    quiet_runtime()
+    so.log_severity_level = FATAL_ONLY
     return so
+
+
+# ONNX Runtime's log levels: 3 is error, 4 fatal. Its errors reach graphmem as
+# exceptions, which it words in one line; its own coloured log would come first.
+FATAL_ONLY = 4
+
+
+def quiet_runtime() -> None:
+    """ONNX Runtime's process-wide logger to fatal messages only."""
+    import onnxruntime as ort
+    ort.set_default_logger_severity(FATAL_ONLY)
 
 
 class NodeSessions:
