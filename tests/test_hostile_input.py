@@ -1,0 +1,62 @@
+"""Careless command lines and models: one 'graphmem:' line, exit 2, nothing opened that
+the model does not own (issue 25)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.cli import main
+from graphmem.frontend.zoo import zoo_path
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(zoo_path("squeezenet"), "m.onnx")
+    return tmp_path / "m.onnx"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["fit", "m.onnx", "--budget", "1e400"], "past the largest size"),
+    (["fit", "m.onnx", "--budget", "-5GiB"], "a size cannot be negative"),
+    (["verify", "m.onnx", "--seed", "-1"], "-1 is negative"),
+    (["plan", "m.onnx", "--dim-default", str(2 ** 62)], "past the largest dimension"),
+    (["plan", "m.onnx", "--dim", f"N={2 ** 50}"], "past the largest dimension"),
+    (["plan", "m.onnx", "--no-such-option"], "unrecognized arguments"),
+    (["plan"], "required: model"),
+])
+def test_one_line_and_exit_2(model, capsys, argv, says):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors leave through sys.exit
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("graphmem: ") and says in err[0], err
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/passwd", "a/../../b.bin"])
+@pytest.mark.parametrize("command", [["plan", "-o", "p.json"], ["report"], ["verify"],
+                                     ["export", "--html", "h.html"]])
+def test_external_data_outside_the_folder_is_refused_unopened(tmp_path, monkeypatch, capsys,
+                                                              location, command):
+    monkeypatch.chdir(tmp_path)
+    w = numpy_helper.from_array(np.ones((1, 64), np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", "256")):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+                              [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "ext.onnx")
+    assert main([command[0], "ext.onnx", *command[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"graphmem: ext.onnx: tensor 'w' keeps its data at {location!r}, "
+                   f"outside the model's folder; refused"]
