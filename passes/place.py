@@ -4,6 +4,13 @@ Runs the strategies of :mod:`graphmem.passes.placement` on the groups' records a
 keeps the smallest arena (the first in ``STRATEGIES`` order on ties), so it is
 deterministic; ``placement="optimal"`` solves the exact MIP for this order, warm-started
 by the best of them.
+
+Best fit looks at the pairs of buffers live at the same time. Where there are more
+than ``items.PAIR_LIMIT`` of them (tens of thousands of buffers live at once, as in a
+model whose every node output is a graph output), the pass lays out the storage blocks
+of the ``share`` pass one above another instead (made here if ``share`` did not run):
+memory stays linear in the graph, and where every buffer is live at once that layout
+is the smallest anyway.
 """
 from __future__ import annotations
 
@@ -11,13 +18,18 @@ from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context, aligned_total
 from graphmem.planning.contract import Pass, PassOptions
 from graphmem.planning.groups import ID, group_records, group_roots
-from graphmem.passes.placement.items import Tied, items
+from graphmem.planning.writer import finish_layout
+from graphmem.passes.share import DEFAULT_MATCH_RANGE, share_blocks
+from graphmem.passes.placement.items import Tied, TooManyPairs, items
 from graphmem.passes.placement.optimal import place_optimal
 from graphmem.passes.placement.search import place_records
 
 
 def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
-    recs, pairs = items(ctx, a)
+    try:
+        recs, pairs = items(ctx, a)
+    except TooManyPairs as exc:
+        return _blocks_stacked(ctx, a, *exc.args)
     if options.placement == "optimal":  # the MIP, warm-started by "best"
         # the MIP knows plain records only: a group with Concat slices is placed as
         # one whole-life record there, and the best heuristic with slices competes
@@ -45,6 +57,22 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
     if a.storage_bytes is not None:
         detail["share_bytes"] = aligned_total(a.storage_bytes, ctx.alignment)
     return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail
+
+
+def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int
+                    ) -> tuple[Assignment, dict]:
+    """The storage blocks one above another (see the module docstring)."""
+    if a.storage is None:
+        recs = group_records(ctx, a.groups)[0]
+        block_of, block_bytes = share_blocks(recs, DEFAULT_MATCH_RANGE)
+        roots = group_roots(ctx, a.groups)
+        a = a.with_(storage={roots[r.id]: block_of[r.id] for r in recs},
+                    storage_bytes=tuple(block_bytes))
+    placed = finish_layout(ctx, a.with_(offsets=None, arena_bytes=None))
+    detail = {"strategy": "storage_blocks", "tried": {"storage_blocks": placed.arena_bytes},
+              "reason": f"{parts:,} buffers overlap in time in more than {limit:,} pairs"}
+    return placed.with_(strategy="storage_blocks"), detail
+
 
 PASS = Pass("place", "layout", reads=("groups", "storage"), provides=("offsets",), run=run,
             summary="offsets in one arena: the best of five best-fit orderings, then "

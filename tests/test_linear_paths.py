@@ -77,3 +77,19 @@ def test_share_stops_at_the_floor_with_the_exhaustive_answer():
             if best[0] <= floor:
                 break
         assert best == exhaustive
+
+
+def test_a_fan_out_of_graph_outputs_places_without_its_pairs(monkeypatch):
+    """Every output of a fan-out is live to the end: the pairs of buffers live together
+    grow as n^2. Past PAIR_LIMIT the place pass stacks the storage blocks (no pairs, linear
+    memory), and validation walks the pairs that share bytes (none) instead of time."""
+    from graphmem.passes.placement import items
+    nodes = [helper.make_node("Relu", ["x"], [f"y{i}"]) for i in range(300)]
+    graph = graph_of(make_model(nodes, [("x", F, [1, 16])],
+                                [(f"y{i}", F, [1, 16]) for i in range(300)]))
+    monkeypatch.setattr(items, "PAIR_LIMIT", 1000)  # 300 outputs: 44,850 pairs
+    result = graphmem.plan_graph(graph, ["inplace", "share", "place"])  # validated inside
+    assert result.assignment.strategy == "storage_blocks"
+    assert "overlap in time in more than 1,000 pairs" in result.reports[-1].detail["reason"]
+    # all live at once: one block each, stacked, is the smallest arena
+    assert result.plan.arena_bytes == result.plan.stats["lower_bound_bytes"] == 301 * 64

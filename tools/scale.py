@@ -3,7 +3,7 @@
     python tools/bench.py --scale [--sizes 1000,10000,100000,1000000] [--no-write]
     python tools/scale.py FAMILY NODES     # one measurement, JSON (used by the above)
 
-Five families (all deterministic): ``chain`` (Conv, Relu, Conv, ... with varying
+Six families (all deterministic): ``chain`` (Conv, Relu, Conv, ... with varying
 channel counts), ``eltwise`` (one run of element-wise ops, Relu, Sigmoid, Tanh, ...,
 each of which may overwrite its input: one in-place group as long as the graph),
 ``residual`` (ResNet-style blocks: Conv, Relu, Conv, Add with the
@@ -11,7 +11,8 @@ block input, Relu), ``random`` (a wide random DAG: each node reads one or two of
 the last 64 tensors, random sizes, random ops) and ``transformer`` (a layer stack:
 LayerNorm, Q/K/V MatMuls, Transpose, scores, Softmax, context, projection,
 residual Add, LayerNorm, MLP up, Gelu, down, residual Add, and one attention mask
-read by every layer). Each measurement runs in its own process so its peak RSS
+read by every layer) and ``fanout`` (Relu nodes all reading one input, every output a
+graph output: all buffers live at once). Each measurement runs in its own process so its peak RSS
 is its own (below 1M nodes the fastest of three such processes); the time is ``graphmem.plan_graph(graph)`` with the default passes and
 the plan's validation (load, i.e. building the graph, excluded).
 """
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphmem.core.ir import Graph, Node, Tensor  # noqa: E402
 
-FAMILIES = ("chain", "eltwise", "residual", "random", "transformer")
+FAMILIES = ("chain", "eltwise", "residual", "random", "transformer", "fanout")
 # Timings on a shared machine move by a quarter between runs of the same code: below
 # REPEAT_BELOW nodes each measurement is the fastest of REPEATS fresh processes (as
 # timeit takes the minimum); the 1M-node ones run once.
@@ -88,6 +89,15 @@ def eltwise(n: int) -> Graph:
     for i in range(n):
         x = b.node(ops[i % len(ops)], (x,), f"t{i}", (1, 16, 56, 56))
     return b.graph(("x",), (x,))
+
+
+def fanout(n: int) -> Graph:
+    """n Relu nodes reading one input, each output a graph output: every buffer live at
+    once, so the pairs of buffers live together grow as n^2 (issue 25)."""
+    b = _Builder("fanout")
+    b.tensor("x", (1, 64))
+    outs = tuple(b.node("Relu", ("x",), f"y{i}", (1, 64)) for i in range(n))
+    return b.graph(("x",), outs)
 
 
 def residual(n: int) -> Graph:
@@ -183,7 +193,8 @@ def transformer(n: int, seq: int = 128, hidden: int = 256, heads: int = 4) -> Gr
     return b.graph(("x", "mask"), (x,))
 
 
-BUILD = {"chain": chain, "eltwise": eltwise, "residual": residual, "random": random_dag, "transformer": transformer}
+BUILD = {"chain": chain, "eltwise": eltwise, "residual": residual, "random": random_dag,
+         "transformer": transformer, "fanout": fanout}
 
 
 def _rss_mib() -> float:
@@ -367,8 +378,7 @@ def _check_line(args) -> str:
 def loglog_svg(rows: list[dict], width: int = 640, height: int = 420) -> str:
     """A small log-log plot of plan seconds vs nodes, one line per family, as SVG text."""
     colors = {"chain": "#1f77b4", "eltwise": "#9467bd", "residual": "#ff7f0e",
-              "random": "#2ca02c",
-              "transformer": "#d62728"}
+              "random": "#2ca02c", "transformer": "#d62728", "fanout": "#8c564b"}
     xs = [r["nodes"] for r in rows]
     ys = [max(r["plan_s"], 1e-4) for r in rows]
     x0, x1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))

@@ -87,6 +87,14 @@ def liveness(graph: Graph, order: list[int], index: GraphIndex | None = None) ->
     return out
 
 
+def count_overlapping_pairs(first: np.ndarray, last: np.ndarray) -> int:
+    """How many pairs :func:`overlapping_pairs` yields, without making them."""
+    n = len(first)
+    f = np.sort(np.asarray(first))
+    upto = np.searchsorted(f, np.asarray(last)[np.argsort(first, kind="stable")], side="right")
+    return int(np.maximum(upto - np.arange(1, n + 1), 0).sum())
+
+
 def overlapping_pairs(first: np.ndarray, last: np.ndarray, chunk: int = 1 << 22
                       ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Every pair of inclusive ranges that share a step, each pair once, in chunks.

@@ -13,7 +13,7 @@ import numpy as np
 from graphmem.core.index import GraphIndex, index_graph
 from graphmem.core.ops import AliasEdges, alias_edges
 from graphmem.core.ir import Graph
-from graphmem.core.liveness import liveness, overlapping_pairs
+from graphmem.core.liveness import count_overlapping_pairs, liveness, overlapping_pairs
 from graphmem.core.nogc import gc_paused
 from graphmem.core.order import check_order
 from graphmem.errors import PlanInvalid
@@ -196,20 +196,29 @@ def _arena_problems(plan: Plan, cols: PlanColumns) -> list[str]:
 
 
 def _overlap_problems(cols: PlanColumns) -> list[str]:
-    """Tensors of different groups live at the same time on the same bytes."""
+    """Tensors of different groups live at the same time on the same bytes.
+
+    The pairs that overlap in one dimension are walked and checked in the other: in
+    time or in bytes, whichever has fewer pairs (tens of thousands of outputs all live
+    to the end overlap in time pairwise, but each sits on its own bytes). The clash
+    reported is the earliest, ties broken by plan position, whichever way is walked."""
     keep = np.flatnonzero(cols.size > 0)
     first, last, start = cols.first[keep], cols.last[keep], cols.offset[keep]
     end = start + cols.size[keep]
     group = cols.group[keep]
-    worst = None  # the clash that starts earliest: (position, a, b)
-    for a, b in overlapping_pairs(first, last):
-        clash = (start[a] < end[b]) & (start[b] < end[a]) & (group[a] != group[b])
+    by_bytes = count_overlapping_pairs(start, end - 1) < count_overlapping_pairs(first, last)
+    walk = overlapping_pairs(start, end - 1) if by_bytes else overlapping_pairs(first, last)
+    worst = None  # the clash that starts earliest: (position, a, b), a < b
+    for a, b in walk:
+        clash = ((first[a] <= last[b]) & (first[b] <= last[a]) & (start[a] < end[b])
+                 & (start[b] < end[a]) & (group[a] != group[b]))
         if clash.any():
-            a, b = a[clash], b[clash]
+            a, b = np.minimum(a[clash], b[clash]), np.maximum(a[clash], b[clash])
             at = np.maximum(first[a], first[b])
-            k = int(np.argmin(at))
-            if worst is None or at[k] < worst[0]:
-                worst = (int(at[k]), int(a[k]), int(b[k]))
+            k = np.lexsort((b, a, at))[0]
+            found = (int(at[k]), int(a[k]), int(b[k]))
+            if worst is None or found < worst:
+                worst = found
     if worst is None:
         return []
     at, a, b = worst

@@ -36,7 +36,8 @@ def available_memory() -> int | None:
 
 def check_fits(arena_bytes: int, reference_bytes: int) -> None:
     """Refuse, before allocating anything, a run this machine cannot hold: the arena and
-    the reference run's tensors (every tensor is an output of it)."""
+    the reference run's tensors (every tensor is an output of it, and the folded
+    constants are computed)."""
     have = available_memory()
     need = arena_bytes + reference_bytes
     if have is not None and need > have:

@@ -9,7 +9,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from graphmem.core.liveness import overlapping_pairs
+from graphmem.core.liveness import count_overlapping_pairs, overlapping_pairs
 from graphmem.core.regions import NO_SPAN, byte_regions
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context, align_up
@@ -75,10 +75,23 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
     return _index(ids, tied, start, rel, nbytes, first, last)
 
 
+# The most time-overlapping part pairs an index holds (two int32 each, with their
+# temporaries about 40 bytes a pair: 25M pairs is about 1 GB at the peak). Past it, as
+# when tens of thousands of buffers are live at once, placement uses a layout that needs
+# no pairs (see passes/place.py): memory stays linear.
+PAIR_LIMIT = 25_000_000
+
+
+class TooManyPairs(Exception):
+    """The items overlap in time in more pairs than ``PAIR_LIMIT``: args (parts, limit)."""
+
+
 def _index(ids, tied, start, rel, nbytes, first, last) -> PartPairs:
     start = np.asarray(start, dtype=np.int64)
     owner = np.repeat(np.arange(len(ids), dtype=np.int32), np.diff(start))
     first, last = np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64)
+    if count_overlapping_pairs(first, last) > PAIR_LIMIT:
+        raise TooManyPairs(len(first), PAIR_LIMIT)
     a_parts, b_parts = [], []
     for a, b in overlapping_pairs(first, last):
         keep = owner[a] != owner[b]  # parts of one Tied set sit at fixed offsets: no conflict
