@@ -310,3 +310,30 @@ def test_peak_lists_shared_storage_once():
     assert p["live_bytes"] == 3 * 256 == sum(e["bytes"] for e in p["tensors"])
     assert sorted((e["name"], e["shares_with"]) for e in p["tensors"]) == \
         [("s", []), ("v", ["a"]), ("x", [])]
+
+
+def test_live_bytes_is_the_union_of_live_byte_ranges_at_every_step():
+    """The sweep (a segment tree over byte cuts) equals the union taken step by step,
+    on random spans that overlap in bytes and in time."""
+    import random
+
+    from graphmem.analysis.breakdown import live_bytes_per_step
+    from graphmem.plan.format import Plan, TensorPlan
+    rng = random.Random(7)
+    for _ in range(30):
+        steps = rng.randrange(1, 25)
+        tensors = {}
+        for i in range(rng.randrange(0, 40)):
+            first = rng.randrange(-1, steps)
+            tensors[f"t{i}"] = TensorPlan("activation", rng.choice([0, 16, 64, 100]),
+                                          rng.randrange(0, 10) * 32,
+                                          (first, min(steps, first + rng.randrange(0, 8))))
+        plan = Plan("m", {}, 1, list(range(steps)), [], 0, tensors)
+        want = []
+        for pos in range(steps):
+            covered = set()
+            for t in tensors.values():
+                if t.live[0] <= pos <= t.live[1]:
+                    covered.update(range(t.offset, t.offset + t.bytes))
+            want.append(len(covered))
+        assert live_bytes_per_step(plan) == want

@@ -173,7 +173,7 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
     dev = dev or device(compute=compute_class(graph))
     static = graph.weights | set(graph.constants)
     by_index = {n.index: n for n in graph.nodes}
-    live = _live_bytes(plan)
+    live = live_bytes_per_step(plan)
     rows = []
     for pos, idx in enumerate(plan.order):
         n = by_index[idx]
@@ -209,16 +209,65 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
     return rows
 
 
-def _live_bytes(plan: Plan) -> list[int]:
-    """Arena bytes occupied at each step: the union of live tensors' byte ranges."""
+def live_bytes_per_step(plan: Plan) -> list[int]:
+    """Arena bytes occupied at each step: the union of live tensors' byte ranges.
+
+    A sweep over the steps with a segment tree over the byte cuts that counts how many
+    live tensors cover each piece: O(n log n), where collecting each step's ranges is
+    quadratic when many tensors live long (a Concat of thousands of inputs)."""
     steps = len(plan.order)
-    ranges: list[list[tuple[int, int]]] = [[] for _ in range(steps)]
-    for t in plan.tensors.values():
-        if t.bytes <= 0:
-            continue
-        for pos in range(max(t.live[0], 0), min(t.live[1], steps - 1) + 1):
-            ranges[pos].append((t.offset, t.offset + t.bytes))
-    return [_union(sorted(rs)) for rs in ranges]
+    spans = [(max(t.live[0], 0), min(t.live[1], steps - 1), t.offset, t.offset + t.bytes)
+             for t in plan.tensors.values() if t.bytes > 0]
+    spans = [s for s in spans if s[0] <= s[1]]
+    cuts = sorted({b for _, _, lo, hi in spans for b in (lo, hi)})
+    tree = _Coverage(cuts)
+    starts: list[list[tuple[int, int]]] = [[] for _ in range(steps + 1)]
+    ends: list[list[tuple[int, int]]] = [[] for _ in range(steps + 1)]
+    for first, last, lo, hi in spans:
+        starts[first].append((lo, hi))
+        ends[last + 1].append((lo, hi))
+    out = []
+    for pos in range(steps):
+        for lo, hi in ends[pos]:
+            tree.add(lo, hi, -1)
+        for lo, hi in starts[pos]:
+            tree.add(lo, hi, 1)
+        out.append(tree.covered())
+    return out
+
+
+class _Coverage:
+    """Counts over the pieces between sorted byte cuts; the total length covered."""
+
+    def __init__(self, cuts: list[int]):
+        self.cuts = cuts
+        self.index = {c: k for k, c in enumerate(cuts)}
+        n = max(len(cuts) - 1, 1)
+        self.count = [0] * (4 * n)
+        self.length = [0] * (4 * n)
+        self.n = n
+
+    def add(self, lo: int, hi: int, delta: int) -> None:
+        self._add(1, 0, self.n, self.index[lo], self.index[hi], delta)
+
+    def covered(self) -> int:
+        return self.length[1]
+
+    def _add(self, node: int, a: int, b: int, lo: int, hi: int, delta: int) -> None:
+        if hi <= a or b <= lo:
+            return
+        if lo <= a and b <= hi:
+            self.count[node] += delta
+        else:
+            mid = (a + b) // 2
+            self._add(2 * node, a, mid, lo, hi, delta)
+            self._add(2 * node + 1, mid, b, lo, hi, delta)
+        if self.count[node] > 0:
+            self.length[node] = self.cuts[b] - self.cuts[a]
+        elif b - a == 1:
+            self.length[node] = 0
+        else:
+            self.length[node] = self.length[2 * node] + self.length[2 * node + 1]
 
 
 def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:

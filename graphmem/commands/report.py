@@ -180,13 +180,25 @@ def print_by_op(console: Console, data: dict) -> None:
     console.print(table)
 
 
+# The per-layer table shows at most this many rows (the layers that take the most time
+# by the roofline, in plan order); --json has them all.
+MAX_LAYER_ROWS = 200
+
+
 def print_layers(console: Console, data: dict) -> None:
-    table = Table(title="per layer (plan order)", header_style="bold")
+    layers = data["layers"]
+    title = "per layer (plan order)"
+    if len(layers) > MAX_LAYER_ROWS:
+        slowest = sorted(range(len(layers)), key=lambda k: -layers[k]["time_s"])
+        layers = [layers[k] for k in sorted(slowest[:MAX_LAYER_ROWS])]
+        title = (f"per layer (plan order): the {MAX_LAYER_ROWS} slowest of "
+                 f"{len(data['layers'])}; --json lists all")
+    table = Table(title=title, header_style="bold")
     cols = ("node", "op", "output shape", "params", "param MiB", "act MiB", "live MiB", "MACs",
             "MiB moved", "MAC/B", "bound")
     for col in cols:
         table.add_column(col, justify="left" if col in ("op", "output shape", "bound") else "right")
-    for r in data["layers"]:
+    for r in layers:
         shapes = " ".join("x".join(map(str, s)) for s in r["output_shapes"])
         table.add_row(str(r["node"]), shown(r["op"]), shapes, count(r["params"]),
                       mib(r["param_bytes"]),
