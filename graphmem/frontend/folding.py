@@ -13,6 +13,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphmem.core.ir import Tensor, standard_domain
+from graphmem.errors import GraphmemError
 
 _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
            "Multinomial", "Bernoulli"}
@@ -111,4 +112,8 @@ def _initializer_value(init: onnx.TensorProto, base_dir: str,
             return numpy_helper.to_array(t)
         except Exception:
             return None
-    return numpy_helper.to_array(init)
+    try:
+        return numpy_helper.to_array(init)
+    except ValueError as exc:  # data shorter or longer than its dims say
+        raise GraphmemError(f"initializer {init.name!r}: its data does not fill its shape "
+                            f"{list(init.dims)} ({str(exc).splitlines()[0]})") from None
