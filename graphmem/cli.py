@@ -10,7 +10,7 @@ import threading
 from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
-COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "models")
+COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "probe", "models")
 
 
 class _Parser(argparse.ArgumentParser):

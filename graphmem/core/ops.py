@@ -50,6 +50,10 @@ OVERWRITE.update({op: [(i, 0) for i in range(8)] for op in _BINARY})
 # Inference BatchNormalization is y = x * scale' + bias' per element.
 OVERWRITE["BatchNormalization"] = [(0, 0)]
 
+# Element-wise ops left out of OVERWRITE that ``graphmem probe`` still runs in place,
+# so that a user sees why (Gelu: see above).
+PROBE_CANDIDATES: dict[str, list[tuple[int, int]]] = {"Gelu": [(0, 0)]}
+
 
 # The op whose inputs may be written straight into slices of its output (zero-copy
 # concatenation): the concat pass, the plan's slice rule and the verifier ask is_concat.

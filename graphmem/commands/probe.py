@@ -1,0 +1,68 @@
+"""``graphmem probe``: run each overwrite-table entry in place on this machine's ONNX
+Runtime and say whether the kernel gives the plain run's results (see
+:mod:`graphmem.verify.probe`)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from graphmem.commands.common import shown
+from graphmem.errors import GraphmemError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("probe", help="does each in-place kernel hold on this machine?",
+                       description="Run every entry of the overwrite table, and the "
+                                   "element-wise ops left out of it, in place on ONNX Runtime "
+                                   "at sizes that reach vector tails and blocks, and compare "
+                                   "with a plain run. Exit 1 when an entry of the table fails.")
+    p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
+                   help="execution provider to probe (default cpu)")
+    p.add_argument("--ops", metavar="LIST", help="comma-separated ops to probe (default all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from graphmem.core.ops import OVERWRITE, PROBE_CANDIDATES
+    from graphmem.verify.probe import probe, summary
+    table = {**PROBE_CANDIDATES, **OVERWRITE}
+    if args.ops:
+        wanted = [o.strip() for o in args.ops.split(",") if o.strip()]
+        unknown = [o for o in wanted if o not in table]
+        if unknown:
+            raise GraphmemError(f"--ops: no overwrite entry for {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(table))}")
+        table = {o: table[o] for o in wanted}
+    err = Console(stderr=True)
+    with err.status("graphmem probe") as status:
+        outcomes = probe(table, args.provider, on_case=lambda done, total: status.update(
+            f"graphmem probe: case {done} of {total}"))
+    rows = summary(outcomes)
+    failed_entries = [op for op, s in rows.items() if op in OVERWRITE and s["passed"] < s["cases"]]
+    if args.json:
+        sys.stdout.write(json.dumps({
+            "provider": args.provider,
+            "ops": {op: {**s, "in_table": op in OVERWRITE,
+                         "pairs": [list(p) for p in table[op]]} for op, s in rows.items()},
+            "table_holds": not failed_entries}, indent=1) + "\n")
+    else:
+        out = Console()
+        t = Table(title=f"graphmem probe: in-place kernels on {args.provider}",
+                  header_style="bold")
+        for col in ("op", "in table", "cases passed", "first failure"):
+            t.add_column(col)
+        for op, s in rows.items():
+            ok = s["passed"] == s["cases"]
+            verdict = f"[green]{s['passed']}/{s['cases']}" if ok else \
+                f"[red]{s['passed']}/{s['cases']}"
+            t.add_row(shown(op), "yes" if op in OVERWRITE else "no", verdict,
+                      shown(s["first_failure"] or "")[:160])
+        out.print(t)
+        if failed_entries:
+            out.print(f"[red]FAIL[/]: in the table but not in place on this machine: "
+                      f"{shown(', '.join(failed_entries))}")
+    return 1 if failed_entries else 0

@@ -1,0 +1,177 @@
+"""Does a kernel run correctly in place, here? Each (op, input) pair of an overwrite table
+is run on ONNX Runtime with its output bound to its input's bytes, and compared with a
+plain run, at sizes that reach vector tails and blocks.
+
+Whether an op may write its output over an input is a property of the runtime's
+kernel on this machine and provider, not of the op: ``graphmem probe`` asks the
+runtime, and the test suite asks it for every default entry of the CPU table.
+
+For each case a tiny model ``x_k -> Identity -> p_k; y = op(p_0, ...)`` is planned with
+one buffer per tensor; then ``y`` is moved onto ``p_i`` exactly as the in-place pass
+would place it, and :func:`~graphmem.verify.verifier.verify` runs it with every tensor
+checked as it is produced and poison in every free byte (the plan rules, which ask
+the table under trial, are skipped: ``runtime_only``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.errors import GraphmemError
+
+# Element counts and shapes a case runs at: below, at and past a vector width, and a
+# tensor of several blocks.
+SHAPES: tuple[tuple[int, ...], ...] = ((1,), (7,), (63,), (64,), (1000,), (4, 64, 1000))
+BOOL_OPS = frozenset(("Not", "And", "Or", "Xor"))
+VARIADIC = frozenset(("Max", "Min", "Mean", "Sum"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One probe: ``op`` writing its output over input ``index``; with ``small`` set,
+    that input is broadcast (its shape is the others' without the first axis)."""
+
+    op: str
+    arity: int
+    index: int
+    shape: tuple[int, ...]
+    small: int | None = None
+
+    @property
+    def label(self) -> str:
+        form = f", input {self.small} broadcast" if self.small is not None else ""
+        return f"{self.op} input {self.index} -> output 0, shape {list(self.shape)}{form}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    case: Case
+    passed: bool
+    detail: str = ""  # the first difference, or why the case could not run
+
+
+def cases(table: Mapping[str, Sequence[tuple[int, int]]],
+          shapes: Sequence[tuple[int, ...]] = SHAPES) -> list[Case]:
+    """Every pair of ``table`` (op -> [(input, output)]) at every shape, and for binary
+    ops also with the other input broadcast."""
+    out = []
+    for op in sorted(table):
+        pairs = table[op]
+        arity = 3 if op in VARIADIC else 2 if len(pairs) > 1 else 1
+        for shape in shapes:
+            for i in range(arity):
+                out.append(Case(op, arity, i, tuple(shape)))
+            if arity == 2 and op not in BOOL_OPS:
+                out.append(Case(op, arity, 1, tuple(shape), small=0))
+    return out
+
+
+def run_case(case: Case, provider: str = "cpu", folder: str | Path | None = None) -> Outcome:
+    """Run one case; ``folder`` holds its model file (a temporary one if not given)."""
+    import graphmem
+    from graphmem.verify.verifier import verify
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
+            return run_case(case, provider, tmp)
+    path = Path(folder) / f"{case.op}.onnx"
+    onnx.save(case_model(case), str(path))
+    graph = graphmem.load(path)
+    plan = in_place(graphmem.plan_graph(graph, []).plan, "y", f"p{case.index}")
+    # the kernel is on trial, not the table: the plan rules (which ask the table) are
+    # skipped, the arena run is not
+    try:
+        report = verify(plan, graph, check_all=True, provider=provider, runtime_only=True)
+    except GraphmemError as exc:  # the runtime refused the model or the binding
+        return Outcome(case, False, str(exc))
+    if report.passed:
+        return Outcome(case, True)
+    return Outcome(case, False, report.mismatch.describe() if report.mismatch
+                   else "an output differs")
+
+
+def probe(table: Mapping[str, Sequence[tuple[int, int]]], provider: str = "cpu",
+          shapes: Sequence[tuple[int, ...]] = SHAPES,
+          on_case: Callable[[int, int], None] | None = None) -> list[Outcome]:
+    """Run every case of ``table``; ``on_case(done, total)`` reports progress."""
+    todo = cases(table, shapes)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
+        for k, case in enumerate(todo):
+            out.append(run_case(case, provider, tmp))
+            if on_case:
+                on_case(k + 1, len(todo))
+    return out
+
+
+def in_place(plan, out: str, src: str):
+    """``plan`` with ``out`` written over ``src`` as the in-place pass would place it:
+    same offset, ``alias_of``/``alias``, the arena ending at its last tensor."""
+    from graphmem.plan.stats import plan_stats
+    tensors = dict(plan.tensors)
+    tensors[out] = dataclasses.replace(tensors[out], offset=tensors[src].offset,
+                                       alias_of=src, alias="inplace")
+    end = max((t.offset + t.bytes for t in tensors.values()), default=0)
+    new = dataclasses.replace(plan, tensors=tensors,
+                              arena_bytes=-(-end // plan.alignment) * plan.alignment)
+    return dataclasses.replace(new, stats=plan_stats(new))
+
+
+def case_model(case: Case) -> onnx.ModelProto:
+    """``x_k -> Identity -> p_k; y = op(p_0 .. p_{arity-1}, extras)`` at opset 20."""
+    op, shape = case.op, list(case.shape)
+    if op == "BatchNormalization" and len(shape) < 2:
+        shape = [1, *shape]  # N x C x ...: the elements as channels
+    elem = (TensorProto.BOOL if op in BOOL_OPS else TensorProto.UINT8 if op == "BitShift"
+            else TensorProto.FLOAT)
+    shapes = [shape] * case.arity
+    if case.small is not None:
+        shapes[case.small] = shape[1:] or [1]
+    nodes = [helper.make_node("Identity", [f"x{k}"], [f"p{k}"]) for k in range(case.arity)]
+    inits, extra, attrs = _extras(op, shape)
+    if op == "BatchNormalization":
+        shapes = [shape]
+    nodes.append(helper.make_node(op, [f"p{k}" for k in range(case.arity)] + extra, ["y"],
+                                  **attrs))
+    graph = helper.make_graph(
+        nodes, "probe",
+        [helper.make_tensor_value_info(f"x{k}", elem, s) for k, s in enumerate(shapes)],
+        [helper.make_tensor_value_info("y", elem, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _extras(op: str, shape: list[int]) -> tuple[list, list[str], dict]:
+    """The initializers, extra inputs and attributes an op needs beyond its data."""
+    channels = shape[1] if len(shape) > 1 else 1
+    if op == "BatchNormalization":
+        inits = [numpy_helper.from_array(np.full([channels], v, np.float32), name)
+                 for name, v in (("s", 1.5), ("b", 0.25), ("m", 0.1), ("v", 2.0))]
+        return inits, ["s", "b", "m", "v"], {}
+    if op == "Clip":
+        return [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+                numpy_helper.from_array(np.array(0.5, np.float32), "hi")], ["lo", "hi"], {}
+    if op == "PRelu":
+        slope = np.linspace(0.1, 0.9, shape[-1]).astype(np.float32)
+        return [numpy_helper.from_array(slope, "slope")], ["slope"], {}
+    if op == "BitShift":
+        return [], [], {"direction": "LEFT"}
+    if op == "Mod":
+        return [], [], {"fmod": 1}
+    return [], [], {}
+
+
+def summary(outcomes: Iterable[Outcome]) -> dict[str, dict]:
+    """Per op: cases run, cases passed, and the first failure."""
+    out: dict[str, dict] = {}
+    for o in outcomes:
+        s = out.setdefault(o.case.op, {"cases": 0, "passed": 0, "first_failure": None})
+        s["cases"] += 1
+        s["passed"] += o.passed
+        if not o.passed and s["first_failure"] is None:
+            s["first_failure"] = f"{o.case.label}: {o.detail}"
+    return out
