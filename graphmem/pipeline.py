@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 from graphmem.core.ir import Graph
 from graphmem.core.nogc import gc_paused
+from graphmem.core.ops import DEFAULT_TABLE, table_id
 from graphmem.core.order import file_order
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
@@ -67,10 +68,12 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                placement: str = "best", time_limit: float = 10.0,
                model_name: str | None = None,
                bindings: Mapping[str, int] | None = None, check: bool = True,
-               progress: Callable[[str], None] | None = None) -> Result:
+               progress: Callable[[str], None] | None = None,
+               provider: str = DEFAULT_TABLE) -> Result:
     """Run the chosen passes on a loaded graph and return the plan and per-pass reports.
 
-    ``order`` defaults to the file order. ``time_limit`` bounds the solver of
+    ``order`` defaults to the file order. ``provider`` ("cpu" or "cuda") picks the
+    in-place table the plan trusts, named in the plan's ``target``. ``time_limit`` bounds the solver of
     ``placement="optimal"`` (seconds). With ``check`` (the default) the plan is
     validated independently before it is returned. ``progress``, if given, is called
     with the name of each stage as it starts ("liveness", "pass inplace", "validation",
@@ -81,7 +84,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     options = PassOptions(placement, time_limit)
     chosen = resolve_passes(passes)
     ctx = Context.for_order(graph, order if order is not None else file_order(graph),
-                            alignment, stage=stage)
+                            alignment, stage=stage, table=provider)
     order_passes = [p for p in chosen if p.stage == "order"]
     rest = [p for p in chosen if p.stage != "order"]
     a, reports = _run_passes(ctx, rest, options, stage)
@@ -91,7 +94,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         chose, detail = p(ctx, Assignment(), options)
         saved = 0
         if chose.order is not None and chose.order != ctx.order:
-            cand = Context.for_order(graph, chose.order, alignment, ctx.index)
+            cand = Context.for_order(graph, chose.order, alignment, ctx.index, table=provider)
             cand_a, cand_reports = _run_passes(
                 cand, rest, options, lambda s: stage(f"{s} (the order {p.name} found)"))
             saved = a.arena_bytes - cand_a.arena_bytes
@@ -104,7 +107,8 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     stage("writing the plan")
     plan, cols = write_plan(ctx, a, [{"name": r.name, "bytes_saved": r.bytes_saved}
                                      for r in reports], model_name or _model_name(graph),
-                            bindings if bindings is not None else graph.bindings)
+                            bindings if bindings is not None else graph.bindings,
+                            target(provider))
     if check:
         stage("validation")
         validate_built(plan, graph, cols, ctx.index, ctx.intervals, lambda: ctx.edges)
@@ -134,6 +138,24 @@ def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
     graph = load(path, dims)
     options.setdefault("model_name", Path(path).name)
     return plan_graph(graph, bindings=dims, **options)
+
+
+def target(provider: str) -> dict[str, str]:
+    """The plan's ``target``: the runtime, its provider and the in-place table trusted."""
+    from importlib.metadata import PackageNotFoundError, version
+    runtime = "onnxruntime"
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            runtime = f"onnxruntime {version(dist)}"
+            break
+        except PackageNotFoundError:
+            continue
+    return {"runtime": runtime, "provider": PROVIDER_NAMES[provider],
+            "inplace_table": table_id(provider)}
+
+
+# The ONNX Runtime execution provider of each in-place table
+PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
 def _model_name(graph: Graph) -> str:

@@ -73,6 +73,7 @@ def test_a_kernel_that_cannot_run_in_place_fails(tmp_path):
     report = verify(plan, graph, runtime_only=True)
     assert not report.passed and report.mismatch.node.startswith("node 1 (Transpose")
     assert report.mismatch.overlapping == ("p",)
+    assert report.in_place_op == "Transpose"  # the report points to `graphmem probe`
 
 
 VIEW_CASES = {

@@ -212,10 +212,11 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
 # ---------------------------------------------------------------------- footprints
 
 def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: int = 64,
-              placement: str = "best", time_limit: float = 10.0) -> dict:
+              placement: str = "best", time_limit: float = 10.0,
+              provider: str = "cpu") -> dict:
     """Plan ``graph`` and return weights, activations, workspace and their total."""
     result = plan_graph(graph, passes, alignment=alignment, placement=placement,
-                        time_limit=time_limit)
+                        time_limit=time_limit, provider=provider)
     ws, _ = workspace(graph)
     weights = weight_bytes(graph)
     return {"weight_bytes": weights, "params": param_count(graph),

@@ -84,6 +84,10 @@ def add_pass_args(p: argparse.ArgumentParser) -> None:
                    help="time limit of --placement optimal (default 10)")
     p.add_argument("--alignment", type=int, default=64, metavar="BYTES",
                    help="offset alignment in bytes (default 64)")
+    p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
+                   help="ONNX Runtime execution provider the plan is for: its in-place "
+                        "table decides which kernels may overwrite their input (default "
+                        "cpu; see `graphmem probe`)")
 
 
 def parse_dims(items: list[str]) -> dict[str, int]:
@@ -162,7 +166,8 @@ def load_graph(args):
 def plan_options(args) -> dict:
     """The ``plan_graph`` keywords that :func:`add_pass_args` options choose."""
     return {"passes": chosen_passes(args), "alignment": args.alignment,
-            "placement": args.placement, "time_limit": getattr(args, "time_limit", 10.0)}
+            "placement": args.placement, "time_limit": getattr(args, "time_limit", 10.0),
+            "provider": getattr(args, "provider", "cpu")}
 
 
 def plan_from_args(args, graph=None) -> Result:

@@ -121,7 +121,7 @@ def planned_view(args) -> tuple[PlanView, Graph]:
         model_stem(args) + ".onnx"
     result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
                         placement=getattr(args, "placement", "best"), model_name=name,
-                        bindings=dims)
+                        bindings=dims, provider=getattr(args, "provider", "cpu"))
     return build(result.plan, graph), graph
 
 

@@ -44,7 +44,8 @@ def run(args) -> int:
         from argparse import Namespace
         from graphmem.commands.verify import print_report, run_verify
         report = run_verify(result.plan, graph, Namespace(
-            provider="cpu", runtime_only=False, check_all=False, seed=0))
+            provider=args.provider, runtime_only=False, check_all=False, seed=0,
+            force=False))
         print_report(Console(stderr=out == "-"), report)
         return 0 if report.passed else 1
     return 0

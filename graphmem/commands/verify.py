@@ -29,9 +29,12 @@ def add_parser(sub) -> None:
 
 def add_verify_args(p) -> None:
     """Options shared by ``verify`` and ``plan --verify``."""
-    p.add_argument("--provider", choices=list(PROVIDERS), default="cpu",
-                   help="ONNX Runtime execution provider (default cpu; cuda needs "
-                        "onnxruntime-gpu and a GPU)")
+    if "--provider" not in p._option_string_actions:  # argparse has no public lookup
+        p.add_argument("--provider", choices=list(PROVIDERS), default="cpu",
+                       help="ONNX Runtime execution provider (default cpu; cuda needs "
+                            "onnxruntime-gpu and a GPU)")
+    p.add_argument("--force", action="store_true",
+                   help="run a plan made for another provider's in-place table anyway")
     p.add_argument("--runtime-only", action="store_true",
                    help="skip the plan-format rules and trust the plan: only the run decides")
     p.add_argument("--check-all", action="store_true",
@@ -70,6 +73,7 @@ def run_verify(plan, graph, args) -> VerifyReport:
         task = progress.add_task("nodes", total=len(plan.order))
         inputs = read_inputs(args.inputs, graph) if getattr(args, "inputs", None) else None
         return verify(plan, graph, provider=args.provider, runtime_only=args.runtime_only,
+                      force=getattr(args, "force", False),
                       check_all=args.check_all, seed=args.seed, inputs=inputs,
                       on_step=lambda done, total: progress.update(task, completed=done))
 
@@ -104,6 +108,11 @@ def print_report(console: Console, r: VerifyReport) -> None:
     if r.mismatch:
         console.print("[red]FAIL[/]: " + shown(r.mismatch.describe()), highlight=False,
                       soft_wrap=True)
+        if r.in_place_op:
+            op = shown(r.in_place_op)
+            console.print(f"[yellow]note[/]: the plan wrote {op}'s output over its input "
+                          f"there; `graphmem probe --ops {op}` checks whether {op}'s kernel "
+                          "runs in place on this machine", highlight=False, soft_wrap=True)
     elif r.passed:
         console.print(f"[green]PASS[/] ({r.seconds:.2f} s)")
     else:

@@ -54,6 +54,28 @@ OVERWRITE["BatchNormalization"] = [(0, 0)]
 # so that a user sees why (Gelu: see above).
 PROBE_CANDIDATES: dict[str, list[tuple[int, int]]] = {"Gelu": [(0, 0)]}
 
+# The overwrite table of each ONNX Runtime execution provider: whether a kernel may
+# write its output over its input is the kernel's property, not the op's. OVERWRITE is
+# the CPU provider's (every entry probed on the machine running the tests:
+# tests/test_verify_ops.py). No CUDA kernel has been checked yet (no GPU has been lent
+# to this project), so a plan for CUDA shares storage through views only.
+INPLACE_TABLES: dict[str, dict[str, list[tuple[int, int]]]] = {"cpu": OVERWRITE, "cuda": {}}
+DEFAULT_TABLE = "cpu"
+
+
+def table_id(table: str) -> str:
+    """A name for the table as it stands: the provider and a digest of its entries, so a
+    plan says which table it trusted and a changed table is told apart."""
+    import hashlib
+    import json
+    entries = json.dumps(sorted((op, sorted(p)) for op, p in INPLACE_TABLES[table].items()))
+    return f"graphmem-{table}-{hashlib.sha256(entries.encode()).hexdigest()[:12]}"
+
+
+def table_of_id(ident: str) -> str | None:
+    """The table a :func:`table_id` names, None when it names none of today's."""
+    return next((t for t in INPLACE_TABLES if table_id(t) == ident), None)
+
 
 # The op whose inputs may be written straight into slices of its output (zero-copy
 # concatenation): the concat pass, the plan's slice rule and the verifier ask is_concat.
@@ -78,9 +100,10 @@ def view_pairs(node: Node) -> list[tuple[int, int]]:
     return list(_pairs_of(*_signature(node))[0])
 
 
-def overwrite_pairs(node: Node) -> list[tuple[int, int]]:
-    """(input, output) index pairs where the kernel may write the output over the input."""
-    return list(_pairs_of(*_signature(node))[1])
+def overwrite_pairs(node: Node, table: str = DEFAULT_TABLE) -> list[tuple[int, int]]:
+    """(input, output) index pairs where the kernel of ``table``'s provider may write the
+    output over the input."""
+    return list(_pairs_of(*_signature(node), table)[1])
 
 
 def _signature(node: Node) -> tuple[str, str, tuple[bool, ...], tuple[bool, ...]]:
@@ -91,9 +114,11 @@ def _signature(node: Node) -> tuple[str, str, tuple[bool, ...], tuple[bool, ...]
 
 
 @lru_cache(maxsize=4096)
-def _pairs_of(op_type: str, domain: str, given_in: tuple[bool, ...], given_out: tuple[bool, ...]
+def _pairs_of(op_type: str, domain: str, given_in: tuple[bool, ...], given_out: tuple[bool, ...],
+              table: str = DEFAULT_TABLE
               ) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
-    """(view pairs, overwrite pairs) of a node with this signature: the one rule.
+    """(view pairs, overwrite pairs) of a node with this signature, the overwrite pairs
+    from the provider's ``table`` (:data:`INPLACE_TABLES`): the one rule.
 
     Standard domain only; pairs between given inputs and outputs only. Dropout with a
     ``training_mode`` input may be training (its output is not its input);
@@ -106,7 +131,7 @@ def _pairs_of(op_type: str, domain: str, given_in: tuple[bool, ...], given_out: 
         return tuple((i, o) for i, o in table.get(op_type, ())
                      if i < len(given_in) and given_in[i] and o < len(given_out) and given_out[o])
 
-    views, overwrites = pairs(VIEW), pairs(OVERWRITE)
+    views, overwrites = pairs(VIEW), pairs(INPLACE_TABLES[table])
     if op_type == "Dropout" and len(given_in) > 2 and given_in[2]:
         views = ()
     if op_type == "BatchNormalization" and sum(given_out) > 1:
@@ -125,7 +150,8 @@ class AliasEdges(NamedTuple):
     out: np.ndarray  # the output's id
 
 
-def alias_edges(graph: Graph, order, index: GraphIndex) -> AliasEdges:
+def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TABLE
+                ) -> AliasEdges:
     """:class:`AliasEdges` of ``order`` (node indices): :func:`_pairs_of` asked once per
     distinct signature, its pairs laid over all nodes of that signature in numpy.
 
@@ -166,7 +192,8 @@ def alias_edges(graph: Graph, order, index: GraphIndex) -> AliasEdges:
             d, rest = divmod(sig, wide_in * wide_out)
             i_count, o_count = divmod(rest, wide_out)
             pos_all = of_op[sig_of_op == sig]
-            pairs_of = _pairs_of(op, domain_names[d], (True,) * i_count, (True,) * o_count)
+            pairs_of = _pairs_of(op, domain_names[d], (True,) * i_count, (True,) * o_count,
+                                 table)
             for overwrite, pairs in zip((False, True), pairs_of):
                 for rank, (i, o) in enumerate(pairs):
                     parts.append((pos_all, np.full(len(pos_all), overwrite),
@@ -177,7 +204,7 @@ def alias_edges(graph: Graph, order, index: GraphIndex) -> AliasEdges:
     extra = []
     for pos, row in zip(*(a.tolist() for a in _odd(np.isin(code, aliasing) & ~regular, rows))):
         node = nodes[row]
-        for overwrite, pairs in zip((False, True), _pairs_of(*_signature(node))):
+        for overwrite, pairs in zip((False, True), _pairs_of(*_signature(node), table)):
             extra += [(pos, overwrite, rank, get(node.inputs[i], -1), get(node.outputs[o], -1))
                       for rank, (i, o) in enumerate(pairs)]
     if extra:
@@ -198,6 +225,6 @@ def _odd(mask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 _OP_TYPE, _DOMAIN = attrgetter("op_type"), attrgetter("domain")
 _INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
-_TABLE_OPS = frozenset([*VIEW, *OVERWRITE])
+_TABLE_OPS = frozenset([*VIEW, *(op for t in INPLACE_TABLES.values() for op in t)])
 _NONE = np.zeros(0, dtype=np.int64)
 _EMPTY = AliasEdges(_NONE, _NONE.astype(bool), _NONE, _NONE)

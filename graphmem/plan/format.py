@@ -73,16 +73,21 @@ class Plan:
     passes: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
     format: str = FORMAT
+    # optional: the runtime, provider and in-place table the plan trusted
+    target: dict[str, str] | None = None
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": self.format, "model": self.model, "bindings": dict(self.bindings),
             "alignment": self.alignment, "order": list(self.order),
             "constants": list(self.constants), "arena_bytes": self.arena_bytes,
             "tensors": {name: t.to_json() for name, t in self.tensors.items()},
             "passes": [dict(p) for p in self.passes], "stats": dict(self.stats),
         }
+        if self.target is not None:
+            out["target"] = dict(self.target)
+        return out
 
     def to_json(self) -> str:
         """Deterministic JSON text: one tensor per line, stable key order."""
@@ -134,13 +139,18 @@ class Plan:
             passes = d.get("passes", [])
             if not (isinstance(passes, list) and all(isinstance(p, dict) for p in passes)):
                 raise ValueError("passes must be a list of objects")
+            target = d.get("target")
+            if target is not None and not (isinstance(target, dict) and all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in target.items())):
+                raise ValueError("target must be an object of strings")
             return Plan(model=str(d["model"]),
                         bindings={str(k): _int(v) for k, v in d["bindings"].items()},
                         alignment=_int(d["alignment"]), order=[_int(i) for i in d["order"]],
                         constants=[_str(c, "constants") for c in d["constants"]],
                         arena_bytes=_int(d["arena_bytes"]), tensors=tensors,
                         passes=[dict(p) for p in passes],
-                        stats={str(k): _int(v) for k, v in d.get("stats", {}).items()})
+                        stats={str(k): _int(v) for k, v in d.get("stats", {}).items()},
+                        target=dict(target) if target is not None else None)
         except KeyError as exc:
             raise GraphmemError(f"{source}: corrupt plan, missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:

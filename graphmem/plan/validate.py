@@ -11,7 +11,8 @@ from typing import Callable
 import numpy as np
 
 from graphmem.core.index import GraphIndex, index_graph
-from graphmem.core.ops import AliasEdges, alias_edges
+from graphmem.core.ops import (DEFAULT_TABLE, INPLACE_TABLES, AliasEdges, alias_edges,
+                               table_id, table_of_id)
 from graphmem.core.ir import Graph
 from graphmem.core.liveness import count_overlapping_pairs, liveness, overlapping_pairs
 from graphmem.core.nogc import gc_paused
@@ -82,6 +83,13 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
         return [f"format is {plan.format!r}, not {FORMAT!r}"]
     if plan.alignment <= 0:
         return [f"alignment {plan.alignment} is not positive"]
+    table = DEFAULT_TABLE
+    if plan.target is not None and "inplace_table" in plan.target:
+        table = table_of_id(plan.target["inplace_table"])
+        if table is None:
+            known = ", ".join(table_id(t) for t in INPLACE_TABLES)
+            return [f"target: inplace_table {plan.target['inplace_table']!r} is not a table "
+                    f"graphmem knows (today: {known})"]
     fresh = intervals is not None
     if not fresh:
         out += check_order(graph, plan.order, topo)
@@ -125,7 +133,7 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
         return out
     if edges is None:
         def edges():
-            return alias_edges(graph, plan.order, topo)
+            return alias_edges(graph, plan.order, topo, table)
     out += link_problems(plan, graph, topo, cols, pid, position, edges)
     if out:
         return out

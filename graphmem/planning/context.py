@@ -19,7 +19,7 @@ import numpy as np
 from graphmem.core.index import GraphIndex, index_graph
 from graphmem.core.ir import Graph
 from graphmem.core.liveness import Intervals, liveness
-from graphmem.core.ops import AliasEdges, alias_edges
+from graphmem.core.ops import DEFAULT_TABLE, INPLACE_TABLES, AliasEdges, alias_edges
 from graphmem.core.order import check_order
 from graphmem.errors import GraphmemError
 
@@ -52,8 +52,9 @@ class Context:
     """
 
     def __init__(self, graph: Graph, index: GraphIndex, order: Sequence[int],
-                 intervals: Intervals, alignment: int):
+                 intervals: Intervals, alignment: int, table: str = DEFAULT_TABLE):
         self.graph, self.index, self.alignment = graph, index, alignment
+        self.table = table  # the provider whose overwrite table the passes trust
         self.order = tuple(order)
         self.intervals = intervals  # tensor -> Interval, every arena tensor in id order
         self.first, self.last = intervals.columns  # per position: its first and last step
@@ -62,10 +63,16 @@ class Context:
     @classmethod
     def for_order(cls, graph: Graph, order: Sequence[int], alignment: int = 64,
                   index: GraphIndex | None = None,
-                  stage: Callable[[str], None] = _quiet) -> "Context":
+                  stage: Callable[[str], None] = _quiet,
+                  table: str = DEFAULT_TABLE) -> "Context":
         """Check ``order`` (a permutation of the running nodes that keeps every
         dependency) and the graph's size, then compute liveness; ``index`` is built if
-        not given. Raises :class:`GraphmemError` naming the first problem."""
+        not given; ``table``: the provider whose overwrite table to trust
+        (:data:`~graphmem.core.ops.INPLACE_TABLES`). Raises :class:`GraphmemError`
+        naming the first problem."""
+        if table not in INPLACE_TABLES:
+            raise GraphmemError(f"no in-place table for provider {table!r}; choose "
+                                f"{', '.join(INPLACE_TABLES)}")
         if alignment <= 0:
             raise GraphmemError(f"alignment must be positive, not {alignment}")
         stage("order check")
@@ -75,7 +82,7 @@ class Context:
             raise GraphmemError(bad[0])
         _check_size(graph, index, alignment)
         stage("liveness")
-        return cls(graph, index, order, liveness(graph, list(order), index), alignment)
+        return cls(graph, index, order, liveness(graph, list(order), index), alignment, table)
 
     @property
     def names(self) -> list[str]:
@@ -90,7 +97,7 @@ class Context:
     @cached_property
     def edges(self) -> AliasEdges:
         """The view and overwrite pairs of this order (:func:`~graphmem.core.ops.alias_edges`)."""
-        return alias_edges(self.graph, self.order, self.index)
+        return alias_edges(self.graph, self.order, self.index, self.table)
 
 
 def _check_size(graph: Graph, index: GraphIndex, alignment: int) -> None:

@@ -41,7 +41,8 @@ def finish_layout(ctx: Context, a: Assignment) -> Assignment:
 
 
 def write_plan(ctx: Context, a: Assignment, passes: list[dict], model: str,
-               bindings: Mapping[str, int]) -> tuple[Plan, PlanColumns]:
+               bindings: Mapping[str, int], target: Mapping[str, str] | None = None
+               ) -> tuple[Plan, PlanColumns]:
     """The Plan of a finished assignment (:func:`finish_layout`), and the columns its
     stats were read from (for the validation to reuse)."""
     graph, index, tab = ctx.graph, ctx.index, a.groups
@@ -62,7 +63,8 @@ def write_plan(ctx: Context, a: Assignment, passes: list[dict], model: str,
                                            lives, alias_of, alias_kind, slices)))
     plan = Plan(model=model, bindings=dict(bindings), alignment=ctx.alignment,
                 order=list(ctx.order), constants=list(graph.constants),
-                arena_bytes=a.arena_bytes or 0, tensors=tensors, passes=passes)
+                arena_bytes=a.arena_bytes or 0, tensors=tensors, passes=passes,
+                target=dict(target) if target else None)
     stats, cols = built_stats(plan, ids)
     return Plan(**{**plan.__dict__, "stats": stats}), cols
 

@@ -61,6 +61,8 @@ class VerifyReport:
     runtime_only: bool = False
     seconds: float = 0.0
     timings: dict = field(default_factory=dict)
+    # the op whose output differs first, when the plan wrote it over its input
+    in_place_op: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -71,7 +73,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
            check_all: bool = False, seed: int = 0,
            on_step: Callable[[int, int], None] | None = None,
            arena: str | None = None,
-           inputs: Mapping[str, np.ndarray] | None = None) -> VerifyReport:
+           inputs: Mapping[str, np.ndarray] | None = None,
+           force: bool = False) -> VerifyReport:
     """Verify ``plan`` for ``graph`` (loaded from ``graph.model_path``) on ONNX Runtime.
 
     ``runtime_only`` skips the plan-format rules and trusts the plan; ``check_all``
@@ -85,6 +88,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     start = time.perf_counter()
     ort_provider, device = _provider(provider)
     check_compatible(plan, graph)
+    check_target(plan, ort_provider, force)
     base = VerifyReport(model=plan.model, provider=ort_provider, arena_bytes=plan.arena_bytes,
                         nodes_total=len(plan.order), runtime_only=runtime_only)
     found = [] if runtime_only else problems(plan, graph)
@@ -136,7 +140,13 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
             _, mismatch, checked = runner.run(feeds, reference, None)
         if mismatch is None:
             mismatch = runner.explain_output(final, reference, outputs)
+    in_place_op = None
+    if mismatch is not None and mismatch.tensor in plan.tensors \
+            and plan.tensors[mismatch.tensor].alias == "inplace":
+        writer = next((n for n in graph.nodes if mismatch.tensor in n.outputs), None)
+        in_place_op = writer.op_type if writer is not None else None
     return _replace(base, nodes_run=nodes_run, nodes_skipped=nodes_skipped,
+                    in_place_op=in_place_op,
                     sessions_built=runner.sessions.built, outputs=tuple(outputs),
                     mismatch=mismatch, intermediates_checked=checked,
                     outputs_ignore_inputs=insensitive,
@@ -227,6 +237,19 @@ def check_compatible(plan: Plan, graph: Graph) -> None:
         if name not in arena:
             raise GraphmemError(f"the plan was made for another model: {name!r} is a weight "
                                 f"or constant in {model}, not an arena tensor")
+
+
+def check_target(plan: Plan, ort_provider: str, force: bool = False) -> None:
+    """Refuse to run a plan made for another provider's in-place table (its in-place
+    writes were judged for other kernels) unless ``force``."""
+    made_for = (plan.target or {}).get("provider")
+    if made_for and made_for != ort_provider and not force:
+        short = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "cuda"}.get(made_for,
+                                                                                   made_for)
+        raise GraphmemError(
+            f"the plan was made for {made_for} ({plan.target.get('inplace_table', '?')}), not "
+            f"{ort_provider}: plan for it (--provider), verify with --provider {short}, or "
+            "pass --force")
 
 
 def runtime_problems(plan: Plan, graph: Graph) -> list[str]:
