@@ -1,4 +1,4 @@
-"""graphmem.gcpause: the collector is off inside, and back as it was afterwards."""
+"""graphmem.core.nogc: the collector is off inside, and back as it was afterwards."""
 from __future__ import annotations
 
 import gc
