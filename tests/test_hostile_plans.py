@@ -71,3 +71,16 @@ def test_verify_refuses_a_run_the_machine_cannot_hold(planned, capsys, monkeypat
     assert main(["verify", "m.onnx", "--plan", "p.json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "this machine has 1,000,000 bytes available" in err[0]
+
+
+def test_a_plan_file_larger_than_its_model_can_need_is_not_parsed(planned, capsys):
+    d = planned[1]
+    d["order"] = list(range(2_000_000))  # 16 MB of order for a 66-node model
+    with open("big.json", "w") as f:
+        json.dump(d, f)
+    for argv in (["verify", "m.onnx", "--plan", "big.json"],
+                 ["report", "m.onnx", "--plan", "big.json"],
+                 ["export", "m.onnx", "--plan", "big.json", "--html", "h.html"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "more than any plan for this model needs" in err[0], err

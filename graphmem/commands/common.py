@@ -181,5 +181,16 @@ def plan_from_args(args, graph=None) -> Result:
                           bindings=graph.bindings, progress=stage)
 
 
-def read_plan(path: str) -> Plan:
-    return Plan.load(path)
+def read_plan(path: str, model: str | Path | None = None) -> Plan:
+    """A plan file; with ``model``, a file larger than any plan for that model can be is
+    refused before it is parsed (a hostile file must not take the machine's memory)."""
+    return Plan.load(path, None if model is None else plan_size_limit(model))
+
+
+def plan_size_limit(model: str | Path) -> int:
+    """The most bytes a plan file for ``model`` can need: every tensor name written
+    escaped (up to 6 characters each) with its fields, and every node in the order."""
+    from graphmem.frontend.reader import read_model
+    g = read_model(model).graph
+    names = {t for n in g.node for t in n.output} | {i.name for i in g.input}
+    return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.node)

@@ -20,7 +20,7 @@ from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
 from graphmem.commands.common import (add_pass_args, chosen_passes, input_paths, model_path,
-                                      model_stem, parse_dims)
+                                      model_stem, parse_dims, plan_size_limit)
 
 
 def add_parser(sub) -> None:
@@ -92,14 +92,14 @@ def run(args) -> int:
     return 0
 
 
-def load_any_plan(path: str) -> Plan:
+def load_any_plan(path: str, model=None) -> Plan:
     """A plan from a plan JSON file, or from an annotated ONNX model."""
     if Path(path).suffix.lower() == ".onnx":
         from graphmem.export.annotate import read_plan
         if not Path(path).is_file():
             raise GraphmemError(f"{path}: no such annotated model")
         return read_plan(path)
-    return Plan.load(path)
+    return Plan.load(path, None if model is None else plan_size_limit(model))
 
 
 def planned_view(args) -> tuple[PlanView, Graph]:
@@ -111,7 +111,7 @@ def planned_view(args) -> tuple[PlanView, Graph]:
     dims = parse_dims(getattr(args, "dim", None) or [])
     saved = getattr(args, "plan", None)
     if saved:
-        plan = load_any_plan(saved)
+        plan = load_any_plan(saved, model_path(args))
         graph = load(model_path(args), dims or plan.bindings)
         check_plan_fits(plan, graph, saved)
         return build(plan, graph), graph

@@ -48,7 +48,7 @@ def add_verify_args(p) -> None:
 
 def run(args) -> int:
     if args.plan:
-        plan = read_plan(args.plan)
+        plan = read_plan(args.plan, model_path(args))
         dims = dict(plan.bindings)
         for name, value in parse_dims(args.dim).items():
             if name in dims and dims[name] != value:

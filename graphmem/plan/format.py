@@ -157,10 +157,15 @@ class Plan:
             raise GraphmemError(f"{source}: corrupt plan ({exc})") from None
 
     @staticmethod
-    def load(path: str | os.PathLike) -> "Plan":
+    def load(path: str | os.PathLike, max_bytes: int | None = None) -> "Plan":
+        """Read a plan file; ``max_bytes``: refuse a larger file before parsing it (a
+        plan's size follows from its model: see ``commands.common.read_plan``)."""
         p = Path(path)
         if not p.is_file():
             raise GraphmemError(f"{p}: no such plan file")
+        if max_bytes is not None and p.stat().st_size > max_bytes:
+            raise GraphmemError(f"{p}: {p.stat().st_size:,} bytes, more than any plan for "
+                                f"this model needs ({max_bytes:,}); not read")
         try:
             d = json.loads(p.read_text())
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers
