@@ -18,7 +18,8 @@ pipeline plans both orders with the real passes and keeps the better arena).
 - ``local_search``: when the exact search gave up, single-node moves (as early or as
   late as dependencies allow) from the beam's order and from the file order.
 - ``layer_floor``: no order can go below the largest inputs + outputs of one node; an
-  order that meets it is optimal and ends the search.
+  order that meets it is optimal and ends the search. ``kept_floor``: nor below the
+  graph outputs, all live at the end; a file order that meets it is not searched.
 
 The pass returns its order as ``Assignment.order``; the pipeline plans the rest for it
 and for the given order and keeps the smaller arena. It never returns an order whose
@@ -334,6 +335,16 @@ def layer_floor(m: Schedule) -> int:
                default=0)
 
 
+def kept_floor(m: Schedule) -> int:
+    """A lower bound on every order's peak: while the last node runs, the units no step
+    frees (graph outputs) are all live, and so are the other units that node touches;
+    the last node is one no other node waits for."""
+    kept = sum(b for b, readers in zip(m.unit_bytes, m.unit_readers) if readers == -1)
+    last = min((sum(m.unit_bytes[u] for u in m.touched[v] if m.unit_readers[u] != -1)
+                for v in range(len(m.nodes)) if not m.succs[v]), default=0)
+    return kept + last
+
+
 def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STATES
                ) -> tuple[list[int], dict]:
     """The best order found for ``graph`` (graph node indices) and what was tried."""
@@ -342,7 +353,10 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     m = build_schedule(graph, order)
     file_peak = peak_of(m, list(range(len(order))))
     floor = max(layer_floor(m), m.base)
-    if file_peak <= floor:  # the file order is already optimal
+    # no order is below the outputs kept to the end either: a graph whose file order
+    # meets that (thousands of outputs read from one input) needs no search, which would
+    # cost minutes there; past this check only the layer floor stops the search
+    if file_peak <= max(floor, kept_floor(m)):  # the file order is already optimal
         return list(order), {"method": "floor", "file_peak": file_peak, "peak": file_peak}
     ids, peak = beam_order(m)
     method = "beam"

@@ -13,7 +13,7 @@ from graphmem.passes.reorder import beam_order, build_schedule, exact_order, pea
 from graphmem.frontend.zoo import ZOO, zoo_path
 from models.generate import inception_cell, randwire, unet
 
-from conftest import F, make_model, plan_of
+from conftest import F, graph_of, make_model, plan_of
 
 NO_REORDER = ("concat", "inplace", "share", "place")
 
@@ -164,3 +164,17 @@ def test_local_search_costs_each_move_as_the_whole_order_would():
                 order = cand
                 prof.move_to(order, a, b)
                 assert prof.cost == reorder._cost(m, order)
+
+
+def test_a_file_order_at_the_outputs_kept_to_the_end_is_not_searched():
+    """Relu nodes all reading one input, every output a graph output: every order's
+    peak is all the outputs plus the input the last node reads (kept_floor), which the
+    file order meets, so the search (minutes at a few thousand such nodes) is skipped."""
+    from graphmem.passes.reorder import best_order, build_schedule, kept_floor, peak_of
+    nodes = [helper.make_node("Relu", ["x"], [f"y{i}"]) for i in range(1000)]
+    graph = graph_of(make_model(nodes, [("x", F, [1, 16])],
+                                [(f"y{i}", F, [1, 16]) for i in range(1000)]))
+    order = [n.index for n in graph.nodes]
+    m = build_schedule(graph, order)
+    assert kept_floor(m) == peak_of(m, list(range(1000))) == 1001 * 64
+    assert best_order(graph, order)[1]["method"] == "floor"
