@@ -1,10 +1,10 @@
-"""In-place and view aliasing, driven by the op tables in ``graphmem.ops``.
+"""In-place and view aliasing, driven by the op tables in ``graphmem.core.ops``.
 
-Walks the order's view and overwrite pairs once (``Context.edges``: the pairs of
-every node, in order, as one table). A view output joins its input's storage group. An
-element-wise output overwrites an input's storage when every tensor of that
-group is read for the last time at this step, the group holds no graph input,
-and the sizes and dtypes match exactly.
+Walks the order's view and overwrite pairs once (``Context.edges``: the pairs of every
+node, in order, as one table, the overwrites from the table of the context's provider).
+A view output joins its input's storage group. An element-wise output overwrites an
+input's storage when every tensor of that group is read for the last time at this step,
+the group holds no graph input, and the sizes and dtypes match exactly.
 
 A storage group can hold Concat slices (the ``concat`` pass runs first). The plan's
 in-place rule covers the whole group: at the step of every in-place write, no member
