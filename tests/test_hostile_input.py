@@ -45,17 +45,7 @@ def test_one_line_and_exit_2(model, capsys, argv, says):
 def test_external_data_outside_the_folder_is_refused_unopened(tmp_path, monkeypatch, capsys,
                                                               location, command):
     monkeypatch.chdir(tmp_path)
-    w = numpy_helper.from_array(np.ones((1, 64), np.float32), "w")
-    w.ClearField("raw_data")
-    w.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", location), ("offset", "0"), ("length", "256")):
-        e = w.external_data.add()
-        e.key, e.value = k, v
-    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
-                              [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "ext.onnx")
+    _external_model("ext.onnx", location, 256)
     assert main([command[0], "ext.onnx", *command[1:]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"graphmem: ext.onnx: tensor 'w' keeps its data at {location!r}, "
@@ -65,17 +55,22 @@ def test_external_data_outside_the_folder_is_refused_unopened(tmp_path, monkeypa
 def test_external_data_shorter_than_its_shape_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "w.bin").write_bytes(np.ones(16, np.float32).tobytes())
+    _external_model("s.onnx", "w.bin", 64)
+    assert main(["verify", "s.onnx"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "initializer 'w': its data does not fill its shape [1, 64]" in err[0]
+
+
+def _external_model(path: str, location: str, length: int) -> None:
+    """y = x + w, with w (float32[1, 64]) kept in external data at ``location``."""
     w = numpy_helper.from_array(np.ones((1, 64), np.float32), "w")
     w.ClearField("raw_data")
     w.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "w.bin"), ("offset", "0"), ("length", "64")):
+    for k, v in (("location", location), ("offset", "0"), ("length", str(length))):
         e = w.external_data.add()
         e.key, e.value = k, v
     graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
                               [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "s.onnx")
-    assert main(["verify", "s.onnx"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "initializer 'w': its data does not fill its shape [1, 64]" in err[0]
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -110,7 +110,9 @@ class _AliasFacts:
             code[(code == _FINE) & broken] = what
 
         rule(src >= n, _NO_SOURCE)
-        src = np.where(src < n, src, out)  # (a placeholder where the source is missing)
+        # where the source is missing (already _NO_SOURCE), point at the tensor itself so
+        # the later rules index safely; rule() never overwrites that first code
+        src = np.where(src < n, src, out)
         out_id, src_id = pid[out], pid[src]
         rows_of = topo.rows(plan.order)
         self.prow = prow = topo.producer_rows()[out_id]
