@@ -65,8 +65,67 @@ def test_dim_default_is_off_unless_asked(tmp_path, capsys):
     path = save(attention_like(), tmp_path / "m.onnx")
     assert main(["plan", str(path), "--dim", "seq=8", "-o", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
-    assert "symbolic dimension 'batch'" in err and "--dim batch=VALUE" in err
+    assert "symbolic dimension not bound: 'batch'" in err and "--dim batch=VALUE" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_every_unbound_dim_is_named_in_one_line(tmp_path, capsys):
+    path = save(attention_like(), tmp_path / "m.onnx")
+    assert main(["plan", str(path), "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "'batch' (axis 0 of input 'x')" in err and "'seq' (axis 1 of input 'x')" in err
+    assert "--dim batch=VALUE --dim seq=VALUE" in err
+
+
+def token_type_encoder(batch="batch", seq="seq"):
+    """The embeddings of a transformers BERT export: token-type ids defaulted inside the
+    model (a buffer sliced to the sequence and expanded to the batch), looked up, added
+    to the word embeddings."""
+    rng = np.random.default_rng(0)
+    hidden, vocab = 16, 50
+    inits = [numpy_helper.from_array(np.zeros((1, 64), np.int64), "buffered_token_type_ids"),
+             numpy_helper.from_array(rng.standard_normal((2, hidden)).astype(np.float32),
+                                     "type_emb"),
+             numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32),
+                                     "word_emb"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+             helper.make_node("Gather", ["ids_shape", "one"], ["seq_len"], axis=0),
+             helper.make_node("Unsqueeze", ["seq_len", "zero"], ["seq_1d"]),
+             helper.make_node("Slice", ["buffered_token_type_ids", "zero", "seq_1d", "axis1"],
+                              ["types_row"]),
+             helper.make_node("Expand", ["types_row", "ids_shape"], ["token_type_ids"]),
+             helper.make_node("Gather", ["type_emb", "token_type_ids"], ["type_lookup"]),
+             helper.make_node("Gather", ["word_emb", "input_ids"], ["word_lookup"]),
+             helper.make_node("Add", ["word_lookup", "type_lookup"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "encoder", [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
+                                                         [batch, seq])],
+        [helper.make_tensor_value_info("out", F, [batch, seq, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_data_made_from_bound_dims_runs_and_is_not_a_weight(tmp_path, capsys):
+    """A lookup sized by batch and sequence is an activation planned in the arena: the
+    weights do not change with the bindings; shape arithmetic still folds."""
+    small = from_model(token_type_encoder(), {"batch": 1, "seq": 8})
+    large = from_model(token_type_encoder(), {"batch": 8, "seq": 64})
+    for g in (small, large):
+        assert set(g.constants) == {"ids_shape", "seq_len", "seq_1d"}
+        assert "type_lookup" in g.arena_tensors() and "token_type_ids" in g.arena_tensors()
+
+    def weights(g):
+        return sum(g.tensors[t].bytes for t in g.weight_names())
+    assert weights(small) == weights(large)
+    # with every dim fixed in the file, nothing is bound: the lookup folds as before
+    fixed = from_model(token_type_encoder(2, 8))
+    assert "type_lookup" in fixed.constants
+    path = save(token_type_encoder(), tmp_path / "encoder.onnx")
+    assert main(["verify", str(path), "--dim", "batch=2", "--dim", "seq=8"]) == 0
+    assert "PASS" in capsys.readouterr().out
 
 
 def test_dim_default_rejects_a_negative_value(tmp_path, capsys):

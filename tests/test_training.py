@@ -190,6 +190,27 @@ def test_train_command_errors(tmp_path, capsys):
     assert "graphmem:" in capsys.readouterr().err
 
 
+def test_train_binds_symbolic_dims_like_plan(tmp_path, capsys):
+    """An exporter-style encoder with symbolic batch and seq: train takes --dim, names
+    every unbound dim at once, and the batch axis follows --dim or --batch."""
+    from models import transformer
+    path = tmp_path / "encoder.onnx"
+    onnx.save(transformer.build(layers=1, d_model=32, heads=2, d_ff=64), str(path))
+    assert main(["train", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "'seq'" in err and "--dim seq=VALUE" in err and len(err.strip().splitlines()) == 1
+    assert main(["train", str(path), "--dim", "seq=8", "--dim", "batch=3", "--json"]) == 0
+    three = json.loads(capsys.readouterr().out)
+    assert three["batch"] == 3
+    assert main(["train", str(path), "--dim", "seq=8", "--batch", "1", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["batch"] == 1 and one["weight_bytes"] == three["weight_bytes"]
+    assert one["saved_activation_bytes"] < three["saved_activation_bytes"]
+    assert main(["train", str(path), "--dim", "seq=8", "--dim", "batch=3",
+                 "--batch", "2"]) == 2
+    assert "disagree" in capsys.readouterr().err
+
+
 def test_zoo_squeezenet_builds_plans_and_runs():
     from graphmem.frontend.zoo import zoo_path
     tg = build_training(onnx.load(str(zoo_path("squeezenet"))), 1)

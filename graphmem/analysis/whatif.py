@@ -156,15 +156,16 @@ class Batcher:
     """Graphs of one model at any batch: read once, rewritten and loaded per batch."""
 
     def __init__(self, model: onnx.ModelProto, dims: Mapping[str, int] | None = None,
-                 model_path: str | None = None):
+                 model_path: str | None = None, dim_default: int | None = None):
         self.dims = dict(dims or {})
+        self.dim_default = dim_default  # binds the other symbolic dims, as in load()
         # Rewritten copies are made of the model without its large weights: cheap to copy.
         self.model = copy_without_weights(model)
         self.model_path = model_path
         self.axis = batch_axis(model, self.dims)
         # onnx.checker runs once, on the model as given; rewritten copies skip it.
         self.base = from_model(model, {**self.dims, **self._binding(self.axis.size)},
-                               check=True, model_path=model_path)
+                               check=True, model_path=model_path, dim_default=dim_default)
         self._cache: dict[int, Graph] = {self.axis.size: self.base}
 
     def _binding(self, batch: int) -> dict[str, int]:
@@ -174,7 +175,7 @@ class Batcher:
         model = (self.model if self.axis.symbol is not None or batch == self.axis.size
                  else rebatch(self.model, batch, self.axis.size))
         return from_model(model, {**self.dims, **self._binding(batch)}, check=False,
-                          model_path=self.model_path)
+                          model_path=self.model_path, dim_default=self.dim_default)
 
     def graph(self, batch: int) -> Graph:
         """The model loaded at ``batch``, checked to scale linearly from the base batch."""

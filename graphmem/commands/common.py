@@ -31,8 +31,10 @@ def shown(text) -> str:
     return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
+def add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """The model and its dimension options: every command that loads a model takes these."""
+    p.add_argument("model", nargs="?" if optional else None,
+                   help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                    help="bind a symbolic dimension (repeatable), e.g. --dim N=8")
     p.add_argument("--dim-default", type=_dim_value, default=None, metavar="N",

@@ -19,8 +19,9 @@ from graphmem.pipeline import DEFAULT_PASSES, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
-from graphmem.commands.common import (add_pass_args, chosen_passes, input_paths, model_path,
-                                      model_stem, parse_dims, plan_size_limit)
+from graphmem.commands.common import (add_model_args, add_pass_args, chosen_passes,
+                                      input_paths, model_path, model_stem, parse_dims,
+                                      plan_size_limit)
 
 
 def add_parser(sub) -> None:
@@ -30,10 +31,7 @@ def add_parser(sub) -> None:
                     "in metadata, for Netron), --html (self-contained report), --graphml "
                     "(networkx GraphML). --plan-from reads the plan back out of an "
                     "annotated model.")
-    p.add_argument("model", nargs="?",
-                   help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic dimension (repeatable), e.g. --dim N=8")
+    add_model_args(p, optional=True)
     add_pass_args(p)
     add_plan_arg(p)
     p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
@@ -115,13 +113,13 @@ def planned_view(args) -> tuple[PlanView, Graph]:
         graph = load(model_path(args), dims or plan.bindings)
         check_plan_fits(plan, graph, saved)
         return build(plan, graph), graph
-    graph = load(model_path(args), dims)
+    graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None))
     passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
     name = Path(model_path(args)).name if Path(args.model).exists() else \
         model_stem(args) + ".onnx"
     result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
                         placement=getattr(args, "placement", "best"), model_name=name,
-                        bindings=dims, provider=getattr(args, "provider", "cpu"))
+                        bindings=graph.bindings, provider=getattr(args, "provider", "cpu"))
     return build(result.plan, graph), graph
 
 

@@ -32,7 +32,8 @@ def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
     budget = parse_bytes(args.budget, "--budget")
     path = resolve(args.model, quiet=args.json)
-    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path))
+    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
+                      dim_default=args.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)
     options = plan_options(args)
     parts: dict[int, dict] = {}

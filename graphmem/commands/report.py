@@ -81,7 +81,8 @@ def build(args) -> dict:
         if batches and min(batches) < 1:
             raise GraphmemError("--batch: every batch must be at least 1")
         path = resolve(args.model, quiet=True)  # load_graph has said which file it is
-        batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path))
+        batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
+                      dim_default=args.dim_default)
         out["batch"] = batcher.axis.size
         out["whatif"] = sweep(batcher, batches or [batcher.axis.size], dtypes,
                               **plan_options(args))

@@ -10,7 +10,7 @@ from rich.table import Table
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
-from graphmem.commands.common import model_path
+from graphmem.commands.common import add_model_args, model_path, parse_dims
 from graphmem.plan.io import check_output
 
 def add_parser(sub) -> None:
@@ -19,8 +19,10 @@ def add_parser(sub) -> None:
                        description="Build the forward+backward graph of MODEL with onnx-ad, "
                                    "plan it, and account for weights, gradients, optimizer "
                                    "state and the activations kept for backward.")
-    p.add_argument("model", help="an .onnx file, or a Model Zoo name (see `graphmem models`)")
-    p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    add_model_args(p)
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size: the first axis of every data input (default: what "
+                        "--dim binds that axis to, else 1)")
     p.add_argument("--loss", default="auto", choices=["auto", "xent", "sum", "mean"],
                    help="loss: cross-entropy against a one-hot label (auto when the output "
                         "is a Softmax), or the sum or mean of the output")
@@ -52,7 +54,7 @@ def run(args) -> int:
     from graphmem.training.recompute import fit_budget, recompute_sqrt
     from graphmem.training.report import account, load_training, plan_training
 
-    if args.batch <= 0:
+    if args.batch is not None and args.batch <= 0:
         raise GraphmemError(f"--batch must be positive, not {args.batch}")
     budget = parse_bytes(args.budget) if args.budget else None
     if args.host_bw <= 0 or args.device_flops <= 0:
@@ -60,6 +62,7 @@ def run(args) -> int:
     if args.save:  # before the work: a bad output fails at once
         check_output(args.save, [model_path(args)])
     model = read_model(model_path(args), load_weights=True)
+    args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
     tg = build_training(model, args.batch, loss=args.loss)
     baseline = None
     if args.recompute == "sqrt" or budget is not None:
@@ -93,6 +96,36 @@ def run(args) -> int:
     else:
         print_report(Console(), args.model, report)
     return 0
+
+
+def bind_training_dims(model, dims: dict[str, int], batch: int | None,
+                       default: int | None) -> int:
+    """Bind the model's symbolic dims in place (as ``plan --dim`` does) and return the
+    batch. The first axis of every data input is the batch: a symbolic name there is
+    bound to ``batch`` unless ``--dim`` binds it, and the two must agree."""
+    from graphmem.frontend.reader import bind_dims
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    first = {}
+    for vi in g.input:
+        dims_of = vi.type.tensor_type.shape.dim
+        if vi.name not in inits and dims_of and dims_of[0].dim_param:
+            first.setdefault(dims_of[0].dim_param, vi.name)
+    bound = {dims[p] for p in first if p in dims}
+    if batch is not None:
+        for p, name in first.items():
+            if p in dims and dims[p] != batch:
+                raise GraphmemError(f"--dim {p}={dims[p]} and --batch {batch} disagree: "
+                                    f"{p!r} is the first (batch) axis of input {name!r}")
+    elif len(bound) > 1:
+        raise GraphmemError("--dim binds the first (batch) axes of the inputs to different "
+                            f"values ({', '.join(map(str, sorted(bound)))}); pass --batch N")
+    else:
+        batch = bound.pop() if bound else 1
+    for p in first:
+        dims.setdefault(p, batch)
+    bind_dims(model, dims, default)
+    return batch
 
 
 def mib(n: int) -> str:

@@ -43,14 +43,17 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
                        tensors: Mapping[str, Tensor], *, max_bytes: int | None = None,
                        base_dir: str = ".",
                        initializer_values: Mapping[str, np.ndarray] | None = None,
+                       failures: dict[str, str] | None = None,
                        ) -> dict[str, np.ndarray]:
     """Values of the folded tensors (initializers included), skipping any over ``max_bytes``.
 
     ``folded_nodes`` must be in a topological order. Large initializers are read
-    only when ``max_bytes`` allows them.
+    only when ``max_bytes`` allows them. The nodes run in one ONNX Runtime session (the
+    runtime the plan is verified on); when that fails, node by node, each on ONNX
+    Runtime and else on onnx's reference evaluator, so that one node no evaluator can
+    run costs only the constants computed from it. ``failures``, when given, receives
+    for each tensor left out the reason: the node that failed and its error.
     """
-    from onnx.reference import ReferenceEvaluator
-
     values: dict[str, np.ndarray] = dict(initializer_values or {})
     for init in model.graph.initializer:
         if init.name in values:
@@ -78,21 +81,56 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
             available.update(outs)
     if not run:
         return values
-    wanted = [o for n in run for o in n.output if o]
-    needed = {t for n in run for t in n.input if t}
+    try:
+        values.update(_run_nodes(model, run, values, tensors))
+        return values
+    except Exception:
+        pass  # node by node below: keep what can be computed, name what cannot
+    for n in run:
+        outs = [o for o in n.output if o]
+        lost = next((t for t in n.input if t and t not in values), None)
+        if lost is not None:
+            reason = (failures or {}).get(lost, f"its input {lost!r} has no value")
+        else:
+            try:
+                values.update(_run_nodes(model, [n], values, tensors))
+                continue
+            except Exception as exc:
+                reason = (f"{n.op_type} node {n.name!r} failed on ONNX Runtime and on the "
+                          f"reference evaluator ({' '.join(str(exc).split())[:200]})")
+        if failures is not None:
+            for o in outs:
+                failures[o] = reason
+    return values
+
+
+def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
+               values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor]
+               ) -> dict[str, np.ndarray]:
+    """The outputs of ``nodes`` (a topological list), their inputs taken from ``values``:
+    on ONNX Runtime, else (one node) on onnx's reference evaluator."""
+    wanted = [o for n in nodes for o in n.output if o]
+    made = set(wanted)
+    needed = sorted({t for n in nodes for t in n.input if t and t not in made})
     graph = helper.make_graph(
-        run, "constants", [],
+        nodes, "constants", [],
         [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in wanted],
-        [numpy_helper.from_array(values[t], t) for t in sorted(needed) if t in values])
+        [numpy_helper.from_array(values[t], t) for t in needed])
     sub = helper.make_model(graph, opset_imports=list(model.opset_import),
                             ir_version=max(model.ir_version, 4))
     try:
-        results = ReferenceEvaluator(sub).run(None, {})
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # a failure is reported by the caller
+        session = ort.InferenceSession(sub.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        results = session.run(wanted, {})
     except Exception:
-        return values  # best effort: the caller reports what stays unknown
-    for name, value in zip(wanted, results):
-        values[name] = np.asarray(value)
-    return values
+        if len(nodes) > 1:
+            raise
+        from onnx.reference import ReferenceEvaluator
+        results = ReferenceEvaluator(sub).run(wanted, {})
+    return {name: np.asarray(v) for name, v in zip(wanted, results)}
 
 
 def _initializer_value(init: onnx.TensorProto, base_dir: str,

@@ -108,17 +108,17 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
     order = _topological_order(model.graph)
     if check:
         _check(model, order)
-    bindings = _bind_dims(model, dims, dim_default)
+    bindings = bind_dims(model, dims, dim_default)
     model = _infer(model)
     types = _collect_types(model)
-    folded_nodes, constants = _fold(model, order, types)
+    folded_nodes, constants = _fold(model, order, types, bindings)
     missing = _unknown(model, order, types, folded_nodes)
     if missing:
         # Values of small constants (shape arithmetic) let inference finish the job.
         model = _infer_with_constant_values(model, order, types, folded_nodes, constants,
                                             base_dir)
         types = _collect_types(model)
-        folded_nodes, constants = _fold(model, order, types)
+        folded_nodes, constants = _fold(model, order, types, bindings)
         missing = _unknown(model, order, types, folded_nodes)
     if missing:
         model = _fill_known_gaps(model, order, types, missing)
@@ -127,7 +127,7 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
     if missing:
         model = _symbolic_infer(model)
         types = _collect_types(model)
-        folded_nodes, constants = _fold(model, order, types)
+        folded_nodes, constants = _fold(model, order, types, bindings)
         missing = _unknown(model, order, types, folded_nodes)
     if missing:
         name, node = missing[0]
@@ -350,7 +350,7 @@ def _reads(n: onnx.NodeProto) -> list[str]:
 
 # --------------------------------------------------------------------------- shapes
 
-def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
+def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
                default: int | None = None) -> dict[str, int]:
     """Bind symbolic dims in place; return every binding made (``default`` included)."""
     g = model.graph
@@ -358,6 +358,7 @@ def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
     dims = dict(dims)
     explicit = set(dims)
     used: set[str] = set()
+    unbound: dict[str, str] = {}  # name -> where it was first seen
     for vi in g.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
@@ -371,15 +372,16 @@ def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
                 if d.dim_param not in dims and default is not None:
                     dims[d.dim_param] = int(default)
                 if d.dim_param not in dims:
-                    raise GraphmemError(
-                        f"symbolic dimension {d.dim_param!r} (axis {axis} of input {vi.name!r}) "
-                        f"is not bound; pass --dim {d.dim_param}=VALUE")
+                    unbound.setdefault(d.dim_param, f"axis {axis} of input {vi.name!r}")
+                    continue
                 used.add(d.dim_param)
                 d.dim_value = int(dims[d.dim_param])
             else:
                 raise GraphmemError(
                     f"axis {axis} of input {vi.name!r} has an unknown size with no name; "
                     "graphmem needs a static shape for every graph input")
+    if unbound:
+        raise GraphmemError(_unbound_message(unbound))
     # Symbolic dims elsewhere (outputs, value_info): bind what we can, drop the rest
     # so that stale annotations do not fight shape inference.
     for vi in list(g.output) + list(g.value_info):
@@ -396,6 +398,18 @@ def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
     if unknown:
         raise GraphmemError(f"--dim {unknown[0]}: the model has no symbolic dimension of that name")
     return dims
+
+
+def _unbound_message(unbound: Mapping[str, str]) -> str:
+    """One line naming every unbound symbolic dim of the inputs, with the options to copy."""
+    names = list(unbound)
+    where = "; ".join(f"{n!r} ({unbound[n]})" for n in names[:8])
+    if len(names) > 8:
+        where += f"; and {len(names) - 8} more"
+    noun = "dimension" if len(names) == 1 else "dimensions"
+    options = " ".join(f"--dim {n}=VALUE" for n in names)
+    return (f"symbolic {noun} not bound: {where}; pass {options} "
+            f"(or --dim-default VALUE for all)")
 
 
 def _all_dim_params(model: onnx.ModelProto) -> set[str]:
@@ -469,8 +483,20 @@ def _static_tensor(name: str, t) -> Tensor | None:
     return Tensor(name, dtype, tuple(shape), bits)
 
 
-def _fold(model, order, types) -> tuple[set[int], list[str]]:
-    """Which nodes compute only constants (initializers, Constant, static Shape)."""
+def _fold(model, order, types, bindings=None) -> tuple[set[int], list[str]]:
+    """Which nodes compute only constants (initializers, Constant, static Shape), and
+    the constants they make; with ``bindings``, less the data computed from bound dims
+    (:func:`_dim_data_nodes`), which runs."""
+    folded, constants = _constant_nodes(model, order, types)
+    if bindings:
+        kept = _dim_data_nodes(model, order, folded)
+        if kept:
+            made = {o for i in kept for o in model.graph.node[i].output}
+            return folded - kept, [c for c in constants if c not in made]
+    return folded, constants
+
+
+def _constant_nodes(model, order, types) -> tuple[set[int], list[str]]:
     g = model.graph
     const = {t.name for t in g.initializer}
     folded: set[int] = set()
@@ -490,6 +516,60 @@ def _fold(model, order, types) -> tuple[set[int], list[str]]:
             const.update(outs)
             constants.extend(outs)
     return folded, constants
+
+
+# Inputs that a node reads for their values as shapes, axes or counts (a few numbers),
+# not as data: a constant computed from bound dims may stay folded when only these read it.
+SHAPE_ARGUMENTS = {
+    "Reshape": {1}, "Expand": {1}, "ConstantOfShape": {0}, "Tile": {1},
+    "Slice": {1, 2, 3, 4}, "Range": {0, 1, 2}, "Unsqueeze": {1}, "Squeeze": {1},
+    "Resize": {1, 2, 3}, "Upsample": {1}, "Pad": {1, 2, 3}, "TopK": {1}, "OneHot": {1},
+    "Split": {1}, "CumSum": {1}, "Trilu": {1}, "CenterCropPad": {1}, "Col2Im": {1, 2},
+    "NonMaxSuppression": {2, 3, 4}, "Shape": {0}, "Size": {0},
+    **{op: {1} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                          "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                          "ReduceSumSquare")},
+}
+
+
+def _dim_data_nodes(model, order, folded) -> set[int]:
+    """Folded nodes that must run instead: those whose outputs are data computed from a
+    bound dimension (a Shape or Size of a tensor that is not a constant), read as data
+    by a running node or a graph output. The exporters write such subgraphs for
+    defaulted token-type ids, position ids and masks: folded, an [batch, seq, hidden]
+    lookup would count as a weight that grows with batch and sequence (issue 21).
+    Shape arithmetic (read only as shapes, axes or counts) stays folded."""
+    g = model.graph
+    const = {t.name for t in g.initializer}
+    tainted: set[str] = set()
+    for idx in order:
+        if idx not in folded:
+            continue
+        n = g.node[idx]
+        ins = [t for t in n.input if t]
+        if (n.op_type in ("Shape", "Size") and any(t not in const for t in ins)) or \
+                any(t in tainted for t in ins):
+            tainted.update(o for o in n.output if o)
+        const.update(o for o in n.output if o)
+    if not tainted:
+        return set()
+
+    def data_reads(n) -> list[str]:
+        shape_args = SHAPE_ARGUMENTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
+        reads = [t for i, t in enumerate(n.input) if t and i not in shape_args]
+        reads.extend(t for t in _reads(n) if t not in n.input)  # subgraphs' outer reads
+        return [t for t in reads if t in tainted]
+
+    data = {o.name for o in g.output if o.name in tainted}
+    for idx in order:
+        if idx not in folded:
+            data.update(data_reads(g.node[idx]))
+    kept: set[int] = set()
+    for idx in reversed(order):
+        if idx in folded and any(o in data for o in g.node[idx].output if o):
+            kept.add(idx)
+            data.update(data_reads(g.node[idx]))
+    return kept
 
 
 def _unknown(model, order, types, folded) -> list[tuple[str, Node]]:

@@ -27,13 +27,17 @@ def constant_values(model: onnx.ModelProto, graph: Graph) -> dict[str, np.ndarra
     # production order (graph.constants is in it), so each node's inputs come first
     folded.sort(key=lambda n: min((rank.get(o, len(rank)) for o in n.output if o),
                                   default=len(rank)))
+    failures: dict[str, str] = {}
     values = evaluate_constants(model, folded, graph.tensors,
-                                base_dir=str(Path(graph.model_path).parent))
+                                base_dir=str(Path(graph.model_path).parent),
+                                failures=failures)
     static = graph.weights | set(graph.constants)
     for node in graph.nodes:
         for t in node.inputs:
             if t in static and t not in values:
-                raise GraphmemError(f"cannot evaluate constant {t!r}, read by {node.label}")
+                why = f": {failures[t]}" if t in failures else ""
+                raise GraphmemError(f"cannot evaluate constant {t!r}, read by "
+                                    f"{node.label}{why}")
     return values
 
 
