@@ -117,19 +117,53 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
 
 def _run_passes(ctx: Context, passes: list[Pass], options: PassOptions,
                 stage: Callable[[str], None]) -> tuple[Assignment, list[PassReport]]:
-    """Run the passes in order for one execution order; the layout is finished."""
+    """Run the passes in order for one execution order; the layout is finished.
+
+    A ``trial`` pass that changed the assignment is tried away too: the rest is
+    planned without it and the smaller arena kept (a tie keeps the pass). Its report
+    says which (``kept``) and both arenas; dropped, it saved nothing.
+    """
+    a, reports, changed = _run_chain(ctx, passes, options, stage)
+    at = next((i for i, p in enumerate(passes) if p.trial and changed[i]), None)
+    if at is None:
+        return a, reports
+    name = passes[at].name
+    t0 = time.perf_counter()
+    without, others = _run_passes(ctx, passes[:at] + passes[at + 1:], options,
+                                  lambda s: stage(f"{s} (without {name})"))
+    first = reports[at]
+    detail = dict(first.detail, **{f"arena_with_{name}": a.arena_bytes,
+                                   f"arena_without_{name}": without.arena_bytes})
+    seconds = first.seconds + time.perf_counter() - t0
+    if without.arena_bytes < a.arena_bytes:
+        detail["kept"] = False
+        before = others[at - 1].bytes_after if at else layout_bytes(ctx, Assignment())
+        others.insert(at, PassReport(name, 0, before, seconds, detail))
+        return without, others
+    detail["kept"] = True
+    reports[at] = PassReport(name, first.bytes_saved, first.bytes_after, seconds, detail)
+    return a, reports
+
+
+def _run_chain(ctx: Context, passes: list[Pass], options: PassOptions,
+               stage: Callable[[str], None]
+               ) -> tuple[Assignment, list[PassReport], list[bool]]:
+    """The passes one after another, the layout finished; and whether each trial pass
+    changed the assignment."""
     a = Assignment()
-    reports = []
+    reports, changed = [], []
     before = layout_bytes(ctx, a)
     for p in passes:
         stage(f"pass {p.name}")
         t0 = time.perf_counter()
-        a, detail = p(ctx, a, options)
+        new, detail = p(ctx, a, options)
+        changed.append(p.trial and new is not a and new != a)  # asked of trials only
+        a = new
         after = layout_bytes(ctx, a)
         reports.append(PassReport(p.name, before - after, after, time.perf_counter() - t0,
                                   detail))
         before = after
-    return finish_layout(ctx, a), reports
+    return finish_layout(ctx, a), reports, changed
 
 
 def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,

@@ -43,6 +43,29 @@ def test_inception_cell_with_relu_branches():
     assert with_concat.arena_bytes <= 0.63 * without.arena_bytes
 
 
+@pytest.mark.parametrize("seed", [63, 128])
+def test_concat_is_dropped_when_it_costs(seed):
+    """Two of the random graphs below (18 of the first 400 seeds) where writing the
+    branches into their slices gives a larger arena than copying: the pipeline plans
+    both and keeps the smaller, and the concat report says so."""
+    model = _random_concat_model(seed)
+    file_order = ("concat",) + NO_CONCAT  # the reorder pass would change the question
+    chosen = plan_of(model, file_order)
+    without = plan_of(model, NO_CONCAT)
+    report = next(r for r in chosen.reports if r.name == "concat")
+    assert report.detail["kept"] is False and report.bytes_saved == 0
+    assert report.detail["arena_with_concat"] > report.detail["arena_without_concat"]
+    assert chosen.plan.arena_bytes == without.plan.arena_bytes
+    assert not any(t.slice_of for t in chosen.plan.tensors.values())
+    assert _simulate(chosen.plan, chosen.graph) == []
+
+
+def test_concat_is_kept_when_it_saves():
+    report = next(r for r in plan_of(inception_cell()).reports if r.name == "concat")
+    assert report.detail["kept"] is True
+    assert report.detail["arena_with_concat"] < report.detail["arena_without_concat"]
+
+
 def test_a_slice_ending_off_the_alignment_leaves_only_aligned_gaps():
     # y = Concat(a, x, x): a (48 bytes) is y's only slice, at offset 0; y's bytes from
     # 48 on are free until the Concat runs, and the dead, short-lived b and c may use

@@ -49,7 +49,15 @@ def test_share_alone_is_reported(zoo_result):
     assert share.detail["total_bytes"] >= result.plan.arena_bytes
     only_share = graphmem.plan_graph(graph, ["concat", "inplace", "share"],
                                      order=result.plan.order)
-    assert only_share.plan.arena_bytes == share.detail["total_bytes"]
+    # without place the arena is share's blocks stacked, planned with and without the
+    # concat slices (the smaller kept); with the same choice as the full plan, the same
+    kept = next(r for r in only_share.reports if r.name == "concat").detail.get("kept")
+    if kept is not False:
+        assert only_share.plan.arena_bytes == share.detail["total_bytes"]
+    else:
+        assert only_share.plan.arena_bytes < share.detail["total_bytes"]
+    stacked = next(r for r in only_share.reports if r.name == "share").detail["total_bytes"]
+    assert only_share.plan.arena_bytes == stacked
 
 
 @pytest.mark.parametrize("name", ["resnet50", "squeezenet"])

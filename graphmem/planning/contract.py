@@ -10,6 +10,10 @@ Stages, in the order the pipeline runs them:
 - ``alias``: decides which tensors share storage (``alias``, ``slice_of``).
 - ``layout``: storage blocks and offsets in the arena (``storage``, ``offsets``).
 
+A ``trial`` pass makes a choice that can cost elsewhere (Concat slices lengthen the
+branches' lives): when it changed the assignment, the pipeline also plans the rest
+without it and keeps the smaller arena, so a trial pass never makes a plan worse either.
+
 What a pass reads and provides are names of what the assignment holds: ``order``,
 ``slices``, ``aliases``, ``groups`` (the storage groups the aliases and slices make:
 the pipeline makes them before a pass that reads them), ``storage``, ``offsets``.
@@ -47,6 +51,7 @@ class Pass:
     provides: tuple[str, ...]
     run: Callable[[Context, Assignment, PassOptions], tuple[Assignment, dict]]
     summary: str  # one line for --help and the docs
+    trial: bool = False  # planned with and without, the smaller arena kept
 
     def __post_init__(self) -> None:
         assert self.stage in STAGES, self.stage
