@@ -19,11 +19,15 @@ def test_every_subpackage_is_packaged():
     assert config["package-dir"]["graphmem.passes"] == "passes"
 
 
-def test_the_compiled_extension_is_declared_required_with_its_source():
-    """graphmem/fitloops.c (best fit and the storage pool) is built at install and required:
-    the passes have no second, Python, implementation (their specifications are
-    tests/reference_place.py and tests/reference_share.py)."""
+def test_the_compiled_extensions_are_declared_required_with_their_sources():
+    """graphmem/fitloops.c (best fit and the storage pool) and graphmem/wire.c (the model
+    reader) are built at install and required: there is no second, Python,
+    implementation (their specifications are tests/reference_place.py,
+    tests/reference_share.py and, for the reader, the onnx Python API in
+    tests/test_wire.py)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    (ext,) = config["ext-modules"]
-    assert ext["name"] == "graphmem.fitloops" and ext["optional"] is False
-    assert all((ROOT / s).is_file() for s in ext["sources"])
+    exts = {ext["name"]: ext for ext in config["ext-modules"]}
+    assert set(exts) == {"graphmem.fitloops", "graphmem.wire"}
+    for ext in exts.values():
+        assert ext["optional"] is False
+        assert all((ROOT / s).is_file() for s in ext["sources"])

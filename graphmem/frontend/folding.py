@@ -12,19 +12,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphmem.core.ir import Tensor, standard_domain
+from graphmem.core.ir import Tensor
 from graphmem.errors import GraphmemError
 
-_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+# Ops whose outputs differ from run to run: never folded.
+RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
            "Multinomial", "Bernoulli"}
-
-
-def is_foldable(n: onnx.NodeProto) -> bool:
-    """A standard-domain, deterministic node without subgraphs."""
-    if not standard_domain(n.domain) or n.op_type in _RANDOM:
-        return False
-    return not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                   for a in n.attribute)
 
 
 def shape_value(n: onnx.NodeProto, tensor: Tensor) -> np.ndarray:

@@ -1,7 +1,12 @@
 """ONNX model -> graphmem IR: read, bind symbolic dims, infer shapes, fold constants.
 
-The only module (with ``constants.py``) that looks inside onnx protos; everything
-after it works on :class:`graphmem.ir.Graph`.
+The only module (with ``folding.py``) that looks inside onnx models; everything after
+it works on :class:`graphmem.ir.Graph`. A model is read once from its bytes into plain
+columns (:mod:`graphmem.wire`, compiled): names checked, nodes ordered, constants
+folded and the IR built on those. The few entries that change before shape inference
+(bound dims, weights too large to carry) are spliced into the bytes, which onnx's C++
+shape inference reads directly; its answer is read the same way. Only the fallbacks
+for shapes it leaves open work on onnx protos.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from typing import Mapping
 import onnx
 from onnx import helper, shape_inference
 
-from graphmem.frontend.folding import evaluate_constants, is_foldable
+from graphmem import wire
+from graphmem.frontend.folding import RANDOM_OPS, evaluate_constants
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.nogc import gc_paused
@@ -24,13 +30,7 @@ SMALL_CONSTANT_BYTES = 1 << 20
 
 def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.ModelProto:
     """Read an ONNX file, turning every failure into a one-line GraphmemError."""
-    p = Path(path)
-    if not p.exists():
-        raise GraphmemError(f"{p}: no such file")
-    if p.is_dir():
-        raise GraphmemError(f"{p}: is a directory, not an ONNX file")
-    if p.stat().st_size == 0:
-        raise GraphmemError(f"{p}: empty file, not an ONNX model")
+    p = _model_file(path)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
@@ -46,19 +46,34 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
     return model
 
 
+def _model_file(path: str | os.PathLike) -> Path:
+    """``path``, refused in one line unless it is a non-empty file."""
+    p = Path(path)
+    if not p.exists():
+        raise GraphmemError(f"{p}: no such file")
+    if p.is_dir():
+        raise GraphmemError(f"{p}: is a directory, not an ONNX file")
+    if p.stat().st_size == 0:
+        raise GraphmemError(f"{p}: empty file, not an ONNX model")
+    return p
+
+
 def check_external_data(model: onnx.ModelProto, path: Path) -> None:
     """Refuse, without opening it, external data that is not a file inside the model's
     folder (an absolute path, or one that climbs out with ``..``): a model must not make
     graphmem read elsewhere on the machine."""
     for t in _all_initializers(model.graph):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in t.external_data if e.key == "location"), "")
-        norm = os.path.normpath(location)
-        if (not location or os.path.isabs(location) or norm == ".."
-                or norm.startswith(".." + os.sep) or "\0" in location):
-            raise GraphmemError(f"{path}: tensor {t.name!r} keeps its data at {location!r}, "
-                                f"outside the model's folder; refused")
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in t.external_data if e.key == "location"), "")
+            _check_location(t.name, location, path)
+
+
+def _check_location(name: str, location: str, path: Path) -> None:
+    norm = os.path.normpath(location)
+    if (not location or os.path.isabs(location) or norm == ".."
+            or norm.startswith(".." + os.sep) or "\0" in location):
+        raise GraphmemError(f"{path}: tensor {name!r} keeps its data at {location!r}, "
+                            f"outside the model's folder; refused")
 
 
 def _all_initializers(graph: onnx.GraphProto):
@@ -83,9 +98,9 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
     (``Graph.bindings`` then says which). Weights are not read into memory unless a
     small constant's value is needed for shape inference.
     """
-    model = read_model(path)
-    return from_model(model, dims, check=check, base_dir=str(Path(path).parent),
-                      model_path=str(path), dim_default=dim_default)
+    p = _model_file(path)
+    return _load(p.read_bytes(), dims, check=check, base_dir=str(p.parent),
+                 model_path=str(path), dim_default=dim_default, source=p)
 
 
 def onnx_opset(model: onnx.ModelProto) -> int:
@@ -97,38 +112,62 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
                check: bool = True, base_dir: str = ".", model_path: str | None = None,
                dim_default: int | None = None) -> Graph:
     """Like :func:`load`, for a ModelProto already in memory."""
-    dims = dict(dims or {})
-    bad = _invalid_name(model.graph)
+    return _load(model.SerializeToString(), dims, check=check, base_dir=base_dir,
+                 model_path=model_path, dim_default=dim_default)
+
+
+def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir: str,
+          model_path: str | None, dim_default: int | None,
+          source: Path | None = None) -> Graph:
+    """The stages of loading, on the model's bytes (``source``: the file they came from)."""
+    try:
+        parsed = wire.parse_model(data)
+    except ValueError as exc:
+        raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
+                            f"({_one_line(exc)})") from None
+    g = parsed["graph"]
+    if source is not None:
+        if g is None or (not g["nodes"] and not g["outputs"]):
+            raise GraphmemError(f"{source}: not an ONNX model (no graph in the file)")
+        for name, location in _external_locations(g):
+            _check_location(name, location, source)
+    if g is None:
+        g = wire.parse_model(b"\x3a\x00")["graph"]  # an empty graph
+    bad = _invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
-    model = copy_without_weights(model)
     # Our own structural checks first: they name the node and tensor, where the
     # checker only says "not topologically sorted" for a cycle or a missing producer.
-    _check_names(model)
-    order = _topological_order(model.graph)
+    _check_names(g)
+    reads = _all_reads(g)
+    order = _topological_order(g, reads)
+    stripped = _stripped_weights(g)
     if check:
-        _check(model, order)
-    bindings = bind_dims(model, dims, dim_default)
-    model = _infer(model)
-    types = _collect_types(model)
-    folded_nodes, constants = _fold(model, order, types, bindings)
-    missing = _unknown(model, order, types, folded_nodes)
+        _check(data, parsed, stripped, order)
+    bindings, rebound = _bind(data, g, dict(dims or {}), dim_default)
+    work = _splice(data, parsed, rebound + stripped)
+    inferred = _infer(work)
+    tensors = _tensors(_types(inferred))
+    folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
+    missing = _unknown(g, order, tensors, folded_nodes)
+    model = None  # the proto, made only for the fallbacks below
     if missing:
         # Values of small constants (shape arithmetic) let inference finish the job.
-        model = _infer_with_constant_values(model, order, types, folded_nodes, constants,
+        model = onnx.ModelProto.FromString(inferred)
+        model = _infer_with_constant_values(model, order, tensors, folded_nodes, constants,
                                             base_dir)
-        types = _collect_types(model)
-        folded_nodes, constants = _fold(model, order, types, bindings)
-        missing = _unknown(model, order, types, folded_nodes)
+        tensors = _tensors(_types(model.SerializeToString()))
+        folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
+        missing = _unknown(g, order, tensors, folded_nodes)
     if missing:
-        model = _fill_known_gaps(model, order, types, missing)
-        types = _collect_types(model)
-        missing = _unknown(model, order, types, folded_nodes)
+        model = _fill_known_gaps(model, tensors, missing)
+        tensors = _tensors(_types(model.SerializeToString()))
+        missing = _unknown(g, order, tensors, folded_nodes)
     if missing:
         model = _symbolic_infer(model)
-        types = _collect_types(model)
-        folded_nodes, constants = _fold(model, order, types, bindings)
-        missing = _unknown(model, order, types, folded_nodes)
+        tensors = _tensors(_types(model.SerializeToString()))
+        folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
+        missing = _unknown(g, order, tensors, folded_nodes)
     if missing:
         name, node = missing[0]
         where = f"output of node {node.index} ({node.op_type}{' ' + repr(node.name) if node.name else ''})"
@@ -138,33 +177,438 @@ def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
             hint = (f"; {node.op_type!r} is from domain {node.domain!r}, which graphmem runs "
                     "as an opaque op: give the shapes of its outputs in the model's value_info")
         raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
-    return _build(model, order, types, folded_nodes, constants, model_path, bindings)
+    return _build(parsed, g, order, tensors, reads, folded_nodes, constants, model_path,
+                  bindings)
 
 
-# --------------------------------------------------------------------------- checks
+# --------------------------------------------------------------------------- the columns
+#
+# wire.parse_model gives, per graph: nodes as (name, op_type, domain, inputs, outputs,
+# attributes) with attributes (name, type, serialized AttributeProto[, subgraphs]);
+# initializers as (name, data_type, dims, data_location, raw_data length,
+# external_data); value infos as (name, type) with type None, ("tensor", elem_type,
+# shape or None) or (kind,); and the byte span of every top-level graph entry.
+
+NAME, OP, DOMAIN, INPUTS, OUTPUTS, ATTRS = range(6)
+_GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+_EXTERNAL = onnx.TensorProto.EXTERNAL
+
+
+def _subgraphs(node) -> list[dict]:
+    return [sub for a in node[ATTRS] if len(a) > 3 for sub in a[3]]
+
+
+def _external_locations(g: dict):
+    """(name, location) of every external-data initializer, subgraphs included."""
+    for name, _, _, location, _, external in g["initializers"]:
+        if location == _EXTERNAL:
+            yield name, next((v for k, v in external if k == "location"), "")
+    for node in g["nodes"]:
+        for sub in _subgraphs(node):
+            yield from _external_locations(sub)
+
+
+def _invalid_name(g: dict, where: str = "graph") -> str | None:
+    """The first tensor or op name that is not valid UTF-8 (the parser hands those over
+    as bytes), checked on every load: a walk over names only."""
+    for kind in ("inputs", "outputs", "value_info", "initializers"):
+        for entry in g[kind]:
+            if entry[0].__class__ is bytes:
+                return f"the name of {where} {kind.rstrip('s')} {entry[0]!r}"
+    for idx, n in enumerate(g["nodes"]):
+        if (n[NAME].__class__ is bytes or n[OP].__class__ is bytes
+                or n[DOMAIN].__class__ is bytes):
+            text = next(t for t in (n[NAME], n[OP], n[DOMAIN]) if t.__class__ is bytes)
+            return f"{text!r} in {where} node {idx}"
+        for text in n[INPUTS] + n[OUTPUTS]:
+            if text.__class__ is bytes:
+                return f"{text!r} in {where} node {idx}"
+        for sub in _subgraphs(n):
+            if (found := _invalid_name(sub, f"a subgraph of node {idx}")) is not None:
+                return found
+    return None
+
+
+def _check_names(g: dict) -> None:
+    defined: dict[str, str] = {}
+    for init in g["initializers"]:
+        if init[0] in defined:
+            raise GraphmemError(f"duplicate tensor name {init[0]!r}: two initializers")
+        defined[init[0]] = "an initializer"
+    for vi in g["inputs"]:
+        if vi[0] in defined and defined[vi[0]] != "an initializer":
+            raise GraphmemError(f"duplicate tensor name {vi[0]!r}: two graph inputs")
+        defined.setdefault(vi[0], "a graph input")
+    for idx, n in enumerate(g["nodes"]):
+        for out in n[OUTPUTS]:
+            if not out:
+                continue
+            if out in defined:
+                raise GraphmemError(
+                    f"duplicate tensor name {out!r}: node {idx} ({n[OP]}) writes it, "
+                    f"but it is already {defined[out]}")
+            defined[out] = f"the output of node {idx} ({n[OP]})"
+
+
+def _reads(node) -> tuple[str, ...]:
+    """Every tensor a node reads: its inputs without blanks, then what its subgraphs
+    read from enclosing scopes (sorted)."""
+    subs = _subgraphs(node) if node[ATTRS] else ()
+    ins = node[INPUTS]
+    if not subs and "" not in ins:
+        return ins
+    reads = [t for t in ins if t]
+    for sub in subs:
+        reads.extend(sorted(t for t in _subgraph_reads(sub) if t not in reads))
+    return tuple(reads)
+
+
+def _all_reads(g: dict) -> list[tuple[str, ...]]:
+    return list(map(_reads, g["nodes"]))
+
+
+def _subgraph_reads(graph: dict) -> set[str]:
+    """Names a subgraph reads from enclosing scopes."""
+    defined = {vi[0] for vi in graph["inputs"]} | {t[0] for t in graph["initializers"]}
+    outer: set[str] = set()
+    for n in graph["nodes"]:
+        for t in _reads(n):
+            if t not in defined:
+                outer.add(t)
+        defined.update(o for o in n[OUTPUTS] if o)
+    for o in graph["outputs"]:
+        if o[0] not in defined:
+            outer.add(o[0])
+    return outer
+
+
+def _topological_order(g: dict, reads: list[tuple[str, ...]]) -> list[int]:
+    """Node indices in file order when that is topological, else a stable sort."""
+    nodes = g["nodes"]
+    available = {vi[0] for vi in g["inputs"]} | {t[0] for t in g["initializers"]}
+    producer: dict[str, int] = {}
+    for idx, n in enumerate(nodes):
+        for out in n[OUTPUTS]:
+            producer[out] = idx
+    producer.pop("", None)
+    sorted_ = True
+    for idx, rs in enumerate(reads):
+        for t in rs:
+            p = producer.get(t)
+            if p is None:
+                if t not in available:
+                    raise GraphmemError(
+                        f"node {idx} ({nodes[idx][OP]}) reads tensor {t!r}, which no node "
+                        "produces and which is not a graph input or initializer")
+            elif p >= idx:
+                sorted_ = False
+    for o in g["outputs"]:
+        if o[0] not in available and o[0] not in producer:
+            raise GraphmemError(f"graph output {o[0]!r} is produced by no node")
+    if sorted_:
+        return list(range(len(nodes)))
+    import heapq
+    deps = [{producer[t] for t in rs if t in producer} for rs in reads]
+    users: dict[int, list[int]] = {}
+    indegree = [len(d) for d in deps]
+    for i, d in enumerate(deps):
+        for p in d:
+            users.setdefault(p, []).append(i)
+    ready = [i for i, k in enumerate(indegree) if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, []):
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) < len(nodes):
+        raise GraphmemError(f"the graph has a cycle: {_find_cycle(nodes, set(order), deps, reads)}")
+    return order
+
+
+def _find_cycle(nodes, done: set[int], deps: list[set[int]], reads) -> str:
+    """A cycle among the nodes a topological sort could not place, as readable text."""
+    # Every unplaced node has an unplaced producer, so walking producers from any of
+    # them must come back to a node already seen: that loop is a cycle.
+    node = min(set(range(len(nodes))) - done)
+    path: list[int] = []
+    while node not in path:
+        path.append(node)
+        node = min(d for d in deps[node] if d not in done)
+    loop = path[path.index(node):][::-1]  # producer before consumer
+    steps = []
+    for a, b in zip(loop, loop[1:] + loop[:1]):
+        tensor = next(t for t in reads[b] if t in nodes[a][OUTPUTS])
+        steps.append(f"node {a} ({nodes[a][OP]}) -> {tensor!r} -> ")
+    return "".join(steps) + f"node {loop[0]} ({nodes[loop[0]][OP]})"
+
+
+# --------------------------------------------------------------------------- the bytes
+
+_FIELD_TAG = {5: b"\x2a", 11: b"\x5a", 12: b"\x62", 13: b"\x6a"}  # GraphProto fields
+
+
+def _entry(field: int, message: bytes) -> bytes:
+    """A GraphProto entry: the field's tag, the length, the serialized message."""
+    return _FIELD_TAG[field] + _varint(len(message)) + message
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _splice(data: bytes, parsed: dict, changes: list[tuple[int, int, bytes | None]]
+            ) -> bytes:
+    """The model's bytes with graph entries changed: ``changes`` holds (field, index,
+    new entry bytes, or None to drop it); an index of -1 appends the entry."""
+    if not changes:
+        return data
+    g = parsed["graph"]
+    span = parsed["graph_span"]
+    if g is None or span is None:
+        return data
+    start, length = span
+    head = _varint(length)
+    begin = start - 1 - len(head)
+    if begin < 0 or data[begin:start] != b"\x3a" + head:
+        # the graph's length written in a longer form than needed: let protobuf re-write it
+        data = _proto(data).SerializeToString()
+        parsed = wire.parse_model(data)
+        return _splice(data, parsed, changes)
+    edits = []
+    tail = []
+    for field, index, entry in changes:
+        if index < 0:
+            tail.append(entry)
+        else:
+            off, size = g["spans"][field][index]
+            edits.append((off, off + size, entry or b""))
+    edits.sort()
+    pieces, at = [], start
+    for lo, hi, entry in edits:
+        pieces.append(data[at:lo])
+        pieces.append(entry)
+        at = hi
+    pieces.append(data[at:start + length])
+    pieces.extend(tail)
+    content = b"".join(pieces)
+    return b"".join((data[:begin], b"\x3a", _varint(len(content)), content,
+                     data[start + length:]))
+
+
+def _stripped_weights(g: dict) -> list[tuple[int, int, bytes | None]]:
+    """Initializers with more than SMALL_CONSTANT_BYTES of raw data, written again with
+    dims and type and no data (cheap to infer on): marked external, so nothing mistakes
+    the empty tensor for real data."""
+    changes = []
+    for i, (name, dtype, dims, _, raw, _) in enumerate(g["initializers"]):
+        if raw > SMALL_CONSTANT_BYTES:
+            t = onnx.TensorProto(name=name, data_type=dtype, dims=dims,
+                                 data_location=_EXTERNAL)
+            _drop_tensor_data(t)
+            changes.append((5, i, _entry(5, t.SerializeToString())))
+    return changes
+
+
+def _bind(data: bytes, g: dict, dims: dict[str, int], default: int | None
+          ) -> tuple[dict[str, int], list[tuple[int, int, bytes | None]]]:
+    """:func:`bind_dims` on the value infos that name dims (all inputs, the outputs and
+    value infos with a symbolic dim), and those entries written again."""
+    spans = g["spans"]
+    picked = [(11, i) for i in range(len(g["inputs"]))]
+    for field, kind in ((12, "outputs"), (13, "value_info")):
+        for i, (_, t) in enumerate(g[kind]):
+            if t is not None and t[0] == "tensor" and t[2] is not None and any(
+                    d.__class__ is str for d in t[2]):
+                picked.append((field, i))
+    if not picked:
+        return bind_dims(onnx.ModelProto(), dims, default, initializers=()), []
+    mini = onnx.ModelProto()
+    mini.graph.ParseFromString(b"".join(
+        data[off:off + size] for off, size in (spans[f][i] for f, i in picked)))
+    bindings = bind_dims(mini, dims, default, initializers=(t[0] for t in g["initializers"]))
+    entries = ([(11, vi) for vi in mini.graph.input] + [(12, vi) for vi in mini.graph.output]
+               + [(13, vi) for vi in mini.graph.value_info])
+    changes = []
+    for (field, index), (_, vi) in zip(picked, entries):
+        entry = _entry(field, vi.SerializeToString())
+        off, size = spans[field][index]
+        if entry != data[off:off + size]:
+            changes.append((field, index, entry))
+    return bindings, changes
+
+
+def _check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
+    """onnx.checker on the model with its ``stripped`` weights, its nodes in ``order``
+    and initializers without data here (external or dropped) as graph inputs of the same
+    type: ONNX Runtime runs graphs whose nodes are not sorted, and the checker would
+    look for the external files."""
+    g = parsed["graph"]
+    identity = order == list(range(len(g["nodes"])))
+    if (not stripped and identity
+            and all(t[3] != _EXTERNAL for t in g["initializers"])):
+        _run_checker(data)
+        return
+    work = _splice(data, parsed, stripped)
+    parsed = wire.parse_model(work)
+    g = parsed["graph"]
+    if not identity:
+        model = _proto(work)
+        nodes = [model.graph.node[i] for i in order]
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        del copy.graph.node[:]
+        copy.graph.node.extend(nodes)
+        work = copy.SerializeToString()
+        parsed = wire.parse_model(work)
+        g = parsed["graph"]
+    inputs = {vi[0] for vi in g["inputs"]}
+    changes = []
+    for i, (name, dtype, dims, location, _, _) in enumerate(g["initializers"]):
+        if location == _EXTERNAL:
+            changes.append((5, i, None))
+            if name not in inputs:
+                vi = helper.make_tensor_value_info(name, dtype, list(dims))
+                changes.append((11, -1, _entry(11, vi.SerializeToString())))
+    _run_checker(_splice(work, parsed, changes))
+
+
+def _proto(data: bytes) -> onnx.ModelProto:
+    """The ModelProto of bytes our parser read: protobuf's parser may still refuse them."""
+    try:
+        return onnx.ModelProto.FromString(data)
+    except Exception as exc:  # DecodeError
+        raise GraphmemError(f"the model is corrupt: {_one_line(exc)}") from None
+
+
+def _run_checker(work: bytes) -> None:
+    try:
+        onnx.checker.check_model(work)
+    except onnx.checker.ValidationError as exc:
+        raise GraphmemError(f"the model fails onnx.checker: {_one_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        # the checker's own message quotes the corrupt text and cannot be decoded
+        where = _invalid_text(_proto(work)) or _one_line(exc)
+        raise GraphmemError(f"the model is corrupt: {where} is not valid UTF-8 text") from None
+    except ValueError as exc:  # protobuf's own parser refuses what ours let through
+        raise GraphmemError(f"the model is corrupt: {_one_line(exc)}") from None
+
+
+def _infer(work: bytes) -> bytes:
+    """onnx's shape inference (with data propagation) on the model's bytes."""
+    try:
+        from onnx.onnx_cpp2py_export import shape_inference as c_inference
+        return c_inference.infer_shapes(work, False, False, True)
+    except ImportError:
+        inferred = shape_inference.infer_shapes(work, check_type=False, strict_mode=False,
+                                                data_prop=True)
+        return inferred.SerializeToString()
+    except Exception as exc:
+        raise GraphmemError(f"ONNX shape inference failed: {_one_line(exc)}") from None
+
+
+def _infer_proto(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnx.ModelProto.FromString(_infer(model.SerializeToString()))
+
+
+def _types(data: bytes) -> dict[str, tuple]:
+    """Every value's type in a (shape-inferred) model: ("tensor", elem_type, shape) from
+    the value infos and inputs and outputs, ("init", data_type, dims) for initializers."""
+    g = wire.parse_model(data)["graph"]
+    types: dict[str, tuple] = {}
+    for kind in ("value_info", "inputs", "outputs"):
+        types.update(vi for vi in g[kind] if vi[1] is not None)
+    for name, dtype, dims, *_ in g["initializers"]:
+        types[name] = ("init", dtype, dims)
+    return types
+
+
+_KINDS = {"sequence": "a sequence", "map": "a map", "optional": "an optional",
+          "sparse_tensor": "a sparse tensor", "opaque": "an opaque value"}
+_DTYPES: dict[int, tuple[str, int]] = {}
+
+
+def _static_tensor(name: str, t: tuple | None) -> Tensor | None:
+    """A Tensor when ``t`` gives a tensor type with every dim known, else None."""
+    if t is None:
+        return None
+    kind = t[0]
+    if kind == "init":
+        shape = t[2]
+    elif kind == "tensor":
+        shape = t[2]
+        if t[1] == 0 or shape is None:
+            return None
+        for d in shape:
+            if d.__class__ is not int or d < 0:
+                return None
+    else:
+        raise GraphmemError(f"tensor {name!r} is {_KINDS.get(kind, kind)}; graphmem plans "
+                            "only dense tensors")
+    dtype = _DTYPES.get(t[1])
+    if dtype is None:
+        dtype = dtype_of(t[1], name)
+        _DTYPES[t[1]] = dtype
+    return Tensor(name, dtype[0], shape, dtype[1])
+
+
+def _foldable(node) -> bool:
+    """A standard-domain, deterministic node without subgraphs."""
+    if not standard_domain(node[DOMAIN]) or node[OP] in RANDOM_OPS:
+        return False
+    return not any(a[1] in _GRAPH_ATTRS for a in node[ATTRS])
+
+
+def _fold(g: dict, order, tensors, reads, bindings=None) -> tuple[set[int], list[str]]:
+    """Which nodes compute only constants (initializers, Constant, static Shape), and
+    the constants they make; with ``bindings``, less the data computed from bound dims
+    (:func:`_dim_data_nodes`), which runs."""
+    folded, constants = _constant_nodes(g, order, tensors, reads)
+    if bindings:
+        kept = _dim_data_nodes(g, order, folded, reads)
+        if kept:
+            nodes = g["nodes"]
+            made = {o for i in kept for o in nodes[i][OUTPUTS]}
+            return folded - kept, [c for c in constants if c not in made]
+    return folded, constants
+
+
+def _constant_nodes(g: dict, order, tensors, reads) -> tuple[set[int], list[str]]:
+    nodes = g["nodes"]
+    const = {t[0] for t in g["initializers"]}
+    folded: set[int] = set()
+    constants: list[str] = []
+    for idx in order:
+        n = nodes[idx]
+        if not _foldable(n):
+            continue
+        if n[OP] in ("Shape", "Size"):
+            ok = all(t in tensors for t in reads[idx])
+        else:
+            ok = all(t in const for t in reads[idx])
+        if ok:
+            folded.add(idx)
+            outs = [o for o in n[OUTPUTS] if o]
+            const.update(outs)
+            constants.extend(outs)
+    return folded, constants
+
+
+# --------------------------------------------------------------------------- checks and shapes
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] + ("..." if len(text) > 300 else "")
-
-
-def _invalid_name(g: onnx.GraphProto, where: str = "graph") -> str | None:
-    """The first tensor or op name that is not valid UTF-8 (protobuf hands those over
-    as bytes), checked on every load: a cheap walk over names only."""
-    for kind, vis in (("input", g.input), ("output", g.output), ("value_info", g.value_info),
-                      ("initializer", g.initializer)):
-        for vi in vis:
-            if isinstance(vi.name, bytes):
-                return f"the name of {where} {kind} {vi.name!r}"
-    for idx, n in enumerate(g.node):
-        for text in (n.op_type, n.domain, *n.input, *n.output):
-            if isinstance(text, bytes):
-                return f"{text!r} in {where} node {idx}"
-        for a in n.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-                if (found := _invalid_name(sub, f"a subgraph of node {idx}")) is not None:
-                    return found
-    return None
 
 
 def _invalid_text(msg, where: str = "model") -> str | None:
@@ -189,43 +633,6 @@ def _invalid_text(msg, where: str = "model") -> str | None:
     return None
 
 
-def _check(model: onnx.ModelProto, order: list[int]) -> None:
-    """onnx.checker on a copy that needs no weight bytes and lists nodes in ``order``.
-
-    ONNX Runtime runs graphs whose nodes are not sorted, so the checker sees them
-    sorted; initializers without data here (external or dropped) become graph inputs
-    of the same type, since the checker would otherwise look for their files.
-    """
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    g = copy.graph
-    if order != list(range(len(g.node))):
-        nodes = []
-        for i in order:
-            n = onnx.NodeProto()
-            n.CopyFrom(model.graph.node[i])
-            nodes.append(n)
-        del g.node[:]
-        g.node.extend(nodes)
-    external = [t for t in g.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    if external:
-        inputs = {i.name for i in g.input}
-        keep = [t for t in g.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
-        for t in external:
-            if t.name not in inputs:
-                g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        del g.initializer[:]
-        g.initializer.extend(keep)
-    try:
-        onnx.checker.check_model(copy)
-    except onnx.checker.ValidationError as exc:
-        raise GraphmemError(f"the model fails onnx.checker: {_one_line(exc)}") from None
-    except UnicodeDecodeError as exc:
-        # the checker's own message quotes the corrupt text and cannot be decoded
-        where = _invalid_text(model) or _one_line(exc)
-        raise GraphmemError(f"the model is corrupt: {where} is not valid UTF-8 text") from None
-
-
 def copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy whose initializers carry dims and type but no data (cheap to infer on)."""
     copy = onnx.ModelProto()
@@ -246,115 +653,14 @@ def _drop_tensor_data(init: onnx.TensorProto) -> None:
     entry.key, entry.value = "location", "graphmem-dropped"
 
 
-def _check_names(model: onnx.ModelProto) -> None:
-    g = model.graph
-    defined: dict[str, str] = {}
-    for init in g.initializer:
-        if init.name in defined:
-            raise GraphmemError(f"duplicate tensor name {init.name!r}: two initializers")
-        defined[init.name] = "an initializer"
-    for i in g.input:
-        if i.name in defined and defined[i.name] != "an initializer":
-            raise GraphmemError(f"duplicate tensor name {i.name!r}: two graph inputs")
-        defined.setdefault(i.name, "a graph input")
-    for idx, n in enumerate(g.node):
-        for out in n.output:
-            if not out:
-                continue
-            if out in defined:
-                raise GraphmemError(
-                    f"duplicate tensor name {out!r}: node {idx} ({n.op_type}) writes it, "
-                    f"but it is already {defined[out]}")
-            defined[out] = f"the output of node {idx} ({n.op_type})"
-
-
-def _topological_order(g: onnx.GraphProto) -> list[int]:
-    """Node indices in file order when that is topological, else a stable sort."""
-    available = {i.name for i in g.input} | {t.name for t in g.initializer}
-    producer = {out: idx for idx, n in enumerate(g.node) for out in n.output if out}
-    reads = [_reads(n) for n in g.node]
-    for idx, n in enumerate(g.node):
-        for t in reads[idx]:
-            if t not in available and t not in producer:
-                raise GraphmemError(
-                    f"node {idx} ({n.op_type}) reads tensor {t!r}, which no node produces "
-                    "and which is not a graph input or initializer")
-    for o in g.output:
-        if o.name not in available and o.name not in producer:
-            raise GraphmemError(f"graph output {o.name!r} is produced by no node")
-    deps = [{producer[t] for t in reads[i] if t in producer} for i in range(len(g.node))]
-    if all(d < i for i in range(len(g.node)) for d in deps[i]):
-        return list(range(len(g.node)))
-    import heapq
-    users: dict[int, list[int]] = {}
-    indegree = [len(d) for d in deps]
-    for i, d in enumerate(deps):
-        for p in d:
-            users.setdefault(p, []).append(i)
-    ready = [i for i, k in enumerate(indegree) if k == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users.get(i, []):
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) < len(g.node):
-        raise GraphmemError(f"the graph has a cycle: {_find_cycle(g, set(order), deps, reads)}")
-    return order
-
-
-def _find_cycle(g: onnx.GraphProto, done: set[int], deps: list[set[int]],
-                reads: list[list[str]]) -> str:
-    """A cycle among the nodes a topological sort could not place, as readable text."""
-    # Every unplaced node has an unplaced producer, so walking producers from any of
-    # them must come back to a node already seen: that loop is a cycle.
-    node = min(set(range(len(g.node))) - done)
-    path: list[int] = []
-    while node not in path:
-        path.append(node)
-        node = min(d for d in deps[node] if d not in done)
-    loop = path[path.index(node):][::-1]  # producer before consumer
-    steps = []
-    for a, b in zip(loop, loop[1:] + loop[:1]):
-        tensor = next(t for t in reads[b] if t in g.node[a].output)
-        steps.append(f"node {a} ({g.node[a].op_type}) -> {tensor!r} -> ")
-    return "".join(steps) + f"node {loop[0]} ({g.node[loop[0]].op_type})"
-
-
-def _subgraph_reads(graph: onnx.GraphProto) -> set[str]:
-    """Names a subgraph reads from enclosing scopes."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    outer: set[str] = set()
-    for n in graph.node:
-        for t in _reads(n):
-            if t not in defined:
-                outer.add(t)
-        defined.update(o for o in n.output if o)
-    for o in graph.output:
-        if o.name not in defined:
-            outer.add(o.name)
-    return outer
-
-
-def _reads(n: onnx.NodeProto) -> list[str]:
-    reads = [t for t in n.input if t]
-    for attr in n.attribute:
-        subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for sub in subs:
-            reads.extend(sorted(t for t in _subgraph_reads(sub) if t not in reads))
-    return reads
-
-
-# --------------------------------------------------------------------------- shapes
-
 def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
-               default: int | None = None) -> dict[str, int]:
-    """Bind symbolic dims in place; return every binding made (``default`` included)."""
+              default: int | None = None, *, initializers=None) -> dict[str, int]:
+    """Bind symbolic dims in place; return every binding made (``default`` included).
+
+    ``initializers``: the names of the graph's initializers, when ``model`` holds only
+    its value infos (the loader binds a model of the entries that name dims)."""
     g = model.graph
-    inits = {t.name for t in g.initializer}
+    inits = set(initializers) if initializers is not None else {t.name for t in g.initializer}
     dims = dict(dims)
     explicit = set(dims)
     used: set[str] = set()
@@ -420,14 +726,6 @@ def _all_dim_params(model: onnx.ModelProto) -> set[str]:
     return names
 
 
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        return shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
-                                            data_prop=True)
-    except Exception as exc:
-        raise GraphmemError(f"ONNX shape inference failed: {_one_line(exc)}") from None
-
-
 def _symbolic_infer(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference: it knows the contrib ops and attention
     blocks that onnx's own inference leaves open."""
@@ -448,76 +746,6 @@ def _symbolic_infer(model: onnx.ModelProto) -> onnx.ModelProto:
             os.chdir(cwd)
 
 
-def _collect_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto | onnx.TensorProto]:
-    g = model.graph
-    types: dict[str, object] = {}
-    for vi in list(g.value_info) + list(g.input) + list(g.output):
-        if vi.type.WhichOneof("value") is not None:
-            types[vi.name] = vi.type
-    for init in g.initializer:
-        types[init.name] = init
-    return types
-
-
-def _static_tensor(name: str, t) -> Tensor | None:
-    """A Tensor when ``t`` gives a tensor type with every dim known, else None."""
-    if isinstance(t, onnx.TensorProto):
-        dtype, bits = dtype_of(t.data_type, name)
-        return Tensor(name, dtype, tuple(int(d) for d in t.dims), bits)
-    if t is None:
-        return None
-    kind = t.WhichOneof("value")
-    if kind != "tensor_type":
-        what = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
-                "sparse_tensor_type": "a sparse tensor"}.get(kind, kind)
-        raise GraphmemError(f"tensor {name!r} is {what}; graphmem plans only dense tensors")
-    tt = t.tensor_type
-    if tt.elem_type == 0 or not tt.HasField("shape"):
-        return None
-    shape = []
-    for d in tt.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return None
-        shape.append(int(d.dim_value))
-    dtype, bits = dtype_of(tt.elem_type, name)
-    return Tensor(name, dtype, tuple(shape), bits)
-
-
-def _fold(model, order, types, bindings=None) -> tuple[set[int], list[str]]:
-    """Which nodes compute only constants (initializers, Constant, static Shape), and
-    the constants they make; with ``bindings``, less the data computed from bound dims
-    (:func:`_dim_data_nodes`), which runs."""
-    folded, constants = _constant_nodes(model, order, types)
-    if bindings:
-        kept = _dim_data_nodes(model, order, folded)
-        if kept:
-            made = {o for i in kept for o in model.graph.node[i].output}
-            return folded - kept, [c for c in constants if c not in made]
-    return folded, constants
-
-
-def _constant_nodes(model, order, types) -> tuple[set[int], list[str]]:
-    g = model.graph
-    const = {t.name for t in g.initializer}
-    folded: set[int] = set()
-    constants: list[str] = []
-    for idx in order:
-        n = g.node[idx]
-        if not is_foldable(n):
-            continue
-        reads = _reads(n)
-        if n.op_type in ("Shape", "Size") and standard_domain(n.domain):
-            ok = all(_static_tensor(t, types.get(t)) is not None for t in reads)
-        else:
-            ok = all(t in const for t in reads)
-        if ok:
-            folded.add(idx)
-            outs = [o for o in n.output if o]
-            const.update(outs)
-            constants.extend(outs)
-    return folded, constants
-
-
 # Inputs that a node reads for their values as shapes, axes or counts (a few numbers),
 # not as data: a constant computed from bound dims may stay folded when only these read it.
 SHAPE_ARGUMENTS = {
@@ -532,64 +760,117 @@ SHAPE_ARGUMENTS = {
 }
 
 
-def _dim_data_nodes(model, order, folded) -> set[int]:
+def _dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
     """Folded nodes that must run instead: those whose outputs are data computed from a
     bound dimension (a Shape or Size of a tensor that is not a constant), read as data
     by a running node or a graph output. The exporters write such subgraphs for
     defaulted token-type ids, position ids and masks: folded, an [batch, seq, hidden]
     lookup would count as a weight that grows with batch and sequence (issue 21).
     Shape arithmetic (read only as shapes, axes or counts) stays folded."""
-    g = model.graph
-    const = {t.name for t in g.initializer}
+    nodes = g["nodes"]
+    const = {t[0] for t in g["initializers"]}
     tainted: set[str] = set()
     for idx in order:
         if idx not in folded:
             continue
-        n = g.node[idx]
-        ins = [t for t in n.input if t]
-        if (n.op_type in ("Shape", "Size") and any(t not in const for t in ins)) or \
+        n, ins = nodes[idx], reads[idx]
+        if (n[OP] in ("Shape", "Size") and any(t not in const for t in ins)) or \
                 any(t in tainted for t in ins):
-            tainted.update(o for o in n.output if o)
-        const.update(o for o in n.output if o)
+            tainted.update(o for o in n[OUTPUTS] if o)
+        const.update(o for o in n[OUTPUTS] if o)
     if not tainted:
         return set()
 
-    def data_reads(n) -> list[str]:
-        shape_args = SHAPE_ARGUMENTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
-        reads = [t for i, t in enumerate(n.input) if t and i not in shape_args]
-        reads.extend(t for t in _reads(n) if t not in n.input)  # subgraphs' outer reads
-        return [t for t in reads if t in tainted]
+    def data_reads(idx: int) -> list[str]:
+        n = nodes[idx]
+        shape_args = SHAPE_ARGUMENTS.get(n[OP], ()) if standard_domain(n[DOMAIN]) else ()
+        found = [t for i, t in enumerate(n[INPUTS]) if t and i not in shape_args]
+        found.extend(t for t in reads[idx] if t not in n[INPUTS])  # subgraphs' outer reads
+        return [t for t in found if t in tainted]
 
-    data = {o.name for o in g.output if o.name in tainted}
+    data = {o[0] for o in g["outputs"] if o[0] in tainted}
     for idx in order:
         if idx not in folded:
-            data.update(data_reads(g.node[idx]))
+            data.update(data_reads(idx))
     kept: set[int] = set()
     for idx in reversed(order):
-        if idx in folded and any(o in data for o in g.node[idx].output if o):
+        if idx in folded and any(o in data for o in nodes[idx][OUTPUTS] if o):
             kept.add(idx)
-            data.update(data_reads(g.node[idx]))
+            data.update(data_reads(idx))
     return kept
 
 
-def _unknown(model, order, types, folded) -> list[tuple[str, Node]]:
-    g = model.graph
+def _tensors(types: dict[str, tuple]) -> dict[str, Tensor]:
+    """The statically shaped tensors among ``types``."""
+    tensors: dict[str, Tensor] = {}
+    for name, t in types.items():
+        st = _static_tensor(name, t)
+        if st is not None:
+            tensors[name] = st
+    return tensors
+
+
+def _unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
+    nodes = g["nodes"]
     missing = []
-    for vi in g.input:
-        if _static_tensor(vi.name, types.get(vi.name)) is None:
-            raise GraphmemError(f"graph input {vi.name!r} has no static shape")
+    for vi in g["inputs"]:
+        if vi[0] not in tensors:
+            raise GraphmemError(f"graph input {vi[0]!r} has no static shape")
     for idx in order:
         if idx in folded:
             continue
-        n = g.node[idx]
-        for out in n.output:
-            if out and _static_tensor(out, types.get(out)) is None:
-                missing.append((out, _node(idx, n)))
+        for out in nodes[idx][OUTPUTS]:
+            if out and out not in tensors:
+                missing.append((out, _node(idx, nodes[idx])))
     return missing
 
 
-def _infer_with_constant_values(model, order, types, folded, constants, base_dir):
-    tensors = {name: t for name in types if (t := _static_tensor(name, types[name])) is not None}
+def _attribute_value(attr) -> object:
+    """A node attribute's value as the IR keeps it (a subgraph or tensor as a label)."""
+    kind, raw = attr[1], attr[2]
+    if kind in _GRAPH_ATTRS:
+        return "<subgraph>"
+    try:
+        value = helper.get_attribute_value(onnx.AttributeProto.FromString(raw))
+    except Exception:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, onnx.TensorProto):
+        value = f"<tensor {list(value.dims)}>"
+    return value
+
+
+def _node(idx: int, n, outer_reads: tuple[str, ...] = ()) -> Node:
+    attrs = {a[0]: _attribute_value(a) for a in n[ATTRS]} if n[ATTRS] else {}
+    return Node(index=idx, name=n[NAME], op_type=n[OP], domain=n[DOMAIN],
+                inputs=n[INPUTS], outputs=n[OUTPUTS], attrs=attrs,
+                implicit_inputs=outer_reads)
+
+
+def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bindings
+           ) -> Graph:
+    nodes_in = g["nodes"]
+    inits = frozenset(t[0] for t in g["initializers"])
+    nodes = []
+    for idx in order:
+        if idx in folded:
+            continue
+        n, rs = nodes_in[idx], reads[idx]
+        implicit = () if rs is n[INPUTS] else tuple(t for t in rs if t not in n[INPUTS])
+        nodes.append(_node(idx, n, implicit))
+    opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
+    return Graph(
+        name=g["name"] or (Path(model_path).stem if model_path else "model"),
+        nodes=tuple(nodes), tensors=tensors,
+        inputs=tuple(vi[0] for vi in g["inputs"] if vi[0] not in inits),
+        outputs=tuple(o[0] for o in g["outputs"]),
+        weights=inits, constants=tuple(constants),
+        folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
+        node_count=len(nodes_in), bindings=dict(bindings))
+
+
+def _infer_with_constant_values(model, order, tensors, folded, constants, base_dir):
     values = evaluate_constants(model, [model.graph.node[i] for i in order if i in folded],
                                 tensors, max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir)
     if not values:
@@ -607,21 +888,22 @@ def _infer_with_constant_values(model, order, types, folded, constants, base_dir
         if idx in folded and all(o in values for o in n.output if o):
             continue
         work.graph.node.append(n)
-    inferred = _infer(work)
+    inferred = _infer_proto(work)
     # Carry the new knowledge back onto the original graph (nodes untouched).
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.value_info[:]
     out.graph.value_info.extend(inferred.graph.value_info)
+    typed = {vi.name for vi in out.graph.value_info}
     for name in constants:
-        if name in values and name not in {vi.name for vi in out.graph.value_info}:
+        if name in values and name not in typed:
             v = values[name]
             out.graph.value_info.append(helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
     return out
 
 
-def _fill_known_gaps(model, order, types, missing):
+def _fill_known_gaps(model, tensors, missing):
     """Types onnx's inference leaves out for a few ops whose outputs follow their input.
 
     Dropout's mask (opsets 7 to 9 infer nothing for it) has the data's shape; its
@@ -635,57 +917,10 @@ def _fill_known_gaps(model, order, types, missing):
             continue
         if len(node.outputs) < 2 or name != node.outputs[1]:
             continue
-        data = _static_tensor(node.inputs[0], types.get(node.inputs[0]))
+        data = tensors.get(node.inputs[0])
         if data is None:
             continue
         from graphmem.core.dtypes import ENUM_BY_NAME
         elem = onnx.TensorProto.BOOL if opset >= 10 else ENUM_BY_NAME[data.dtype]
         out.graph.value_info.append(helper.make_tensor_value_info(name, elem, list(data.shape)))
     return out
-
-
-def _node(idx: int, n: onnx.NodeProto, outer_reads: tuple[str, ...] = ()) -> Node:
-    attrs = {}
-    for a in n.attribute:
-        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            attrs[a.name] = "<subgraph>"
-        else:
-            try:
-                value = helper.get_attribute_value(a)
-            except Exception:
-                value = None
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            if isinstance(value, onnx.TensorProto):
-                value = f"<tensor {list(value.dims)}>"
-            attrs[a.name] = value
-    return Node(index=idx, name=n.name, op_type=n.op_type, domain=n.domain,
-                inputs=tuple(n.input), outputs=tuple(n.output), attrs=attrs,
-                implicit_inputs=outer_reads)
-
-
-def _build(model, order, types, folded, constants, model_path, bindings) -> Graph:
-    g = model.graph
-    inits = {t.name for t in g.initializer}
-    tensors: dict[str, Tensor] = {}
-    for name, t in types.items():
-        st = _static_tensor(name, t)
-        if st is not None:
-            tensors[name] = st
-    nodes = []
-    for idx in order:
-        if idx in folded:
-            continue
-        n = g.node[idx]
-        explicit = [t for t in n.input if t]
-        implicit = tuple(t for t in _reads(n) if t not in explicit)
-        nodes.append(_node(idx, n, implicit))
-    opset = onnx_opset(model)
-    return Graph(
-        name=g.name or (Path(model_path).stem if model_path else "model"),
-        nodes=tuple(nodes), tensors=tensors,
-        inputs=tuple(i.name for i in g.input if i.name not in inits),
-        outputs=tuple(o.name for o in g.output),
-        weights=frozenset(inits), constants=tuple(constants),
-        folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
-        node_count=len(g.node), bindings=dict(bindings))

@@ -9,11 +9,15 @@ import os
 from collections import deque
 from dataclasses import dataclass, field, fields
 from itertools import repeat
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
 from graphmem.errors import GraphmemError
 from graphmem.plan.io import write_atomic
+
+# json.dumps of a str, without its dispatch (ensure_ascii: the same text)
+_quote = encode_basestring_ascii
 
 FORMAT = "graphmem.plan/1"
 KINDS = ("input", "output", "activation")
@@ -38,6 +42,19 @@ class TensorPlan:
         if self.slice_of is not None:
             out["slice_of"] = self.slice_of
         return out
+
+
+def _tensor_line(item: tuple[str, TensorPlan]) -> str:
+    """``    "name": {...}`` exactly as ``json.dumps(name)`` and ``json.dumps(t.to_json())``
+    write it, without building the dict: the plan writer's inner loop (a million tensors)."""
+    name, t = item
+    line = (f'    {_quote(name)}: {{"kind": {_quote(t.kind)}, "bytes": {int(t.bytes)}, '
+            f'"offset": {int(t.offset)}, "live": [{int(t.live[0])}, {int(t.live[1])}]')
+    if t.alias_of is not None:
+        line += f', "alias_of": {_quote(t.alias_of)}, "alias": {json.dumps(t.alias)}'
+    if t.slice_of is not None:
+        line += f', "slice_of": {_quote(t.slice_of)}'
+    return line + "}"
 
 
 def tensor_plans(kind, nbytes, offset, live, alias_of, alias, slice_of) -> list[TensorPlan]:
@@ -77,12 +94,15 @@ class Plan:
     target: dict[str, str] | None = None
 
     # ------------------------------------------------------------------ JSON
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, tensors: bool = True) -> dict[str, Any]:
+        """The plan as JSON data; without ``tensors``, their entry is an empty
+        placeholder (``to_json`` writes them line by line)."""
         out = {
             "format": self.format, "model": self.model, "bindings": dict(self.bindings),
             "alignment": self.alignment, "order": list(self.order),
             "constants": list(self.constants), "arena_bytes": self.arena_bytes,
-            "tensors": {name: t.to_json() for name, t in self.tensors.items()},
+            "tensors": ({name: t.to_json() for name, t in self.tensors.items()}
+                        if tensors else {}),
             "passes": [dict(p) for p in self.passes], "stats": dict(self.stats),
         }
         if self.target is not None:
@@ -91,20 +111,17 @@ class Plan:
 
     def to_json(self) -> str:
         """Deterministic JSON text: one tensor per line, stable key order."""
-        d = self.to_dict()
+        d = self.to_dict(tensors=False)
         lines = ["{"]
         keys = list(d)
         for i, k in enumerate(keys):
             comma = "," if i < len(keys) - 1 else ""
             if k == "tensors":
-                items = list(d["tensors"].items())
-                if not items:
+                if not self.tensors:
                     lines.append(f'  "tensors": {{}}{comma}')
                     continue
                 lines.append('  "tensors": {')
-                for j, (name, t) in enumerate(items):
-                    sep = "," if j < len(items) - 1 else ""
-                    lines.append(f"    {json.dumps(name)}: {json.dumps(t)}{sep}")
+                lines.append(",\n".join(map(_tensor_line, self.tensors.items())))
                 lines.append(f"  }}{comma}")
             else:
                 lines.append(f"  {json.dumps(k)}: {json.dumps(d[k])}{comma}")

@@ -1,0 +1,1186 @@
+/* graphmem.wire: a serialized ONNX ModelProto read straight from the protobuf wire format.
+ *
+ * parse_model(data) walks the bytes of a ModelProto (any object with the buffer protocol:
+ * bytes, memoryview, mmap; it is not copied) and returns plain Python data: the opsets, and
+ * for the main graph (and, recursively, for the subgraphs of GRAPH and GRAPHS attributes)
+ * its nodes, initializers (without their data), value infos with their tensor types, and the
+ * byte span of every top-level entry of the GraphProto, so that a caller can re-assemble a
+ * modified graph by slicing. The field numbers are those of onnx/onnx.proto; the
+ * specification is the onnx Python API (tests/test_wire.py compares both).
+ *
+ * Protobuf semantics kept: a later occurrence of a non-repeated scalar or string field
+ * replaces the earlier one, the last member of a oneof wins, repeated scalars may be packed
+ * or not, unknown fields are skipped, and an out-of-range value of a (closed, proto2) enum
+ * field (AttributeProto.type, TensorProto.data_location) leaves the field as it was. A
+ * non-repeated message field written twice (ModelProto.graph, AttributeProto.g,
+ * ValueInfoProto.type, TypeProto.tensor_type, TypeProto.Tensor.shape), which protobuf would merge,
+ * is refused instead.
+ *
+ * Strings are decoded as UTF-8, or returned as bytes where they are not valid UTF-8 (as
+ * the protobuf API does for proto2 strings). Within one call equal strings are one object:
+ * they are interned in a hash table keyed by their bytes.
+ *
+ * Malformed data (a truncated varint, a length past the end, a wrong wire type for a field
+ * read here, a group, nesting deeper than 64 messages) raises ValueError naming the message
+ * and the field.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+
+/* Take a new tuple of atoms (str, int, bytes, None, such tuples) out of the cyclic garbage
+ * collector, as CPython does for such tuples when it first meets them: a parse makes
+ * hundreds of thousands, which the collector would otherwise traverse again and again. */
+static PyObject *untrack(PyObject *t)
+{
+    if (t == NULL || !PyObject_GC_IsTracked(t))
+        return t;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        PyObject *o = PyTuple_GET_ITEM(t, i);
+        if (PyObject_IS_GC(o) && PyObject_GC_IsTracked(o))
+            return t;
+    }
+    PyObject_GC_UnTrack(t);
+    return t;
+}
+
+/* ---- growable stacks of owned references (repeated fields being collected) ---- */
+
+typedef struct {
+    PyObject **v;
+    Py_ssize_t n, cap;
+} stk_t;
+
+/* steals o (also on failure) */
+static int stk_push(stk_t *s, PyObject *o)
+{
+    if (o == NULL)
+        return -1;
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? s->cap * 2 : 64;
+        PyObject **v = PyMem_Realloc(s->v, sizeof(PyObject *) * (size_t)cap);
+        if (v == NULL) {
+            Py_DECREF(o);
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = o;
+    return 0;
+}
+
+static void stk_pop(stk_t *s, Py_ssize_t base)
+{
+    while (s->n > base) {
+        s->n--;
+        Py_DECREF(s->v[s->n]);
+    }
+}
+
+/* a new tuple of the items above base, which it takes over */
+static PyObject *stk_tuple(stk_t *s, Py_ssize_t base)
+{
+    PyObject *t = PyTuple_New(s->n - base);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = base; i < s->n; i++)
+        PyTuple_SET_ITEM(t, i - base, s->v[i]);
+    s->n = base;
+    return untrack(t);
+}
+
+static void stk_free(stk_t *s)
+{
+    stk_pop(s, 0);
+    PyMem_Free(s->v);
+    s->v = NULL;
+    s->cap = 0;
+}
+
+/* ---- the parse context: the data, the string table, the stacks ---- */
+
+typedef struct {
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint64_t h;
+    PyObject *o; /* owned; NULL: empty slot */
+} ent_t;
+
+typedef struct {
+    const uint8_t *data;
+    ent_t *tab;
+    size_t cap, used;
+    int depth;
+    stk_t ins, outs, attrs, dims, ext, shape;
+} ctx_t;
+
+static PyObject *s_tensor, *t_sequence, *t_map, *t_optional, *t_sparse, *t_opaque;
+static PyObject *k_ir_version, *k_opsets, *k_graph, *k_graph_span, *k_name, *k_nodes,
+    *k_initializers, *k_inputs, *k_outputs, *k_value_info, *k_sparse, *k_spans;
+
+static uint64_t hash_bytes(const uint8_t *s, Py_ssize_t n)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x100000001b3ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ULL;
+    h ^= h >> 32;
+    return h * 0x9E3779B97F4A7C15ULL;
+}
+
+static int tab_grow(ctx_t *c)
+{
+    size_t cap = c->cap ? c->cap * 2 : 1024;
+    ent_t *tab = PyMem_Calloc(cap, sizeof(ent_t));
+    if (tab == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < c->cap; i++) {
+        if (c->tab[i].o == NULL)
+            continue;
+        size_t j = (size_t)c->tab[i].h & (cap - 1);
+        while (tab[j].o != NULL)
+            j = (j + 1) & (cap - 1);
+        tab[j] = c->tab[i];
+    }
+    PyMem_Free(c->tab);
+    c->tab = tab;
+    c->cap = cap;
+    return 0;
+}
+
+/* a new reference to the (interned) string of these bytes: str, or bytes if not UTF-8 */
+static PyObject *mkstr(ctx_t *c, const uint8_t *s, Py_ssize_t n)
+{
+    if (n == 0)
+        return PyUnicode_New(0, 0); /* the empty string, a singleton */
+    if ((c->used + 1) * 2 > c->cap && tab_grow(c) < 0)
+        return NULL;
+    uint64_t h = hash_bytes(s, n);
+    size_t j = (size_t)h & (c->cap - 1);
+    while (c->tab[j].o != NULL) {
+        ent_t *e = &c->tab[j];
+        if (e->h == h && e->n == n && memcmp(e->s, s, (size_t)n) == 0)
+            return Py_NewRef(e->o);
+        j = (j + 1) & (c->cap - 1);
+    }
+    PyObject *o = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+    if (o == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return NULL;
+        PyErr_Clear();
+        o = PyBytes_FromStringAndSize((const char *)s, n);
+        if (o == NULL)
+            return NULL;
+    }
+    c->tab[j].s = s;
+    c->tab[j].n = n;
+    c->tab[j].h = h;
+    c->tab[j].o = o;
+    c->used++;
+    return Py_NewRef(o);
+}
+
+static void ctx_free(ctx_t *c)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        Py_XDECREF(c->tab[i].o);
+    PyMem_Free(c->tab);
+    c->tab = NULL;
+    stk_free(&c->ins);
+    stk_free(&c->outs);
+    stk_free(&c->attrs);
+    stk_free(&c->dims);
+    stk_free(&c->ext);
+    stk_free(&c->shape);
+}
+
+/* ---- the wire format ---- */
+
+typedef struct {
+    const uint8_t *p, *end;
+    const char *msg;
+} cur_t;
+
+static int fail_at(const cur_t *r, const char *field, uint32_t num, const char *what)
+{
+    if (field)
+        PyErr_Format(PyExc_ValueError, "%s.%s: %s", r->msg, field, what);
+    else
+        PyErr_Format(PyExc_ValueError, "%s field %u: %s", r->msg, (unsigned)num, what);
+    return -1;
+}
+
+/* 0, or -1 truncated, -2 longer than 10 bytes */
+static inline int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (p >= end)
+            return -1;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 0;
+        }
+    }
+    return -2;
+}
+
+static int varint_at(cur_t *r, const char *field, uint32_t num, uint64_t *v)
+{
+    if (r->p < r->end && *r->p < 0x80) {
+        *v = *r->p++;
+        return 0;
+    }
+    int e = rd_varint(&r->p, r->end, v);
+    if (e == -1)
+        return fail_at(r, field, num, "truncated varint");
+    if (e == -2)
+        return fail_at(r, field, num, "varint longer than 10 bytes");
+    return 0;
+}
+
+/* 1: a field's tag was read, 0: the end of the message, -1: error */
+static int next_tag(cur_t *r, uint32_t *field, int *wt)
+{
+    if (r->p >= r->end)
+        return 0;
+    uint64_t t;
+    if (varint_at(r, "tag", 0, &t) < 0)
+        return -1;
+    if (t > 0xFFFFFFFFu || (t >> 3) == 0) {
+        PyErr_Format(PyExc_ValueError, "%s: invalid tag %llu", r->msg, (unsigned long long)t);
+        return -1;
+    }
+    *field = (uint32_t)(t >> 3);
+    *wt = (int)(t & 7);
+    return 1;
+}
+
+static int wrong_wt(cur_t *r, const char *field, uint32_t num, int wt)
+{
+    char what[48];
+    PyOS_snprintf(what, sizeof(what), "wrong wire type %d", wt);
+    return fail_at(r, field, num, what);
+}
+
+/* a length-delimited field: its content [*s, *s + *n) */
+static int get_len(cur_t *r, const char *field, uint32_t num, int wt, const uint8_t **s,
+                   Py_ssize_t *n)
+{
+    uint64_t len;
+    if (wt != 2)
+        return wrong_wt(r, field, num, wt);
+    if (varint_at(r, field, num, &len) < 0)
+        return -1;
+    if (len > (uint64_t)(r->end - r->p))
+        return fail_at(r, field, num, "length past the end of the data");
+    *s = r->p;
+    *n = (Py_ssize_t)len;
+    r->p += len;
+    return 0;
+}
+
+static int get_varint(cur_t *r, const char *field, uint32_t num, int wt, uint64_t *v)
+{
+    if (wt != 0)
+        return wrong_wt(r, field, num, wt);
+    return varint_at(r, field, num, v);
+}
+
+static int skip(cur_t *r, uint32_t num, int wt)
+{
+    uint64_t v;
+    const uint8_t *s;
+    Py_ssize_t n;
+    switch (wt) {
+    case 0:
+        return varint_at(r, NULL, num, &v);
+    case 1:
+    case 5: {
+        Py_ssize_t k = wt == 1 ? 8 : 4;
+        if (r->end - r->p < k)
+            return fail_at(r, NULL, num, "fixed-size value past the end of the data");
+        r->p += k;
+        return 0;
+    }
+    case 2:
+        return get_len(r, NULL, num, wt, &s, &n);
+    case 3:
+    case 4:
+        return fail_at(r, NULL, num, "groups are not supported");
+    default:
+        return wrong_wt(r, NULL, num, wt);
+    }
+}
+
+/* repeated int64 (dims, ...): one varint, or a packed run; pushes PyLongs onto st */
+static int get_ints(cur_t *r, const char *field, uint32_t num, int wt, stk_t *st)
+{
+    uint64_t v;
+    if (wt == 0) {
+        if (varint_at(r, field, num, &v) < 0)
+            return -1;
+        return stk_push(st, PyLong_FromLongLong((long long)(int64_t)v));
+    }
+    if (wt != 2)
+        return wrong_wt(r, field, num, wt);
+    const uint8_t *s;
+    Py_ssize_t n;
+    if (get_len(r, field, num, wt, &s, &n) < 0)
+        return -1;
+    cur_t packed = {s, s + n, r->msg};
+    while (packed.p < packed.end) {
+        if (varint_at(&packed, field, num, &v) < 0)
+            return -1;
+        if (stk_push(st, PyLong_FromLongLong((long long)(int64_t)v)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int enter(ctx_t *c, const char *msg)
+{
+    if (++c->depth > MAX_DEPTH) {
+        c->depth--;
+        PyErr_Format(PyExc_ValueError, "%s: nesting deeper than %d", msg, MAX_DEPTH);
+        return -1;
+    }
+    return 0;
+}
+
+/* a string field seen last at [s, s + n), or absent (s NULL) */
+typedef struct {
+    const uint8_t *s;
+    Py_ssize_t n;
+} sref_t;
+
+static PyObject *sref_str(ctx_t *c, sref_t f)
+{
+    return mkstr(c, f.s ? f.s : (const uint8_t *)"", f.s ? f.n : 0);
+}
+
+static PyObject *pair(PyObject *a, PyObject *b) /* steals both */
+{
+    PyObject *t = NULL;
+    if (a && b)
+        t = PyTuple_New(2);
+    if (t == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, a);
+    PyTuple_SET_ITEM(t, 1, b);
+    return untrack(t);
+}
+
+/* ---- the messages ---- */
+
+static PyObject *parse_graph(ctx_t *c, const uint8_t *p, const uint8_t *end);
+
+/* StringStringEntryProto -> (key, value) */
+static PyObject *parse_entry(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "StringStringEntryProto"};
+    sref_t key = {NULL, 0}, value = {NULL, 0};
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        if (f == 1) {
+            if (get_len(&r, "key", f, wt, &key.s, &key.n) < 0)
+                goto fail;
+        } else if (f == 2) {
+            if (get_len(&r, "value", f, wt, &value.s, &value.n) < 0)
+                goto fail;
+        } else if (skip(&r, f, wt) < 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    c->depth--;
+    return pair(sref_str(c, key), sref_str(c, value));
+fail:
+    c->depth--;
+    return NULL;
+}
+
+/* OperatorSetIdProto -> (domain, version) */
+static PyObject *parse_opset(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "OperatorSetIdProto"};
+    sref_t domain = {NULL, 0};
+    uint64_t version = 0;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        if (f == 1) {
+            if (get_len(&r, "domain", f, wt, &domain.s, &domain.n) < 0)
+                goto fail;
+        } else if (f == 2) {
+            if (get_varint(&r, "version", f, wt, &version) < 0)
+                goto fail;
+        } else if (skip(&r, f, wt) < 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    c->depth--;
+    return pair(sref_str(c, domain), PyLong_FromLongLong((long long)(int64_t)version));
+fail:
+    c->depth--;
+    return NULL;
+}
+
+/* TensorProto -> (name, data_type, dims, data_location, raw_data_length, external_data) */
+static PyObject *parse_tensor(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "TensorProto"};
+    sref_t name = {NULL, 0};
+    int32_t data_type = 0;
+    int64_t location = 0;
+    Py_ssize_t raw_len = 0;
+    Py_ssize_t db = c->dims.n, eb = c->ext.n;
+    PyObject *res = NULL, *dims = NULL, *ext = NULL;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint64_t v;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        switch (f) {
+        case 1:
+            if (get_ints(&r, "dims", f, wt, &c->dims) < 0)
+                goto fail;
+            break;
+        case 2:
+            if (get_varint(&r, "data_type", f, wt, &v) < 0)
+                goto fail;
+            data_type = (int32_t)(uint32_t)v;
+            break;
+        case 8:
+            if (get_len(&r, "name", f, wt, &name.s, &name.n) < 0)
+                goto fail;
+            break;
+        case 9:
+            if (get_len(&r, "raw_data", f, wt, &s, &raw_len) < 0)
+                goto fail;
+            break;
+        case 13:
+            if (get_len(&r, "external_data", f, wt, &s, &n) < 0 ||
+                stk_push(&c->ext, parse_entry(c, s, s + n)) < 0)
+                goto fail;
+            break;
+        case 14:
+            if (get_varint(&r, "data_location", f, wt, &v) < 0)
+                goto fail;
+            if (v <= 1) /* a closed enum: DEFAULT, EXTERNAL */
+                location = (int64_t)v;
+            break;
+        default:
+            if (skip(&r, f, wt) < 0)
+                goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if ((dims = stk_tuple(&c->dims, db)) == NULL || (ext = stk_tuple(&c->ext, eb)) == NULL)
+        goto fail;
+    PyObject *o_name = sref_str(c, name), *o_type = PyLong_FromLong(data_type),
+             *o_loc = PyLong_FromLongLong(location), *o_raw = PyLong_FromSsize_t(raw_len);
+    if (o_name && o_type && o_loc && o_raw)
+        res = PyTuple_New(6);
+    if (res == NULL) {
+        Py_XDECREF(o_name);
+        Py_XDECREF(o_type);
+        Py_XDECREF(o_loc);
+        Py_XDECREF(o_raw);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(res, 0, o_name);
+    PyTuple_SET_ITEM(res, 1, o_type);
+    PyTuple_SET_ITEM(res, 2, dims);
+    PyTuple_SET_ITEM(res, 3, o_loc);
+    PyTuple_SET_ITEM(res, 4, o_raw);
+    PyTuple_SET_ITEM(res, 5, ext);
+    c->depth--;
+    return untrack(res);
+fail:
+    Py_XDECREF(dims);
+    Py_XDECREF(ext);
+    stk_pop(&c->dims, db);
+    stk_pop(&c->ext, eb);
+    c->depth--;
+    return NULL;
+}
+
+/* TensorShapeProto.Dimension -> int (dim_value), str (dim_param) or None */
+static PyObject *parse_dim(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "TensorShapeProto.Dimension"};
+    int which = 0; /* the oneof: 0 neither, 1 dim_value, 2 dim_param */
+    uint64_t value = 0;
+    sref_t param = {NULL, 0};
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        if (f == 1) {
+            if (get_varint(&r, "dim_value", f, wt, &value) < 0)
+                goto fail;
+            which = 1;
+        } else if (f == 2) {
+            if (get_len(&r, "dim_param", f, wt, &param.s, &param.n) < 0)
+                goto fail;
+            which = 2;
+        } else if (skip(&r, f, wt) < 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    c->depth--;
+    if (which == 1)
+        return PyLong_FromLongLong((long long)(int64_t)value);
+    if (which == 2)
+        return sref_str(c, param);
+    Py_RETURN_NONE;
+fail:
+    c->depth--;
+    return NULL;
+}
+
+/* TensorShapeProto -> tuple of dims */
+static PyObject *parse_shape(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "TensorShapeProto"};
+    Py_ssize_t base = c->shape.n;
+    PyObject *res;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        if (f == 1) {
+            if (get_len(&r, "dim", f, wt, &s, &n) < 0 ||
+                stk_push(&c->shape, parse_dim(c, s, s + n)) < 0)
+                goto fail;
+        } else if (skip(&r, f, wt) < 0)
+            goto fail;
+    }
+    if (rc < 0 || (res = stk_tuple(&c->shape, base)) == NULL)
+        goto fail;
+    c->depth--;
+    return res;
+fail:
+    stk_pop(&c->shape, base);
+    c->depth--;
+    return NULL;
+}
+
+/* TypeProto.Tensor -> ("tensor", elem_type, shape or None) */
+static PyObject *parse_tensor_type(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "TypeProto.Tensor"};
+    int32_t elem = 0;
+    PyObject *shape = NULL, *res = NULL;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint64_t v;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        if (f == 1) {
+            if (get_varint(&r, "elem_type", f, wt, &v) < 0)
+                goto fail;
+            elem = (int32_t)(uint32_t)v;
+        } else if (f == 2) {
+            if (get_len(&r, "shape", f, wt, &s, &n) < 0)
+                goto fail;
+            if (shape != NULL) {
+                fail_at(&r, "shape", f, "appears twice");
+                goto fail;
+            }
+            if ((shape = parse_shape(c, s, s + n)) == NULL)
+                goto fail;
+        } else if (skip(&r, f, wt) < 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    PyObject *o_elem = PyLong_FromLong(elem);
+    if (o_elem == NULL || (res = PyTuple_New(3)) == NULL) {
+        Py_XDECREF(o_elem);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(res, 0, Py_NewRef(s_tensor));
+    PyTuple_SET_ITEM(res, 1, o_elem);
+    PyTuple_SET_ITEM(res, 2, shape ? shape : Py_NewRef(Py_None));
+    c->depth--;
+    return untrack(res);
+fail:
+    Py_XDECREF(shape);
+    c->depth--;
+    return NULL;
+}
+
+/* TypeProto -> ("tensor", ...), ("sequence",), ... or None */
+static PyObject *parse_type(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "TypeProto"};
+    PyObject *tensor = NULL, *other = NULL; /* other: borrowed */
+    int seen_tensor = 0;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        const char *field = NULL;
+        PyObject *kind = NULL;
+        switch (f) {
+        case 1: field = "tensor_type"; break;
+        case 4: field = "sequence_type"; kind = t_sequence; break;
+        case 5: field = "map_type"; kind = t_map; break;
+        case 7: field = "opaque_type"; kind = t_opaque; break;
+        case 8: field = "sparse_tensor_type"; kind = t_sparse; break;
+        case 9: field = "optional_type"; kind = t_optional; break;
+        }
+        if (field == NULL) {
+            if (skip(&r, f, wt) < 0)
+                goto fail;
+            continue;
+        }
+        if (get_len(&r, field, f, wt, &s, &n) < 0)
+            goto fail;
+        Py_CLEAR(tensor); /* the last member of the oneof wins */
+        other = kind;
+        if (f == 1) {
+            if (seen_tensor) {
+                fail_at(&r, field, f, "appears twice");
+                goto fail;
+            }
+            seen_tensor = 1;
+            if ((tensor = parse_tensor_type(c, s, s + n)) == NULL)
+                goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    c->depth--;
+    if (tensor)
+        return tensor;
+    return Py_NewRef(other ? other : Py_None);
+fail:
+    Py_XDECREF(tensor);
+    c->depth--;
+    return NULL;
+}
+
+/* ValueInfoProto -> (name, type) */
+static PyObject *parse_value(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "ValueInfoProto"};
+    sref_t name = {NULL, 0};
+    PyObject *type = NULL;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        if (f == 1) {
+            if (get_len(&r, "name", f, wt, &name.s, &name.n) < 0)
+                goto fail;
+        } else if (f == 2) {
+            if (get_len(&r, "type", f, wt, &s, &n) < 0)
+                goto fail;
+            if (type != NULL) {
+                fail_at(&r, "type", f, "appears twice");
+                goto fail;
+            }
+            if ((type = parse_type(c, s, s + n)) == NULL)
+                goto fail;
+        } else if (skip(&r, f, wt) < 0)
+            goto fail;
+    }
+    if (rc < 0)
+        goto fail;
+    c->depth--;
+    return pair(sref_str(c, name), type ? type : Py_NewRef(Py_None));
+fail:
+    Py_XDECREF(type);
+    c->depth--;
+    return NULL;
+}
+
+/* AttributeProto -> (name, type, raw) or, for GRAPH and GRAPHS, (name, type, raw, [GRAPH]) */
+static PyObject *parse_attr(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "AttributeProto"};
+    sref_t name = {NULL, 0}, g = {NULL, 0};
+    int64_t type = 0;
+    int n_graphs = 0;
+    PyObject *graphs = NULL, *res = NULL, *o = NULL;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint64_t v;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        switch (f) {
+        case 1:
+            if (get_len(&r, "name", f, wt, &name.s, &name.n) < 0)
+                goto fail;
+            break;
+        case 20:
+            if (get_varint(&r, "type", f, wt, &v) < 0)
+                goto fail;
+            if (v <= 14) /* a closed enum: UNDEFINED .. TYPE_PROTOS */
+                type = (int64_t)v;
+            break;
+        case 6:
+            if (get_len(&r, "g", f, wt, &s, &n) < 0)
+                goto fail;
+            if (g.s != NULL) {
+                fail_at(&r, "g", f, "appears twice");
+                goto fail;
+            }
+            g.s = s;
+            g.n = n;
+            break;
+        case 11:
+            if (get_len(&r, "graphs", f, wt, &s, &n) < 0)
+                goto fail;
+            n_graphs++;
+            break;
+        default:
+            if (skip(&r, f, wt) < 0)
+                goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if (type == 5 || type == 10) {
+        if ((graphs = PyList_New(0)) == NULL)
+            goto fail;
+        if (type == 5 && g.s != NULL) {
+            if ((o = parse_graph(c, g.s, g.s + g.n)) == NULL || PyList_Append(graphs, o) < 0)
+                goto fail;
+            Py_CLEAR(o);
+        }
+        if (type == 10 && n_graphs) { /* a second walk, over fields checked by the first */
+            cur_t again = {p, end, r.msg};
+            while ((rc = next_tag(&again, &f, &wt)) > 0) {
+                if (f != 11) {
+                    if (skip(&again, f, wt) < 0)
+                        goto fail;
+                    continue;
+                }
+                if (get_len(&again, "graphs", f, wt, &s, &n) < 0)
+                    goto fail;
+                if ((o = parse_graph(c, s, s + n)) == NULL || PyList_Append(graphs, o) < 0)
+                    goto fail;
+                Py_CLEAR(o);
+            }
+            if (rc < 0)
+                goto fail;
+        }
+    }
+    PyObject *o_name = sref_str(c, name), *o_type = PyLong_FromLongLong(type),
+             *o_raw = PyBytes_FromStringAndSize((const char *)p, end - p);
+    if (o_name && o_type && o_raw)
+        res = PyTuple_New(graphs ? 4 : 3);
+    if (res == NULL) {
+        Py_XDECREF(o_name);
+        Py_XDECREF(o_type);
+        Py_XDECREF(o_raw);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(res, 0, o_name);
+    PyTuple_SET_ITEM(res, 1, o_type);
+    PyTuple_SET_ITEM(res, 2, o_raw);
+    if (graphs)
+        PyTuple_SET_ITEM(res, 3, graphs);
+    c->depth--;
+    return untrack(res);
+fail:
+    Py_XDECREF(o);
+    Py_XDECREF(graphs);
+    c->depth--;
+    return NULL;
+}
+
+/* NodeProto -> (name, op_type, domain, inputs, outputs, attributes) */
+static PyObject *parse_node(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "NodeProto"};
+    sref_t name = {NULL, 0}, op = {NULL, 0}, domain = {NULL, 0};
+    Py_ssize_t ib = c->ins.n, ob = c->outs.n, ab = c->attrs.n;
+    PyObject *res = NULL, *ins = NULL, *outs = NULL, *attrs = NULL;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        switch (f) {
+        case 1:
+            if (get_len(&r, "input", f, wt, &s, &n) < 0 || stk_push(&c->ins, mkstr(c, s, n)) < 0)
+                goto fail;
+            break;
+        case 2:
+            if (get_len(&r, "output", f, wt, &s, &n) < 0 ||
+                stk_push(&c->outs, mkstr(c, s, n)) < 0)
+                goto fail;
+            break;
+        case 3:
+            if (get_len(&r, "name", f, wt, &name.s, &name.n) < 0)
+                goto fail;
+            break;
+        case 4:
+            if (get_len(&r, "op_type", f, wt, &op.s, &op.n) < 0)
+                goto fail;
+            break;
+        case 7:
+            if (get_len(&r, "domain", f, wt, &domain.s, &domain.n) < 0)
+                goto fail;
+            break;
+        case 5:
+            if (get_len(&r, "attribute", f, wt, &s, &n) < 0 ||
+                stk_push(&c->attrs, parse_attr(c, s, s + n)) < 0)
+                goto fail;
+            break;
+        default:
+            if (skip(&r, f, wt) < 0)
+                goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if ((ins = stk_tuple(&c->ins, ib)) == NULL || (outs = stk_tuple(&c->outs, ob)) == NULL ||
+        (attrs = stk_tuple(&c->attrs, ab)) == NULL)
+        goto fail;
+    PyObject *o_name = sref_str(c, name), *o_op = sref_str(c, op),
+             *o_domain = sref_str(c, domain);
+    if (o_name && o_op && o_domain)
+        res = PyTuple_New(6);
+    if (res == NULL) {
+        Py_XDECREF(o_name);
+        Py_XDECREF(o_op);
+        Py_XDECREF(o_domain);
+        goto fail;
+    }
+    PyTuple_SET_ITEM(res, 0, o_name);
+    PyTuple_SET_ITEM(res, 1, o_op);
+    PyTuple_SET_ITEM(res, 2, o_domain);
+    PyTuple_SET_ITEM(res, 3, ins);
+    PyTuple_SET_ITEM(res, 4, outs);
+    PyTuple_SET_ITEM(res, 5, attrs);
+    c->depth--;
+    return untrack(res);
+fail:
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(attrs);
+    stk_pop(&c->ins, ib);
+    stk_pop(&c->outs, ob);
+    stk_pop(&c->attrs, ab);
+    c->depth--;
+    return NULL;
+}
+
+static PyObject *span_tuple(ctx_t *c, const uint8_t *s, Py_ssize_t n)
+{
+    return pair(PyLong_FromSsize_t(s - c->data), PyLong_FromSsize_t(n));
+}
+
+/* GraphProto -> dict (see parse_model's docstring) */
+static PyObject *parse_graph(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "GraphProto"};
+    sref_t name = {NULL, 0};
+    Py_ssize_t sparse = 0;
+    PyObject *nodes = NULL, *inits = NULL, *ins = NULL, *outs = NULL, *vi = NULL,
+             *spans = NULL, *res = NULL, *o = NULL, *tmp = NULL;
+    PyObject *span_list = NULL; /* borrowed: the spans of span_field */
+    uint32_t span_field = 0;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    if ((nodes = PyList_New(0)) == NULL || (inits = PyList_New(0)) == NULL ||
+        (ins = PyList_New(0)) == NULL || (outs = PyList_New(0)) == NULL ||
+        (vi = PyList_New(0)) == NULL || (spans = PyDict_New()) == NULL)
+        goto fail;
+    for (;;) {
+        const uint8_t *start = r.p;
+        PyObject *list = NULL;
+        rc = next_tag(&r, &f, &wt);
+        if (rc == 0)
+            break;
+        if (rc < 0)
+            goto fail;
+        switch (f) {
+        case 1:
+            if (get_len(&r, "node", f, wt, &s, &n) < 0)
+                goto fail;
+            o = parse_node(c, s, s + n);
+            list = nodes;
+            break;
+        case 2:
+            if (get_len(&r, "name", f, wt, &name.s, &name.n) < 0)
+                goto fail;
+            break;
+        case 5:
+            if (get_len(&r, "initializer", f, wt, &s, &n) < 0)
+                goto fail;
+            o = parse_tensor(c, s, s + n);
+            list = inits;
+            break;
+        case 11:
+        case 12:
+        case 13:
+            if (get_len(&r, f == 11 ? "input" : f == 12 ? "output" : "value_info", f, wt, &s,
+                        &n) < 0)
+                goto fail;
+            o = parse_value(c, s, s + n);
+            list = f == 11 ? ins : f == 12 ? outs : vi;
+            break;
+        case 15:
+            if (get_len(&r, "sparse_initializer", f, wt, &s, &n) < 0)
+                goto fail;
+            sparse++;
+            break;
+        default:
+            if (skip(&r, f, wt) < 0)
+                goto fail;
+        }
+        if (list != NULL) {
+            if (o == NULL || PyList_Append(list, o) < 0)
+                goto fail;
+            Py_CLEAR(o);
+        }
+        if (span_list == NULL || f != span_field) {
+            if ((tmp = PyLong_FromUnsignedLong(f)) == NULL)
+                goto fail;
+            span_list = PyDict_GetItemWithError(spans, tmp);
+            if (span_list == NULL) {
+                if (PyErr_Occurred() || (o = PyList_New(0)) == NULL ||
+                    PyDict_SetItem(spans, tmp, o) < 0)
+                    goto fail;
+                span_list = o; /* the dict holds it */
+                Py_CLEAR(o);
+            }
+            Py_CLEAR(tmp);
+            span_field = f;
+        }
+        if ((o = span_tuple(c, start, r.p - start)) == NULL || PyList_Append(span_list, o) < 0)
+            goto fail;
+        Py_CLEAR(o);
+    }
+    if ((res = PyDict_New()) == NULL || (tmp = sref_str(c, name)) == NULL ||
+        PyDict_SetItem(res, k_name, tmp) < 0)
+        goto fail;
+    Py_CLEAR(tmp);
+    if (PyDict_SetItem(res, k_nodes, nodes) < 0 || PyDict_SetItem(res, k_initializers, inits) < 0 ||
+        PyDict_SetItem(res, k_inputs, ins) < 0 || PyDict_SetItem(res, k_outputs, outs) < 0 ||
+        PyDict_SetItem(res, k_value_info, vi) < 0)
+        goto fail;
+    if ((tmp = PyLong_FromSsize_t(sparse)) == NULL || PyDict_SetItem(res, k_sparse, tmp) < 0 ||
+        PyDict_SetItem(res, k_spans, spans) < 0)
+        goto fail;
+    Py_CLEAR(tmp);
+    Py_DECREF(nodes);
+    Py_DECREF(inits);
+    Py_DECREF(ins);
+    Py_DECREF(outs);
+    Py_DECREF(vi);
+    Py_DECREF(spans);
+    c->depth--;
+    return res;
+fail:
+    Py_XDECREF(tmp);
+    Py_XDECREF(o);
+    Py_XDECREF(res);
+    Py_XDECREF(nodes);
+    Py_XDECREF(inits);
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(vi);
+    Py_XDECREF(spans);
+    c->depth--;
+    return NULL;
+}
+
+static PyObject *parse_model_data(ctx_t *c, const uint8_t *p, const uint8_t *end)
+{
+    cur_t r = {p, end, "ModelProto"};
+    uint64_t ir = 0;
+    PyObject *opsets = NULL, *graph = NULL, *span = NULL, *res = NULL, *tmp = NULL;
+    const uint8_t *s;
+    Py_ssize_t n;
+    uint32_t f;
+    int wt, rc;
+    if (enter(c, r.msg) < 0)
+        return NULL;
+    if ((opsets = PyList_New(0)) == NULL)
+        goto fail;
+    while ((rc = next_tag(&r, &f, &wt)) > 0) {
+        switch (f) {
+        case 1:
+            if (get_varint(&r, "ir_version", f, wt, &ir) < 0)
+                goto fail;
+            break;
+        case 8:
+            if (get_len(&r, "opset_import", f, wt, &s, &n) < 0 ||
+                (tmp = parse_opset(c, s, s + n)) == NULL || PyList_Append(opsets, tmp) < 0)
+                goto fail;
+            Py_CLEAR(tmp);
+            break;
+        case 7:
+            if (get_len(&r, "graph", f, wt, &s, &n) < 0)
+                goto fail;
+            if (graph != NULL) {
+                fail_at(&r, "graph", f, "appears twice");
+                goto fail;
+            }
+            if ((graph = parse_graph(c, s, s + n)) == NULL || (span = span_tuple(c, s, n)) == NULL)
+                goto fail;
+            break;
+        default:
+            if (skip(&r, f, wt) < 0)
+                goto fail;
+        }
+    }
+    if (rc < 0)
+        goto fail;
+    if ((res = PyDict_New()) == NULL ||
+        (tmp = PyLong_FromLongLong((long long)(int64_t)ir)) == NULL ||
+        PyDict_SetItem(res, k_ir_version, tmp) < 0 || PyDict_SetItem(res, k_opsets, opsets) < 0 ||
+        PyDict_SetItem(res, k_graph, graph ? graph : Py_None) < 0 ||
+        PyDict_SetItem(res, k_graph_span, span ? span : Py_None) < 0)
+        goto fail;
+    Py_CLEAR(tmp);
+    Py_DECREF(opsets);
+    Py_XDECREF(graph);
+    Py_XDECREF(span);
+    c->depth--;
+    return res;
+fail:
+    Py_XDECREF(tmp);
+    Py_XDECREF(res);
+    Py_XDECREF(opsets);
+    Py_XDECREF(graph);
+    Py_XDECREF(span);
+    c->depth--;
+    return NULL;
+}
+
+static PyObject *wire_parse_model(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    ctx_t c;
+    memset(&c, 0, sizeof(c));
+    const uint8_t *data = view.buf ? (const uint8_t *)view.buf : (const uint8_t *)"";
+    c.data = data;
+    PyObject *res = NULL;
+    if (tab_grow(&c) == 0)
+        res = parse_model_data(&c, data, data + view.len);
+    ctx_free(&c);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyMethodDef wire_methods[] = {
+    {"parse_model", wire_parse_model, METH_O,
+     "parse_model(data) -> dict\n\n"
+     "A serialized ModelProto (any bytes-like object, not copied) as plain data:\n"
+     "{'ir_version': int, 'opsets': [(domain, version)], 'graph': GRAPH or None,\n"
+     " 'graph_span': (offset, length) of the graph's content in data, or None}.\n"
+     "GRAPH: {'name', 'nodes': [(name, op_type, domain, inputs, outputs, attributes)],\n"
+     " 'initializers': [(name, data_type, dims, data_location, raw_data_length,\n"
+     "   external_data)], 'inputs'/'outputs'/'value_info': [(name, type)],\n"
+     " 'sparse_initializers': count, 'spans': {field number: [(offset, length)]} of every\n"
+     " whole top-level entry}. An attribute is (name, type, raw AttributeProto bytes), with\n"
+     " a fourth item, the list of parsed subgraphs, for GRAPH and GRAPHS. A type is None,\n"
+     " ('tensor', elem_type, shape or None) or ('sequence',), ('map',), ('optional',),\n"
+     " ('sparse_tensor',), ('opaque',); a dim is an int, a str or None. Strings that are\n"
+     " not UTF-8 come back as bytes. Malformed data raises ValueError."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef wire_module = {
+    PyModuleDef_HEAD_INIT, "wire",
+    "A serialized ONNX ModelProto parsed straight from the protobuf wire format.", -1,
+    wire_methods};
+
+static PyObject *kind_tuple(const char *kind)
+{
+    PyObject *s = PyUnicode_InternFromString(kind);
+    if (s == NULL)
+        return NULL;
+    PyObject *t = PyTuple_Pack(1, s);
+    Py_DECREF(s);
+    return t;
+}
+
+PyMODINIT_FUNC PyInit_wire(void)
+{
+    if (s_tensor == NULL) {
+        struct {
+            PyObject **slot;
+            const char *text;
+        } keys[] = {{&s_tensor, "tensor"}, {&k_ir_version, "ir_version"},
+                    {&k_opsets, "opsets"}, {&k_graph, "graph"},
+                    {&k_graph_span, "graph_span"}, {&k_name, "name"},
+                    {&k_nodes, "nodes"}, {&k_initializers, "initializers"},
+                    {&k_inputs, "inputs"}, {&k_outputs, "outputs"},
+                    {&k_value_info, "value_info"}, {&k_sparse, "sparse_initializers"},
+                    {&k_spans, "spans"}};
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+            if ((*keys[i].slot = PyUnicode_InternFromString(keys[i].text)) == NULL)
+                return NULL;
+        if ((t_sequence = kind_tuple("sequence")) == NULL || (t_map = kind_tuple("map")) == NULL ||
+            (t_optional = kind_tuple("optional")) == NULL ||
+            (t_sparse = kind_tuple("sparse_tensor")) == NULL ||
+            (t_opaque = kind_tuple("opaque")) == NULL)
+            return NULL;
+    }
+    return PyModule_Create(&wire_module);
+}
