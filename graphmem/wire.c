@@ -117,6 +117,8 @@ typedef struct {
     ent_t *tab;
     size_t cap, used;
     int depth;
+    size_t not_utf8; /* how many distinct strings came back as bytes */
+    int skip_nodes;  /* parse_values: the nodes of the main graph are left out */
     stk_t ins, outs, attrs, dims, ext, shape;
 } ctx_t;
 
@@ -185,6 +187,7 @@ static PyObject *mkstr(ctx_t *c, const uint8_t *s, Py_ssize_t n)
         o = PyBytes_FromStringAndSize((const char *)s, n);
         if (o == NULL)
             return NULL;
+        c->not_utf8++;
     }
     c->tab[j].s = s;
     c->tab[j].n = n;
@@ -959,6 +962,8 @@ static PyObject *parse_graph(ctx_t *c, const uint8_t *p, const uint8_t *end)
         case 1:
             if (get_len(&r, "node", f, wt, &s, &n) < 0)
                 goto fail;
+            if (c->skip_nodes && c->depth == 2)
+                continue; /* parse_values: no node and no span of one */
             o = parse_node(c, s, s + n);
             list = nodes;
             break;
@@ -1111,21 +1116,38 @@ fail:
     return NULL;
 }
 
-static PyObject *wire_parse_model(PyObject *self, PyObject *arg)
+static PyObject *parse(PyObject *arg, int skip_nodes)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     ctx_t c;
     memset(&c, 0, sizeof(c));
+    c.skip_nodes = skip_nodes;
     const uint8_t *data = view.buf ? (const uint8_t *)view.buf : (const uint8_t *)"";
     c.data = data;
     PyObject *res = NULL;
     if (tab_grow(&c) == 0)
         res = parse_model_data(&c, data, data + view.len);
+    if (res != NULL) {
+        PyObject *count = PyLong_FromSize_t(c.not_utf8);
+        if (count == NULL || PyDict_SetItemString(res, "not_utf8", count) < 0)
+            Py_CLEAR(res);
+        Py_XDECREF(count);
+    }
     ctx_free(&c);
     PyBuffer_Release(&view);
     return res;
+}
+
+static PyObject *wire_parse_model(PyObject *self, PyObject *arg)
+{
+    return parse(arg, 0);
+}
+
+static PyObject *wire_parse_values(PyObject *self, PyObject *arg)
+{
+    return parse(arg, 1);
 }
 
 static PyMethodDef wire_methods[] = {
@@ -1142,7 +1164,12 @@ static PyMethodDef wire_methods[] = {
      " a fourth item, the list of parsed subgraphs, for GRAPH and GRAPHS. A type is None,\n"
      " ('tensor', elem_type, shape or None) or ('sequence',), ('map',), ('optional',),\n"
      " ('sparse_tensor',), ('opaque',); a dim is an int, a str or None. Strings that are\n"
-     " not UTF-8 come back as bytes. Malformed data raises ValueError."},
+     " not UTF-8 come back as bytes, and 'not_utf8' counts them (0: none anywhere).\n"
+     " Malformed data raises ValueError."},
+    {"parse_values", wire_parse_values, METH_O,
+     "parse_values(data) -> dict\n\n"
+     "parse_model(data) without the main graph's nodes: its 'nodes' list is empty and its\n"
+     "'spans' have no entry for them (a shape-inferred model's value infos, read fast)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef wire_module = {

@@ -25,38 +25,47 @@ from graphmem.planning.contract import Pass, PassOptions
 
 
 def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
-    graph, iv = ctx.graph, ctx.intervals
-    alias = dict(a.alias)
+    graph = ctx.graph
+    names, ids, arena = ctx.index.names, ctx.index.ids, ctx.index.arena
+    # tensors by id (the context's positions): a tensor's life is (first[t], last[t])
+    first, last = ctx.first.tolist(), ctx.last.tolist()
+
+    def arena_id(name: str) -> int | None:
+        t = ids.get(name)
+        return t if t is not None and t < arena else None
+
+    alias = dict(a.alias)  # the pass's answer, keyed by name like the assignment
+    aliased = {ids[t] for t in alias}
     # groups the earlier passes made (Concat slices); none: every tensor alone
     root_of = linked_roots(a) if a.alias or a.slice_of else {}
     # union-find over storage groups; a group's state (member lives, in-place write
     # positions, last use) is made when the group first has two members or is asked
     # about (a tensor alone is its own root, lives [its life] and has no writes): on a
     # large graph most tensors never join, and that saves a few dict entries per tensor
-    parent: dict[str, str] = {}  # tensor -> a tensor of its group nearer the root
-    group_last: dict[str, int] = {}
+    parent: dict[int, int] = {}  # tensor -> a tensor of its group nearer the root
+    group_last: dict[int, int] = {}
     # per storage group: its members' live ranges and the positions of in-place writes
-    lives: dict[str, list[tuple[int, int]]] = {}
-    writes: dict[str, list[int]] = {}
+    lives: dict[int, list[tuple[int, int]]] = {}
+    writes: dict[int, list[int]] = {}
 
-    def state(r: str) -> None:
+    def state(r: int) -> None:
         if r not in lives:
-            lives[r], writes[r], group_last[r] = [iv[r]], [], iv[r][1]
+            lives[r], writes[r], group_last[r] = [(first[r], last[r])], [], last[r]
 
-    for t in a.linked():  # the others are their own root: no visit
-        r = root_of[t][0]
-        if r != t and t in iv:
+    for name in a.linked():  # the others are their own root: no visit
+        t, r = arena_id(name), ids[root_of[name][0]]
+        if t is not None and r != t:
             parent[t] = r
             state(r)
-            lives[r].append(iv[t])
-            group_last[r] = max(group_last[r], iv[t][1])
-    pinned = {parent.get(t, t) for t in graph.inputs if t in iv}
-    sliced = {parent.get(t, t) for t in a.slice_of if t in iv}
+            lives[r].append((first[t], last[t]))
+            group_last[r] = max(group_last[r], last[t])
+    pinned = {parent.get(t, t) for t in map(arena_id, graph.inputs) if t is not None}
+    sliced = {parent.get(t, t) for t in map(arena_id, a.slice_of) if t is not None}
     # alias groups (alias edges only): at most one Concat slice each
-    alias_root: dict[str, str] = {t: s for t, (s, _) in a.alias.items()}
+    alias_root: dict[int, int] = {ids[t]: ids[s] for t, (s, _) in a.alias.items()}
     views = overwrites = 0
 
-    def find(t: str) -> str:
+    def find(t: int) -> int:
         while t in parent:
             up = parent[t]
             if up in parent:
@@ -64,16 +73,16 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
             t = up
         return t
 
-    def afind(t: str) -> str:
+    def afind(t: int) -> int:
         while t in alias_root:
             t = alias_root[t]
         return t
 
-    slice_in_alias = {afind(t) for t in a.slice_of}
+    slice_in_alias = {afind(ids[t]) for t in a.slice_of}
 
-    def allowed(out: str, src: str, pos: int | None) -> bool:
-        """May ``out`` join ``src``'s storage (an in-place write at ``pos`` if given)?"""
-        go, gs = find(out), find(src)
+    def allowed(out: int, src: int, go: int, gs: int, pos: int | None) -> bool:
+        """May ``out`` (its group's root ``go``) join ``src``'s storage (root ``gs``),
+        by an in-place write at ``pos`` if given?"""
         if go == gs:
             return False
         if slice_in_alias and afind(out) in slice_in_alias and afind(src) in slice_in_alias:
@@ -81,7 +90,7 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
         if sliced and (go in sliced or gs in sliced) and (go in pinned or gs in pinned):
             return False  # a graph input must not move into a Concat output
         if go not in lives and (pos is None or (
-                iv[go][0] == pos and group_last.get(gs, iv[gs][1]) <= pos)):
+                first[go] == pos and group_last.get(gs, last[gs]) <= pos)):
             # out is a lone tensor produced at this step: it cannot be live across an
             # earlier write, has no writes of its own, and for a write at pos no member
             # of src's group is read after pos. Without this, every join onto a long
@@ -96,19 +105,21 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
             return False
         return pos is None or not (_crosses(lo, (pos,)) or _crosses(ls, (pos,)))
 
-    def join(out: str, src: str, kind: str, pos: int | None = None) -> None:
-        old, new = find(out), find(src)
+    def join(out: int, src: int, old: int, new: int, kind: str, pos: int | None = None
+             ) -> None:
+        """``out`` (root ``old``) joins ``src``'s storage (root ``new``)."""
         state(new)
-        alias[out] = (src, kind)
+        alias[names[out]] = (names[src], kind)
+        aliased.add(out)
         parent[old] = new
         if old in lives:
             group_last[new] = max(group_last[new], group_last.pop(old))
             lives[new].extend(lives.pop(old))  # each list belongs to its group alone
             writes[new].extend(writes.pop(old))
         else:  # a lone tensor (no state made): its life, and no writes of its own
-            lives[new].append(iv[old])
-            if iv[old][1] > group_last[new]:
-                group_last[new] = iv[old][1]
+            lives[new].append((first[old], last[old]))
+            if last[old] > group_last[new]:
+                group_last[new] = last[old]
         if pos is not None:
             writes[new].append(pos)
         if old in pinned:
@@ -123,44 +134,43 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
 
     tensors = graph.tensors
     for pos, overwrite, src, out in _candidates(ctx):
-        if src not in iv or out not in iv or out in alias or src == out:
+        if out in aliased:
             continue
-        s, d = tensors[src], tensors[out]
-        if not overwrite:  # a view: the same bytes
-            if s.bytes == d.bytes and allowed(out, src, None):
-                join(out, src, "view")
+        go = find(out) if out in parent else out
+        gs = find(src) if src in parent else src
+        if not overwrite:  # a view: the same bytes (the candidates have equal sizes)
+            if allowed(out, src, go, gs, None):
+                join(out, src, go, gs, "view")
                 views += 1
             continue
-        if (s.bytes != d.bytes or s.bytes == 0 or s.dtype != d.dtype
-                or s.shape != d.shape):
+        s, d = tensors[names[src]], tensors[names[out]]
+        if s.dtype != d.dtype or s.shape != d.shape:
             continue
-        r = find(src)
-        if (r in pinned or group_last.get(r, iv[r][1]) > pos
-                or not allowed(out, src, pos)):
+        if (gs in pinned or group_last.get(gs, last[gs]) > pos
+                or not allowed(out, src, go, gs, pos)):
             continue
-        join(out, src, "inplace", pos)
+        join(out, src, go, gs, "inplace", pos)
         overwrites += 1
     new = a.with_(alias=alias)
     return new, {"views": views, "inplace": overwrites}
 
 
-def _candidates(ctx: Context) -> Iterator[tuple[int, bool, str, str]]:
-    """(position, overwrite?, input, output) for each pair ``view_pairs`` and
+def _candidates(ctx: Context) -> Iterator[tuple[int, bool, int, int]]:
+    """(position, overwrite?, input id, output id) for each pair ``view_pairs`` and
     ``overwrite_pairs`` give, node by node in the order (views first: the rows of
     ``ctx.edges``), leaving out pairs that fail a test of ``run`` that no join can
-    change: not two arena tensors of equal bytes, an overwrite of nothing, or of an
-    input whose own last use is after this step (its group's last use is no earlier).
-    ``run`` still checks every rule; this only spares it the walk over every node.
+    change: not two distinct arena tensors of equal bytes, an overwrite of nothing, or
+    of an input whose own last use is after this step (its group's last use is no
+    earlier). ``run`` still checks every rule; this only spares it the walk over every
+    node.
     """
     pos, overwrite, src, out = ctx.edges
     arena, nb = ctx.index.arena, ctx.nbytes
     keep = (src >= 0) & (out >= 0) & (src != out) & (src < arena) & (out < arena)
     s, o = np.where(keep, src, 0), np.where(keep, out, 0)
     keep &= (nb[s] == nb[o]) & (~overwrite | ((nb[s] > 0) & (ctx.last[s] <= pos)))
-    names = ctx.index.names
-    yield from zip(pos[keep].tolist(), overwrite[keep].tolist(),
-                   map(names.__getitem__, src[keep].tolist()),
-                   map(names.__getitem__, out[keep].tolist()))
+    return zip(pos[keep].tolist(), overwrite[keep].tolist(), src[keep].tolist(),
+               out[keep].tolist())
 
 
 def _crosses(members, positions) -> bool:

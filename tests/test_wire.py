@@ -177,7 +177,11 @@ def check(data: bytes):
     """parse_model(data) against onnx, with its spans and its interning."""
     got = wire.parse_model(data)
     want = expect_model(data)
-    assert set(got) == {"ir_version", "opsets", "graph", "graph_span"}
+    assert set(got) == {"ir_version", "opsets", "graph", "graph_span", "not_utf8"}
+    if got["graph"] is not None and got["not_utf8"] == 0:
+        # the loader skips its scan for names that are not text when the count is 0
+        from graphmem.frontend.reader import _invalid_name
+        assert _invalid_name(got["graph"]) is None
     assert got["ir_version"] == want["ir_version"]
     assert got["opsets"] == want["opsets"]
     if want["graph"] is None:
@@ -335,9 +339,12 @@ def test_non_utf8_names_come_back_as_bytes_and_interned():
     model.graph.node[0].output[0] = "@@bad@@"
     model.graph.node[1].name = "@@bad@@"
     data = model.SerializeToString().replace(b"@@bad@@", b"\xff\xfe\x80bad\xc3")
-    got = check(data)["graph"]
+    parsed = check(data)
+    got = parsed["graph"]
     assert got["nodes"][1][3][0] == b"\xff\xfe\x80bad\xc3"
     assert got["nodes"][1][3][0] is got["nodes"][0][4][0] is got["nodes"][1][0]
+    assert parsed["not_utf8"] == 1  # one distinct string; the loader scans names only then
+    assert wire.parse_model(small_model().SerializeToString())["not_utf8"] == 0
 
 
 def test_packed_and_unpacked_dims_and_negative_values():
@@ -396,7 +403,7 @@ def test_buffer_objects_are_read_in_place(tmp_path):
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         assert wire.parse_model(mm) == want
     assert wire.parse_model(b"") == {"ir_version": 0, "opsets": [], "graph": None,
-                                     "graph_span": None}
+                                     "graph_span": None, "not_utf8": 0}
     with pytest.raises(TypeError):
         wire.parse_model("not bytes")
 
@@ -490,3 +497,15 @@ def test_random_byte_flips_never_crash(flips):
     except Exception:
         return  # protobuf refuses what wire skips (e.g. a broken sub-message it does not parse)
     check(data)  # both accept it: they agree
+
+
+def test_parse_values_is_parse_model_without_the_main_graphs_nodes():
+    """The loader reads a shape-inferred model's value infos with parse_values."""
+    squeezenet = next(p for p in LIGHT if p.name == "light_squeezenet.onnx")
+    for model in (small_model(), onnx.load(str(squeezenet))):
+        data = model.SerializeToString()
+        full, values = wire.parse_model(data), wire.parse_values(data)
+        assert values["graph"]["nodes"] == [] and 1 not in values["graph"]["spans"]
+        full["graph"]["nodes"] = []
+        del full["graph"]["spans"][1]
+        assert values == full

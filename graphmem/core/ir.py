@@ -1,9 +1,11 @@
 """graphmem's own graph IR: plain frozen data, no onnx types past the loader."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, fields
+from itertools import repeat
 from math import prod
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 # The standard ONNX operator domain, by either of its names.
 STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
@@ -12,6 +14,25 @@ STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
 def standard_domain(domain: str) -> bool:
     """Is ``domain`` (of a node or an opset import) the standard ONNX domain?"""
     return domain in STANDARD_DOMAINS
+
+
+def from_columns(cls, count: int, **columns: Iterable) -> list:
+    """``[cls(**row) for row in rows]`` for a frozen slots dataclass, given one column
+    per field, derived fields too (``__post_init__`` is not run), made field by field: each column is stored by a C-level map over the field's slot, where
+    the dataclass ``__init__`` makes a Python-level call per field and object (a
+    million objects: about three times faster). The objects are equal to those."""
+    names = [f.name for f in fields(cls)]
+    if set(columns) != set(names):
+        raise ValueError(f"from_columns({cls.__name__}): columns {sorted(columns)}, "
+                         f"fields {names}")
+    out = list(map(object.__new__, repeat(cls, count)))
+    for name in names:
+        column = columns[name]
+        if hasattr(column, "__len__") and len(column) != count:
+            raise ValueError(f"from_columns({cls.__name__}): the {name} column has "
+                             f"{len(column)} values, not {count}")
+        deque(map(getattr(cls, name).__set__, out, column), maxlen=0)
+    return out
 
 
 @dataclass(frozen=True, slots=True)  # slots: a large graph holds a million of these

@@ -11,6 +11,7 @@ for shapes it leaves open work on onnx protos.
 from __future__ import annotations
 
 import os
+from math import prod
 from pathlib import Path
 from typing import Mapping
 
@@ -22,7 +23,7 @@ from graphmem.frontend.folding import RANDOM_OPS, evaluate_constants
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.nogc import gc_paused
-from graphmem.core.ir import Graph, Node, Tensor, standard_domain
+from graphmem.core.ir import Graph, Node, Tensor, from_columns, standard_domain
 
 # Constants up to this size are evaluated when shape inference needs their values.
 SMALL_CONSTANT_BYTES = 1 << 20
@@ -133,7 +134,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
             _check_location(name, location, source)
     if g is None:
         g = wire.parse_model(b"\x3a\x00")["graph"]  # an empty graph
-    bad = _invalid_name(g)
+    bad = parsed["not_utf8"] and _invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     # Our own structural checks first: they name the node and tensor, where the
@@ -524,7 +525,7 @@ def _infer_proto(model: onnx.ModelProto) -> onnx.ModelProto:
 def _types(data: bytes) -> dict[str, tuple]:
     """Every value's type in a (shape-inferred) model: ("tensor", elem_type, shape) from
     the value infos and inputs and outputs, ("init", data_type, dims) for initializers."""
-    g = wire.parse_model(data)["graph"]
+    g = wire.parse_values(data)["graph"]
     types: dict[str, tuple] = {}
     for kind in ("value_info", "inputs", "outputs"):
         types.update(vi for vi in g[kind] if vi[1] is not None)
@@ -535,31 +536,37 @@ def _types(data: bytes) -> dict[str, tuple]:
 
 _KINDS = {"sequence": "a sequence", "map": "a map", "optional": "an optional",
           "sparse_tensor": "a sparse tensor", "opaque": "an opaque value"}
-_DTYPES: dict[int, tuple[str, int]] = {}
+_DTYPES: dict[int, tuple[str, int]] = {}  # elem_type -> dtype_of(elem_type)
 
 
-def _static_tensor(name: str, t: tuple | None) -> Tensor | None:
-    """A Tensor when ``t`` gives a tensor type with every dim known, else None."""
-    if t is None:
-        return None
-    kind = t[0]
-    if kind == "init":
-        shape = t[2]
-    elif kind == "tensor":
-        shape = t[2]
-        if t[1] == 0 or shape is None:
-            return None
-        for d in shape:
-            if d.__class__ is not int or d < 0:
-                return None
-    else:
-        raise GraphmemError(f"tensor {name!r} is {_KINDS.get(kind, kind)}; graphmem plans "
-                            "only dense tensors")
-    dtype = _DTYPES.get(t[1])
-    if dtype is None:
-        dtype = dtype_of(t[1], name)
-        _DTYPES[t[1]] = dtype
-    return Tensor(name, dtype[0], shape, dtype[1])
+def _tensors(types: dict[str, tuple]) -> dict[str, Tensor]:
+    """A Tensor for each of ``types`` that is a tensor type with every dim known (or an
+    initializer); a value that is not a dense tensor is refused."""
+    names, dtypes, shapes, bits = [], [], [], []
+    for name, t in types.items():
+        kind, elem, shape = t[0], t[1] if len(t) > 1 else 0, t[2] if len(t) > 2 else None
+        if kind == "tensor":
+            if elem == 0 or shape is None:
+                continue
+            try:  # a dim that is a name (str) or unknown (None) cannot be compared
+                if min(shape, default=0) < 0:
+                    continue
+            except TypeError:
+                continue
+        elif kind != "init":
+            raise GraphmemError(f"tensor {name!r} is {_KINDS.get(kind, kind)}; graphmem "
+                                "plans only dense tensors")
+        dtype = _DTYPES.get(elem)
+        if dtype is None:
+            dtype = _DTYPES[elem] = dtype_of(elem, name)
+        names.append(name)
+        dtypes.append(dtype[0])
+        shapes.append(shape)
+        bits.append(dtype[1])
+    nbytes = [(prod(s) * b + 7) // 8 for s, b in zip(shapes, bits)]  # Tensor.__post_init__
+    made = from_columns(Tensor, len(names), name=names, dtype=dtypes, shape=shapes,
+                        bits=bits, bytes=nbytes)
+    return dict(zip(names, made))
 
 
 def _foldable(node) -> bool:
@@ -590,13 +597,11 @@ def _constant_nodes(g: dict, order, tensors, reads) -> tuple[set[int], list[str]
     constants: list[str] = []
     for idx in order:
         n = nodes[idx]
-        if not _foldable(n):
-            continue
         if n[OP] in ("Shape", "Size"):
             ok = all(t in tensors for t in reads[idx])
         else:
             ok = all(t in const for t in reads[idx])
-        if ok:
+        if ok and _foldable(n):
             folded.add(idx)
             outs = [o for o in n[OUTPUTS] if o]
             const.update(outs)
@@ -800,16 +805,6 @@ def _dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
     return kept
 
 
-def _tensors(types: dict[str, tuple]) -> dict[str, Tensor]:
-    """The statically shaped tensors among ``types``."""
-    tensors: dict[str, Tensor] = {}
-    for name, t in types.items():
-        st = _static_tensor(name, t)
-        if st is not None:
-            tensors[name] = st
-    return tensors
-
-
 def _unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
     nodes = g["nodes"]
     missing = []
@@ -842,23 +837,28 @@ def _attribute_value(attr) -> object:
 
 
 def _node(idx: int, n, outer_reads: tuple[str, ...] = ()) -> Node:
-    attrs = {a[0]: _attribute_value(a) for a in n[ATTRS]} if n[ATTRS] else {}
-    return Node(index=idx, name=n[NAME], op_type=n[OP], domain=n[DOMAIN],
-                inputs=n[INPUTS], outputs=n[OUTPUTS], attrs=attrs,
-                implicit_inputs=outer_reads)
+    return _nodes([idx], [n], [outer_reads])[0]
+
+
+def _nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]]) -> list[Node]:
+    """IR nodes of the column rows ``ns`` (made column by column: a million nodes)."""
+    return from_columns(
+        Node, len(ns), index=indices, name=[n[NAME] for n in ns], op_type=[n[OP] for n in ns],
+        domain=[n[DOMAIN] for n in ns], inputs=[n[INPUTS] for n in ns],
+        outputs=[n[OUTPUTS] for n in ns],
+        attrs=[{a[0]: _attribute_value(a) for a in n[ATTRS]} if n[ATTRS] else {} for n in ns],
+        implicit_inputs=outer_reads)
 
 
 def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bindings
            ) -> Graph:
     nodes_in = g["nodes"]
     inits = frozenset(t[0] for t in g["initializers"])
-    nodes = []
-    for idx in order:
-        if idx in folded:
-            continue
-        n, rs = nodes_in[idx], reads[idx]
-        implicit = () if rs is n[INPUTS] else tuple(t for t in rs if t not in n[INPUTS])
-        nodes.append(_node(idx, n, implicit))
+    indices = [idx for idx in order if idx not in folded] if folded else list(order)
+    rows = [nodes_in[idx] for idx in indices]
+    implicit = [() if rs is n[INPUTS] else tuple(t for t in rs if t not in n[INPUTS])
+                for n, rs in zip(rows, (reads[idx] for idx in indices))]
+    nodes = _nodes(indices, rows, implicit)
     opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
     return Graph(
         name=g["name"] or (Path(model_path).stem if model_path else "model"),
