@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
 from graphmem.cli import main
@@ -137,6 +139,42 @@ def test_duplicate_tensor_names(capsys, tmp_path):
 def test_node_overwrites_graph_input_name(capsys, tmp_path):
     m = make_model([helper.make_node("Relu", ["x"], ["x"])], [("x", F, [2])], [("x", F, [2])])
     assert "duplicate tensor name 'x'" in refused(capsys, tmp_path, save(m, tmp_path / "m.onnx"))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("two initializers", "duplicate tensor name 'w': two initializers"),
+    ("two inputs", "duplicate tensor name 'x': two graph inputs"),
+    ("a node writes one twice", "duplicate tensor name 'y': node 0 (Split) writes it, but "
+                                "it is already the output of node 0 (Split)"),
+    ("a node writes an initializer", "duplicate tensor name 'w': node 1 (Relu) writes it, "
+                                     "but it is already an initializer"),
+])
+def test_every_kind_of_name_clash_is_worded(case, message):
+    from graphmem.frontend.reader import from_model
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    inputs, inits = [("x", F, [2])], [w]
+    nodes = [helper.make_node("Split", ["x"], ["y", "z"], axis=0, num_outputs=2),
+             helper.make_node("Relu", ["y"], ["r"])]
+    if case == "two initializers":
+        inits = [w, numpy_helper.from_array(np.ones(2, np.float32), "w")]
+    elif case == "two inputs":
+        inputs = [("x", F, [2]), ("x", F, [2])]
+    elif case == "a node writes one twice":
+        nodes[0] = helper.make_node("Split", ["x"], ["y", "y"], axis=0, num_outputs=2)
+    else:
+        nodes[1] = helper.make_node("Relu", ["y"], ["w"])
+    m = make_model(nodes, inputs, [("z", F, [1])], inits, opset=18)
+    with pytest.raises(GraphmemError) as err:
+        from_model(m, check=False)
+    assert str(err.value) == message
+
+
+def test_blank_outputs_may_repeat():
+    from graphmem.frontend.reader import from_model
+    nodes = [helper.make_node("Dropout", ["x"], ["a", ""]),
+             helper.make_node("Dropout", ["a"], ["b", ""])]
+    g = from_model(make_model(nodes, [("x", F, [2])], [("b", F, [2])]))
+    assert [n.outputs for n in g.nodes] == [("a", ""), ("b", "")]
 
 
 def unknown_domain_model(with_shape: bool):

@@ -67,6 +67,19 @@ def test_plan_is_byte_identical(name, tmp_cwd):
     assert (tmp_cwd / "a.json").read_bytes() == (tmp_cwd / "b.json").read_bytes()
 
 
+def test_the_saved_plan_is_its_json_text_in_any_pieces(zoo_result, tmp_path):
+    """Plan.save streams json_chunks: the file is to_json's text, and every batch size
+    (one that divides the tensors exactly too) gives the same text."""
+    plan = zoo_result[2].plan
+    plan.save(tmp_path / "p.json")
+    text = plan.to_json()
+    assert (tmp_path / "p.json").read_text() == text
+    n = len(plan.tensors)
+    for batch in (1, 3, n, n - 1, (n + 1) // 2):
+        assert "".join(plan.json_chunks(batch)) == text
+    assert json.loads(text)["arena_bytes"] == plan.arena_bytes
+
+
 def test_cli_plan_default_output_name(tmp_cwd, capsys):
     assert main(["plan", "resnet50.onnx"]) == 0
     out = capsys.readouterr()

@@ -11,6 +11,7 @@ for shapes it leaves open work on onnx protos.
 from __future__ import annotations
 
 import os
+from itertools import repeat
 from math import prod
 from pathlib import Path
 from typing import Mapping
@@ -22,6 +23,7 @@ from graphmem import wire
 from graphmem.frontend.folding import RANDOM_OPS, evaluate_constants
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
+from graphmem.core.memory import release_freed
 from graphmem.core.nogc import gc_paused
 from graphmem.core.ir import Graph, Node, Tensor, from_columns, standard_domain
 
@@ -139,9 +141,9 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     # Our own structural checks first: they name the node and tensor, where the
     # checker only says "not topologically sorted" for a cycle or a missing producer.
-    _check_names(g)
+    producer = _check_names(g)
     reads = _all_reads(g)
-    order = _topological_order(g, reads)
+    order = _topological_order(g, reads, producer)
     stripped = _stripped_weights(g)
     if check:
         _check(data, parsed, stripped, order)
@@ -205,8 +207,9 @@ def _external_locations(g: dict):
         if location == _EXTERNAL:
             yield name, next((v for k, v in external if k == "location"), "")
     for node in g["nodes"]:
-        for sub in _subgraphs(node):
-            yield from _external_locations(sub)
+        if node[ATTRS]:
+            for sub in _subgraphs(node):
+                yield from _external_locations(sub)
 
 
 def _invalid_name(g: dict, where: str = "graph") -> str | None:
@@ -230,7 +233,30 @@ def _invalid_name(g: dict, where: str = "graph") -> str | None:
     return None
 
 
-def _check_names(g: dict) -> None:
+def _check_names(g: dict) -> dict[str, int]:
+    """Refuse a name defined twice (:func:`_name_clash` words it); return the index of
+    the node that writes each node output."""
+    init_names = [t[0] for t in g["initializers"]]
+    defined: dict[str, int] = dict.fromkeys(init_names, -1)
+    input_names = [vi[0] for vi in g["inputs"] if vi[0] not in defined]
+    if len(defined) != len(init_names) or len(set(input_names)) != len(input_names):
+        _name_clash(g, -1)
+    defined.update(dict.fromkeys(input_names, -1))
+    defined[""] = -1  # blanks (omitted optional outputs) may repeat
+    for idx, n in enumerate(g["nodes"]):
+        outs = n[OUTPUTS]
+        before = len(defined)
+        defined.update(zip(outs, repeat(idx)))
+        if len(defined) - before != len(outs) and (
+                len(defined) - before != len(outs) - outs.count("")):
+            _name_clash(g, idx)
+    defined.pop("")
+    return {name: by for name, by in defined.items() if by >= 0}
+
+
+def _name_clash(g: dict, upto: int) -> None:
+    """Raise for the first name defined twice (two initializers, two graph inputs, or a
+    node output already defined), looking at the nodes up to ``upto``."""
     defined: dict[str, str] = {}
     for init in g["initializers"]:
         if init[0] in defined:
@@ -240,7 +266,7 @@ def _check_names(g: dict) -> None:
         if vi[0] in defined and defined[vi[0]] != "an initializer":
             raise GraphmemError(f"duplicate tensor name {vi[0]!r}: two graph inputs")
         defined.setdefault(vi[0], "a graph input")
-    for idx, n in enumerate(g["nodes"]):
+    for idx, n in enumerate(g["nodes"][:upto + 1]):
         for out in n[OUTPUTS]:
             if not out:
                 continue
@@ -283,15 +309,12 @@ def _subgraph_reads(graph: dict) -> set[str]:
     return outer
 
 
-def _topological_order(g: dict, reads: list[tuple[str, ...]]) -> list[int]:
-    """Node indices in file order when that is topological, else a stable sort."""
+def _topological_order(g: dict, reads: list[tuple[str, ...]],
+                       producer: dict[str, int]) -> list[int]:
+    """Node indices in file order when that is topological, else a stable sort;
+    ``producer``: the node that writes each node output."""
     nodes = g["nodes"]
     available = {vi[0] for vi in g["inputs"]} | {t[0] for t in g["initializers"]}
-    producer: dict[str, int] = {}
-    for idx, n in enumerate(nodes):
-        for out in n[OUTPUTS]:
-            producer[out] = idx
-    producer.pop("", None)
     sorted_ = True
     for idx, rs in enumerate(reads):
         for t in rs:
@@ -495,6 +518,7 @@ def _proto(data: bytes) -> onnx.ModelProto:
 def _run_checker(work: bytes) -> None:
     try:
         onnx.checker.check_model(work)
+        release_freed()  # the checker's copy of the model
     except onnx.checker.ValidationError as exc:
         raise GraphmemError(f"the model fails onnx.checker: {_one_line(exc)}") from None
     except UnicodeDecodeError as exc:
@@ -509,7 +533,9 @@ def _infer(work: bytes) -> bytes:
     """onnx's shape inference (with data propagation) on the model's bytes."""
     try:
         from onnx.onnx_cpp2py_export import shape_inference as c_inference
-        return c_inference.infer_shapes(work, False, False, True)
+        inferred = c_inference.infer_shapes(work, False, False, True)
+        release_freed()  # inference's two copies of the model
+        return inferred
     except ImportError:
         inferred = shape_inference.infer_shapes(work, check_type=False, strict_mode=False,
                                                 data_prop=True)

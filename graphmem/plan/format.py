@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from itertools import islice
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from graphmem.core.ir import from_columns
+from graphmem.core.nogc import gc_paused
 from graphmem.errors import GraphmemError
 from graphmem.plan.io import write_atomic
 
@@ -43,6 +45,9 @@ class TensorPlan:
         return out
 
 
+_ALIAS_TEXT = {"view": '"view"', "inplace": '"inplace"', None: "null"}
+
+
 def _tensor_line(item: tuple[str, TensorPlan]) -> str:
     """``    "name": {...}`` exactly as ``json.dumps(name)`` and ``json.dumps(t.to_json())``
     write it, without building the dict: the plan writer's inner loop (a million tensors)."""
@@ -50,7 +55,8 @@ def _tensor_line(item: tuple[str, TensorPlan]) -> str:
     line = (f'    {_quote(name)}: {{"kind": {_quote(t.kind)}, "bytes": {int(t.bytes)}, '
             f'"offset": {int(t.offset)}, "live": [{int(t.live[0])}, {int(t.live[1])}]')
     if t.alias_of is not None:
-        line += f', "alias_of": {_quote(t.alias_of)}, "alias": {json.dumps(t.alias)}'
+        kind = _ALIAS_TEXT.get(t.alias) or json.dumps(t.alias)
+        line += f', "alias_of": {_quote(t.alias_of)}, "alias": {kind}'
     if t.slice_of is not None:
         line += f', "slice_of": {_quote(t.slice_of)}'
     return line + "}"
@@ -100,27 +106,36 @@ class Plan:
 
     def to_json(self) -> str:
         """Deterministic JSON text: one tensor per line, stable key order."""
+        return "".join(self.json_chunks())
+
+    def json_chunks(self, batch: int = 8192) -> Iterator[str]:
+        """The text of :meth:`to_json` in pieces (``batch`` tensor lines each), for
+        writing a large plan without holding its whole text twice."""
         d = self.to_dict(tensors=False)
-        lines = ["{"]
         keys = list(d)
+        yield "{\n"
         for i, k in enumerate(keys):
             comma = "," if i < len(keys) - 1 else ""
-            if k == "tensors":
-                if not self.tensors:
-                    lines.append(f'  "tensors": {{}}{comma}')
-                    continue
-                lines.append('  "tensors": {')
-                lines.append(",\n".join(map(_tensor_line, self.tensors.items())))
-                lines.append(f"  }}{comma}")
+            if k != "tensors":
+                yield f"  {json.dumps(k)}: {json.dumps(d[k])}{comma}\n"
+            elif not self.tensors:
+                yield f'  "tensors": {{}}{comma}\n'
             else:
-                lines.append(f"  {json.dumps(k)}: {json.dumps(d[k])}{comma}")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+                yield '  "tensors": {\n'
+                items = iter(self.tensors.items())
+                part = list(islice(items, batch))
+                while part:
+                    after = list(islice(items, batch))
+                    yield ",\n".join(map(_tensor_line, part)) + (",\n" if after else "\n")
+                    part = after
+                yield f"  }}{comma}\n"
+        yield "}\n"
 
+    @gc_paused  # a million tensors' text makes the collector re-scan the heap
     def save(self, path: str | os.PathLike, *, inputs=()) -> None:
-        """Write whole (:func:`~graphmem.plan.io.write_atomic`); ``inputs``: the files
-        the command read, which ``path`` must not be."""
-        write_atomic(path, self.to_json(), inputs=inputs)
+        """Write whole (:func:`~graphmem.plan.io.write_atomic`), streamed; ``inputs``:
+        the files the command read, which ``path`` must not be."""
+        write_atomic(path, self.json_chunks(), inputs=inputs)
 
     @staticmethod
     def from_dict(d: Any, source: str = "plan") -> "Plan":

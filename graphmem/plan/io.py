@@ -17,7 +17,8 @@ from typing import Iterable, Sequence
 
 from graphmem.errors import GraphmemError
 
-Content = str | bytes
+# A file's content: text, bytes, or an iterable of text pieces (written as they come)
+Content = str | bytes | Iterable[str]
 
 
 def write_atomic(path: str | os.PathLike, text: Content, *,
@@ -108,10 +109,17 @@ def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private (0600)
     with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-        f.write(text)
+        _write(f, text)
 
 
 def _write_straight(t: _Target, text: Content) -> None:
     """Write into a device or a FIFO as it is (it is not replaced)."""
     with open(t.real, "wb" if isinstance(text, bytes) else "w") as f:
+        _write(f, text)
+
+
+def _write(f, text: Content) -> None:
+    if isinstance(text, (str, bytes)):
         f.write(text)
+    else:
+        f.writelines(text)
