@@ -23,14 +23,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"graphmem: {where}{message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with every command's options; given ``argv`` that names a command,
+    with only that command's (so that a command imports only the modules it uses)."""
     parser = _Parser(
         prog="graphmem", description="Static memory planner for ONNX computation graphs.")
     from graphmem import __version__
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
+    named = next((a for a in argv or () if not a.startswith("-")), None)
+    for name in [named] if named in COMMANDS else COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
     return parser
 
@@ -45,8 +48,8 @@ def _terminate(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_negative_values(sys.argv[1:] if argv is None else argv))
+    argv = _negative_values(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         return int(args.func(args) or 0)

@@ -56,3 +56,17 @@ def test_shape_that_cannot_be_inferred(tmp_cwd, capsys):
 def test_output_in_missing_folder(tmp_cwd, capsys):
     code, err = run_plan(["squeezenet", "-o", "no/such/dir/p.json"], capsys)
     assert code == 2 and "does not exist" in err[-1]
+
+
+def test_a_command_imports_only_what_it_uses(tmp_path):
+    """`plan` builds only its own parser: the verifier, ONNX Runtime and the training
+    code stay unimported (a process that plans squeezenet spent 0.08 s importing them)."""
+    import subprocess
+    import sys
+    code = ("import sys; from graphmem.cli import main; "
+            f"rc = main(['plan', 'squeezenet', '-o', {str(tmp_path / 'p.json')!r}, '-q']); "
+            "print(rc, sorted(m for m in ('graphmem.verify.verifier', 'onnxruntime', "
+            "'graphmem.training.build', 'onnx.reference') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["0", "[]"]

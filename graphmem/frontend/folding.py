@@ -37,6 +37,7 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
                        base_dir: str = ".",
                        initializer_values: Mapping[str, np.ndarray] | None = None,
                        failures: dict[str, str] | None = None,
+                       prefer: str = "onnxruntime",
                        ) -> dict[str, np.ndarray]:
     """Values of the folded tensors (initializers included), skipping any over ``max_bytes``.
 
@@ -44,9 +45,14 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
     only when ``max_bytes`` allows them. The nodes run in one ONNX Runtime session (the
     runtime the plan is verified on); when that fails, node by node, each on ONNX
     Runtime and else on onnx's reference evaluator, so that one node no evaluator can
-    run costs only the constants computed from it. ``failures``, when given, receives
-    for each tensor left out the reason: the node that failed and its error.
+    run costs only the constants computed from it. ``prefer="reference"`` tries onnx's
+    reference evaluator first (the loader's few shape constants: it spares importing
+    ONNX Runtime). ``failures``, when given, receives for each tensor left out the
+    reason: the node that failed and its error.
     """
+    evaluators = (_on_runtime, _on_reference)
+    if prefer == "reference":
+        evaluators = evaluators[::-1]
     values: dict[str, np.ndarray] = dict(initializer_values or {})
     for init in model.graph.initializer:
         if init.name in values:
@@ -75,7 +81,7 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
     if not run:
         return values
     try:
-        values.update(_run_nodes(model, run, values, tensors))
+        values.update(_run_nodes(model, run, values, evaluators))
         return values
     except Exception:
         pass  # node by node below: keep what can be computed, name what cannot
@@ -86,7 +92,7 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
             reason = (failures or {}).get(lost, f"its input {lost!r} has no value")
         else:
             try:
-                values.update(_run_nodes(model, [n], values, tensors))
+                values.update(_run_nodes(model, [n], values, evaluators))
                 continue
             except Exception as exc:
                 reason = (f"{n.op_type} node {n.name!r} failed on ONNX Runtime and on the "
@@ -98,10 +104,10 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
 
 
 def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
-               values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor]
-               ) -> dict[str, np.ndarray]:
-    """The outputs of ``nodes`` (a topological list), their inputs taken from ``values``:
-    on ONNX Runtime, else (one node) on onnx's reference evaluator."""
+               values: Mapping[str, np.ndarray], evaluators) -> dict[str, np.ndarray]:
+    """The outputs of ``nodes`` (a topological list), their inputs taken from
+    ``values``, from the first of ``evaluators`` that runs them (the last one's error
+    is raised when none does)."""
     wanted = [o for n in nodes for o in n.output if o]
     made = set(wanted)
     needed = sorted({t for n in nodes for t in n.input if t and t not in made})
@@ -111,19 +117,38 @@ def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
         [numpy_helper.from_array(values[t], t) for t in needed])
     sub = helper.make_model(graph, opset_imports=list(model.opset_import),
                             ir_version=max(model.ir_version, 4))
-    try:
-        import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # a failure is reported by the caller
-        session = ort.InferenceSession(sub.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
-        results = session.run(wanted, {})
-    except Exception:
-        if len(nodes) > 1:
-            raise
-        from onnx.reference import ReferenceEvaluator
-        results = ReferenceEvaluator(sub).run(wanted, {})
+    for i, evaluate in enumerate(evaluators):
+        try:
+            results = evaluate(sub, wanted)
+            break
+        except Exception:
+            if i == len(evaluators) - 1:
+                raise
     return {name: np.asarray(v) for name, v in zip(wanted, results)}
+
+
+def _on_runtime(sub: onnx.ModelProto, wanted: list[str]) -> list:
+    """Run ``sub`` on ONNX Runtime's CPU provider, its outputs typed by onnx's shape
+    inference first (the runtime refuses an output of undefined type)."""
+    import onnxruntime as ort
+    inferred = onnx.shape_inference.infer_shapes(sub)
+    elem = {vi.name: vi.type.tensor_type.elem_type
+            for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    typed = onnx.ModelProto()
+    typed.CopyFrom(sub)
+    for out in typed.graph.output:
+        out.type.tensor_type.elem_type = elem.get(out.name, 0)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a failure is reported by the caller
+    session = ort.InferenceSession(typed.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(wanted, {})
+
+
+def _on_reference(sub: onnx.ModelProto, wanted: list[str]) -> list:
+    """Run ``sub`` on onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+    return ReferenceEvaluator(sub).run(wanted, {})
 
 
 def _initializer_value(init: onnx.TensorProto, base_dir: str,

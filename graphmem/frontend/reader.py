@@ -155,8 +155,12 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     missing = _unknown(g, order, tensors, folded_nodes)
     model = None  # the proto, made only for the fallbacks below
     if missing:
+        # Dropout's mask, first: it is all a zoo graph lacks, and cheap
+        model = _fill_known_gaps(onnx.ModelProto.FromString(inferred), tensors, missing)
+        tensors = _tensors(_types(model.SerializeToString()))
+        missing = _unknown(g, order, tensors, folded_nodes)
+    if missing:
         # Values of small constants (shape arithmetic) let inference finish the job.
-        model = onnx.ModelProto.FromString(inferred)
         model = _infer_with_constant_values(model, order, tensors, folded_nodes, constants,
                                             base_dir)
         tensors = _tensors(_types(model.SerializeToString()))
@@ -898,7 +902,8 @@ def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bind
 
 def _infer_with_constant_values(model, order, tensors, folded, constants, base_dir):
     values = evaluate_constants(model, [model.graph.node[i] for i in order if i in folded],
-                                tensors, max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir)
+                                tensors, max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir,
+                                prefer="reference")
     if not values:
         return model
     work = onnx.ModelProto()
