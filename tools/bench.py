@@ -2,6 +2,7 @@
 
     python tools/bench.py                  # all nine zoo models, all planners; docs/benchmarks.md
     python tools/bench.py --scale          # planning time vs graph size; docs/benchmarks.md + SVG
+    python tools/bench.py --whole          # the whole command from a file beside ORT (--zoo)
     python tools/bench.py --models resnet50,squeezenet --no-write
 
 Each run rewrites only its own section of docs/benchmarks.md, between
@@ -350,8 +351,23 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default="1000,10000,100000,1000000",
                     help="node counts for --scale (default 1k, 10k, 100k, 1M)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    ap.add_argument("--whole", action="store_true",
+                    help="the whole 'graphmem plan' process from a file beside ONNX Runtime "
+                         "opening it (tools/whole.py); with --zoo on the zoo, onnx-tool too")
+    ap.add_argument("--zoo", action="store_true", help="with --whole: the zoo models")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="with --whole: processes per measurement, the fastest kept")
+    ap.add_argument("--ort-max", type=int, default=100_000,
+                    help="with --whole: time ONNX Runtime up to this many nodes")
+    ap.add_argument("--ort-chain-max", type=int, default=1_000_000,
+                    help="with --whole: ... and on the chain up to this many")
     args = ap.parse_args(argv)
-    if args.scale:
+    if args.whole:
+        import whole
+        if args.sizes == ap.get_default("sizes"):
+            args.sizes = "100000,1000000"
+        (whole.run_zoo if args.zoo else whole.run)(args)
+    elif args.scale:
         import scale
         scale.run(args)
     else:
