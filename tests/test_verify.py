@@ -310,3 +310,21 @@ def test_tolerance_follows_the_least_precise_float_upstream(tmp_path):
     # f and s carry float16 precision; integers compare exactly; g and e: float32's
     assert tolerance_dtypes(graphmem.load(path)) == {"f": "float16", "s": "float16",
                                                      "e": "float32"}
+
+
+def test_progress_lines_without_a_terminal(tmp_path, capsys, monkeypatch):
+    """stderr not a terminal (a CI log): a progress line every PROGRESS_EVERY seconds,
+    here every step, and the report as usual on stdout."""
+    from graphmem.commands import verify as verify_command
+    monkeypatch.setattr(verify_command, "PROGRESS_EVERY", 0.0)
+    nodes = [helper.make_node("Relu" if i % 2 == 0 else "Neg", [f"t{i}"], [f"t{i + 1}"])
+             for i in range(6)]
+    path = tmp_path / "chain.onnx"
+    import onnx
+    onnx.save(make_model(nodes, [("t0", TensorProto.FLOAT, [4])],
+                         [("t6", TensorProto.FLOAT, [4])]), str(path))
+    assert main(["verify", str(path)]) == 0
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("graphmem: verify: ") for line in lines)
+    assert "of 6 nodes" in lines[0] and "PASS" in out

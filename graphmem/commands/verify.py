@@ -64,18 +64,43 @@ def run(args) -> int:
     return 0 if report.passed else 1
 
 
+# Without a terminal (a CI log, a pipe), a progress line on stderr this often, in seconds
+PROGRESS_EVERY = 10.0
+
+
 def run_verify(plan, graph, args) -> VerifyReport:
-    """Verify with a progress bar over the nodes on stderr."""
+    """Verify with progress over the nodes on stderr: a bar on a terminal, else a line
+    every ``PROGRESS_EVERY`` seconds once a run takes that long (a 200k-node chain
+    verifies for minutes)."""
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("nodes"), TimeElapsedColumn(), console=err,
                   transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("nodes", total=len(plan.order))
+        on_step = ((lambda done, total: progress.update(task, completed=done))
+                   if err.is_terminal else _progress_lines())
         inputs = read_inputs(args.inputs, graph) if getattr(args, "inputs", None) else None
         return verify(plan, graph, provider=args.provider, runtime_only=args.runtime_only,
                       force=getattr(args, "force", False),
                       check_all=args.check_all, seed=args.seed, inputs=inputs,
-                      on_step=lambda done, total: progress.update(task, completed=done))
+                      on_step=on_step)
+
+
+def _progress_lines(every: float | None = None):
+    """An ``on_step`` that writes ``graphmem: verify: N of M nodes, S s`` to stderr at
+    most once per ``every`` seconds."""
+    import sys
+    import time
+    start = time.monotonic()
+    due = [start + (PROGRESS_EVERY if every is None else every)]
+
+    def on_step(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now >= due[0] and done < total:
+            print(f"graphmem: verify: {done:,} of {total:,} nodes, {now - start:.0f} s",
+                  file=sys.stderr, flush=True)
+            due[0] = now + (PROGRESS_EVERY if every is None else every)
+    return on_step
 
 
 def print_report(console: Console, r: VerifyReport) -> None:
