@@ -7,11 +7,14 @@ input's storage when every tensor of that group is read for the last time at thi
 the group holds no graph input, and the sizes and dtypes match exactly.
 
 A storage group can hold Concat slices (the ``concat`` pass runs first). The plan's
-in-place rule covers the whole group: at the step of every in-place write, no member
-of the group may be live across it (produced before and read after). Each join
-checks that rule for the merged group, so no in-place op can overwrite bytes of a
-Concat output while a slice or the output is still to be read. A join never puts
-two Concat slices into one alias group, nor a graph input into a group with slices.
+in-place rule is per byte range: at the step of every in-place write, no member of the
+group whose bytes overlap the overwritten input's may be live across it (produced
+before and read after), so each Concat branch may run its own in-place op inside its
+own slice while the other slices wait. Each join checks that rule for the merged
+group, every member's byte range kept relative to the group's root, so no in-place op
+can overwrite bytes of a Concat output while a slice over them or the output is still
+to be read. A join never puts two Concat slices into one alias group, nor a graph input
+into a group with slices.
 """
 from __future__ import annotations
 
@@ -44,20 +47,30 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
     # large graph most tensors never join, and that saves a few dict entries per tensor
     parent: dict[int, int] = {}  # tensor -> a tensor of its group nearer the root
     group_last: dict[int, int] = {}
-    # per storage group: its members' live ranges and the positions of in-place writes
-    lives: dict[int, list[tuple[int, int]]] = {}
-    writes: dict[int, list[int]] = {}
+    nb = ctx.nbytes.tolist()
+    # a tensor's byte offset from its group's root (absent: 0, as for a tensor alone)
+    off: dict[int, int] = {}
+    # per storage group: its members, their lives and byte ranges (first, last, lo,
+    # hi), and the in-place writes (position, lo, hi), in the root's byte coordinates
+    members: dict[int, list[int]] = {}
+    lives: dict[int, list[tuple[int, int, int, int]]] = {}
+    writes: dict[int, list[tuple[int, int, int]]] = {}
 
     def state(r: int) -> None:
         if r not in lives:
-            lives[r], writes[r], group_last[r] = [(first[r], last[r])], [], last[r]
+            members[r], writes[r], group_last[r] = [r], [], last[r]
+            lives[r] = [(first[r], last[r], 0, nb[r])]
 
     for name in a.linked():  # the others are their own root: no visit
-        t, r = arena_id(name), ids[root_of[name][0]]
+        t, (root, at) = arena_id(name), root_of[name]
+        r = ids[root]
         if t is not None and r != t:
             parent[t] = r
             state(r)
-            lives[r].append((first[t], last[t]))
+            if at:
+                off[t] = at
+            members[r].append(t)
+            lives[r].append((first[t], last[t], at, at + nb[t]))
             group_last[r] = max(group_last[r], last[t])
     pinned = {parent.get(t, t) for t in map(arena_id, graph.inputs) if t is not None}
     sliced = {parent.get(t, t) for t in map(arena_id, a.slice_of) if t is not None}
@@ -97,31 +110,50 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
             # chain of in-place ops scanned the whole chain (20,000 Relu/Sigmoid in a
             # row took 33 s).
             return True
-        # the in-place rule over the merged group (pairs within one old group held already)
+        # the in-place rule over the merged group (pairs within one old group held
+        # already), by bytes: out's group moves by ``shift`` to put out over src
         state(go)
         state(gs)
+        at = off.get(src, 0)
+        shift = at - off.get(out, 0)
         lo, ls, wo, ws = lives[go], lives[gs], writes[go], writes[gs]
-        if (ws and _crosses(lo, ws)) or (wo and _crosses(ls, wo)):
+        if (ws and _crosses(lo, ws, shift, 0)) or (wo and _crosses(ls, wo, 0, shift)):
             return False
-        return pos is None or not (_crosses(lo, (pos,)) or _crosses(ls, (pos,)))
+        write = ((pos, at, at + nb[src]),)
+        return pos is None or not (_crosses(lo, write, shift, 0) or _crosses(ls, write, 0, 0))
 
     def join(out: int, src: int, old: int, new: int, kind: str, pos: int | None = None
              ) -> None:
-        """``out`` (root ``old``) joins ``src``'s storage (root ``new``)."""
+        """``out`` (root ``old``) joins ``src``'s storage (root ``new``), at src's bytes."""
         state(new)
         alias[names[out]] = (names[src], kind)
         aliased.add(out)
         parent[old] = new
+        at = off.get(src, 0)
+        shift = at - off.get(out, 0)
         if old in lives:
             group_last[new] = max(group_last[new], group_last.pop(old))
-            lives[new].extend(lives.pop(old))  # each list belongs to its group alone
-            writes[new].extend(writes.pop(old))
+            moved = members.pop(old)
+            if shift:
+                for m in moved:
+                    off[m] = off.get(m, 0) + shift
+                lives[new].extend([(f, l, lo + shift, hi + shift)
+                                   for f, l, lo, hi in lives.pop(old)])
+                writes[new].extend([(p, lo + shift, hi + shift)
+                                    for p, lo, hi in writes.pop(old)])
+            else:  # each list belongs to its group alone
+                lives[new].extend(lives.pop(old))
+                writes[new].extend(writes.pop(old))
+            members[new].extend(moved)
         else:  # a lone tensor (no state made): its life, and no writes of its own
-            lives[new].append((first[old], last[old]))
+            if shift:
+                off[old] = shift
+            members[new].append(old)
+            lives[new].append((first[old], last[old], shift, shift + nb[old]))
             if last[old] > group_last[new]:
                 group_last[new] = last[old]
         if pos is not None:
-            writes[new].append(pos)
+            writes[new].append((pos, at, at + nb[src]))
         if old in pinned:
             pinned.add(new)
         if old in sliced:
@@ -131,6 +163,15 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
             alias_root[ao] = as_
             if ao in slice_in_alias:
                 slice_in_alias.add(as_)
+
+    def _read_later(g: int, src: int, pos: int) -> bool:
+        """Is a member of group ``g`` made by ``pos`` whose bytes overlap ``src``'s read
+        after ``pos``? In a group without Concat slices every member covers src's
+        bytes: its last use decides."""
+        if g not in sliced or g not in lives:
+            return group_last.get(g, last[g]) > pos
+        lo, hi = off.get(src, 0), off.get(src, 0) + nb[src]
+        return any(f <= pos < l and a < hi and lo < b and a < b for f, l, a, b in lives[g])
 
     tensors = graph.tensors
     for pos, overwrite, src, out in _candidates(ctx):
@@ -146,7 +187,7 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
         s, d = tensors[names[src]], tensors[names[out]]
         if s.dtype != d.dtype or s.shape != d.shape:
             continue
-        if (gs in pinned or group_last.get(gs, last[gs]) > pos
+        if (gs in pinned or _read_later(gs, src, pos)
                 or not allowed(out, src, go, gs, pos)):
             continue
         join(out, src, go, gs, "inplace", pos)
@@ -173,9 +214,14 @@ def _candidates(ctx: Context) -> Iterator[tuple[int, bool, int, int]]:
                out[keep].tolist())
 
 
-def _crosses(members, positions) -> bool:
-    """Is some member live across one of the positions (produced before, read after)?"""
-    return any(first < p < last for p in positions for first, last in members)
+def _crosses(members, writes, member_shift: int, write_shift: int) -> bool:
+    """Is some member live across one of the in-place writes (produced before it, read
+    after it) with bytes that overlap the written ones? ``members`` (first, last, lo,
+    hi) and ``writes`` (position, lo, hi) are moved by their shifts first; a member of
+    no bytes overlaps nothing."""
+    d = write_shift - member_shift  # compare in the members' coordinates
+    return any(first < p < last and lo < whi + d and wlo + d < hi and lo < hi
+               for p, wlo, whi in writes for first, last, lo, hi in members)
 
 
 

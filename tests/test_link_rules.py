@@ -169,3 +169,29 @@ def test_a_graph_output_as_a_slice_is_broken():
     assert plan.tensors["a"].slice_of is None
     _broken(plan, graph, "graph input or output cannot be a Concat slice",
             a={"slice_of": "c", "offset": plan.tensors["c"].offset})
+
+
+def test_the_in_place_rule_is_per_byte_range():
+    """A write over a Concat branch's bytes is refused only by a member whose bytes
+    overlap them and that is live across the write: another slice still to be read is
+    no reason (issue 21), a view of the overwritten input still to be read is."""
+    import numpy as np
+    from graphmem.plan.columns import PlanColumns
+    from graphmem.plan.links import _group_breaks
+    # cat [0, 400) made at 8; its slices s1 [0, 200) live 4..8 and s2 [200, 400) live
+    # 5..8; s2 written in place over c2 [200, 400), live 1..5, at position 5
+    names = ["cat", "s1", "s2", "c2", "v2"]
+    offset = np.array([0, 0, 200, 200, 200])
+    size = np.array([400, 200, 200, 200, 200])
+    first, last = np.array([8, 4, 5, 1, 2]), np.array([9, 8, 8, 5, 7])
+
+    def broken(members: list[int]) -> bool:
+        keep = np.array(members)
+        cols = PlanColumns([names[i] for i in members], [None] * len(members), first[keep],
+                           last[keep], offset[keep], size[keep],
+                           np.zeros(len(members), dtype=np.int64), [])
+        out, src = members.index(2), members.index(3)
+        return bool(_group_breaks(cols, np.array([], dtype=np.int64), np.array([out]),
+                                  np.array([5]), np.array([src]))[0])
+    assert not broken([0, 1, 2, 3])  # s1 is live across 5, but not over s2's bytes
+    assert broken([0, 1, 2, 3, 4])  # v2, a view of c2 read at 7, would see s2's values

@@ -8,8 +8,8 @@ graph index), and the tensors that break one are then worded in plan order. The 
   same offset, read by the tensor's producer through one of the pairs
   ``ops.view_pairs`` (``"view"``, same bytes) or ``ops.overwrite_pairs`` (``"inplace"``,
   no more bytes) give; an in-place write at position p needs every member of its
-  storage group to be no graph input and not live across p (produced before p, read
-  after it).
+  storage group to be no graph input, and no member whose bytes overlap the overwritten
+  input's to be live across p (produced before p, read after it).
 - slice: ``slice_of`` is an activation's Concat output, produced by a Concat that reads
   the tensor once, whose dimensions before the axis are 1 (contiguous slices), and the
   tensor sits at the output's offset plus the bytes of the inputs before it.
@@ -134,7 +134,7 @@ class _AliasFacts:
         if len(writes):
             broken = np.zeros(len(out), dtype=bool)
             broken[writes] = _group_breaks(cols, _input_positions(topo, pid), out[writes],
-                                           self.pos[writes])
+                                           self.pos[writes], src[writes])
             rule(broken, _GROUP)
         self.code, self.src, self.out = code, src, out
 
@@ -149,10 +149,11 @@ class _AliasFacts:
                 alias=t.alias)
         # _GROUP: the first member of the storage group (in plan order) that breaks it
         cols, pos = self.cols, int(self.pos[k])
-        group = cols.group
+        group, s = cols.group, int(self.src[k])
         for m in np.flatnonzero(group == group[self.out[k]]).tolist():
             mt = cols.ts[m]
-            if _overwrites(mt.kind == "input", mt.live[0], mt.live[1], pos):
+            if mt.kind == "input" or (_overwrites(False, mt.live[0], mt.live[1], pos)
+                                      and _overlaps(cols, m, s)):
                 if mt.kind == "input":
                     return (f"tensor {name!r}: overwrites the storage of graph input "
                             f"{cols.names[m]!r}")
@@ -160,6 +161,19 @@ class _AliasFacts:
                         f"{cols.names[m]!r}, which shares that storage, is read later "
                         f"(at {mt.live[1]})")
         raise AssertionError("a broken in-place group with no member that breaks it")
+
+
+def _overlaps(cols: PlanColumns, m, s):
+    """Do the bytes of plan positions ``m`` overlap those of ``s`` (scalars or arrays)?
+    A tensor of no bytes overlaps nothing."""
+    return ((cols.size[m] > 0) & (cols.offset[m] < cols.offset[s] + cols.size[s])
+            & (cols.offset[s] < cols.offset[m] + cols.size[m]))
+
+
+# Above this many (write, member) pairs to look at, a write that the group-wide rule
+# refuses is refused without asking which members' bytes it overlaps: a hostile plan
+# must not make validation quadratic (every plan graphmem writes stays far below it).
+BYTE_CHECK_LIMIT = 20_000_000
 
 
 def _overwrites(is_input, first, last, pos):
@@ -176,13 +190,41 @@ def _input_positions(topo: GraphIndex, pid: np.ndarray) -> np.ndarray:
 
 
 def _group_breaks(cols: PlanColumns, inputs: np.ndarray, out: np.ndarray,
-                  pos: np.ndarray) -> np.ndarray:
-    """Per in-place write (output ``out`` at position ``pos``): does a member of its
-    storage group break :func:`_overwrites`, i.e. hold a graph input or live across
-    ``pos``? Answered for all writes in O(n log n),
-    where asking every member of every write's group would be quadratic in a long
-    in-place chain: per group, the latest last use of the members that start before
-    ``pos`` decides whether one is live across it."""
+                  pos: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """Per in-place write (output ``out`` over ``src`` at position ``pos``): does a
+    member of its storage group hold a graph input, or live across ``pos`` with bytes
+    that overlap ``src``'s? First for all writes at once in O(n log n) without the
+    bytes (where asking every member of every write's group would be quadratic in a
+    long in-place chain: per group, the latest last use of the members that start
+    before ``pos`` decides whether one is live across it); then the writes that this
+    refuses in a group whose members cover different bytes (Concat slices) are asked
+    member by member which bytes they overlap."""
+    broken = _group_breaks_anywhere(cols, inputs, out, pos)
+    group = cols.group
+    tainted = np.zeros(len(group), dtype=bool)
+    tainted[group[inputs]] = True
+    again = np.flatnonzero(broken & ~tainted[group[out]])
+    if not len(again):
+        return broken
+    by_group = np.argsort(group, kind="stable")
+    grouped = group[by_group]
+    g = group[out[again]]
+    lo, hi = np.searchsorted(grouped, g, "left"), np.searchsorted(grouped, g, "right")
+    if int((hi - lo).sum()) > BYTE_CHECK_LIMIT:
+        return broken
+    for k, a, b in zip(again.tolist(), lo.tolist(), hi.tolist()):
+        m = by_group[a:b]
+        if (cols.offset[m] == cols.offset[m[0]]).all() and (cols.size[m] == cols.size[m[0]]).all():
+            continue  # every member covers the same bytes: the answer stands
+        broken[k] = bool((_overwrites(False, cols.first[m], cols.last[m], pos[k])
+                          & _overlaps(cols, m, src[k])).any())
+    return broken
+
+
+def _group_breaks_anywhere(cols: PlanColumns, inputs: np.ndarray, out: np.ndarray,
+                           pos: np.ndarray) -> np.ndarray:
+    """:func:`_group_breaks` without the bytes: a member that holds a graph input or
+    is live across ``pos`` anywhere in the group."""
     group = cols.group
     w_group = group[out]
     tainted = np.zeros(len(group), dtype=bool)
