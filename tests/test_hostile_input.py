@@ -2,6 +2,7 @@
 the model does not own (issue 25)."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -74,3 +75,53 @@ def _external_model(path: str, location: str, length: int) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
                               [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_huge_range_of_constants_plans_in_bounded_memory(tmp_path):
+    """Range(0, 3e9, 1) of initializers: onnx's data propagation would materialize its
+    24 GB output (12 GB and more before); graphmem infers without it and plans in a
+    process limited to 2 GB of address space beyond its start."""
+    import subprocess
+    import sys
+    import numpy as np
+    from onnx import helper, numpy_helper
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("start", 0), ("limit", 3_000_000_000), ("delta", 1))]
+    nodes = [helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+             helper.make_node("Cast", ["r"], ["f"], to=1),
+             helper.make_node("Add", ["f", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "range", [helper.make_tensor_value_info("x", 1, [1])],
+                              [helper.make_tensor_value_info("y", 1, [3_000_000_000])], inits)
+    path = tmp_path / "range.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(path))
+    code = ("import resource, sys; from graphmem.cli import main; "
+            "soft = resource.getrlimit(resource.RLIMIT_AS)[0]; "
+            "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY)); "
+            f"sys.exit(main(['plan', {str(path)!r}, '-o', {str(tmp_path / 'p.json')!r}, '-q']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["tensors"]["y"]["bytes"] == 12_000_000_000
+
+
+def test_position_ids_from_a_range_over_the_sequence():
+    """The exporters' position ids, Range(0, seq) with seq from Shape: inferred without
+    data propagation, their shapes come from the small constants' values."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from graphmem.frontend.reader import from_model
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.ones((64, 8), np.float32), "pos_emb")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Range", ["zero", "seq", "one"], ["pos"]),
+             helper.make_node("Gather", ["pos_emb", "pos"], ["pe"]),
+             helper.make_node("Add", ["x", "pe"], ["y"])]
+    graph = helper.make_graph(nodes, "pos", [helper.make_tensor_value_info("x", 1, [2, "seq", 8])],
+                              [helper.make_tensor_value_info("y", 1, [2, "seq", 8])], inits)
+    g = from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                   {"seq": 5})
+    assert g.tensors["pos"].shape == (5,) and g.tensors["y"].shape == (2, 5, 8)
+    assert "pos" in g.arena_tensors()  # computed from a bound dim: it runs

@@ -149,7 +149,8 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         _check(data, parsed, stripped, order)
     bindings, rebound = _bind(data, g, dict(dims or {}), dim_default)
     work = _splice(data, parsed, rebound + stripped)
-    inferred = _infer(work)
+    data_prop = not any(n[OP] in UNBOUNDED_DATA_PROP for n in g["nodes"])
+    inferred = _infer(work, data_prop)
     tensors = _tensors(_types(inferred))
     folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
     missing = _unknown(g, order, tensors, folded_nodes)
@@ -533,23 +534,31 @@ def _run_checker(work: bytes) -> None:
         raise GraphmemError(f"the model is corrupt: {_one_line(exc)}") from None
 
 
-def _infer(work: bytes) -> bytes:
-    """onnx's shape inference (with data propagation) on the model's bytes."""
+# Ops whose data propagation in onnx's shape inference materializes their whole output
+# (a Range of constant inputs to 3e9 took 12 GB): with one in the graph, inference runs
+# without data propagation, and the shape arithmetic it would have followed is left to
+# the evaluation of small constants (at most SMALL_CONSTANT_BYTES each), which is bounded.
+UNBOUNDED_DATA_PROP = frozenset({"Range"})
+
+
+def _infer(work: bytes, data_prop: bool = True) -> bytes:
+    """onnx's shape inference (with data propagation unless told) on the model's bytes."""
     try:
         from onnx.onnx_cpp2py_export import shape_inference as c_inference
-        inferred = c_inference.infer_shapes(work, False, False, True)
+        inferred = c_inference.infer_shapes(work, False, False, data_prop)
         release_freed()  # inference's two copies of the model
         return inferred
     except ImportError:
         inferred = shape_inference.infer_shapes(work, check_type=False, strict_mode=False,
-                                                data_prop=True)
+                                                data_prop=data_prop)
         return inferred.SerializeToString()
     except Exception as exc:
         raise GraphmemError(f"ONNX shape inference failed: {_one_line(exc)}") from None
 
 
 def _infer_proto(model: onnx.ModelProto) -> onnx.ModelProto:
-    return onnx.ModelProto.FromString(_infer(model.SerializeToString()))
+    data_prop = not any(n.op_type in UNBOUNDED_DATA_PROP for n in model.graph.node)
+    return onnx.ModelProto.FromString(_infer(model.SerializeToString(), data_prop))
 
 
 def _types(data: bytes) -> dict[str, tuple]:
