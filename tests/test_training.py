@@ -211,6 +211,32 @@ def test_train_binds_symbolic_dims_like_plan(tmp_path, capsys):
     assert "disagree" in capsys.readouterr().err
 
 
+def test_batch_rewrites_reshape_targets_written_as_constant_nodes(capsys, tmp_path):
+    """PyTorch's exporters write a Reshape's target as a Constant node: --batch rewrites
+    its leading batch as it does an initializer's (issue 22: 'unknown rank' before)."""
+    w = numpy_helper.from_array((RNG.standard_normal([4, 3, 3, 3]) * 0.3).astype(np.float32),
+                                "w")
+    fc = numpy_helper.from_array((RNG.standard_normal([64, 5]) * 0.3).astype(np.float32),
+                                 "fc")
+    target = helper.make_node("Constant", [], ["target"],
+                              value=numpy_helper.from_array(np.array([2, 64], np.int64)))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), target,
+             helper.make_node("Reshape", ["r", "target"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "fc"], ["y"])]
+    g = helper.make_graph(nodes, "flat",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+                          [w, fc])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "flat.onnx"
+    onnx.save(m, str(path))
+    assert main(["train", str(path), "--batch", "6", "--loss", "sum", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["batch"] == 6 and d["forward_macs"] == 6 * (64 * 27 + 5 * 64)
+
+
 def test_zoo_squeezenet_builds_plans_and_runs():
     from graphmem.frontend.zoo import zoo_path
     tg = build_training(onnx.load(str(zoo_path("squeezenet"))), 1)

@@ -21,6 +21,7 @@ from graphmem.analysis.breakdown import FLOAT_TYPES, param_count, weight_bytes, 
 from graphmem.core.dtypes import BITS_BY_NAME
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Tensor
+from graphmem.frontend.folding import constant_value
 from graphmem.frontend.reader import copy_without_weights, from_model
 from graphmem.pipeline import DEFAULT_PASSES, plan_graph
 
@@ -117,7 +118,7 @@ def rebatch(model: onnx.ModelProto, batch: int, old: int) -> onnx.ModelProto:
     rewrites = [(n, n.input[1]) for n in g.node
                 if n.op_type == "Reshape" and len(n.input) > 1 and n.input[0] in tainted]
     for node, shape_name in rewrites:
-        value = _shape_value(shape_name, inits, constants)
+        value = constant_value(shape_name, inits, constants)
         if value is None or value.ndim != 1 or not len(value) or int(value[0]) != old:
             continue  # computed shapes follow the data; 0 and -1 already do
         new = value.copy()
@@ -139,17 +140,6 @@ def rebatch(model: onnx.ModelProto, batch: int, old: int) -> onnx.ModelProto:
             const.attribute.append(
                 onnx.helper.make_attribute("value", numpy_helper.from_array(new, shape_name)))
     return m
-
-
-def _shape_value(name, inits, constants):
-    if name in inits:
-        return numpy_helper.to_array(inits[name])
-    node = constants.get(name)
-    if node is not None:
-        for a in node.attribute:
-            if a.name == "value":
-                return numpy_helper.to_array(a.t)
-    return None
 
 
 class Batcher:

@@ -20,6 +20,21 @@ RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
            "Multinomial", "Bernoulli"}
 
 
+def constant_value(name: str, inits: Mapping[str, onnx.TensorProto],
+                   constants: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
+    """The value of ``name`` when it is an initializer (``inits``: name -> tensor) or the
+    output of a ``Constant`` node with a ``value`` tensor (``constants``: output name ->
+    node), else None."""
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    node = constants.get(name)
+    if node is not None:
+        for a in node.attribute:
+            if a.name == "value":
+                return numpy_helper.to_array(a.t)
+    return None
+
+
 def shape_value(n: onnx.NodeProto, tensor: Tensor) -> np.ndarray:
     """The value a Shape or Size node gives for a statically shaped input."""
     if n.op_type == "Size":

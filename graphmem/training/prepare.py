@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, version_converter
 
+from graphmem.frontend.folding import constant_value
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import onnx_opset
 
@@ -112,13 +113,19 @@ def _set_batch(m: onnx.ModelProto, batch: int) -> None:
             dims[0].dim_value = batch
     del g.value_info[:]
     inits = {i.name: i for i in g.initializer}
+    # Reshape targets written as Constant nodes (PyTorch's exporters) as well as
+    # initializers (the zoo)
+    constants = {o: n for n in g.node if n.op_type == "Constant" for o in n.output}
     activations = {i.name for i in g.input}
     for n in g.node:  # nodes are in topological order in the zoo files
         if any(t in activations for t in n.input):
             activations.update(n.output)
         if (n.op_type == "Reshape" and n.input[0] in activations and len(n.input) > 1
-                and n.input[1] in inits):
-            target = numpy_helper.to_array(inits[n.input[1]]).copy()
+                and (n.input[1] in inits or n.input[1] in constants)):
+            target = constant_value(n.input[1], inits, constants)
+            if target is None:
+                continue
+            target = target.copy()
             if target.size and target[0] == (old or 1):
                 target[0] = batch
                 fresh = numpy_helper.from_array(target.astype(np.int64),
