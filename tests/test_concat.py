@@ -67,6 +67,18 @@ def test_concat_is_dropped_when_it_costs(seed):
     assert _simulate(chosen.plan, chosen.graph) == []
 
 
+def test_no_trial_past_the_budget(monkeypatch):
+    """Past TRIAL_TENSORS arena tensors the plan keeps the slices without planning the
+    graph a second time, and says so."""
+    import graphmem.pipeline
+    monkeypatch.setattr(graphmem.pipeline, "TRIAL_TENSORS", 0)
+    model = _random_concat_model(128)
+    result = plan_of(model, ("concat",) + NO_CONCAT)
+    report = next(r for r in result.reports if r.name == "concat")
+    assert report.detail["tried"] is False and "kept" not in report.detail
+    assert any(t.slice_of for t in result.plan.tensors.values())
+
+
 def test_concat_is_kept_when_it_saves():
     report = next(r for r in plan_of(inception_cell()).reports if r.name == "concat")
     assert report.detail["kept"] is True
