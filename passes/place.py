@@ -2,7 +2,7 @@
 
 Runs the strategies of :mod:`graphmem.passes.placement` on the groups' records and
 keeps the smallest arena (the first in ``STRATEGIES`` order on ties), so it is
-deterministic; ``placement="optimal"`` solves the exact MIP for this order, warm-started
+deterministic; ``placement="optimal"`` solves the exact placement for this order (CP-SAT), warm-started
 by the best of them.
 
 Best fit looks at the pairs of buffers live at the same time. Where there are more
@@ -30,8 +30,8 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
         recs, pairs = items(ctx, a)
     except TooManyPairs as exc:
         return _blocks_stacked(ctx, a, *exc.args)
-    if options.placement == "optimal":  # the MIP, warm-started by "best"
-        # the MIP knows plain records only: a group with Concat slices is placed as
+    if options.placement == "optimal":  # the exact solver, warm-started by "best"
+        # the solver knows plain records only: a group with Concat slices is placed as
         # one whole-life record there, and the best heuristic with slices competes
         exact = place_optimal(group_records(ctx, a.groups)[0], ctx.alignment,
                               options.time_limit)
@@ -76,4 +76,4 @@ def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int
 
 PASS = Pass("place", "layout", reads=("groups", "storage"), provides=("offsets",), run=run,
             summary="offsets in one arena: the best of five best-fit orderings, then "
-                    "hill climbing (or the exact MIP with --placement optimal)")
+                    "hill climbing (or the exact CP-SAT placement with --placement optimal)")

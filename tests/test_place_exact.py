@@ -1,4 +1,5 @@
-"""Exact placement (MIP) on literals whose optimum is known, and through the CLI."""
+"""Exact placement (CP-SAT and the MIP) on literals whose optimum is known, against a
+brute force on tiny random sets, under a time limit, and through the CLI."""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,7 @@ import pytest
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
 from graphmem.passes.placement import search as place
-from graphmem.passes.placement.optimal import place_optimal
+from graphmem.passes.placement.optimal import DEFAULT_SOLVER, SOLVERS, place_optimal
 from graphmem.planning.groups import Record
 
 # Found by search: every heuristic, hill climbing included, needs 12; 11 is optimal
@@ -19,8 +20,11 @@ HARD = [Record(0, 5, 0, 3), Record(1, 4, 0, 1), Record(2, 4, 4, 5), Record(3, 3,
         Record(4, 2, 1, 2), Record(5, 4, 3, 4)]
 
 
-def first_fit_optimum(recs) -> int:
-    """The true optimum: the lowest-fit placement in the best of all orders."""
+def first_fit_optimum(recs, alignment: int = 1) -> int:
+    """The true optimum: the lowest-fit placement in the best of all orders (offsets
+    multiples of ``alignment``: any placement can be pushed down to such a one)."""
+    def up(v):
+        return -(-v // alignment) * alignment
     best = None
     for order in itertools.permutations(recs):
         placed, total = [], 0
@@ -28,11 +32,11 @@ def first_fit_optimum(recs) -> int:
             busy = sorted((o, o + b) for f, l, o, b in placed if f <= r.last and r.first <= l)
             top, off = 0, None
             for lo, hi in busy:
-                if lo - top >= r.bytes:
-                    off = top
+                if lo - up(top) >= r.bytes:
+                    off = up(top)
                     break
                 top = max(top, hi)
-            off = top if off is None else off
+            off = up(top) if off is None else off
             placed.append((r.first, r.last, off, r.bytes))
             total = max(total, off + r.bytes)
         best = total if best is None else min(best, total)
@@ -46,32 +50,97 @@ def no_clash(recs, offsets) -> bool:
                for a, b in itertools.combinations(recs, 2))
 
 
-def test_optimal_beats_every_heuristic_on_a_known_case():
-    assert first_fit_optimum(HARD) == 11
-    for name in ["best", *place.STRATEGIES]:
-        assert place.place_records(HARD, name, 1)[1] == 12, name
-    exact = place_optimal(HARD, 1, time_limit=10)
-    assert (exact.total, exact.optimal, exact.lower_bound, exact.gap) == (11, True, 11, 0.0)
-    assert exact.heuristic_total == 12 and no_clash(HARD, exact.offsets)
+def valid(recs, exact, alignment) -> bool:
+    """A placement is valid: aligned, inside its arena, no two live-at-once records touch."""
+    return (set(exact.offsets) == {r.id for r in recs}
+            and all(exact.offsets[r.id] % alignment == 0 and exact.offsets[r.id] >= 0
+                    and exact.offsets[r.id] + r.bytes <= exact.total for r in recs)
+            and exact.total == max((exact.offsets[r.id] + r.bytes for r in recs), default=0)
+            and no_clash(recs, exact.offsets))
 
 
-def test_optimal_respects_alignment():
-    recs = [Record(r.id, r.bytes * 64, r.first, r.last) for r in HARD]
-    exact = place_optimal(recs, 64, time_limit=10)
-    assert exact.total == 11 * 64 and exact.optimal
-    assert all(o % 64 == 0 for o in exact.offsets.values()) and no_clash(recs, exact.offsets)
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_optimal_equals_brute_force(seed):
+def tiny(seed, unit=1):
     rng = random.Random(seed)
     recs = []
     for i in range(rng.randrange(2, 7)):
         first = rng.randrange(6)
-        recs.append(Record(i, rng.randrange(1, 6), first, first + rng.randrange(4)))
-    exact = place_optimal(recs, 1, time_limit=10)
+        recs.append(Record(i, unit * rng.randrange(1, 6), first, first + rng.randrange(4)))
+    return recs
+
+
+def dense(n, seed):
+    """Dense random records (tools/exact_bench.py's kind): long lives, 64-byte units."""
+    rng = random.Random(seed)
+    recs = []
+    for i in range(n):
+        first = rng.randrange(n)
+        last = min(first + rng.randint(n // 4, n // 2), n - 1)
+        recs.append(Record(i, 64 * rng.randint(1, 64), first, last))
+    return recs
+
+
+def test_cpsat_is_the_default():
+    assert DEFAULT_SOLVER == "cpsat" and set(SOLVERS) == {"cpsat", "mip"}
+    exact = place_optimal(HARD, 1, time_limit=10)
+    assert exact.detail["solver"] == "cpsat" and exact.status == "OPTIMAL"
+    with pytest.raises(GraphmemError):
+        place_optimal(HARD, 1, solver="gurobi")
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_optimal_beats_every_heuristic_on_a_known_case(solver):
+    assert first_fit_optimum(HARD) == 11
+    for name in ["best", *place.STRATEGIES]:
+        assert place.place_records(HARD, name, 1)[1] == 12, name
+    exact = place_optimal(HARD, 1, time_limit=10, solver=solver)
+    assert (exact.total, exact.optimal, exact.lower_bound, exact.gap) == (11, True, 11, 0.0)
+    assert exact.heuristic_total == 12 and valid(HARD, exact, 1)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_optimal_respects_alignment(solver):
+    recs = [Record(r.id, r.bytes * 64, r.first, r.last) for r in HARD]
+    exact = place_optimal(recs, 64, time_limit=10, solver=solver)
+    assert exact.total == 11 * 64 and exact.optimal
+    assert valid(recs, exact, 64)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("seed", range(6))
+def test_alignment_equals_brute_force(solver, seed):
+    # sizes padded to the alignment, as the planning context pads them
+    recs = [Record(r.id, -(-r.bytes // 256) * 256, r.first, r.last) for r in tiny(seed, 96)]
+    exact = place_optimal(recs, 256, time_limit=10, solver=solver)
+    assert exact.optimal and exact.total == first_fit_optimum(recs, 256)
+    assert valid(recs, exact, 256)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("seed", range(12))
+def test_optimal_equals_brute_force(solver, seed):
+    recs = tiny(seed)
+    exact = place_optimal(recs, 1, time_limit=10, solver=solver)
     assert exact.optimal and exact.total == first_fit_optimum(recs)
-    assert no_clash(recs, exact.offsets)
+    assert exact.lower_bound == exact.total and exact.gap == 0.0
+    assert valid(recs, exact, 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cpsat_proves_small_dense_sets(seed):
+    recs = dense(20, seed)
+    exact = place_optimal(recs, 64, time_limit=10)
+    assert exact.optimal and exact.gap == 0.0 and exact.total <= exact.heuristic_total
+    assert exact.lower_bound == exact.total >= place.max_live(recs)
+    assert valid(recs, exact, 64)
+
+
+def test_cpsat_time_limit_is_honoured_on_a_hard_set():
+    recs = dense(120, 0)
+    exact = place_optimal(recs, 64, time_limit=1)
+    assert exact.seconds < 5 and exact.total <= exact.heuristic_total
+    assert place.max_live(recs) <= exact.lower_bound <= exact.total
+    assert exact.optimal == (exact.lower_bound == exact.total)
+    assert valid(recs, exact, 64)
 
 
 def test_heuristic_at_the_floor_needs_no_solver():
@@ -80,19 +149,20 @@ def test_heuristic_at_the_floor_needs_no_solver():
     assert exact.optimal and exact.total == 128 and exact.status.startswith("heuristic")
 
 
-def test_time_limit_gives_best_found_and_gap():
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_time_limit_gives_best_found_and_gap(solver):
     rng = random.Random(3)
     recs = []
     for i in range(60):
         first = rng.randrange(40)
         recs.append(Record(i, 64 * rng.randrange(1, 40), first, first + rng.randrange(8)))
-    exact = place_optimal(recs, 64, time_limit=0.5)
+    exact = place_optimal(recs, 64, time_limit=0.5, solver=solver)
     assert exact.total <= exact.heuristic_total
     assert place.max_live(recs) <= exact.lower_bound <= exact.total
     assert 0.0 <= exact.gap < 1.0 and exact.optimal == (exact.gap == 0.0)
-    assert no_clash(recs, exact.offsets)
+    assert valid(recs, exact, 64)
     with pytest.raises(GraphmemError):
-        place_optimal(recs, 64, time_limit=0)
+        place_optimal(recs, 64, time_limit=0, solver=solver)
 
 
 def test_cli_placement_optimal(tmp_cwd):

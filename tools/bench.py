@@ -149,7 +149,7 @@ def bench_model(name: str, time_limit: float, tmp: Path) -> dict:
     return row
 
 
-# ------------------------------------------------------------------ heuristics vs the MIP
+# ------------------------------------------------------------------ heuristics vs the exact placement
 
 # (nodes, width, seed) of the random DAGs (tools/scale.py) used as small references
 OPTIMAL_CASES = ((60, 8, 5), (100, 8, 0), (150, 8, 3), (200, 16, 1), (300, 16, 2))
@@ -159,14 +159,14 @@ HARD = ((5, 0, 3), (4, 0, 1), (4, 4, 5), (3, 4, 4), (2, 1, 2), (4, 3, 4))
 
 
 def optimal_reference(time_limit: float) -> str:
-    """Each strategy, the default (best + hill climbing) and the MIP on small random DAGs."""
+    """Each strategy, the default (best + hill climbing) and the exact placement on small random DAGs."""
     from graphmem.passes.placement.optimal import place_optimal
     import scale
     short = {"greedy_by_size": "size", "greedy_by_breadth": "breadth", "greedy_by_area": "area",
              "greedy_by_duration": "duration", "greedy_in_order": "in order"}
     lines = ["| graph | buffers | overlapping pairs | floor (max live) | "
              + " | ".join(short[s] for s in STRATEGIES)
-             + " | graphmem default | optimal (MIP) | proven? | MIP s |",
+             + " | graphmem default | optimal (CP-SAT) | proven? | CP-SAT s |",
              "|---|---:|---:|---:|" + "---:|" * len(STRATEGIES) + "---:|---:|---|---:|"]
     from graphmem.planning.groups import Record
     cases = [("literal of tests/test_place_exact.py",
@@ -209,7 +209,7 @@ def zoo_tables(rows: list[dict]) -> tuple[str, list[str]]:
     a_cols = ["graphmem", *STRATEGIES, "optimal", "share", "onnx_tool"]
     head = ("| model | nodes | naive | lower bound | aliased peak | **graphmem** | "
             + " | ".join(f"{short[s]} only" for s in STRATEGIES)
-            + " | optimal (MIP) | MXNet share | onnx-tool |")
+            + " | optimal | MXNet share | onnx-tool |")
     lines = ["Whole arena, graph inputs and outputs included (MiB):", "", head,
              "|---|---:|" + "---:|" * (len(a_cols) + 3)]
     notes = []
@@ -257,7 +257,7 @@ def zoo_tables(rows: list[dict]) -> tuple[str, list[str]]:
               "creation, which includes its planner but also kernel creation and, when on, "
               "graph optimization):", "",
               "| model | load | **graphmem** | " + " | ".join(f"{short[s]} only" for s in STRATEGIES)
-              + " | optimal (MIP) | MXNet share | naive | onnx-tool | ORT off | ORT on |",
+              + " | optimal | MXNet share | naive | onnx-tool | ORT off | ORT on |",
               "|---|---:|" + "---:|" * len(t_cols)]
     for r in rows:
         lines.append(f"| {r['model']} | {ms(r['load_s'])} | "
@@ -281,9 +281,9 @@ onnx-tool and ONNX Runtime. Execution order: the file's. Alignment: 64 bytes.
   arena for this order can be smaller.
 - **graphmem**: `graphmem.plan_graph(graph)`, the default passes (inplace, share,
   place with the best of all strategies). **X only**: `--placement X`.
-  **optimal (MIP)**: `--placement optimal --time-limit T`, the exact offsets for
-  this order and these aliases (passes/placement/optimal.py, HiGHS), warm-started by the
-  heuristics; where the heuristic already reaches the aliased peak the MIP is not
+  **optimal**: `--placement optimal --time-limit T`, the exact offsets for
+  this order and these aliases (passes/placement/optimal.py, CP-SAT), warm-started by the
+  heuristics; where the heuristic already reaches the aliased peak no solver is
   needed (it is the optimum). A gap is printed where the optimum was not proven.
 - **MXNet share**: graphmem's inplace + share passes without placement, the
   storage pool of MXNet's `plan_memory` (sum of the storage blocks).
@@ -329,11 +329,11 @@ def run_zoo(args) -> None:
         "\n".join(f"- {n}" for n in notes) if notes else "- nowhere: graphmem's figure is the "
         "smallest (or tied) on every model in both tables.", "",
         "### Heuristics against the exact placement", "",
-        "On the zoo every graph is at its floor (the aliased peak) already, so the MIP only "
+        "On the zoo every graph is at its floor (the aliased peak) already, so the exact placement only "
         "confirms it. Off the floor, on small random DAGs (tools/scale.py `random_dag`, "
         "after the inplace pass): arena above the max-live floor for each strategy alone, "
-        f"graphmem's default (best of all, then hill climbing) and the MIP "
-        f"(passes/placement/optimal.py, HiGHS, {args.time_limit:g} s limit, warm-started by the "
+        f"graphmem's default (best of all, then hill climbing) and the exact placement "
+        f"(passes/placement/optimal.py, CP-SAT, {args.time_limit:g} s limit, warm-started by the "
         "default; 'proven' means its lower bound meets the arena).", "",
         reference, "", ZOO_METHOD])
     print(body)
@@ -347,7 +347,7 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", action="store_true", help="planning time vs graph size")
     ap.add_argument("--models", help="comma-separated zoo models (default: all nine)")
     ap.add_argument("--time-limit", type=float, default=10.0,
-                    help="seconds for each optimal (MIP) placement (default 10)")
+                    help="seconds for each exact (--placement optimal) placement (default 10)")
     ap.add_argument("--sizes", default="1000,10000,100000,1000000",
                     help="node counts for --scale (default 1k, 10k, 100k, 1M)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")

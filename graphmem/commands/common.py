@@ -81,7 +81,8 @@ def add_pass_args(p: argparse.ArgumentParser) -> None:
                        help=f"switch the {name} pass off")
     p.add_argument("--placement", default="best", choices=["best", *STRATEGIES, "optimal"],
                    help="placement strategy for the place pass (default: best of all; "
-                        "optimal: exact MIP for this order, warm-started by best)")
+                        "optimal: exact CP-SAT placement for this order, warm-started by best; "
+                        "proven optimum or best found and its gap)")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS",
                    help="time limit of --placement optimal (default 10)")
     p.add_argument("--alignment", type=int, default=64, metavar="BYTES",
