@@ -7,6 +7,7 @@ rest for both orders and keeping the smaller arena.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,8 @@ from typing import Callable, Mapping, Sequence
 
 from graphmem.core.ir import Graph
 from graphmem.core.nogc import gc_paused
-from graphmem.core.ops import DEFAULT_TABLE, table_id
+from graphmem.core.ops import (DEFAULT_TABLE, INPLACE_TABLES, provider_of, table_id,
+                               table_key)
 from graphmem.core.order import file_order
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
@@ -69,11 +71,15 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                model_name: str | None = None,
                bindings: Mapping[str, int] | None = None, check: bool = True,
                progress: Callable[[str], None] | None = None,
-               provider: str = DEFAULT_TABLE) -> Result:
+               provider: str = DEFAULT_TABLE, inplace_table: str = "default") -> Result:
     """Run the chosen passes on a loaded graph and return the plan and per-pass reports.
 
-    ``order`` defaults to the file order. ``provider`` ("cpu" or "cuda") picks the
-    in-place table the plan trusts, named in the plan's ``target``. ``time_limit`` bounds the solver of
+    ``order`` defaults to the file order. ``provider`` ("cpu" or "cuda") and
+    ``inplace_table`` ("default": entries the runtime's kernels declare or their source
+    backs; "probed": every element-wise candidate, see :mod:`graphmem.core.ops`) pick the
+    in-place table the plan trusts, named in the plan's ``target``; ``provider`` may
+    also be a table's key ("cpu-probed"), as :func:`graphmem.commands.common.plan_options`
+    passes it. ``time_limit`` bounds the solver of
     ``placement="optimal"`` (seconds). With ``check`` (the default) the plan is
     validated independently before it is returned. ``progress``, if given, is called
     with the name of each stage as it starts ("liveness", "pass inplace", "validation",
@@ -81,10 +87,21 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     """
     stage = progress or _quiet
     start = time.perf_counter()
+    if provider in INPLACE_TABLES and provider not in PROVIDER_NAMES \
+            and inplace_table == "default":
+        table = provider  # a table's own key, "cpu-probed": what plan_options passes
+    elif provider not in PROVIDER_NAMES:
+        raise GraphmemError(f"no execution provider {provider!r}; choose "
+                            f"{', '.join(PROVIDER_NAMES)}")
+    else:
+        try:
+            table = table_key(provider, inplace_table)
+        except ValueError as exc:
+            raise GraphmemError(str(exc)) from None
     options = PassOptions(placement, time_limit)
     chosen = resolve_passes(passes)
     ctx = Context.for_order(graph, order if order is not None else file_order(graph),
-                            alignment, stage=stage, table=provider)
+                            alignment, stage=stage, table=table)
     order_passes = [p for p in chosen if p.stage == "order"]
     rest = [p for p in chosen if p.stage != "order"]
     a, reports = _run_passes(ctx, rest, options, stage)
@@ -94,7 +111,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
         chose, detail = p(ctx, Assignment(), options)
         saved = 0
         if chose.order is not None and chose.order != ctx.order:
-            cand = Context.for_order(graph, chose.order, alignment, ctx.index, table=provider)
+            cand = Context.for_order(graph, chose.order, alignment, ctx.index, table=table)
             cand_a, cand_reports = _run_passes(
                 cand, rest, options, lambda s: stage(f"{s} (the order {p.name} found)"))
             saved = a.arena_bytes - cand_a.arena_bytes
@@ -108,7 +125,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     plan, cols = write_plan(ctx, a, [{"name": r.name, "bytes_saved": r.bytes_saved}
                                      for r in reports], model_name or _model_name(graph),
                             bindings if bindings is not None else graph.bindings,
-                            target(provider))
+                            target(table))
     if check:
         stage("validation")
         validate_built(plan, graph, cols, ctx.index, ctx.intervals, lambda: ctx.edges)
@@ -184,18 +201,37 @@ def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
     return plan_graph(graph, bindings=dims, **options)
 
 
-def target(provider: str) -> dict[str, str]:
-    """The plan's ``target``: the runtime, its provider and the in-place table trusted."""
+@functools.cache
+def _runtime() -> str:
+    """"onnxruntime VERSION" of the installed ONNX Runtime (either wheel: both install the
+    package ``onnxruntime``), read from its ``__init__.py`` where it is written as text:
+    importing onnxruntime, or importlib.metadata's scan of every installed package, would
+    cost more than planning a small model."""
+    import importlib.util
+    import re
+    try:
+        spec = importlib.util.find_spec("onnxruntime")
+        if spec is not None and spec.origin:
+            with open(spec.origin, encoding="utf-8") as f:
+                found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", f.read(), re.M)
+            if found:
+                return f"onnxruntime {found.group(1)}"
+    except (OSError, ImportError, ValueError):
+        pass
     from importlib.metadata import PackageNotFoundError, version
-    runtime = "onnxruntime"
     for dist in ("onnxruntime", "onnxruntime-gpu"):
         try:
-            runtime = f"onnxruntime {version(dist)}"
-            break
+            return f"onnxruntime {version(dist)}"
         except PackageNotFoundError:
             continue
-    return {"runtime": runtime, "provider": PROVIDER_NAMES[provider],
-            "inplace_table": table_id(provider)}
+    return "onnxruntime"
+
+
+def target(table: str) -> dict[str, str]:
+    """The plan's ``target``: the runtime, its provider and the in-place table trusted
+    (``table``: an :data:`~graphmem.core.ops.INPLACE_TABLES` key, "cpu", "cpu-probed", ...)."""
+    return {"runtime": _runtime(), "provider": PROVIDER_NAMES[provider_of(table)],
+            "inplace_table": table_id(table)}
 
 
 # The ONNX Runtime execution provider of each in-place table

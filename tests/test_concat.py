@@ -102,7 +102,7 @@ def _cat_then_read_slice():
     # a and b are sliced into y; then Relu(a) runs while y is still to be read.
     nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
              helper.make_node("Concat", ["a", "b"], ["y"], axis=1),
-             helper.make_node("Relu", ["a"], ["z"]), helper.make_node("Neg", ["y"], ["w"])]
+             helper.make_node("Relu", ["a"], ["z"]), helper.make_node("Sigmoid", ["y"], ["w"])]
     return make_model(nodes, [("x", F, [1, 16])], [("z", F, [1, 16]), ("w", F, [1, 32])])
 
 

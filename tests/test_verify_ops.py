@@ -1,5 +1,6 @@
-"""Every entry of graphmem.core.ops.OVERWRITE runs correctly in place on this machine's
-ONNX Runtime (graphmem.verify.probe), and every view op runs on its input's bytes."""
+"""Every entry of the CPU in-place tables (the default one and the opt-in probed one, its
+superset) runs correctly in place on this machine's ONNX Runtime
+(graphmem.verify.probe), and every view op runs on its input's bytes."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +18,7 @@ from graphmem.verify.verifier import verify
 from conftest import make_model
 
 F = TensorProto.FLOAT
+PROBED_CPU = ops.INPLACE_TABLES[ops.table_key("cpu", "probed")]
 
 
 def _in_place(plan: graphmem.Plan, out: str, src: str) -> graphmem.Plan:
@@ -24,10 +26,12 @@ def _in_place(plan: graphmem.Plan, out: str, src: str) -> graphmem.Plan:
 
 
 def test_every_overwrite_entry_holds_on_this_machine():
-    """The test of the table is the probe (graphmem probe): every entry of the CPU table,
-    run in place on this machine's ONNX Runtime at sizes that reach vector tails and
-    blocks, and with an input broadcast, gives the plain run's results."""
-    failed = [f"{o.case.label}: {o.detail}" for o in probe(ops.OVERWRITE) if not o.passed]
+    """The test of the tables is the probe (graphmem probe): every entry of the CPU probed
+    table (which holds the default one), run in place on this machine's ONNX Runtime at
+    sizes that reach vector tails and blocks, and with an input broadcast, gives the
+    plain run's results."""
+    assert all(set(pairs) <= set(PROBED_CPU.get(op, ())) for op, pairs in ops.OVERWRITE.items())
+    failed = [f"{o.case.label}: {o.detail}" for o in probe(PROBED_CPU) if not o.passed]
     assert not failed, "\n".join(failed[:10])
 
 
@@ -35,16 +39,16 @@ def test_every_overwrite_entry_holds_on_this_machine():
 @pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
                     reason="needs onnxruntime-gpu with CUDAExecutionProvider and a CUDA device")
 def test_every_overwrite_entry_holds_on_cuda():
-    failed = [f"{o.case.label}: {o.detail}" for o in probe(ops.OVERWRITE, "cuda")
-              if not o.passed]
+    failed = [f"{o.case.label}: {o.detail}"
+              for o in probe(ops.INPLACE_TABLES["cuda-probed"], "cuda") if not o.passed]
     assert not failed, "\n".join(failed[:10])
 
 
 def test_every_case_of_the_table_is_probed():
-    labels = {c.label for c in cases(ops.OVERWRITE)}
+    labels = {c.label for c in cases(PROBED_CPU)}
     assert "Add input 1 -> output 0, shape [4, 64, 1000], input 0 broadcast" in labels
     assert "Sum input 2 -> output 0, shape [1]" in labels
-    assert len({c.op for c in cases(ops.OVERWRITE)}) == len(ops.OVERWRITE)
+    assert len({c.op for c in cases(PROBED_CPU)}) == len(PROBED_CPU)
 
 
 def test_a_gelu_model_is_planned_without_gelu_in_place(tmp_path):

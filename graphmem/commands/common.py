@@ -9,9 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from rich.console import Console
-from rich.markup import escape
-
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.passes.registry import DEFAULT_PASSES, PASSES
@@ -28,6 +25,7 @@ def shown(text) -> str:
     """Text that comes from a model or a plan (a name, an op type), made safe to print
     through rich: its markup escaped, and control characters (ANSI and OSC escapes,
     NUL) written as ``\\xNN``, so a name is shown, never obeyed."""
+    from rich.markup import escape
     return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
@@ -91,6 +89,12 @@ def add_pass_args(p: argparse.ArgumentParser) -> None:
                    help="ONNX Runtime execution provider the plan is for: its in-place "
                         "table decides which kernels may overwrite their input (default "
                         "cpu; see `graphmem probe`)")
+    p.add_argument("--inplace-table", choices=["default", "probed"], default="default",
+                   help="the provider's in-place table to trust: default (only kernels "
+                        "ONNX Runtime's sources show may run in place: docs/inplace-"
+                        "evidence.md) or probed (also every other element-wise op, as "
+                        "checked on this machine by `graphmem probe`; opt-in, never the "
+                        "default)")
 
 
 def parse_dims(items: list[str]) -> dict[str, int]:
@@ -143,8 +147,13 @@ def stages(args) -> Iterator[Callable[[str], None]]:
     """A callback naming the stage under way, shown as a transient line on stderr while
     it runs: only on a terminal, and not with --quiet or --json (pipes and tests see
     nothing). Loading and planning a large graph take seconds."""
+    if getattr(args, "quiet", False) or getattr(args, "json", False):
+        yield lambda stage: None
+        return
+    from rich.console import Console
+    from rich.markup import escape
     console = Console(stderr=True)
-    if getattr(args, "quiet", False) or getattr(args, "json", False) or not console.is_terminal:
+    if not console.is_terminal:
         yield lambda stage: None
         return
     with console.status("graphmem") as status:
@@ -167,10 +176,39 @@ def load_graph(args):
 
 
 def plan_options(args) -> dict:
-    """The ``plan_graph`` keywords that :func:`add_pass_args` options choose."""
+    """The ``plan_graph`` keywords that :func:`add_pass_args` options choose; ``provider``
+    is the in-place table's key ("cpu", "cpu-probed", ...: :func:`inplace_table_key`), which
+    ``plan_graph`` and the helpers that pass it on accept. With ``--inplace-table
+    probed`` it says once on stderr which entries the plan then trusts that the runtime
+    does not declare."""
+    from graphmem.core.ops import table_key
+    provider = getattr(args, "provider", "cpu")
+    which = getattr(args, "inplace_table", "default")
+    if which == "probed":
+        warn_probed(provider)
     return {"passes": chosen_passes(args), "alignment": args.alignment,
             "placement": args.placement, "time_limit": getattr(args, "time_limit", 10.0),
-            "provider": getattr(args, "provider", "cpu")}
+            "provider": table_key(provider, which)}
+
+
+def inplace_table_key(args) -> str:
+    """The in-place table the command's ``--provider`` and ``--inplace-table`` name (a
+    key of :data:`graphmem.core.ops.INPLACE_TABLES`, which ``plan_graph`` takes as its
+    ``provider``), without plan_options' warning."""
+    from graphmem.core.ops import table_key
+    return table_key(getattr(args, "provider", "cpu"), getattr(args, "inplace_table", "default"))
+
+
+def warn_probed(provider: str) -> None:
+    """One stderr line: the probed table trusts entries no kernel of ``provider``
+    declares, checked only by `graphmem probe` on a machine."""
+    from graphmem.core.ops import table_key, unproven
+    extra = unproven(table_key(provider, "probed"))
+    pairs = sum(map(len, extra.values()))
+    print(f"graphmem: --inplace-table probed trusts {pairs} in-place pairs of {len(extra)} ops "
+          f"that ONNX Runtime's {provider} kernels do not declare (e.g. "
+          f"{', '.join(sorted(extra)[:4])}); check them with `graphmem probe --provider "
+          f"{provider}` on the machine that runs the plan", file=sys.stderr)
 
 
 def plan_from_args(args, graph=None) -> Result:

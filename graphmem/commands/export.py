@@ -20,8 +20,8 @@ from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
 from graphmem.commands.common import (add_model_args, add_pass_args, chosen_passes,
-                                      input_paths, model_path, model_stem, parse_dims,
-                                      plan_size_limit)
+                                      inplace_table_key, input_paths, model_path,
+                                      model_stem, parse_dims, plan_size_limit)
 
 
 def add_parser(sub) -> None:
@@ -119,7 +119,7 @@ def planned_view(args) -> tuple[PlanView, Graph]:
         model_stem(args) + ".onnx"
     result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
                         placement=getattr(args, "placement", "best"), model_name=name,
-                        bindings=graph.bindings, provider=getattr(args, "provider", "cpu"))
+                        bindings=graph.bindings, provider=inplace_table_key(args))
     return build(result.plan, graph), graph
 
 

@@ -1,6 +1,7 @@
-"""``graphmem probe``: run each overwrite-table entry in place on this machine's ONNX
-Runtime and say whether the kernel gives the plain run's results (see
-:mod:`graphmem.verify.probe`)."""
+"""``graphmem probe``: run each element-wise candidate in place on this machine's ONNX
+Runtime, say whether the kernel gives the plain run's results (see
+:mod:`graphmem.verify.probe`) and whether the runtime declares it in place (see
+:func:`graphmem.core.ops.evidence`)."""
 from __future__ import annotations
 
 import json
@@ -15,10 +16,12 @@ from graphmem.errors import GraphmemError
 
 def add_parser(sub) -> None:
     p = sub.add_parser("probe", help="does each in-place kernel hold on this machine?",
-                       description="Run every entry of the overwrite table, and the "
-                                   "element-wise ops left out of it, in place on ONNX Runtime "
-                                   "at sizes that reach vector tails and blocks, and compare "
-                                   "with a plain run. Exit 1 when an entry of the table fails.")
+                       description="Run every element-wise candidate (the provider's "
+                                   "in-place table, the probed table and the ops left out of "
+                                   "both) in place on ONNX Runtime at sizes that reach vector "
+                                   "tails and blocks, compare with a plain run, and say "
+                                   "whether the runtime's kernel declares the pair. Exit 1 "
+                                   "when an entry of the default table fails.")
     p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                    help="execution provider to probe (default cpu)")
     p.add_argument("--ops", metavar="LIST", help="comma-separated ops to probe (default all)")
@@ -27,9 +30,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from graphmem.core.ops import OVERWRITE, PROBE_CANDIDATES
-    from graphmem.verify.probe import probe, summary
-    table = {**PROBE_CANDIDATES, **OVERWRITE}
+    from graphmem.core.ops import ELEMENTWISE, INPLACE_TABLES, PROBE_CANDIDATES, table_key
+    from graphmem.verify.probe import declared_by_runtime, declared_text, probe, summary
+    default = INPLACE_TABLES[table_key(args.provider)]
+    probed = INPLACE_TABLES[table_key(args.provider, "probed")]
+    table = {**PROBE_CANDIDATES, **ELEMENTWISE}
     if args.ops:
         wanted = [o.strip() for o in args.ops.split(",") if o.strip()]
         unknown = [o for o in wanted if o not in table]
@@ -42,24 +47,28 @@ def run(args) -> int:
         outcomes = probe(table, args.provider, on_case=lambda done, total: status.update(
             f"graphmem probe: case {done} of {total}"))
     rows = summary(outcomes)
-    failed_entries = [op for op, s in rows.items() if op in OVERWRITE and s["passed"] < s["cases"]]
+    declared = {op: declared_by_runtime(args.provider, op, table[op]) for op in rows}
+    failed_entries = [op for op, s in rows.items() if op in default and s["passed"] < s["cases"]]
     if args.json:
         sys.stdout.write(json.dumps({
             "provider": args.provider,
-            "ops": {op: {**s, "in_table": op in OVERWRITE,
-                         "pairs": [list(p) for p in table[op]]} for op, s in rows.items()},
+            "ops": {op: {**s, "in_table": op in default, "in_probed_table": op in probed,
+                         "pairs": [list(p) for p in table[op]],
+                         "declared": declared[op]} for op, s in rows.items()},
             "table_holds": not failed_entries}, indent=1) + "\n")
     else:
         out = Console()
         t = Table(title=f"graphmem probe: in-place kernels on {args.provider}",
                   header_style="bold")
-        for col in ("op", "in table", "cases passed", "first failure"):
+        for col in ("op", "in table", "declared by the runtime", "cases passed",
+                    "first failure"):
             t.add_column(col)
         for op, s in rows.items():
             ok = s["passed"] == s["cases"]
             verdict = f"[green]{s['passed']}/{s['cases']}" if ok else \
                 f"[red]{s['passed']}/{s['cases']}"
-            t.add_row(shown(op), "yes" if op in OVERWRITE else "no", verdict,
+            in_table = "yes" if op in default else "probed only" if op in probed else "no"
+            t.add_row(shown(op), in_table, shown(declared_text(declared[op])), verdict,
                       shown(s["first_failure"] or "")[:160])
         out.print(t)
         if failed_entries:

@@ -5,15 +5,26 @@ Deny by default: an op not listed here never shares storage with its inputs.
 
 - ``VIEW``: output ``out`` is the data of input ``in`` unchanged (same bytes, same
   layout). It may share storage even when the input has other readers later.
-- ``OVERWRITE``: the kernel may write output ``out`` over input ``in`` element by
-  element. Allowed only when this op is the last reader of that storage, the sizes
-  match in bytes and the dtypes match. Every entry here is exercised on ONNX Runtime
-  by the verifier (tests/test_verify*.py), since the claim is about the kernel.
+- ``ELEMENTWISE``: the element-wise ops whose output graphmem could write over an input
+  (input ``in``, output ``out``) -- candidates, not a table any plan trusts.
+- ``INPLACE_TABLES``: per ONNX Runtime execution provider, the overwrite pairs a plan
+  trusts. Whether a kernel may write its output over its input is the kernel's
+  property, so each provider's default table ("cpu", "cuda") holds only the candidates
+  with evidence from that provider's kernel sources (``inplace_evidence.json``, made by
+  ``tools/inplace_evidence.py``): the kernel's own ``MayInplace(i, o)``/``Alias(i, o)``
+  declaration, or a reviewed reading of its source showing each output element is
+  written after the reads it depends on (:func:`evidence`). The "probed" tables
+  ("cpu-probed", "cuda-probed") add every other candidate: entries no kernel declares,
+  which ``graphmem probe`` checks on this machine; a user opts in with
+  ``--inplace-table probed``, never by default. An overwrite is allowed only when the op
+  is the last reader of that storage, the sizes match in bytes and the dtypes match.
 """
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from operator import attrgetter
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -38,36 +49,102 @@ _UNARY = [
     "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Clip", "Not",
     "Mish", "Shrink",
 ]
-# Not Gelu: ONNX Runtime's CPU kernel (onnxruntime/core/providers/cpu/tensor/gelu.cc)
-# declares no MayInplace, and it writes its output before it has read all of its input:
-# run in place it gives wrong results on AMD x86-64 CPUs (max abs diff 0.26, issue 20).
-_BINARY = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "And", "Or",
-           "Xor", "BitShift", "Mod"]
+_BINARY = ["Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "BitShift", "Mod"]
+_VARIADIC = ["Max", "Min", "Mean", "Sum"]
 
-OVERWRITE: dict[str, list[tuple[int, int]]] = {op: [(0, 0)] for op in _UNARY}
-# Variadic and binary element-wise ops may overwrite any input of the output's size.
-OVERWRITE.update({op: [(i, 0) for i in range(8)] for op in _BINARY})
+# The element-wise candidates: op -> (input, output) pairs graphmem could write over.
+ELEMENTWISE: dict[str, list[tuple[int, int]]] = {op: [(0, 0)] for op in _UNARY}
+# Binary and variadic element-wise ops may overwrite any input of the output's size
+# (a variadic op's first 8 inputs).
+ELEMENTWISE.update({op: [(0, 0), (1, 0)] for op in _BINARY})
+ELEMENTWISE.update({op: [(i, 0) for i in range(8)] for op in _VARIADIC})
 # Inference BatchNormalization is y = x * scale' + bias' per element.
-OVERWRITE["BatchNormalization"] = [(0, 0)]
+ELEMENTWISE["BatchNormalization"] = [(0, 0)]
 
-# Element-wise ops left out of OVERWRITE that ``graphmem probe`` still runs in place,
-# so that a user sees why (Gelu: see above).
+# Element-wise ops in no table, not even a probed one, that ``graphmem probe`` still
+# runs in place, so that a user sees why. Gelu: ONNX Runtime's CPU kernel
+# (onnxruntime/core/providers/cpu/tensor/gelu.cc) declares no MayInplace, and it writes
+# its output before it has read all of its input: run in place it gives wrong results
+# on AMD x86-64 CPUs (max abs diff 0.26, issue 20). (The CUDA Gelu kernel does declare
+# MayInplace(0, 0): see the evidence file; graphmem leaves Gelu out there too.)
 PROBE_CANDIDATES: dict[str, list[tuple[int, int]]] = {"Gelu": [(0, 0)]}
 
-# The overwrite table of each ONNX Runtime execution provider: whether a kernel may
-# write its output over its input is the kernel's property, not the op's. OVERWRITE is
-# the CPU provider's (every entry probed on the machine running the tests:
-# tests/test_verify_ops.py). No CUDA kernel has been checked yet (no GPU has been lent
-# to this project), so a plan for CUDA shares storage through views only.
-INPLACE_TABLES: dict[str, dict[str, list[tuple[int, int]]]] = {"cpu": OVERWRITE, "cuda": {}}
+PROVIDERS = ("cpu", "cuda")
+PROBED = "probed"  # the suffix of the probed tables: "cpu-probed", "cuda-probed"
+_EVIDENCE_FILE = Path(__file__).with_name("inplace_evidence.json")
+
+
+@lru_cache(maxsize=1)
+def evidence_file() -> dict:
+    """The evidence file (``inplace_evidence.json``): the ONNX Runtime source it was read
+    from, and per provider and op the evidence of each pair."""
+    try:
+        with open(_EVIDENCE_FILE, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:  # only while tools/inplace_evidence.py makes it: no evidence
+        return {"providers": {}}
+
+
+def evidence(provider: str, op: str) -> list[dict]:
+    """The evidence that ``provider``'s kernel for ``op`` may write output over input:
+    one dict per pair, ``kind`` "declared" (the kernel's ``MayInplace``/``Alias``, with
+    ``file``, ``line`` and ``text``) or "source" (a reviewed reading of the kernel:
+    ``file``, ``line``, ``function``, ``why``); empty when there is none."""
+    entry = evidence_file()["providers"].get(provider, {}).get(op)
+    return list(entry["evidence"]) if entry else []
+
+
+def _default_table(provider: str) -> dict[str, list[tuple[int, int]]]:
+    """The candidates of :data:`ELEMENTWISE` with evidence for ``provider``'s kernels."""
+    table = {}
+    for op, pairs in ELEMENTWISE.items():
+        backed = {tuple(e["pair"]) for e in evidence(provider, op)}
+        kept = [p for p in pairs if p in backed]
+        if kept:
+            table[op] = kept
+    return table
+
+
+# provider (or "provider-probed") -> op -> overwrite pairs. The default tables hold only
+# entries with evidence; the probed ones every candidate (see the module docstring).
+INPLACE_TABLES: dict[str, dict[str, list[tuple[int, int]]]] = {}
+for _p in PROVIDERS:
+    INPLACE_TABLES[_p] = _default_table(_p)
+    INPLACE_TABLES[f"{_p}-{PROBED}"] = {op: list(pairs) for op, pairs in ELEMENTWISE.items()}
 DEFAULT_TABLE = "cpu"
+# The CPU provider's default table (kept under its old name).
+OVERWRITE = INPLACE_TABLES["cpu"]
+
+
+def table_key(provider: str, which: str = "default") -> str:
+    """The :data:`INPLACE_TABLES` key of ``provider``'s ``which`` ("default" or "probed")
+    table."""
+    if which not in ("default", PROBED):
+        raise ValueError(f"no {which!r} in-place table: choose default or probed")
+    return provider if which == "default" else f"{provider}-{PROBED}"
+
+
+def provider_of(table: str) -> str:
+    """The provider whose kernels ``table`` (an :data:`INPLACE_TABLES` key) is about."""
+    return table.split("-", 1)[0]
+
+
+def unproven(table: str) -> dict[str, list[tuple[int, int]]]:
+    """The entries of ``table`` its provider's default table lacks: pairs no kernel
+    declares and no reading of the source backs (empty for a default table)."""
+    default = INPLACE_TABLES[provider_of(table)]
+    out = {}
+    for op, pairs in INPLACE_TABLES[table].items():
+        extra = [p for p in pairs if p not in default.get(op, ())]
+        if extra:
+            out[op] = extra
+    return out
 
 
 def table_id(table: str) -> str:
     """A name for the table as it stands: the provider and a digest of its entries, so a
     plan says which table it trusted and a changed table is told apart."""
     import hashlib
-    import json
     entries = json.dumps(sorted((op, sorted(p)) for op, p in INPLACE_TABLES[table].items()))
     return f"graphmem-{table}-{hashlib.sha256(entries.encode()).hexdigest()[:12]}"
 
@@ -76,6 +153,10 @@ def table_of_id(ident: str) -> str | None:
     """The table a :func:`table_id` names, None when it names none of today's."""
     return next((t for t in INPLACE_TABLES if table_id(t) == ident), None)
 
+
+# Ops whose outputs differ from run to run: never folded into constants.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                        "RandomUniformLike", "Multinomial", "Bernoulli"})
 
 # The op whose inputs may be written straight into slices of its output (zero-copy
 # concatenation): the concat pass, the plan's slice rule and the verifier ask is_concat.
@@ -188,7 +269,7 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
             continue
         of_op = np.flatnonzero(candidates & (code == k))
         sig_of_op = signature[of_op]
-        for sig in np.unique(sig_of_op).tolist():
+        for sig in sorted(set(sig_of_op.tolist())):  # np.unique would import numpy.ma
             d, rest = divmod(sig, wide_in * wide_out)
             i_count, o_count = divmod(rest, wide_out)
             pos_all = of_op[sig_of_op == sig]

@@ -175,3 +175,40 @@ def summary(outcomes: Iterable[Outcome]) -> dict[str, dict]:
         if not o.passed and s["first_failure"] is None:
             s["first_failure"] = f"{o.case.label}: {o.detail}"
     return out
+
+
+def declared_by_runtime(provider: str, op: str,
+                        pairs: Sequence[tuple[int, int]]) -> list[dict]:
+    """Per pair of ``op``: does ONNX Runtime's ``provider`` kernel say it may run in
+    place? ``declared`` is "yes" (its ``MayInplace``/``Alias``), "source" (a reviewed
+    reading of its source backs it) or "no"; ``where`` is the file:line of the evidence
+    (see :func:`graphmem.core.ops.evidence`)."""
+    from graphmem.core.ops import evidence
+    found = {tuple(e["pair"]): e for e in evidence(provider, op)}
+    out = []
+    for pair in pairs:
+        e = found.get(tuple(pair))
+        out.append({"pair": list(pair),
+                    "declared": "no" if e is None else
+                    "yes" if e["kind"] == "declared" else "source",
+                    "where": None if e is None else f"{e['file']}:{e['line']}"})
+    return out
+
+
+def declared_text(rows: Sequence[dict]) -> str:
+    """:func:`declared_by_runtime`'s rows in one short line, pairs with the same answer
+    and place together: "yes activations.cc:34", "source element_wise_ops.cc:581 (inputs
+    0, 1); no (inputs 2-7)"."""
+    groups: dict[tuple, list[int]] = {}
+    for r in rows:
+        groups.setdefault((r["declared"], r["where"]), []).append(r["pair"][0])
+    parts = []
+    for (kind, where), inputs in groups.items():
+        text = kind if where is None else f"{kind} {where.rsplit('/', 1)[-1]}"
+        if len(groups) > 1 or len(rows) > 1 and len(inputs) != len(rows):
+            span = (f"{inputs[0]}-{inputs[-1]}" if len(inputs) > 2
+                    and inputs == list(range(inputs[0], inputs[-1] + 1))
+                    else ", ".join(map(str, inputs)))
+            text += f" (input{'s' if len(inputs) > 1 else ''} {span})"
+        parts.append(text)
+    return "; ".join(parts)

@@ -1,0 +1,162 @@
+"""The in-place tables rest on evidence from ONNX Runtime's kernel sources
+(graphmem/core/inplace_evidence.json, made by tools/inplace_evidence.py): every default
+entry has it, entries without it are only in the opt-in probed tables (issue 20)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from onnx import TensorProto, helper
+
+import graphmem
+from graphmem.core import ops
+
+from conftest import make_model
+
+F = TensorProto.FLOAT
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_evidence_file_parses_and_names_its_source():
+    data = json.loads((ROOT / "graphmem/core/inplace_evidence.json").read_text())
+    assert data["format"] == "graphmem.inplace-evidence/1"
+    assert len(data["onnxruntime"]["commit"]) == 40 and data["onnxruntime"]["version"]
+    assert set(data["providers"]) == {"cpu", "cuda"}
+    assert ops.evidence_file() == data
+
+
+@pytest.mark.parametrize("provider", ops.PROVIDERS)
+def test_every_default_entry_has_evidence_with_a_file_and_line(provider):
+    table = ops.INPLACE_TABLES[provider]
+    assert table, f"the {provider} default table is empty"
+    for op, pairs in table.items():
+        found = {tuple(e["pair"]): e for e in ops.evidence(provider, op)}
+        for pair in pairs:
+            e = found[pair]
+            assert e["kind"] in ("declared", "source")
+            assert e["file"].startswith(f"onnxruntime/core/providers/{provider}/")
+            assert isinstance(e["line"], int) and e["line"] > 0
+            if e["kind"] == "declared":
+                assert "MayInplace" in e["text"] or "Alias" in e["text"]
+            else:
+                assert e["function"] and e["why"] and e["cites"]
+
+
+def test_the_default_tables_are_the_candidates_with_evidence():
+    for provider in ops.PROVIDERS:
+        probed = ops.INPLACE_TABLES[ops.table_key(provider, "probed")]
+        assert probed == ops.ELEMENTWISE
+        for op, pairs in ops.INPLACE_TABLES[provider].items():
+            assert set(pairs) <= set(ops.ELEMENTWISE[op])
+    # the runtime's own declarations the zoo relies on
+    assert ops.INPLACE_TABLES["cpu"]["Relu"] == [(0, 0)]
+    assert ops.evidence("cpu", "Relu")[0]["kind"] == "declared"
+    assert ops.INPLACE_TABLES["cuda"]["Relu"] == [(0, 0)]
+    # read from source: Sum's inputs 0 and 1 only (Sum-6 writes before it reads input 2)
+    assert ops.INPLACE_TABLES["cpu"]["Sum"] == [(0, 0), (1, 0)]
+    assert "Exp" not in ops.INPLACE_TABLES["cpu"] and "Add" not in ops.INPLACE_TABLES["cuda"]
+
+
+def test_gelu_is_in_no_default_table_and_probed_tables_are_opt_in():
+    for provider in ops.PROVIDERS:
+        assert "Gelu" not in ops.INPLACE_TABLES[provider]
+    assert not ops.evidence("cpu", "Gelu")  # its CPU kernel declares nothing
+    assert "Gelu" in ops.PROBE_CANDIDATES
+    assert ops.unproven("cpu") == {}
+    assert "Exp" in ops.unproven("cpu-probed")
+
+
+def test_table_ids_are_distinct():
+    ids = [ops.table_id(t) for t in ops.INPLACE_TABLES]
+    assert len(set(ids)) == len(ids)
+    assert all(ops.table_of_id(ops.table_id(t)) == t for t in ops.INPLACE_TABLES)
+
+
+def _exp_model(tmp_path) -> Path:
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
+             helper.make_node("Relu", ["b"], ["y"])]
+    model = make_model(nodes, [("x", F, [4, 64])], [("y", F, [4, 64])])
+    path = tmp_path / "exp.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_a_plan_made_with_each_table_records_it_and_validates(tmp_path):
+    graph = graphmem.load(_exp_model(tmp_path))
+    default = graphmem.plan_graph(graph).plan
+    assert default.target["inplace_table"] == ops.table_id("cpu")
+    assert default.tensors["b"].alias_of is None  # Exp declares nothing on CPU
+    assert default.tensors["y"].alias_of == "b"  # Relu does
+    graphmem.validate(default, graph)
+    probed = graphmem.plan_graph(graph, inplace_table="probed").plan
+    assert probed.target["inplace_table"] == ops.table_id("cpu-probed")
+    assert probed.target["provider"] == "CPUExecutionProvider"
+    assert probed.tensors["b"].alias_of == "a"
+    graphmem.validate(probed, graph)
+    # the table's own key, as the commands' plan_options pass it
+    keyed = graphmem.plan_graph(graph, provider="cpu-probed").plan
+    assert keyed.target == probed.target
+    # a probed plan relabelled as a default one breaks the default table's rules
+    import dataclasses
+    relabelled = dataclasses.replace(probed, target={**probed.target,
+                                                     "inplace_table": ops.table_id("cpu")})
+    assert graphmem.problems(relabelled, graph)
+
+
+def test_plan_command_with_the_probed_table(tmp_path, capsys):
+    from graphmem.cli import main
+    model = _exp_model(tmp_path)
+    out = tmp_path / "p.json"
+    assert main(["plan", str(model), "--inplace-table", "probed", "-o", str(out), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "--inplace-table probed" in err and "graphmem probe" in err
+    plan = graphmem.Plan.load(out)
+    assert plan.target["inplace_table"] == ops.table_id("cpu-probed")
+    graphmem.validate(plan, graphmem.load(model))
+    assert main(["verify", str(model), "--plan", str(out)]) == 0  # validated and run
+    capsys.readouterr()
+    assert main(["plan", str(model), "-o", str(out), "-q"]) == 0
+    assert "--inplace-table" not in capsys.readouterr().err  # the default says nothing
+    assert graphmem.Plan.load(out).target["inplace_table"] == ops.table_id("cpu")
+
+
+def test_probe_json_says_what_the_runtime_declares(capsys):
+    from graphmem.cli import main
+    assert main(["probe", "--ops", "Relu,Gelu,Sum", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["ops"]
+    relu, gelu, total = out["Relu"], out["Gelu"], out["Sum"]
+    assert relu["declared"] == [{"pair": [0, 0], "declared": "yes",
+                                 "where": relu["declared"][0]["where"]}]
+    assert relu["declared"][0]["where"].startswith(
+        "onnxruntime/core/providers/cpu/activation/activations.cc:")
+    assert gelu["declared"][0]["declared"] == "no" and not gelu["in_table"]
+    assert not gelu["in_probed_table"]
+    assert [d["declared"] for d in total["declared"][:3]] == ["source", "source", "no"]
+
+
+def test_the_tool_reads_a_source_tree(tmp_path):
+    """tools/inplace_evidence.py on a tiny tree: a declaration through a helper macro
+    is found at the macro's line and the registration's line, and only the newest
+    opset's registrations count."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import inplace_evidence as tool
+    cpu = tmp_path / "onnxruntime/core/providers/cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "act.cc").write_text(
+        "#define REG(op, v) \\\n"
+        "  ONNX_CPU_OPERATOR_KERNEL(op, v, \\\n"
+        "      KernelDefBuilder().MayInplace(0, 0), op<float>);\n"
+        "ONNX_CPU_OPERATOR_VERSIONED_KERNEL(Neg, 6, 12, KernelDefBuilder().MayInplace(0, 0),\n"
+        "    Neg<float>);\n"
+        "ONNX_CPU_OPERATOR_KERNEL(Neg, 13, KernelDefBuilder(), Neg<float>);\n"
+        "// REG(Exp, 99);\n"
+        "REG(Relu, 14);\n")
+    src = tool.Source(str(tmp_path), "HEAD")
+    found = tool.declared(src, tool.registrations(src, "cpu"))
+    assert found["Neg"]["newest_opset"] == 13 and found["Neg"]["evidence"] == []
+    (e,) = found["Relu"]["evidence"]
+    assert (e["kind"], e["pair"], e["line"], e["macro"]) == ("declared", [0, 0], 3, "REG")
+    assert e["registration"] == {"file": "onnxruntime/core/providers/cpu/act.cc", "line": 8}
+    assert "Exp" not in found  # a comment registers nothing
