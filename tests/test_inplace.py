@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from onnx import TensorProto, helper, numpy_helper
 import numpy as np
+import pytest
 
 from conftest import F, make_model, plan_of
 
@@ -55,7 +56,7 @@ def test_view_chain_shares_storage_with_its_base():
                     node("Reshape", ["a", "shape"], ["v1"]),
                     node("Flatten", ["v1"], ["v2"], axis=1),
                     node("Identity", ["v2"], ["v3"]),
-                    node("Exp", ["v3"], ["y"])],
+                    node("Sigmoid", ["v3"], ["y"])],
                    [("x", F, S)], [("y", F, [1, 256])],
                    [numpy_helper.from_array(np.array([1, 4, 64], np.int64), "shape")])
     r = plan_of(m, ["inplace"])
@@ -65,10 +66,11 @@ def test_view_chain_shares_storage_with_its_base():
 
 
 def test_view_whose_base_is_read_later_blocks_overwrite():
-    # v = Reshape(a); Exp(v) would like to overwrite v, but a (same storage) is read later
+    # v = Reshape(a); Sigmoid(v) would like to overwrite v, but a (same storage) is read
+    # later
     m = make_model([node("Relu", ["x"], ["a"]),
                     node("Reshape", ["a", "shape"], ["v"]),
-                    node("Exp", ["v"], ["e"]),
+                    node("Sigmoid", ["v"], ["e"]),
                     node("Reshape", ["e", "back"], ["e4"]),
                     node("Add", ["a", "e4"], ["y"])],
                    [("x", F, S)], [("y", F, S)],
@@ -160,3 +162,36 @@ def test_alias_edges_are_the_pairs_of_view_pairs_and_overwrite_pairs():
     # training Dropout and the training BatchNormalization; one pair per Add input
     assert {p for p, *_ in got} == {0, 2, 4, 6, 7, 8, 9, 10}
     assert [s for p, _, s, _ in got if p == 8] == [ids["h"], ids["h"]]
+
+
+def _both_paths(graph):
+    """The inplace pass's lean path (no earlier groups) and its general path, on one
+    graph in its file order."""
+    from graphmem.passes import inplace
+    from graphmem.planning.assignment import Assignment
+    from graphmem.core.order import file_order
+    from graphmem.planning.context import Context
+    ctx = Context.for_order(graph, file_order(graph), 64)
+    lean = inplace._plain(ctx, Assignment(), list(inplace._candidates(ctx)))
+    general = inplace._general(ctx, Assignment(), inplace._candidates(ctx))
+    return lean, general
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lean_path_equals_the_general_one_on_random_dags(seed):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import scale
+    for graph in (scale.random_dag(300, 8, seed), scale.chain(200), scale.residual(40)):
+        (a1, d1), (a2, d2) = _both_paths(graph)
+        assert a1.alias == a2.alias and list(a1.alias) == list(a2.alias) and d1 == d2
+        assert d1["inplace"] + d1["views"] > 0
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1"])
+def test_lean_path_equals_the_general_one_on_the_zoo(name):
+    import graphmem
+    from graphmem.frontend.zoo import zoo_path
+    (a1, d1), (a2, d2) = _both_paths(graphmem.load(zoo_path(name)))
+    assert a1.alias == a2.alias and d1 == d2 and d1["inplace"] > 0

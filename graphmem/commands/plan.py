@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import sys
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from graphmem.pipeline import Result
 from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, load_graph,
                                       model_stem, plan_from_args, shown)
 from graphmem.plan.io import check_output
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_parser(sub) -> None:
@@ -38,6 +39,7 @@ def run(args) -> int:
     else:
         result.plan.save(out, inputs=inputs)
     if not args.quiet:
+        from rich.console import Console
         console = Console(stderr=out == "-")
         print_summary(console, result, load_seconds, None if out == "-" else out)
     if args.verify:
@@ -46,6 +48,7 @@ def run(args) -> int:
         report = run_verify(result.plan, graph, Namespace(
             provider=args.provider, runtime_only=False, check_all=False, seed=0,
             force=False))
+        from rich.console import Console
         print_report(Console(stderr=out == "-"), report)
         return 0 if report.passed else 1
     return 0
@@ -58,6 +61,7 @@ def mib(n: int) -> str:
 def print_summary(console: Console, result: Result, load_seconds: float, written: str | None):
     plan, graph = result.plan, result.graph
     s = plan.stats
+    from rich.table import Table
     table = Table(title=f"graphmem plan: {shown(plan.model)}", show_header=True,
                   header_style="bold")
     table.add_column("", style="bold")

@@ -9,17 +9,15 @@ top of every heap. Elsewhere (macOS, musl, Windows) this does nothing.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 
 
 @functools.cache
 def _trim():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
-    except (OSError, AttributeError):
+    import ctypes
+    try:  # the symbols already in the process: libc's, where it is glibc
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
         return None
 
 

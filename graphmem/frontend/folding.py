@@ -13,11 +13,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphmem.core.ir import Tensor
+from graphmem.core.ops import RANDOM_OPS
 from graphmem.errors import GraphmemError
-
-# Ops whose outputs differ from run to run: never folded.
-RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-           "Multinomial", "Bernoulli"}
 
 
 def constant_value(name: str, inits: Mapping[str, onnx.TensorProto],

@@ -10,22 +10,43 @@ for shapes it leaves open work on onnx protos.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from itertools import repeat
 from math import prod
 from pathlib import Path
-from typing import Mapping
-
-import onnx
-from onnx import helper, shape_inference
+from typing import TYPE_CHECKING, Mapping
 
 from graphmem import wire
-from graphmem.frontend.folding import RANDOM_OPS, evaluate_constants
+from graphmem.core.ops import RANDOM_OPS
+from graphmem.frontend import attributes, onnx_c
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.memory import release_freed
 from graphmem.core.nogc import gc_paused
 from graphmem.core.ir import Graph, Node, Tensor, from_columns, standard_domain
+
+if TYPE_CHECKING:
+    import onnx
+
+
+class _Later:
+    """A module imported on first use. The common path of :func:`load` (a model whose
+    every shape onnx infers) needs none of onnx's Python package, only its compiled core
+    (:mod:`graphmem.frontend.onnx_c`); the fallbacks and the proto-level helpers use it."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        module = importlib.import_module(self._name)
+        setattr(self, attr, getattr(module, attr))
+        return getattr(module, attr)
+
+
+if not TYPE_CHECKING:
+    onnx = _Later("onnx")
+helper = _Later("onnx.helper")
 
 # Constants up to this size are evaluated when shape inference needs their values.
 SMALL_CONSTANT_BYTES = 1 << 20
@@ -66,7 +87,7 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
     folder (an absolute path, or one that climbs out with ``..``): a model must not make
     graphmem read elsewhere on the machine."""
     for t in _all_initializers(model.graph):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
+        if t.data_location == _EXTERNAL:
             location = next((e.value for e in t.external_data if e.key == "location"), "")
             _check_location(t.name, location, path)
 
@@ -154,21 +175,22 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     tensors = _tensors(_types(inferred))
     folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
     missing = _unknown(g, order, tensors, folded_nodes)
-    model = None  # the proto, made only for the fallbacks below
+    opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
     if missing:
         # Dropout's mask, first: it is all a zoo graph lacks, and cheap
-        model = _fill_known_gaps(onnx.ModelProto.FromString(inferred), tensors, missing)
-        tensors = _tensors(_types(model.SerializeToString()))
+        inferred = _fill_known_gaps(inferred, opset, tensors, missing)
+        tensors = _tensors(_types(inferred))
         missing = _unknown(g, order, tensors, folded_nodes)
+    model = None  # the proto, made only for the fallbacks below
     if missing:
         # Values of small constants (shape arithmetic) let inference finish the job.
-        model = _infer_with_constant_values(model, order, tensors, folded_nodes, constants,
-                                            base_dir)
+        model = _infer_with_constant_values(_proto(inferred), order, tensors, folded_nodes,
+                                            constants, base_dir)
         tensors = _tensors(_types(model.SerializeToString()))
         folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
         missing = _unknown(g, order, tensors, folded_nodes)
     if missing:
-        model = _fill_known_gaps(model, tensors, missing)
+        model = _proto(_fill_known_gaps(model.SerializeToString(), opset, tensors, missing))
         tensors = _tensors(_types(model.SerializeToString()))
         missing = _unknown(g, order, tensors, folded_nodes)
     if missing:
@@ -198,8 +220,8 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
 # shape or None) or (kind,); and the byte span of every top-level graph entry.
 
 NAME, OP, DOMAIN, INPUTS, OUTPUTS, ATTRS = range(6)
-_GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-_EXTERNAL = onnx.TensorProto.EXTERNAL
+_GRAPH_ATTRS = (5, 10)  # AttributeProto.GRAPH, GRAPHS
+_EXTERNAL = 1  # TensorProto.EXTERNAL
 
 
 def _subgraphs(node) -> list[dict]:
@@ -460,6 +482,11 @@ def _bind(data: bytes, g: dict, dims: dict[str, int], default: int | None
             if t is not None and t[0] == "tensor" and t[2] is not None and any(
                     d.__class__ is str for d in t[2]):
                 picked.append((field, i))
+    if not dims and default is None and len(picked) == len(g["inputs"]) and all(
+            t is not None and t[0] == "tensor" and t[2] is not None
+            and all(d.__class__ is int and d >= 0 for d in t[2])
+            for name, t in g["inputs"]):
+        return {}, []  # every input static, nothing to bind: bind_dims would change nothing
     if not picked:
         return bind_dims(onnx.ModelProto(), dims, default, initializers=()), []
     mini = onnx.ModelProto()
@@ -522,9 +549,9 @@ def _proto(data: bytes) -> onnx.ModelProto:
 
 def _run_checker(work: bytes) -> None:
     try:
-        onnx.checker.check_model(work)
+        onnx_c.check_model(work)
         release_freed()  # the checker's copy of the model
-    except onnx.checker.ValidationError as exc:
+    except onnx_c.core().checker.ValidationError as exc:
         raise GraphmemError(f"the model fails onnx.checker: {_one_line(exc)}") from None
     except UnicodeDecodeError as exc:
         # the checker's own message quotes the corrupt text and cannot be decoded
@@ -544,14 +571,9 @@ UNBOUNDED_DATA_PROP = frozenset({"Range"})
 def _infer(work: bytes, data_prop: bool = True) -> bytes:
     """onnx's shape inference (with data propagation unless told) on the model's bytes."""
     try:
-        from onnx.onnx_cpp2py_export import shape_inference as c_inference
-        inferred = c_inference.infer_shapes(work, False, False, data_prop)
+        inferred = onnx_c.infer_shapes(work, data_prop)
         release_freed()  # inference's two copies of the model
         return inferred
-    except ImportError:
-        inferred = shape_inference.infer_shapes(work, check_type=False, strict_mode=False,
-                                                data_prop=data_prop)
-        return inferred.SerializeToString()
     except Exception as exc:
         raise GraphmemError(f"ONNX shape inference failed: {_one_line(exc)}") from None
 
@@ -864,14 +886,16 @@ def _attribute_value(attr) -> object:
     kind, raw = attr[1], attr[2]
     if kind in _GRAPH_ATTRS:
         return "<subgraph>"
-    try:
-        value = helper.get_attribute_value(onnx.AttributeProto.FromString(raw))
-    except Exception:
-        return None
+    value = attributes.decode(kind, raw)  # a tensor comes back as its label
+    if value is attributes.NOT_DECODED:
+        try:
+            value = helper.get_attribute_value(onnx.AttributeProto.FromString(raw))
+        except Exception:
+            return None
+        if isinstance(value, onnx.TensorProto):
+            value = f"<tensor {list(value.dims)}>"
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    if isinstance(value, onnx.TensorProto):
-        value = f"<tensor {list(value.dims)}>"
     return value
 
 
@@ -910,6 +934,7 @@ def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bind
 
 
 def _infer_with_constant_values(model, order, tensors, folded, constants, base_dir):
+    from graphmem.frontend.folding import evaluate_constants
     values = evaluate_constants(model, [model.graph.node[i] for i in order if i in folded],
                                 tensors, max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir,
                                 prefer="reference")
@@ -943,24 +968,36 @@ def _infer_with_constant_values(model, order, tensors, folded, constants, base_d
     return out
 
 
-def _fill_known_gaps(model, tensors, missing):
-    """Types onnx's inference leaves out for a few ops whose outputs follow their input.
+def _fill_known_gaps(data: bytes, opset: int, tensors, missing) -> bytes:
+    """Types onnx's inference leaves out for a few ops whose outputs follow their input,
+    added to the (inferred) model's bytes as value infos.
 
     Dropout's mask (opsets 7 to 9 infer nothing for it) has the data's shape; its
     element type is bool from opset 10 on, the data's type before.
     """
-    opset = onnx_opset(model)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    from graphmem.core.dtypes import ENUM_BY_NAME
+    added = []
     for name, node in missing:
         if node.op_type != "Dropout" or not standard_domain(node.domain):
             continue
         if len(node.outputs) < 2 or name != node.outputs[1]:
             continue
-        data = tensors.get(node.inputs[0])
-        if data is None:
+        data_in = tensors.get(node.inputs[0])
+        if data_in is None:
             continue
-        from graphmem.core.dtypes import ENUM_BY_NAME
-        elem = onnx.TensorProto.BOOL if opset >= 10 else ENUM_BY_NAME[data.dtype]
-        out.graph.value_info.append(helper.make_tensor_value_info(name, elem, list(data.shape)))
-    return out
+        elem = _BOOL if opset >= 10 else ENUM_BY_NAME[data_in.dtype]
+        added.append((13, -1, _entry(13, _tensor_value_info(name, elem, data_in.shape))))
+    return _splice(data, wire.parse_model(data), added) if added else data
+
+
+_BOOL = 9  # TensorProto.BOOL
+
+
+def _tensor_value_info(name: str, elem_type: int, shape) -> bytes:
+    """A serialized ValueInfoProto of a tensor (the bytes onnx.helper's
+    make_tensor_value_info gives)."""
+    def msg(field: int, body: bytes) -> bytes:
+        return _varint(field << 3 | 2) + _varint(len(body)) + body
+    dims = b"".join(msg(1, b"\x08" + _varint(d & (1 << 64) - 1)) for d in shape)
+    tensor = b"\x08" + _varint(elem_type) + msg(2, dims)
+    return msg(1, name.encode()) + msg(2, msg(1, tensor))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -103,11 +102,18 @@ def check_output(path: str | os.PathLike, inputs: Iterable[Path] = ()) -> _Targe
 def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
     """``text`` in a new file beside ``t.real``, with the usual umask-based mode; its
     name goes into ``temps`` as soon as it exists (the caller removes what is left)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{t.real.name}.", suffix=".tmp", dir=t.real.parent)
+    for _ in range(100):  # as tempfile.mkstemp, without importing tempfile (and random)
+        tmp = str(t.real.parent / f".{t.real.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_BINARY", 0),
+                         0o666)  # the umask applies, as for any new file
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise GraphmemError(f"{t.real}: cannot make a temporary file beside it")
     temps.append(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private (0600)
     with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
         _write(f, text)
 
