@@ -1,13 +1,15 @@
 """Training memory: build a forward+backward ONNX graph, plan it, recompute, offload.
 
 - ``build``: the training step from an inference model (``build_training``), with
-  ``prepare`` (inference model cleaned for differentiation), ``rewrites`` (onnx-ad rules
-  fixed or added) and ``grouped_conv`` (the grouped Conv weight gradient);
+  ``prepare`` (inference model cleaned for differentiation), ``rules`` (our reverse
+  rules, patched into onnx-ad while it runs: Conv weight gradients without overhang,
+  ConvTranspose's weight, AveragePool with ``ceil_mode``), ``grouped_conv`` (the grouped
+  Conv weight gradient) and ``rewrites`` (graph rewrites after reversal);
 - ``report``: plan the step and account weights, gradients, optimizer state, saved
   activations; ``schedule``: orders that keep helper nodes out of the long lives;
 - ``recompute`` (Chen et al. 2016) and ``offload`` (vDNN); ``macs``: MACs per phase.
 
-All use of the third-party ``onnx_ad`` package lives in :mod:`.build` and
-:mod:`.grouped_conv`, so a rule we fix (:mod:`.rewrites`) or add (the grouped Conv
-weight gradient) lives in our code. May import everything but the CLI.
+All use of the third-party ``onnx_ad`` package lives in :mod:`.build`, :mod:`.rules`
+and :mod:`.grouped_conv`, so a rule we fix or add (:mod:`.rules`, :mod:`.rewrites`)
+lives in our code. May import everything but the CLI.
 """

@@ -1,7 +1,9 @@
 """Inference ONNX model -> training graph (loss, backward pass, weight gradients).
 
-Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module and
-:mod:`.grouped_conv` (our rule, patched in while reversing) import it. After reversal :mod:`.rewrites` fixes what its rules get wrong
+Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module,
+:mod:`.rules` and :mod:`.grouped_conv` (our rules, patched in while reversing: Conv and
+grouped-Conv weight gradients without overhang, ConvTranspose's weight, AveragePool with
+``ceil_mode``) import it. After reversal :mod:`.rewrites` fixes what its rules get wrong
 for memory (the ReLU mask, explicit pads, copies, constant fills, double transposes).
 
 Node names carry the phase: ``f:<i>`` forward (the model and the loss), ``b:<i>``
@@ -16,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.errors import GraphmemError
-from graphmem.training.grouped_conv import patched
+from graphmem.training.rules import patched
 from graphmem.training.prepare import prepare_inference
 from graphmem.training.rewrites import (SEED, cancel_transposes, copies_to_reshapes, fills_from_seed,
                        pads_into_weight_conv, relu_mask_from_output)
@@ -89,12 +91,16 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
         # onnx_ad places the seed axis by rank: give it every forward value's type.
         m = onnx.shape_inference.infer_shapes(m)
         g = m.graph
-        with patched():  # our grouped-Conv weight rule
+        with patched():  # our rules (rules.py)
             r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
     except Exception as exc:
         raise GraphmemError(f"reverse mode failed: {type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:300]}") from None
     rg = r.graph
+    # onnx_ad puts the primal nodes first, but lowers some (LRN becomes several nodes):
+    # the forward ends at the loss, not at the inference model's node count.
+    forward_count = 1 + max((i for i, n in enumerate(rg.node) if loss_name in n.output),
+                            default=forward_count - 1)
     for i, n in enumerate(rg.node):
         n.name = f"f:{i}" if i < forward_count else f"b:{i}"
     seed_in = f"adj_{loss_name}"

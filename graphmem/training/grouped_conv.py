@@ -7,20 +7,23 @@ groups kept as groups, it is one grouped convolution:
 
     input   x[N, G*Cg, H...]      -> [Cg, G*N, H...]          (batch = Cg)
     filters dy[N, G*Mg, Ho..., S] -> [G*S*Mg, N, Ho...]       (group g reads its N)
-    Conv(input, filters, group=G, strides=dilations, dilations=strides)
-            -> [Cg, G*S*Mg, K'...] -> crop to K -> [G*Mg, Cg, K..., S]
+    Conv(input, filters, group=G, strides=dilations, dilations=strides, pads=exact)
+            -> [Cg, G*S*Mg, K...] -> [G*Mg, Cg, K..., S]
 
-which is onnx_ad's own group-1 construction with the group axis carried along. Used
-only inside :func:`patched`, so onnx_ad's module is left as it was afterwards.
+which is the group-1 construction of :mod:`.rules` with the group axis carried along:
+the convolution pads by itself, with exactly the end padding the last window used (or
+the input cropped), so it makes the kernel and no extra outputs to crop. Used only
+inside :func:`graphmem.training.rules.patched`, so onnx_ad's module is left as it was
+afterwards.
 """
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 
 def grouped_weight_adjoint(ctx, node, attrs, spatial, seeded):
     """The rule for ``group > 1`` (``seeded``: the output adjoint with its seed axis)."""
-    from onnx_ad.rules import UnsupportedOperator, _pad
+    from onnx_ad.rules import UnsupportedOperator
+
+    from graphmem.training.rules import _pad_or_crop, _tail_pads
 
     x, w = node.input[0], node.input[1]
     group = attrs["group"]
@@ -29,50 +32,29 @@ def grouped_weight_adjoint(ctx, node, attrs, spatial, seeded):
     ys = ctx.shapes.static(node.output[0])
     if kernel is None or xs is None or ys is None or None in xs or None in ys:
         raise UnsupportedOperator("a grouped Conv needs static shapes in reverse mode")
-    n, c = xs[0], xs[1]
+    n = xs[0]
     m, cg = kernel[0], kernel[1]
     mg = m // group
     rank = 2 + spatial
-    pads = attrs["pads"]
-    padded = x if not any(pads) else _pad(
-        ctx, x, [0, 0] + list(pads[:spatial]), [0, 0] + list(pads[spatial:]))
-    padded_sp = [xs[2 + i] + pads[i] + pads[spatial + i] for i in range(spatial)]
+    begins = list(attrs["pads"][:spatial])
+    ends = [_tail_pads(begins[i], xs[2 + i], ys[2 + i], attrs["strides"][i],
+                       attrs["dilations"][i], kernel[2 + i]) for i in range(spatial)]
+    source, conv_pads = _pad_or_crop(ctx, x, 2, begins, ends, xs[2:], "g_crop_x")
+    sizes = [xs[2 + i] - max(0, -ends[i]) for i in range(spatial)]
     b = ctx.b
-    xg = b.op("Reshape", [padded, b.ints([n, group, cg] + padded_sp)], stem="g_x")
+    xg = b.op("Reshape", [source, b.ints([n, group, cg] + sizes)], stem="g_x")
     xg = b.op("Transpose", [xg], perm=[2, 1, 0] + list(range(3, rank + 1)), stem="g_xt")
-    xg = b.op("Reshape", [xg, b.ints([cg, group * n] + padded_sp)], stem="g_input")
+    xg = b.op("Reshape", [xg, b.ints([cg, group * n] + sizes)], stem="g_input")
     dy = b.op("Reshape", [seeded, b.ints([n, group, mg] + list(ys[2:]) + [-1])], stem="g_dy")
     dy = b.op("Transpose", [dy], perm=[1, rank + 1, 2, 0] + list(range(3, rank + 1)),
               stem="g_dyt")
     filters = b.op("Reshape", [dy, b.ints([-1, n] + list(ys[2:]))], stem="g_filters")
     product = b.op("Conv", [xg, filters], strides=attrs["dilations"],
-                   dilations=attrs["strides"], pads=[0] * (2 * spatial), group=group,
+                   dilations=attrs["strides"], pads=conv_pads, group=group,
                    stem="g_conv_w")
-    product = b.op("Slice", [product, b.ints([0] * spatial), b.ints(list(kernel[2:])),
-                             b.ints(list(range(2, rank)))], stem="g_crop")
     split = b.op("Reshape", [product, b.ints([cg, group, -1, mg] + list(kernel[2:]))],
                  stem="g_split")
     moved = b.op("Transpose", [split],
                  perm=[1, 3, 0] + list(range(4, 4 + spatial)) + [2], stem="g_moved")
-    del c
     return b.op("Reshape", [moved, b.ints([m, cg] + list(kernel[2:]) + [-1])],
                 stem="g_conv_weight")
-
-
-@contextmanager
-def patched():
-    """onnx_ad with grouped Conv weight gradients, for the duration of the block."""
-    from onnx_ad import rules
-
-    original = rules._conv_weight_adjoint
-
-    def dispatch(ctx, node, attrs, spatial, seeded):
-        if attrs["group"] != 1 and ctx.asked_for(node.input[1]):
-            return grouped_weight_adjoint(ctx, node, attrs, spatial, seeded)
-        return original(ctx, node, attrs, spatial, seeded)
-
-    rules._conv_weight_adjoint = dispatch
-    try:
-        yield
-    finally:
-        rules._conv_weight_adjoint = original

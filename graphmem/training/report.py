@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from graphmem.core.ir import Graph
 from graphmem.frontend.reader import from_model
 from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
+from graphmem.plan.format import Plan
 from graphmem.training.build import TrainingGraph
 from graphmem.training.macs import macs_by_phase, phase
 from graphmem.training.schedule import sink_floating
@@ -61,6 +62,122 @@ def saved_activations(graph: Graph) -> dict[str, int]:
     return kept
 
 
+def _union(ranges: list[tuple[int, int]]) -> int:
+    """Bytes covered by [start, stop) ranges."""
+    total, end = 0, -1
+    for start, stop in sorted(ranges):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def first_backward_position(graph: Graph, plan: Plan) -> int:
+    """Where backward starts in the plan's order: just after its last forward node (the
+    loss). The planner may run backward helpers that read only data inputs, constants
+    and the loss seed earlier (a view of the input for the first weight gradient, seed
+    fills): they do not move the boundary."""
+    by_index = {n.index: n for n in graph.nodes}
+    last = max((k for k, idx in enumerate(plan.order) if phase(by_index[idx]) == "forward"),
+               default=-1)
+    return last + 1
+
+
+def plan_saved_activations(graph: Graph, plan: Plan) -> dict[str, int]:
+    """Saved activations measured on the plan: arena storage made before backward
+    starts in the plan's order (:func:`first_backward_position`) and read after.
+
+    Backward nodes the plan runs before the boundary (seed fills; with a sum or mean
+    loss, whatever needs no forward value past the output) count on the forward side:
+    what they make and backward reads later is held across the boundary too.
+    Unlike :func:`saved_activations` this follows the order the plan runs (a
+    forward-phase node sunk past the boundary counts on its side of it), counts the data
+    inputs a backward node reads, and counts storage shared by views, in-place outputs
+    and Concat slices once (the union of its crossing members' byte ranges), under the
+    name of its first-made crossing member. Returns name -> bytes.
+    """
+    from graphmem.plan.columns import group_roots
+
+    order = plan.order
+    boundary = first_backward_position(graph, plan)
+    by_index = {n.index: n for n in graph.nodes}
+    made = {t: -1 for t in graph.inputs}
+    for k, idx in enumerate(order):
+        for t in by_index[idx].outputs:
+            if t:
+                made[t] = k
+    crossing: set[str] = set()
+    for idx in order[boundary:]:
+        for t in by_index[idx].reads:
+            if t in plan.tensors and made.get(t, len(order)) < boundary:
+                crossing.add(t)
+    roots = group_roots(plan)
+    groups: dict[str, list[str]] = {}
+    for t in crossing:
+        if plan.tensors[t].bytes:
+            groups.setdefault(roots[t], []).append(t)
+    out = {}
+    for members in groups.values():
+        main = min(members, key=lambda m: (made.get(m, -1), m))
+        out[main] = _union([(plan.tensors[m].offset, plan.tensors[m].offset
+                             + plan.tensors[m].bytes) for m in members])
+    return out
+
+
+def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
+    """The position of the most aliased live bytes (the arena's peak), what is live
+    there by kind, and the largest backward helper tensors live there.
+
+    Kinds: ``saved`` (made before backward starts), ``gradients`` (graph
+    outputs made in backward), ``backward`` (everything else backward or recompute
+    nodes made: adjoints, transposed inputs of weight-gradient convolutions, masks,
+    fills). Storage shared by views, in-place outputs and Concat slices is one entry,
+    named after its largest live member; ``helpers`` are the ``top`` largest
+    ``backward`` entries (name, bytes, producing op and node, shape).
+    """
+    from graphmem.plan.columns import group_roots
+    from graphmem.plan.stats import live_timelines
+
+    aliased, _ = live_timelines(plan)  # index 0 is position -1
+    if not aliased:
+        return {"position": None}
+    k = max(range(len(aliased)), key=aliased.__getitem__)
+    pos = k - 1
+    boundary = first_backward_position(graph, plan)
+    by_index = {n.index: n for n in graph.nodes}
+    producer = {t: n for n in graph.nodes for t in n.outputs if t}
+    outputs = set(graph.outputs)
+    roots = group_roots(plan)
+    groups: dict[str, list[str]] = {}
+    for name, t in plan.tensors.items():
+        if t.bytes and t.live[0] <= pos <= t.live[1]:
+            groups.setdefault(roots[name], []).append(name)
+    kinds = {"saved": 0, "gradients": 0, "backward": 0}
+    helpers = []
+    for members in groups.values():
+        main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
+        nbytes = _union([(plan.tensors[m].offset, plan.tensors[m].offset
+                          + plan.tensors[m].bytes) for m in members])
+        first = min(plan.tensors[m].live[0] for m in members)
+        if first < boundary:
+            kinds["saved"] += nbytes
+        elif any(m in outputs for m in members):
+            kinds["gradients"] += nbytes
+        else:
+            kinds["backward"] += nbytes
+            node = producer.get(main)
+            helpers.append({"name": main, "bytes": nbytes,
+                            "op": node.op_type if node is not None else None,
+                            "node": node.name if node is not None else None,
+                            "shape": list(graph.tensors[main].shape)})
+    helpers.sort(key=lambda d: (-d["bytes"], d["name"]))
+    at = by_index[plan.order[pos]] if 0 <= pos < len(plan.order) else None
+    return {"position": pos, "node": at.name if at is not None else None,
+            "op": at.op_type if at is not None else None, "live_bytes": aliased[k],
+            "first_backward_position": boundary, "bytes_by_kind": kinds,
+            "helpers": helpers[:top]}
+
+
 def plan_training(graph: Graph, passes=DEFAULT_PASSES) -> tuple[Result, str]:
     """Plan under file order and with floating nodes sunk (see schedule.py); keep the smaller."""
     best = None
@@ -78,6 +195,10 @@ def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, ba
     gbytes = sum(graph.tensors[g].bytes for g in tg.gradients.values())
     saved = saved_activations(graph)
     macs = macs_by_phase(graph)
+    on_plan = plan_saved_activations(graph, result.plan)
+    extra = {"plan_saved_activation_bytes": sum(on_plan.values()),
+             "plan_saved_activations": len(on_plan),
+             "peak": backward_peak(graph, result.plan)}
     return TrainingReport(
         batch=batch, weight_bytes=wbytes, gradient_bytes=gbytes,
         optimizer_bytes=OPTIMIZER_STATE[optimizer] * wbytes,
@@ -87,4 +208,4 @@ def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, ba
                            if c not in graph.weights),
         forward_macs=macs["forward"],
         backward_macs=macs["backward"], recompute_macs=macs["recompute"],
-        nodes=len(graph.nodes), order=order_name)
+        nodes=len(graph.nodes), order=order_name, extra=extra)
