@@ -18,7 +18,20 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17, value_info=())
         [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
         list(initializers),
         value_info=[helper.make_tensor_value_info(n, t, s) for n, t, s in value_info])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return runtime_model(graph, opset)
+
+
+# The IR version each test model is written with: onnx's newest may be newer than what
+# the installed ONNX Runtime reads (onnx 1.23 writes IR 14, onnxruntime-gpu 1.31 reads
+# up to 13); IR 10 goes with opset 21 and every runtime since 1.17 reads it.
+TEST_IR_VERSION = 10
+
+
+def runtime_model(graph, opset=17):
+    """``helper.make_model`` at an IR version every supported ONNX Runtime reads."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, TEST_IR_VERSION)
+    return model
 
 
 def graph_of(model, dims=None):

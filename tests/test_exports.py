@@ -1,6 +1,7 @@
 """Review exports (issue 5): annotated ONNX, HTML report, GraphML, for all nine zoo graphs."""
 from __future__ import annotations
 
+from conftest import runtime_model
 import argparse
 import html as htmllib
 import json
@@ -367,10 +368,9 @@ def _symbolic_model():
              helper.make_node("Reshape", ["r", "shape"], ["flat"]),
              helper.make_node("Add", ["flat", "flat"], ["y"])]
     shape = onnx.numpy_helper.from_array(np.array([-1, 2], dtype=np.int64), "shape")
-    return helper.make_model(helper.make_graph(
+    return runtime_model(helper.make_graph(
         nodes, "sym", [helper.make_tensor_value_info("x", F, ["N", 4])],
-        [helper.make_tensor_value_info("y", F, ["M", 2])], [w, shape]),
-        opset_imports=[helper.make_opsetid("", 17)])
+        [helper.make_tensor_value_info("y", F, ["M", 2])], [w, shape]), 17)
 
 
 def test_symbolic_model_keeps_its_dims_and_saved_bindings(tmp_cwd):

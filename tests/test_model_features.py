@@ -15,7 +15,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import from_model
 from graphmem.plan.format import Plan
 
-from conftest import F, make_model, plan_of
+from conftest import F, make_model, plan_of, runtime_model
 from verify_hook import verify_or_skip
 
 NEWEST = onnx.defs.onnx_opset_version()
@@ -105,7 +105,7 @@ def token_type_encoder(batch="batch", seq="seq"):
         nodes, "encoder", [helper.make_tensor_value_info("input_ids", TensorProto.INT64,
                                                          [batch, seq])],
         [helper.make_tensor_value_info("out", F, [batch, seq, hidden])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return runtime_model(graph, 17)
 
 
 def test_data_made_from_bound_dims_runs_and_is_not_a_weight(tmp_path, capsys):

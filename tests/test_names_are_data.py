@@ -2,6 +2,7 @@
 shown as text, never obeyed, and GraphML stays well-formed XML (issue 25)."""
 from __future__ import annotations
 
+from conftest import runtime_model
 import networkx as nx
 import onnx
 import pytest
@@ -19,7 +20,7 @@ def model(tmp_path, monkeypatch):
     graph = helper.make_graph(nodes, "g" + HOSTILE,
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "names.onnx")
+    onnx.save(runtime_model(graph, 17), "names.onnx")
     return tmp_path / "names.onnx"
 
 

@@ -9,6 +9,7 @@ profile: ``pytest tests/test_property.py --hypothesis-profile long`` runs thousa
 """
 from __future__ import annotations
 
+from conftest import runtime_model
 import dataclasses
 import importlib.util
 from itertools import combinations
@@ -99,7 +100,7 @@ def dag_models(draw, max_nodes: int = 18):
         nodes, "random",
         [helper.make_tensor_value_info(n, d, list(s)) for n, s, d in inputs],
         [helper.make_tensor_value_info(n, d, list(s)) for n, s, d in outputs], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return runtime_model(graph, 17)
 
 
 def naive_aligned(plan) -> int:

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
+from graphmem.verify.cuda import cuda_usable
 from graphmem.core import ops
 from graphmem.verify.probe import cases, in_place, probe
 from graphmem.verify.verifier import verify
@@ -36,7 +37,7 @@ def test_every_overwrite_entry_holds_on_this_machine():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
+@pytest.mark.skipif(not cuda_usable(),
                     reason="needs onnxruntime-gpu with CUDAExecutionProvider and a CUDA device")
 def test_every_overwrite_entry_holds_on_cuda():
     failed = [f"{o.case.label}: {o.detail}"
@@ -126,3 +127,14 @@ def test_probe_command_lists_table_entries_and_candidates(capsys):
     assert out["ops"]["Relu"]["passed"] == out["ops"]["Relu"]["cases"] and out["table_holds"]
     assert main(["probe", "--ops", "Nope"]) == 2
     assert "no overwrite entry for Nope" in capsys.readouterr().err
+
+
+def test_probe_on_cuda_without_cuda_is_one_line(capsys):
+    if cuda_usable():
+        pytest.skip("the CUDA provider runs here")
+    from graphmem.cli import main
+    assert main(["probe", "--provider", "cuda", "--ops", "Relu"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graphmem: --provider cuda")
+    assert captured.out == ""

@@ -32,6 +32,10 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from graphmem.core.ops import ELEMENTWISE, INPLACE_TABLES, PROBE_CANDIDATES, table_key
     from graphmem.verify.probe import declared_by_runtime, declared_text, probe, summary
+    if args.provider == "cuda":  # before any case: one line where CUDA cannot run
+        from graphmem.verify.cuda import cuda_problem
+        if problem := cuda_problem():
+            raise GraphmemError(problem)
     default = INPLACE_TABLES[table_key(args.provider)]
     probed = INPLACE_TABLES[table_key(args.provider, "probed")]
     table = {**PROBE_CANDIDATES, **ELEMENTWISE}

@@ -203,14 +203,12 @@ def _provider(name: str) -> tuple[str, str]:
     if name not in PROVIDERS:
         raise GraphmemError(f"unknown provider {name!r}; choose cpu or cuda")
     ort_name, device = PROVIDERS[name]
-    available = ort.get_available_providers()
-    if ort_name not in available:
-        if name == "cuda":
-            raise GraphmemError(
-                "--provider cuda needs onnxruntime-gpu and a CUDA device, but this "
-                f"onnxruntime ({ort.__version__}) offers only {', '.join(available)}; "
-                "install onnxruntime-gpu (pip install onnxruntime-gpu) on a machine with "
-                "an NVIDIA GPU and CUDA/cuDNN")
+    if name == "cuda":
+        from graphmem.verify.cuda import cuda_problem
+        problem = cuda_problem()
+        if problem:
+            raise GraphmemError(problem)
+    elif ort_name not in ort.get_available_providers():
         raise GraphmemError(f"{ort_name} is not available in this onnxruntime")
     return ort_name, device
 
