@@ -1,4 +1,15 @@
 """The one exception type that crosses graphmem's edges (load, plan files, CLI)."""
+import re
+
+# C0 and C1 control characters but for line breaks (written \n, \r by GraphmemError)
+_CONTROL = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def printable(text) -> str:
+    """Text that may quote a model, a plan or the command line, safe for a terminal:
+    control characters (ANSI and OSC escapes, NUL, BEL) written as ``\\xNN``, so a name
+    is shown, never obeyed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 class GraphmemError(Exception):
@@ -10,7 +21,7 @@ class GraphmemError(Exception):
     def __str__(self) -> str:
         # Messages quote names read from the user's files, which may hold line breaks;
         # escape them so that every message stays one line wherever it is raised.
-        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
+        return printable(super().__str__().replace("\r", "\\r").replace("\n", "\\n"))
 
 
 class PlanInvalid(GraphmemError):

@@ -84,3 +84,48 @@ def test_a_plan_file_larger_than_its_model_can_need_is_not_parsed(planned, capsy
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "more than any plan for this model needs" in err[0], err
+
+
+@pytest.mark.parametrize("passes, says", [
+    ([{"name": "x", "bytes_saved": "x"}], "expected an integer"),
+    ([{"name": 5}], "a pass's name must be a string"),
+    ([{"name": "a", "bytes_saved": [1]}], "expected an integer")])
+def test_pass_entries_of_the_wrong_type(planned, capsys, passes, says):
+    d = planned[1]
+    d["passes"] = passes
+    with open("bad.json", "w") as f:
+        json.dump(d, f)
+    for argv in (["export", "m.onnx", "--plan", "bad.json", "--html", "o.html"],
+                 ["report", "m.onnx", "--plan", "bad.json"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0]
+
+
+def _annotated_with(text: str) -> None:
+    """An annotated model (export --annotated) whose embedded plan is ``text``."""
+    import onnx
+    from graphmem.export.annotate import PLAN_KEY
+    assert main(["export", "m.onnx", "--annotated", "A.onnx"]) == 0
+    model = onnx.load("A.onnx")
+    entry = next(p for p in model.metadata_props if p.key == PLAN_KEY)
+    entry.value = text
+    onnx.save(model, "A.onnx")
+
+
+@pytest.mark.parametrize("kind", ["nested", "digits", "large"])
+def test_a_hostile_plan_inside_an_annotated_model(planned, capsys, kind):
+    d = planned[1]
+    text = {"nested": "[" * 100_000 + "]" * 100_000,
+            "digits": json.dumps(d).replace(f'"arena_bytes": {d["arena_bytes"]}',
+                                            '"arena_bytes": ' + "9" * 5000, 1),
+            "large": json.dumps({**d, "padding": "x" * (4 << 20)})}[kind]
+    _annotated_with(text)
+    capsys.readouterr()
+    for argv in (["export", "--plan-from", "A.onnx", "--plan-out", "o.json"],
+                 ["report", "m.onnx", "--plan", "A.onnx"],
+                 ["export", "m.onnx", "--plan", "A.onnx", "--html", "o.html"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("graphmem: A.onnx (embedded plan): "), err
+    assert not any(p.name.startswith("o.") for p in planned[0].parent.iterdir())

@@ -40,3 +40,17 @@ def test_hostile_names_make_well_formed_graphml(model):
     g = nx.read_graphml("g.graphml")
     tensors = {d for _, _, d in g.edges(data="tensor")}
     assert any("\\x1b" in t and "\\x00" in t for t in tensors)
+
+
+def test_a_hostile_dim_name_is_printed_as_text(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    dim = "\x1b[31mRED\x1b]8;;http://evil\x1b\\click\x07"
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 4])])
+    onnx.save(runtime_model(graph, 17), "dim.onnx")
+    assert main(["plan", "dim.onnx", "-o", "p.json"]) == 2  # unbound: named in the error
+    assert main(["plan", "dim.onnx", "-o", "p.json", "-q", "--dim-default", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "symbolic dimension not bound" in err and "bound \\x1b[31mRED" in err
+    assert "\x1b" not in err and "\x07" not in err

@@ -90,6 +90,17 @@ def test_export_writes_all_of_its_outputs_or_none(model, tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_device_that_fails_leaves_no_other_output_written(model, tmp_path, capsys):
+    # a device cannot be written under a temporary name: it is written before the
+    # regular files are renamed into place, so its failure leaves none of them
+    assert main(["export", "m.onnx", "--annotated", "A.onnx", "--html", "H.html",
+                 "--graphml", "/dev/full"]) == 2
+    assert "/dev/full: cannot write" in capsys.readouterr().err
+    assert not (tmp_path / "A.onnx").exists() and not (tmp_path / "H.html").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_sigterm_exits_143_and_leaves_no_temporary_file(tmp_path):
     script = (
         "import sys, time\n"

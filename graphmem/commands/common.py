@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, printable
 from graphmem.frontend.reader import load
 from graphmem.passes.registry import DEFAULT_PASSES, PASSES
 from graphmem.passes.placement.search import STRATEGIES
@@ -18,7 +17,6 @@ from graphmem.plan.format import Plan
 from graphmem.frontend.zoo import resolve
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def shown(text) -> str:
@@ -26,7 +24,7 @@ def shown(text) -> str:
     through rich: its markup escaped, and control characters (ANSI and OSC escapes,
     NUL) written as ``\\xNN``, so a name is shown, never obeyed."""
     from rich.markup import escape
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+    return escape(printable(text).replace("\n", "\\x0a").replace("\r", "\\x0d"))
 
 
 def add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -171,7 +169,8 @@ def load_graph(args):
         graph = load(path, dims, dim_default=default)
     defaulted = [f"{k}={v}" for k, v in graph.bindings.items() if k not in dims]
     if defaulted:
-        print(f"graphmem: --dim-default {default} bound {', '.join(defaulted)}", file=sys.stderr)
+        print(printable(f"graphmem: --dim-default {default} bound {', '.join(defaulted)}"),
+              file=sys.stderr)
     return graph, time.perf_counter() - t0
 
 
@@ -231,7 +230,5 @@ def read_plan(path: str, model: str | Path | None = None) -> Plan:
 def plan_size_limit(model: str | Path) -> int:
     """The most bytes a plan file for ``model`` can need: every tensor name written
     escaped (up to 6 characters each) with its fields, and every node in the order."""
-    from graphmem.frontend.reader import read_model
-    g = read_model(model).graph
-    names = {t for n in g.node for t in n.output} | {i.name for i in g.input}
-    return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.node)
+    from graphmem.frontend.reader import plan_size_bound, read_model
+    return plan_size_bound(read_model(model))

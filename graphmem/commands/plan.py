@@ -44,11 +44,13 @@ def run(args) -> int:
         print_summary(console, result, load_seconds, None if out == "-" else out)
     if args.verify:
         from argparse import Namespace
-        from graphmem.commands.verify import print_report, run_verify
-        report = run_verify(result.plan, graph, Namespace(
-            provider=args.provider, runtime_only=False, check_all=False, seed=0,
-            force=False))
+        from graphmem.commands.verify import Heartbeat, print_report, run_verify
         from rich.console import Console
+        with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
+            beat.status = "checking the plan, then the reference run on ONNX Runtime"
+            report = run_verify(result.plan, graph, Namespace(
+                provider=args.provider, runtime_only=False, check_all=False, seed=0,
+                force=False), beat)
         print_report(Console(stderr=out == "-"), report)
         return 0 if report.passed else 1
     return 0

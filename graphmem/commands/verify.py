@@ -47,19 +47,24 @@ def add_verify_args(p) -> None:
 
 
 def run(args) -> int:
-    if args.plan:
-        plan = read_plan(args.plan, model_path(args))
-        dims = dict(plan.bindings)
-        for name, value in parse_dims(args.dim).items():
-            if name in dims and dims[name] != value:
-                raise GraphmemError(f"--dim {name}={value}, but the plan was made with "
-                                    f"{name}={dims[name]}")
-            dims[name] = value
-        graph = load(model_path(args), dims)
-    else:
-        graph, _ = load_graph(args)
-        plan = plan_from_args(args, graph).plan
-    report = run_verify(plan, graph, args)
+    with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
+        if args.plan:
+            beat.status = "reading the plan and the model"
+            plan = read_plan(args.plan, model_path(args))
+            dims = dict(plan.bindings)
+            for name, value in parse_dims(args.dim).items():
+                if name in dims and dims[name] != value:
+                    raise GraphmemError(f"--dim {name}={value}, but the plan was made with "
+                                        f"{name}={dims[name]}")
+                dims[name] = value
+            graph = load(model_path(args), dims)
+        else:
+            beat.status = "loading the model"
+            graph, _ = load_graph(args)
+            beat.status = "planning"
+            plan = plan_from_args(args, graph).plan
+        beat.status = "checking the plan, then the reference run on ONNX Runtime"
+        report = run_verify(plan, graph, args, beat)
     print_report(Console(), report)
     return 0 if report.passed else 1
 
@@ -68,39 +73,59 @@ def run(args) -> int:
 PROGRESS_EVERY = 10.0
 
 
-def run_verify(plan, graph, args) -> VerifyReport:
-    """Verify with progress over the nodes on stderr: a bar on a terminal, else a line
-    every ``PROGRESS_EVERY`` seconds once a run takes that long (a 200k-node chain
-    verifies for minutes)."""
+class Heartbeat:
+    """Without a terminal, a ``graphmem: verify: <status>, S s`` line on stderr every
+    ``PROGRESS_EVERY`` seconds while the command runs, from a thread, so that a stage
+    spent inside ONNX Runtime (a 200k-node model's reference session takes minutes)
+    shows too. ``status`` is whatever the command is doing now."""
+
+    def __init__(self, enabled: bool = True):
+        import threading
+        self.enabled = enabled
+        self.status = "starting"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        import time
+        self._start = time.monotonic()
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _beat(self) -> None:
+        import sys
+        import time
+        while not self._stop.wait(PROGRESS_EVERY if PROGRESS_EVERY > 0 else 0.01):
+            print(f"graphmem: verify: {self.status}, {time.monotonic() - self._start:.0f} s",
+                  file=sys.stderr, flush=True)
+
+    def on_step(self, done: int, total: int) -> None:
+        self.status = f"{done:,} of {total:,} nodes"
+
+
+def run_verify(plan, graph, args, beat: Heartbeat | None = None) -> VerifyReport:
+    """Verify with progress over the nodes on stderr: a bar on a terminal, else the
+    heartbeat's lines (see :class:`Heartbeat`)."""
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("nodes"), TimeElapsedColumn(), console=err,
                   transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("nodes", total=len(plan.order))
-        on_step = ((lambda done, total: progress.update(task, completed=done))
-                   if err.is_terminal else _progress_lines())
+        if err.is_terminal:
+            on_step = lambda done, total: progress.update(task, completed=done)  # noqa: E731
+        else:
+            on_step = beat.on_step if beat is not None else None
         inputs = read_inputs(args.inputs, graph) if getattr(args, "inputs", None) else None
         return verify(plan, graph, provider=args.provider, runtime_only=args.runtime_only,
                       force=getattr(args, "force", False),
                       check_all=args.check_all, seed=args.seed, inputs=inputs,
                       on_step=on_step)
-
-
-def _progress_lines(every: float | None = None):
-    """An ``on_step`` that writes ``graphmem: verify: N of M nodes, S s`` to stderr at
-    most once per ``every`` seconds."""
-    import sys
-    import time
-    start = time.monotonic()
-    due = [start + (PROGRESS_EVERY if every is None else every)]
-
-    def on_step(done: int, total: int) -> None:
-        now = time.monotonic()
-        if now >= due[0] and done < total:
-            print(f"graphmem: verify: {done:,} of {total:,} nodes, {now - start:.0f} s",
-                  file=sys.stderr, flush=True)
-            due[0] = now + (PROGRESS_EVERY if every is None else every)
-    return on_step
 
 
 def print_report(console: Console, r: VerifyReport) -> None:

@@ -131,16 +131,15 @@ def read_plan(path: str | os.PathLike) -> Plan:
 
 
 def plan_of_model(model: onnx.ModelProto, source: str = "model") -> Plan:
-    """The plan in a ModelProto's ``graphmem.plan`` metadata entry."""
+    """The plan in a ModelProto's ``graphmem.plan`` metadata entry, refused unread when
+    it is larger than any plan for the model it sits in can be."""
+    from graphmem.frontend.reader import plan_size_bound
     text = next((p.value for p in model.metadata_props if p.key == PLAN_KEY), None)
     if text is None:
         raise GraphmemError(f"{source}: no graphmem plan in this model "
                             f"(write one with `graphmem export MODEL --annotated OUT`)")
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GraphmemError(f"{source}: the embedded plan is not JSON ({exc})") from None
-    return Plan.from_dict(d, f"{source} (embedded plan)")
+    return Plan.parse(text, f"{source} (embedded plan)", plan_size_bound(model),
+                      what="a JSON plan")
 
 
 def _strip(model: onnx.ModelProto) -> None:

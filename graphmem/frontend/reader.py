@@ -70,6 +70,14 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
     return model
 
 
+def plan_size_bound(model: onnx.ModelProto) -> int:
+    """The most bytes a plan for ``model`` can take as JSON: every tensor name written
+    escaped (up to 6 characters each) with its fields, and every node in the order."""
+    g = model.graph
+    names = {t for n in g.node for t in n.output} | {i.name for i in g.input}
+    return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.node)
+
+
 def _model_file(path: str | os.PathLike) -> Path:
     """``path``, refused in one line unless it is a non-empty file."""
     p = Path(path)

@@ -160,6 +160,11 @@ class Plan:
             passes = d.get("passes", [])
             if not (isinstance(passes, list) and all(isinstance(p, dict) for p in passes)):
                 raise ValueError("passes must be a list of objects")
+            for p in passes:  # what the report and the exports read of each
+                if not isinstance(p.get("name", ""), str):
+                    raise ValueError(f"a pass's name must be a string, not {_short(p['name'])}")
+                if p.get("bytes_saved") is not None:
+                    _int(p["bytes_saved"])
             target = d.get("target")
             if target is not None and not (isinstance(target, dict) and all(
                     isinstance(k, str) and isinstance(v, str) for k, v in target.items())):
@@ -188,12 +193,28 @@ class Plan:
             raise GraphmemError(f"{p}: {p.stat().st_size:,} bytes, more than any plan for "
                                 f"this model needs ({max_bytes:,}); not read")
         try:
-            d = json.loads(p.read_text())
+            text = p.read_bytes()
+        except OSError as exc:
+            raise GraphmemError(f"{p}: cannot read ({exc.strerror or exc})") from None
+        return Plan.parse(text, str(p), what="a JSON plan file")
+
+    @staticmethod
+    def parse(text: str | bytes, source: str, max_bytes: int | None = None,
+              what: str = "a JSON plan") -> "Plan":
+        """A plan from its JSON text (a file's, or the one an annotated model carries):
+        every way the text can be hostile (too large, not UTF-8, nested too deeply, an
+        integer of thousands of digits, fields of the wrong type) is one GraphmemError
+        naming ``source``."""
+        if max_bytes is not None and len(text) > max_bytes:
+            raise GraphmemError(f"{source}: a plan of {len(text):,} bytes, more than any "
+                                f"plan for this model needs ({max_bytes:,}); not read")
+        try:
+            d = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge integers
-            raise GraphmemError(f"{p}: not a JSON plan file ({_first_line(exc)})") from None
+            raise GraphmemError(f"{source}: not {what} ({_first_line(exc)})") from None
         except RecursionError:
-            raise GraphmemError(f"{p}: not a JSON plan file (nested too deeply)") from None
-        return Plan.from_dict(d, str(p))
+            raise GraphmemError(f"{source}: not {what} (nested too deeply)") from None
+        return Plan.from_dict(d, source)
 
 
 def _int(v: Any) -> int:

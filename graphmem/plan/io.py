@@ -29,8 +29,9 @@ def write_atomic(path: str | os.PathLike, text: Content, *,
 def write_all(outputs: Sequence[tuple[str | os.PathLike, Content]], *,
               inputs: Iterable[str | os.PathLike] = ()) -> None:
     """Write every output, or none: check them all, write each regular file under a
-    temporary name, then rename them all into place and write the devices and FIFOs.
-    ``inputs``: the files the command reads, which no output may be."""
+    temporary name, then write the devices and FIFOs (which cannot be undone: a failed
+    one, ``/dev/full``, leaves no regular file written), then rename the regular files
+    into place. ``inputs``: the files the command reads, which no output may be."""
     inputs = [Path(p) for p in inputs if p is not None]
     targets = [check_output(path, inputs) for path, _ in outputs]
     seen: set = set()
@@ -45,11 +46,12 @@ def write_all(outputs: Sequence[tuple[str | os.PathLike, Content]], *,
                 _write_temp(t, text, temps)
             else:
                 temps.append("")
-        for t, tmp, (_, text) in zip(targets, temps, outputs):
+        for t, (_, text) in zip(targets, outputs):
+            if not t.regular:
+                _write_straight(t, text)
+        for t, tmp in zip(targets, temps):
             if t.regular:
                 os.replace(tmp, t.real)
-            else:
-                _write_straight(t, text)
     except OSError as exc:  # disk full, permissions, a read-only file system
         raise GraphmemError(f"{t.path}: cannot write ({exc.strerror or exc})") from None
     finally:
