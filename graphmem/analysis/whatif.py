@@ -178,26 +178,36 @@ class Batcher:
         return self._cache[batch]
 
 
+# Ops whose output describes its input's shape, not its data: it does not grow with it
+SHAPE_OF = frozenset({"Shape", "Size"})
+
+
 def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
-    """Tensors computed from the rebatched inputs hold exactly ``new/old`` times their
-    elements in ``g``; every other arena tensor keeps its size."""
+    """A tensor computed from the rebatched inputs' data holds exactly ``new/old`` times
+    its elements in ``g``; any other arena tensor holds the same number or ``new/old``
+    times as many (the exporters size masks, position ids and class tokens through
+    Shape arithmetic: a Range over the batch grows with no data path from an input,
+    while the Shape of a growing tensor keeps its size). Anything else means a shape in
+    the model hard-codes the batch."""
     grown = {t for t in base.inputs if t in g.tensors
              and g.tensors[t].numel != base.tensors[t].numel}
     for n in base.nodes:  # base.nodes is in a topological order
-        if any(t in grown for t in n.reads):
+        if n.op_type not in SHAPE_OF and any(t in grown for t in n.reads):
             grown.update(o for o in n.outputs if o)
     for name in base.arena_tensors():
         a, b = base.tensors[name], g.tensors.get(name)
         if b is None:
             raise GraphmemError(f"rebatching lost tensor {name!r}")
-        scales = name in grown
-        if b.numel * old != (a.numel * new if scales else a.numel * old):
-            expected = f"{new}/{old} times as many elements" if scales else "the same size"
-            raise GraphmemError(
-                f"cannot set the batch to {new}: tensor {name!r} has shape {list(a.shape)} at "
-                f"batch {old} but {list(b.shape)} at batch {new}, not {expected}; a shape in "
-                "the model hard-codes the batch (give the model a symbolic batch dim and use "
-                "--dim)")
+        scaled, same = b.numel * old == a.numel * new, b.numel == a.numel
+        if scaled if name in grown else (scaled or same):
+            continue
+        expected = (f"{new}/{old} times as many elements" if name in grown else
+                    f"the same size or {new}/{old} times as many elements")
+        raise GraphmemError(
+            f"cannot set the batch to {new}: tensor {name!r} has shape {list(a.shape)} at "
+            f"batch {old} but {list(b.shape)} at batch {new}, not {expected}; a shape in "
+            "the model hard-codes the batch (give the model a symbolic batch dim and use "
+            "--dim)")
 
 
 # ---------------------------------------------------------------------- footprints

@@ -26,6 +26,10 @@ def add_parser(sub) -> None:
     p.add_argument("--loss", default="auto", choices=["auto", "xent", "sum", "mean"],
                    help="loss: cross-entropy against a one-hot label (auto when the output "
                         "is a Softmax), or the sum or mean of the output")
+    p.add_argument("--output", metavar="NAME",
+                   help="the graph output the loss is taken of, for a model with several "
+                        "(default: the first; the others and what only they need are "
+                        "dropped)")
     p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"],
                    help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
     p.add_argument("--recompute", choices=["none", "sqrt"], default="none",
@@ -63,7 +67,7 @@ def run(args) -> int:
         check_output(args.save, [model_path(args)])
     model = read_model(model_path(args), load_weights=True)
     args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
-    tg = build_training(model, args.batch, loss=args.loss)
+    tg = build_training(model, args.batch, loss=args.loss, output=args.output)
     baseline = None
     if args.recompute == "sqrt" or budget is not None:
         base_graph = load_training(tg)

@@ -871,6 +871,15 @@ def _dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
         if idx in folded and any(o in data for o in nodes[idx][OUTPUTS] if o):
             kept.add(idx)
             data.update(data_reads(idx))
+    if kept:
+        # closed forward: a folded node that reads what a kept node makes runs too, or
+        # its value would wait for a tensor that exists only at run time (GPT-2's
+        # decode step: a Range's bounds from Shape(past) arithmetic)
+        running = {o for i in kept for o in nodes[i][OUTPUTS] if o}
+        for idx in order:
+            if idx in folded and idx not in kept and any(t in running for t in reads[idx]):
+                kept.add(idx)
+                running.update(o for o in nodes[idx][OUTPUTS] if o)
     return kept
 
 

@@ -60,13 +60,16 @@ def trainable_weights(model: onnx.ModelProto) -> list[str]:
 
 def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: str = "auto",
                    relu_fix: bool = True, rewrites: bool = True,
-                   prepared: bool = False) -> TrainingGraph:
+                   prepared: bool = False, output: str | None = None) -> TrainingGraph:
     """Build the training graph of an inference model.
 
     ``loss``: ``xent`` (cross-entropy of the logits against a one-hot ``label`` input;
     a final Softmax is dropped and its input used as logits), ``sum`` or ``mean`` of the
     output, or ``auto`` (``xent`` when the output comes from a Softmax, else ``sum``).
     BatchNormalization stays in inference form (frozen running statistics).
+    ``output``: the graph output the loss is taken of, for a model with several (a BERT
+    export's hidden states and pooled output; default: the first); the others, and the
+    nodes, inputs and weights only they need, are dropped.
     ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks).
     """
     import onnx_ad
@@ -74,8 +77,8 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     m = model if prepared else prepare_inference(model, batch)
     m = _copy(m)
     g = m.graph
-    if len(g.output) != 1:
-        raise GraphmemError(f"training needs a model with one output, not {len(g.output)}")
+    if output is not None or len(g.output) != 1:
+        _keep_one_output(g, output)
     weights = trainable_weights(m)
     if not weights:
         raise GraphmemError("the model has no trainable float initializers")
@@ -126,6 +129,37 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     del rg.output[:]
     rg.output.extend(keep)
     return TrainingGraph(r, loss_name, tuple(weights), gradients, tuple(data_inputs))
+
+
+def _keep_one_output(g: onnx.GraphProto, name: str | None) -> None:
+    """Keep only the graph output ``name`` (default: the first) and what computes it."""
+    names = [o.name for o in g.output]
+    if not names:
+        raise GraphmemError("training needs a model with an output")
+    name = names[0] if name is None else name
+    if name not in names:
+        raise GraphmemError(f"--output {name}: the model has no output of that name "
+                            f"(its outputs: {', '.join(names[:8])})")
+    kept = [o for o in g.output if o.name == name]
+    del g.output[:]
+    g.output.extend(kept)
+    needed = {name}
+    live = []
+    for n in reversed(g.node):  # the nodes are in a topological order (checked on load)
+        if any(o in needed for o in n.output):
+            live.append(n)
+            needed.update(t for t in n.input if t)
+            for a in n.attribute:  # a subgraph's reads from the outer scope
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    needed.update(t for sn in sub.node for t in sn.input if t)
+    del g.node[:]
+    g.node.extend(reversed(live))
+    keep_inits = [t for t in g.initializer if t.name in needed]
+    del g.initializer[:]
+    g.initializer.extend(keep_inits)
+    keep_inputs = [i for i in g.input if i.name in needed]
+    del g.input[:]
+    g.input.extend(keep_inputs)
 
 
 def _copy(m: onnx.ModelProto) -> onnx.ModelProto:

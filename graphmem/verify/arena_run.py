@@ -156,10 +156,12 @@ class ArenaRun:
             sess.run_with_iobinding(io)
         except Exception as exc:
             raise GraphmemError(f"ONNX Runtime failed on {node.label}: "
-                                f"{' '.join(str(exc).split())[:300]}") from None
+                                f"{' '.join(str(exc).split())[:1000]}") from None
 
     def _bind_constant(self, io, local: str, name: str) -> None:
-        value = np.ascontiguousarray(self.constants[name])
+        # np.ascontiguousarray makes a 0-d value 1-d: a scalar Gather index then gives
+        # an output of one more dimension than planned
+        value = np.asarray(self.constants[name], order="C")
         # Integer constants are shapes, axes, pads: kernels read them on the host.
         if self.device == "cpu" or value.dtype.kind in "iub":
             io.bind_cpu_input(local, value)
