@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -55,6 +54,7 @@ def write_all(folder: str | os.PathLike) -> list[Path]:
         if src is None:
             continue
         dst = out / f"{name}.onnx"
+        import shutil
         shutil.copyfile(src, dst)
         written.append(dst)
     return written
