@@ -358,3 +358,15 @@ def test_the_heartbeat_names_the_stage_under_way(capsys, monkeypatch):
     count = len(lines)
     time.sleep(0.15)
     assert len(capsys.readouterr().err.strip().splitlines()) == 0 and count > 2  # stopped
+
+
+def test_runtime_errors_keep_what_a_user_acts_on():
+    from graphmem.verify.node_sessions import runtime_message
+    exc = RuntimeError(
+        "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/model.cc:256 "
+        "onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&, const "
+        "onnxruntime::logging::Logger&, const onnxruntime::ModelOptions&) Unsupported model IR "
+        "version: 14, max supported IR version: 13\n")
+    assert runtime_message(exc) == ("[ONNXRuntimeError] : 1 : FAIL : Unsupported model IR "
+                                    "version: 14, max supported IR version: 13")
+    assert len(runtime_message(RuntimeError("x" * 2000), 100)) == 100

@@ -48,7 +48,8 @@ F = 1  # onnx.TensorProto.FLOAT
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
     from onnx import helper
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # IR 8 goes with opset 17; onnx's newest IR may be newer than ONNX Runtime reads
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def _vi(name: str, shape) -> onnx.ValueInfoProto:

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from graphmem.errors import GraphmemError
+from graphmem.verify.node_sessions import runtime_message
 from graphmem.verify.node_sessions import FATAL_ONLY
 
 POISON = 0xFF  # 0xFFFFFFFF is a NaN as float32 (and as float16/float64 in every lane)
@@ -87,7 +88,7 @@ class OrtArena:
                 [max(nbytes, 1)], np.uint8, device, device_id)
         except Exception as exc:
             raise GraphmemError(f"cannot allocate a {nbytes}-byte arena on {device}: "
-                                f"{' '.join(str(exc).split())[:200]}") from None
+                                f"{runtime_message(exc, 300)}") from None
         self.ptr = int(self.value.data_ptr())
         self._copy = _identity_session(provider)
         self._poison = np.full(max(nbytes, 1), POISON, dtype=np.uint8)

@@ -12,7 +12,7 @@ from graphmem.verify.compare import OutputCheck, close, max_abs_diff, tolerance_
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Node
 from graphmem.core.ops import is_concat
-from graphmem.verify.node_sessions import NodeSessions, numpy_dtype
+from graphmem.verify.node_sessions import NodeSessions, numpy_dtype, runtime_message
 from graphmem.plan.format import Plan, TensorPlan
 
 
@@ -156,7 +156,7 @@ class ArenaRun:
             sess.run_with_iobinding(io)
         except Exception as exc:
             raise GraphmemError(f"ONNX Runtime failed on {node.label}: "
-                                f"{' '.join(str(exc).split())[:1000]}") from None
+                                f"{runtime_message(exc, 1000)}") from None
 
     def _bind_constant(self, io, local: str, name: str) -> None:
         # np.ascontiguousarray makes a 0-d value 1-d: a scalar Gather index then gives

@@ -8,6 +8,8 @@ constants are session inputs, not initializers, so they do not split the cache.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -47,6 +49,19 @@ def session_options():
 # ONNX Runtime's log levels: 3 is error, 4 fatal. Its errors reach graphmem as
 # exceptions, which it words in one line; its own coloured log would come first.
 FATAL_ONLY = 4
+
+
+# Where ONNX Runtime's messages name the C++ source and function that raised them
+# ("/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) "): the part a
+# user acts on comes after it, and a cut at a line's length kept only the signature.
+_SOURCE_AND_SIGNATURE = re.compile(r"\S+\.(?:cc|cpp|h):\d+ [^()\s]+\([^()]*\)(?: const)? ")
+
+
+def runtime_message(exc: BaseException, limit: int = 500) -> str:
+    """ONNX Runtime's error as one line of at most ``limit`` characters, without the
+    source file and C++ signature it quotes."""
+    text = _SOURCE_AND_SIGNATURE.sub("", " ".join(str(exc).split()))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def quiet_runtime() -> None:
@@ -110,7 +125,7 @@ class NodeSessions:
                                         providers=[self.provider])
         except Exception as exc:
             raise GraphmemError(f"ONNX Runtime cannot run {proto.op_type} "
-                                f"{proto.name!r} alone: {' '.join(str(exc).split())[:300]}"
+                                f"{proto.name!r} alone: {runtime_message(exc)}"
                                 ) from None
         self.built += 1
         return sess

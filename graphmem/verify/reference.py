@@ -99,8 +99,9 @@ def reference_run(model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.n
                                     providers=[provider])
         values = sess.run(names, dict(feeds))
     except Exception as exc:
+        from graphmem.verify.node_sessions import runtime_message
         raise GraphmemError(f"ONNX Runtime cannot run the whole model: "
-                            f"{' '.join(str(exc).split())[:300]}") from None
+                            f"{runtime_message(exc)}") from None
     out = dict(zip(names, values))
     out.update(feeds)
     return out
