@@ -8,18 +8,37 @@ The data flows one way: ``load`` -> ``liveness`` -> passes -> ``Plan``::
     graphmem.validate(result.plan, graph)
 """
 from graphmem.errors import GraphmemError, PlanInvalid
-from graphmem.core.ir import Graph, Node, Tensor
-from graphmem.core.liveness import Interval, liveness
-from graphmem.frontend.reader import load
-from graphmem.pipeline import DEFAULT_PASSES, PassReport, Result, plan_graph, plan_model
-from graphmem.plan.format import FORMAT, Plan, TensorPlan
-from graphmem.plan.validate import problems, validate
-from graphmem.core.order import file_order
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "GraphmemError", "PlanInvalid", "Graph", "Node", "Tensor", "Interval", "liveness",
-    "load", "DEFAULT_PASSES", "PassReport", "Result", "plan_graph", "plan_model", "FORMAT",
-    "Plan", "TensorPlan", "problems", "validate", "file_order", "__version__",
-]
+# The public API, imported on first use (PEP 562): ``python -m graphmem`` and the
+# ``graphmem`` script import only the modules of the command they run, and import them
+# where Ctrl-C is handled.
+_API = {
+    "Graph": "graphmem.core.ir", "Node": "graphmem.core.ir", "Tensor": "graphmem.core.ir",
+    "Interval": "graphmem.core.liveness", "liveness": "graphmem.core.liveness",
+    "load": "graphmem.frontend.reader",
+    "DEFAULT_PASSES": "graphmem.pipeline", "PassReport": "graphmem.pipeline",
+    "Result": "graphmem.pipeline", "plan_graph": "graphmem.pipeline",
+    "plan_model": "graphmem.pipeline",
+    "FORMAT": "graphmem.plan.format", "Plan": "graphmem.plan.format",
+    "TensorPlan": "graphmem.plan.format",
+    "problems": "graphmem.plan.validate", "validate": "graphmem.plan.validate",
+    "file_order": "graphmem.core.order",
+}
+
+__all__ = ["GraphmemError", "PlanInvalid", *_API, "__version__"]
+
+
+def __getattr__(name: str):
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphmem' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

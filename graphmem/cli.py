@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from graphmem import notes
 from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
@@ -49,11 +50,15 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = _negative_values(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
+    notes.clear()
     try:
-        return int(args.func(args) or 0)
+        args = build_parser(argv).parse_args(argv)  # imports the command's modules
+        code = int(args.func(args) or 0)
+        notes.flush()
+        return code
     except GraphmemError as exc:
+        # the one line that explains the exit: notes made on the way are dropped
         print(f"graphmem: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

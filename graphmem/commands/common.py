@@ -169,8 +169,8 @@ def load_graph(args):
         graph = load(path, dims, dim_default=default)
     defaulted = [f"{k}={v}" for k, v in graph.bindings.items() if k not in dims]
     if defaulted:
-        print(printable(f"graphmem: --dim-default {default} bound {', '.join(defaulted)}"),
-              file=sys.stderr)
+        from graphmem.notes import note
+        note(f"--dim-default {default} bound {', '.join(defaulted)}")
     return graph, time.perf_counter() - t0
 
 

@@ -39,8 +39,8 @@ def resolve(model: str, *, quiet: bool = False) -> Path:
     if z is None:
         return p  # the loader names the missing file
     if not quiet:
-        print(f"graphmem: {model} is not a file; using the Model Zoo graph shipped with onnx: {z}",
-              file=sys.stderr)
+        from graphmem.notes import note
+        note(f"{model} is not a file; using the Model Zoo graph shipped with onnx: {z}")
     return z
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -107,17 +109,35 @@ def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
     for _ in range(100):  # as tempfile.mkstemp, without importing tempfile (and random)
         tmp = str(t.real.parent / f".{t.real.name}.{os.urandom(6).hex()}.tmp")
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-                         | getattr(os, "O_BINARY", 0),
-                         0o666)  # the umask applies, as for any new file
+            with _signals_held():  # made and recorded as one step: Ctrl-C or SIGTERM
+                fd = os.open(tmp, _TEMP_FLAGS, 0o666)  # (the umask applies)
+                temps.append(tmp)  # between the two would leave it behind
             break
         except FileExistsError:
             continue
     else:
         raise GraphmemError(f"{t.real}: cannot make a temporary file beside it")
-    temps.append(tmp)
     with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
         _write(f, text)
+
+
+_TEMP_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_BINARY", 0))
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back (delivered on exit) where the platform can."""
+    import signal
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, old)
 
 
 def _write_straight(t: _Target, text: Content) -> None:
