@@ -361,6 +361,9 @@ def main(argv=None) -> None:
                     help="with --whole: time ONNX Runtime up to this many nodes")
     ap.add_argument("--ort-chain-max", type=int, default=1_000_000,
                     help="with --whole: ... and on the chain up to this many")
+    ap.add_argument("--ort-timeout", type=float, default=None, metavar="SECONDS",
+                    help="with --whole: stop an ONNX Runtime process after this long "
+                         "(its session on a 100k-node residual net took 536 s)")
     args = ap.parse_args(argv)
     if args.whole:
         import whole

@@ -199,15 +199,20 @@ def compile_graphmem() -> None:
         compileall.compile_dir(str(root / folder), quiet=1)
 
 
-def timed(kind: str, path: Path, out: Path, repeats: int) -> dict:
-    """The fastest of ``repeats`` processes (one when the first takes REPEAT_UNDER s)."""
+def timed(kind: str, path: Path, out: Path, repeats: int, timeout: float | None = None) -> dict:
+    """The fastest of ``repeats`` processes (one when the first takes REPEAT_UNDER s);
+    a process still running after ``timeout`` seconds is stopped and reported as such."""
     best = None
     for _ in range(repeats):
         if best is not None and best["s"] > REPEAT_UNDER:
             break
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--child", kind, str(path), str(out)],
-                              capture_output=True, text=True, env=CHILD_ENV)
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--child", kind, str(path),
+                                   str(out)], capture_output=True, text=True, env=CHILD_ENV,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"timeout": timeout}
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:200]}
@@ -222,6 +227,8 @@ def _cell(r: dict | None, key: str, fmt: str) -> str:
         return "not run"
     if "error" in r:
         return "failed"
+    if "timeout" in r:
+        return f"> {r['timeout']:.0f}" if key == "s" else "-"
     return format(r[key], fmt)
 
 
@@ -237,7 +244,7 @@ def run(args) -> None:
                 path.write_bytes(BUILD[family](n).SerializeToString())
                 repeats = args.repeats if n < 1_000_000 else 1
                 gm = timed("graphmem", path, out, repeats)
-                ort = (timed("ort", path, out, repeats)
+                ort = (timed("ort", path, out, repeats, args.ort_timeout)
                        if n <= args.ort_max or (family == "chain" and n <= args.ort_chain_max)
                        else None)
                 rows.append({"family": family, "nodes": n, "mb": path.stat().st_size / 2**20,
@@ -251,8 +258,9 @@ def run(args) -> None:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         gm, ort = r["graphmem"], r["ort"]
-        ratio = (f"{gm['s'] / ort['s']:.2f}" if ort and "error" not in ort and "error" not in gm
-                 else "")
+        ok = ort and "error" not in ort and "error" not in gm and "timeout" not in gm
+        ratio = ("" if not ok else f"< {gm['s'] / ort['timeout']:.2f}" if "timeout" in ort
+                 else f"{gm['s'] / ort['s']:.2f}")
         table.append(f"| {r['family']} | {r['nodes']:,} | {r['mb']:.1f} | "
                      f"**{_cell(gm, 's', '.2f')}** | {_cell(ort, 's', '.2f')} | {ratio} | "
                      f"{_cell(gm, 'peak_mib', '.0f')} | {_cell(ort, 'peak_mib', '.0f')} |")
@@ -267,9 +275,10 @@ def run(args) -> None:
         "onnxruntime's at install). Fastest of "
         f"{args.repeats} processes below 1M nodes (one where a process takes over "
         f"{REPEAT_UNDER:.0f} s), one run at 1M. ONNX Runtime is "
-        f"timed up to {args.ort_max:,} nodes (the chain up to {args.ort_chain_max:,}): "
-        "its session on a 1M-node chain took 164 s here. The graphs are described "
-        "in tools/whole.py.", "",
+        f"timed up to {args.ort_max:,} nodes (the chain up to {args.ort_chain_max:,}), "
+        + (f"stopped after {args.ort_timeout:.0f} s ('> {args.ort_timeout:.0f}')"
+           if args.ort_timeout else "without a time limit")
+        + ". The graphs are described in tools/whole.py.", "",
         "\n".join(table), ""])
     print(body)
     if not args.no_write:
