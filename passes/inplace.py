@@ -55,12 +55,7 @@ def _plain(ctx: Context, a: Assignment, candidates) -> tuple[Assignment, dict]:
     views = overwrites = 0
 
     def find(t: int) -> int:
-        while t in parent:
-            up = parent[t]
-            if up in parent:
-                parent[t] = parent[up]  # path halving
-            t = up
-        return t
+        return _find(parent, t)
 
     for pos, overwrite, src, out in candidates:
         if out in aliased:
@@ -138,12 +133,7 @@ def _general(ctx: Context, a: Assignment, candidates) -> tuple[Assignment, dict]
     views = overwrites = 0
 
     def find(t: int) -> int:
-        while t in parent:
-            up = parent[t]
-            if up in parent:
-                parent[t] = parent[up]  # path halving
-            t = up
-        return t
+        return _find(parent, t)
 
     def afind(t: int) -> int:
         while t in alias_root:
@@ -253,6 +243,16 @@ def _general(ctx: Context, a: Assignment, candidates) -> tuple[Assignment, dict]
         overwrites += 1
     new = a.with_(alias=alias)
     return new, {"views": views, "inplace": overwrites}
+
+
+def _find(parent: dict[int, int], t: int) -> int:
+    """The root of ``t``'s storage group in the union-find ``parent`` (path halving)."""
+    while t in parent:
+        up = parent[t]
+        if up in parent:
+            parent[t] = parent[up]
+        t = up
+    return t
 
 
 def _candidates(ctx: Context) -> Iterator[tuple[int, bool, int, int]]:

@@ -32,14 +32,7 @@ def environment() -> str:
         otv = version("onnx-tool")
     except Exception:
         otv = "n/a"
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     import os
     return (f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
             f"`{' '.join(['python tools/bench.py', *sys.argv[1:]])}` on {cpu}, "
@@ -60,3 +53,15 @@ def write_section(key: str, body: str, doc: Path = DOC) -> None:
         text = text.rstrip() + "\n\n" + block + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(doc, text)
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what platform knows."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return cpu

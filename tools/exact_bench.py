@@ -154,14 +154,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def environment(argv: list[str]) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from benchdoc import cpu_name
+    cpu = cpu_name()
     return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
             f"`{' '.join(['python tools/exact_bench.py', *argv])}` on {cpu}, "
             f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
