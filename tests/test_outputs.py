@@ -122,13 +122,13 @@ def test_sigterm_exits_143_and_leaves_no_temporary_file(tmp_path):
 
 def test_a_signal_as_the_temporary_file_is_made_still_removes_it(tmp_path, monkeypatch):
     """Ctrl-C between creating the temporary file and recording it left it behind (an
-    independent run saw it 3 times in 12): the two are one step now."""
+    independent run saw it 3 times in 12): it is recorded before it is made."""
     from graphmem.plan import io
     real_open = os.open
 
     def open_then_interrupt(*args, **kwargs):
         fd = real_open(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)  # delivered once the step is over
+        os.kill(os.getpid(), signal.SIGINT)  # raised at the next bytecode
         return fd
     monkeypatch.setattr(io.os, "open", open_then_interrupt)
     target = io.check_output(tmp_path / "p.json")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -105,15 +103,18 @@ def check_output(path: str | os.PathLike, inputs: Iterable[Path] = ()) -> _Targe
 
 def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
     """``text`` in a new file beside ``t.real``, with the usual umask-based mode; its
-    name goes into ``temps`` as soon as it exists (the caller removes what is left)."""
+    name goes into ``temps`` before it exists (the caller removes what is left)."""
     for _ in range(100):  # as tempfile.mkstemp, without importing tempfile (and random)
         tmp = str(t.real.parent / f".{t.real.name}.{os.urandom(6).hex()}.tmp")
+        # recorded before it is made: Ctrl-C or SIGTERM right after the open (delivered
+        # to whichever thread, so holding signals in this one is not enough) still
+        # finds it in ``temps``; a name that is not ours is taken out again
+        temps.append(tmp)
         try:
-            with _signals_held():  # made and recorded as one step: Ctrl-C or SIGTERM
-                fd = os.open(tmp, _TEMP_FLAGS, 0o666)  # (the umask applies)
-                temps.append(tmp)  # between the two would leave it behind
+            fd = os.open(tmp, _TEMP_FLAGS, 0o666)  # (the umask applies)
             break
         except FileExistsError:
+            temps.pop()
             continue
     else:
         raise GraphmemError(f"{t.real}: cannot make a temporary file beside it")
@@ -123,21 +124,6 @@ def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
 
 _TEMP_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_BINARY", 0))
-
-
-@contextmanager
-def _signals_held():
-    """SIGINT and SIGTERM held back (delivered on exit) where the platform can."""
-    import signal
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        mask(signal.SIG_SETMASK, old)
 
 
 def _write_straight(t: _Target, text: Content) -> None:
