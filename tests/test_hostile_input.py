@@ -53,6 +53,23 @@ def test_external_data_outside_the_folder_is_refused_unopened(tmp_path, monkeypa
                    f"outside the model's folder; refused"]
 
 
+@pytest.mark.parametrize("command", [["plan", "-o", "p.json"], ["report"], ["verify"],
+                                     ["export", "--html", "h.html"]])
+def test_external_data_through_a_link_out_of_the_folder_is_refused(tmp_path, monkeypatch,
+                                                                   capsys, command):
+    # the name stays inside the folder, the link it names leads out of it: every command
+    # refuses it, plan/report/export included (they never open weights, verify does)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "outside.bin").write_bytes(np.ones(64, np.float32).tobytes())
+    (tmp_path / "m" / "w.bin").symlink_to(tmp_path / "outside.bin")
+    monkeypatch.chdir(tmp_path / "m")
+    _external_model("ext.onnx", "w.bin", 256)
+    assert main([command[0], "ext.onnx", *command[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["graphmem: ext.onnx: tensor 'w' keeps its data at 'w.bin', "
+                   "outside the model's folder; refused"]
+
+
 def test_external_data_shorter_than_its_shape_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "w.bin").write_bytes(np.ones(16, np.float32).tobytes())

@@ -103,9 +103,18 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
 def _check_location(name: str, location: str, path: Path) -> None:
     norm = os.path.normpath(location)
     if (not location or os.path.isabs(location) or norm == ".."
-            or norm.startswith(".." + os.sep) or "\0" in location):
+            or norm.startswith(".." + os.sep) or "\0" in location
+            or not _inside(path, location)):
         raise GraphmemError(f"{path}: tensor {name!r} keeps its data at {location!r}, "
                             f"outside the model's folder; refused")
+
+
+def _inside(model: Path, location: str) -> bool:
+    """Does ``location``, with every symbolic link on the way followed (links are read,
+    the file is not opened), stay inside the model's folder?"""
+    folder = os.path.realpath(Path(model).parent)
+    target = os.path.realpath(os.path.join(folder, location))
+    return os.path.commonpath([folder, target]) == folder
 
 
 def _all_initializers(graph: onnx.GraphProto):
