@@ -123,11 +123,10 @@ def test_dtype_enums_are_onnx_s():
 
 
 def test_string_attributes_reach_the_ir_as_text():
+    from conftest import runtime_model
     from graphmem.frontend.reader import from_model
     node = helper.make_node("Einsum", ["a", "b"], ["y"], equation="ij,jk->ik")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [2, 3]),
                                             helper.make_tensor_value_info("b", 1, [3, 4])],
                               [helper.make_tensor_value_info("y", 1, [2, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    assert from_model(model).nodes[0].attrs["equation"] == "ij,jk->ik"
+    assert from_model(runtime_model(graph, 17)).nodes[0].attrs["equation"] == "ij,jk->ik"

@@ -143,12 +143,11 @@ def test_bad_input_is_one_line_even_after_a_note(tmp_path, capsys):
     # error is the only graphmem: line; on success the note is printed
     from onnx import TensorProto, helper
     import onnx
+    from conftest import runtime_model
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "m.onnx"))
+    onnx.save(runtime_model(graph, 17), str(tmp_path / "m.onnx"))
     assert main(["plan", str(tmp_path / "m.onnx"), "--dim-default", "3", "-o",
                  str(tmp_path / "p.json"), "--placement", "optimal", "--time-limit", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()  # the model was loaded, then refused

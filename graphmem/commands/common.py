@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,14 +179,11 @@ def plan_options(args) -> dict:
     ``plan_graph`` and the helpers that pass it on accept. With ``--inplace-table
     probed`` it says once on stderr which entries the plan then trusts that the runtime
     does not declare."""
-    from graphmem.core.ops import table_key
-    provider = getattr(args, "provider", "cpu")
-    which = getattr(args, "inplace_table", "default")
-    if which == "probed":
-        warn_probed(provider)
+    if getattr(args, "inplace_table", "default") == "probed":
+        warn_probed(getattr(args, "provider", "cpu"))
     return {"passes": chosen_passes(args), "alignment": args.alignment,
             "placement": args.placement, "time_limit": getattr(args, "time_limit", 10.0),
-            "provider": table_key(provider, which)}
+            "provider": inplace_table_key(args)}
 
 
 def inplace_table_key(args) -> str:
@@ -204,10 +200,11 @@ def warn_probed(provider: str) -> None:
     from graphmem.core.ops import table_key, unproven
     extra = unproven(table_key(provider, "probed"))
     pairs = sum(map(len, extra.values()))
-    print(f"graphmem: --inplace-table probed trusts {pairs} in-place pairs of {len(extra)} ops "
-          f"that ONNX Runtime's {provider} kernels do not declare (e.g. "
-          f"{', '.join(sorted(extra)[:4])}); check them with `graphmem probe --provider "
-          f"{provider}` on the machine that runs the plan", file=sys.stderr)
+    from graphmem.notes import note
+    note(f"--inplace-table probed trusts {pairs} in-place pairs of {len(extra)} ops "
+         f"that ONNX Runtime's {provider} kernels do not declare (e.g. "
+         f"{', '.join(sorted(extra)[:4])}); check them with `graphmem probe --provider "
+         f"{provider}` on the machine that runs the plan")
 
 
 def plan_from_args(args, graph=None) -> Result:

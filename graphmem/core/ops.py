@@ -148,21 +148,17 @@ def table_id(table: str) -> str:
     return f"graphmem-{table}-{_sha256(entries.encode()).hexdigest()[:12]}"
 
 
-@lru_cache(maxsize=1)
-def _sha256_type():
-    """SHA-256 without hashlib where Python has its own (``import hashlib`` loads
-    OpenSSL: 3 ms of a 0.16 s plan of a small model); the digest is the same."""
-    for module in ("_sha256", "_sha2"):  # CPython 3.11 / 3.12+
-        try:
-            return __import__(module).sha256
-        except (ImportError, AttributeError):
-            continue
-    from hashlib import sha256
-    return sha256
-
-
 def _sha256(data: bytes):
-    return _sha256_type()(data)
+    """SHA-256 of ``data`` by Python's own module where there is one (``import hashlib``
+    loads OpenSSL: 3 ms of a 0.16 s plan of a small model); the digest is the same."""
+    try:
+        from _sha256 import sha256  # CPython 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # CPython 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data)
 
 
 def table_of_id(ident: str) -> str | None:

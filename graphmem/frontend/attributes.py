@@ -113,39 +113,32 @@ def decode(kind: int, raw: bytes):
                 if len(value) % 4:
                     raise _Bad
                 floats.extend(unpack_from(f"<{len(value) // 4}f", value))
-            elif field == _INTS and wire == 0:
-                ints.append(_int64(value))
-            elif field == _INTS and wire == 2:
-                ints.extend(_packed_varints(value))
+            elif field == _INTS:
+                _add_int64s(ints, wire, value)
             elif field == _STRINGS and wire == 2:
                 strings.append(bytes(value))
-        if kind == UNDEFINED:
-            return None
-        if kind == FLOAT:
-            return f
-        if kind == INT:
-            return i
-        if kind == STRING:
-            return s
-        if kind == FLOATS:
-            return floats
-        if kind == INTS:
-            return ints
-        if kind == STRINGS:
-            return strings
-        return _tensor_label(t or b"")
+        if kind == TENSOR:
+            return _tensor_label(t or b"")
+        return {UNDEFINED: None, FLOAT: f, INT: i, STRING: s, FLOATS: floats, INTS: ints,
+                STRINGS: strings}[kind]
     except _Bad:
         return NOT_DECODED
+
+
+def _add_int64s(out: list[int], wire: int, value) -> None:
+    """A repeated int64 field's entry: one varint, or a packed run of them."""
+    if wire == 0:
+        out.append(_int64(value))
+    elif wire == 2:
+        out.extend(_packed_varints(value))
+    else:
+        raise _Bad
 
 
 def _tensor_label(data: bytes) -> str:
     """How the IR shows a tensor attribute: its dims."""
     dims: list[int] = []
     for field, wire, value in _fields(data):
-        if field == _DIMS and wire == 0:
-            dims.append(_int64(value))
-        elif field == _DIMS and wire == 2:
-            dims.extend(_packed_varints(value))
-        elif field == _DIMS:
-            raise _Bad
+        if field == _DIMS:
+            _add_int64s(dims, wire, value)
     return f"<tensor {dims}>"

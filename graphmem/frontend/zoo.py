@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
