@@ -73,6 +73,42 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def entry() -> None:
+    """The process's entry point (``python -m graphmem``, the ``graphmem`` script): exits
+    with main()'s status, and with 130 for a Ctrl-C wherever it lands.
+
+    main() turns a Ctrl-C into 130 itself while it runs. One that lands after it
+    returned (its outputs complete) would otherwise end the process by the signal
+    (status -2 to a parent, -SIGINT) with a traceback, or pass unnoticed in the
+    interpreter's shutdown: from then on it ends the process at once with 130.
+    """
+    try:
+        code = main()
+        signal.signal(signal.SIGINT, _interrupted_late)
+    except KeyboardInterrupt:  # between main's return and the handler
+        signal.signal(signal.SIGINT, _interrupted_late)
+        print("graphmem: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+def _interrupted_late(signum, frame) -> None:
+    """Ctrl-C after main() returned: every output is written and closed, so nothing is
+    left to clean up; what was printed is flushed and the process ends with 130 (an
+    exception here could surface in the interpreter's shutdown, where it is ignored)."""
+    import os
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        os.write(2, b"graphmem: interrupted\n")
+    except OSError:
+        pass
+    os._exit(130)
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     """The command line, parsed; building the parser imports the command's modules
     (numpy, the passes), with the cyclic garbage collector off: imports make many

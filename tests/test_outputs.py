@@ -120,6 +120,32 @@ def test_sigterm_exits_143_and_leaves_no_temporary_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("when", ["returning", "after"])
+def test_ctrl_c_after_main_returned_exits_130(tmp_path, when):
+    """A Ctrl-C that lands once main() has returned (its output complete) ended the
+    process by the signal (status -2) with a traceback; it exits 130, one line."""
+    late = ("os.kill(os.getpid(), signal.SIGINT); time.sleep(0.01)" if when == "returning"
+            else "pass")
+    script = ("import os, signal, time, graphmem.cli as c\n"
+              "real = c.main\n"
+              "def main():\n"
+              "    code = real(['models'])\n"
+              f"    {late}\n"
+              "    return code\n"
+              "c.main = main\n"
+              "try:\n"
+              "    c.entry()\n"
+              "except SystemExit:\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(5)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "graphmem: interrupted"
+    assert "squeezenet" in proc.stdout  # what main printed was flushed
+
+
 def test_a_signal_as_the_temporary_file_is_made_still_removes_it(tmp_path, monkeypatch):
     """Ctrl-C between creating the temporary file and recording it left it behind (an
     independent run saw it 3 times in 12): it is recorded before it is made."""
