@@ -1,3 +1,9 @@
-from graphmem.cli import main
+"""``python -m graphmem``: see graphmem.cli.entry (a Ctrl-C at any point exits 130)."""
+import sys
 
-raise SystemExit(main())
+try:
+    from graphmem.cli import entry
+except KeyboardInterrupt:  # while the CLI's first modules load
+    sys.stderr.write("graphmem: interrupted\n")
+    sys.exit(130)
+entry()

@@ -21,7 +21,6 @@ from graphmem.planning.groups import ID, group_records, group_roots
 from graphmem.planning.writer import finish_layout
 from graphmem.passes.share import DEFAULT_MATCH_RANGE, share_blocks
 from graphmem.passes.placement.items import Tied, TooManyPairs, items
-from graphmem.passes.placement.optimal import place_optimal
 from graphmem.passes.placement.search import place_records
 
 
@@ -31,6 +30,8 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
     except TooManyPairs as exc:
         return _blocks_stacked(ctx, a, *exc.args)
     if options.placement == "optimal":  # the exact solver, warm-started by "best"
+        # imported here: a default plan does not load it (1-1.5 ms of a small plan)
+        from graphmem.passes.placement.optimal import place_optimal
         # the solver knows plain records only: a group with Concat slices is placed as
         # one whole-life record there, and the best heuristic with slices competes
         exact = place_optimal(group_records(ctx, a.groups)[0], ctx.alignment,

@@ -120,6 +120,44 @@ def test_sigterm_exits_143_and_leaves_no_temporary_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("when", ["returning", "after"])
+def test_ctrl_c_after_main_returned_exits_130(tmp_path, when):
+    """A Ctrl-C that lands once main() has returned (its output complete) ended the
+    process by the signal (status -2) with a traceback; it exits 130, one line.
+    "after": in an atexit function, which the entry point runs before it exits."""
+    late = ("os.kill(os.getpid(), signal.SIGINT); time.sleep(0.01)" if when == "returning"
+            else "pass")
+    script = ("import atexit, os, signal, time, graphmem.cli as c\n"
+              "real = c.main\n"
+              "def main():\n"
+              "    code = real(['models'])\n"
+              f"    {late}\n"
+              "    return code\n"
+              "c.main = main\n"
+              "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5)))\n"
+              "c.entry()\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "graphmem: interrupted"
+    assert "squeezenet" in proc.stdout  # what main printed was flushed
+
+
+def test_the_entry_point_exits_with_mains_status_after_the_atexit_functions(tmp_path):
+    """entry() skips the interpreter's teardown, not what matters of it."""
+    script = ("import atexit, sys, graphmem.cli as c\n"
+              "atexit.register(lambda: sys.stderr.write('atexit ran\\n'))\n"
+              "print('unflushed', end='')\n"
+              "sys.argv = ['graphmem', 'plan', 'missing.onnx', '-o', 'p.json']\n"
+              "c.entry()\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == "unflushed"
+    assert proc.stderr.splitlines() == ["graphmem: missing.onnx: no such file", "atexit ran"]
+
+
 def test_a_signal_as_the_temporary_file_is_made_still_removes_it(tmp_path, monkeypatch):
     """Ctrl-C between creating the temporary file and recording it left it behind (an
     independent run saw it 3 times in 12): it is recorded before it is made."""

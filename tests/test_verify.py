@@ -11,7 +11,6 @@ from onnx import TensorProto, helper
 
 import graphmem
 from graphmem.verify.cuda import cuda_usable
-from graphmem.verify.arena import free_ranges
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
 from graphmem.verify.compare import tolerance_dtypes
@@ -152,12 +151,6 @@ def test_index_inputs_stay_in_range(tmp_path):
     feeds = random_inputs(graph, 0)
     assert feeds["idx"].min() >= 0 and feeds["idx"].max() < 3
     _check(graph, PASS_SETS["default"])
-
-
-def test_free_ranges():
-    assert free_ranges(100, []) == [(0, 100)]
-    assert free_ranges(100, [(10, 20), (15, 30), (50, 100)]) == [(0, 10), (30, 50)]
-    assert free_ranges(64, [(0, 64)]) == []
 
 
 # ------------------------------------------------------------------------- CLI

@@ -153,11 +153,11 @@ def _peak_mib() -> float:
 
 def child(kind: str, path: str, out: str) -> None:
     """One timed process: ``graphmem`` runs ``graphmem plan``; ``ort`` opens a session."""
-    if kind == "graphmem":
-        from graphmem.cli import main
+    if kind == "graphmem":  # as the graphmem command runs it (graphmem.cli.entry)
+        from graphmem.cli import exit_now, main
         rc = main(["plan", path, "-o", out, "-q"])
-        if rc:
-            raise SystemExit(rc)
+        print(json.dumps({"peak_mib": _peak_mib()}))
+        exit_now(rc)
     elif kind == "ort":
         import onnxruntime as ort
         options = ort.SessionOptions()

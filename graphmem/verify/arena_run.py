@@ -7,12 +7,13 @@ from typing import Mapping
 import numpy as np
 import onnx
 
-from graphmem.verify.arena import HostArena, OrtArena, free_ranges, intersect, merged
+from graphmem.verify.arena import HostArena, OrtArena
 from graphmem.verify.compare import OutputCheck, close, max_abs_diff, tolerance_dtypes
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Node
 from graphmem.core.ops import is_concat
 from graphmem.verify.node_sessions import NodeSessions, numpy_dtype, runtime_message
+from graphmem.verify.poison import PoisonSchedule
 from graphmem.plan.format import Plan, TensorPlan
 
 
@@ -55,22 +56,13 @@ class ArenaRun:
             return HostArena(self.plan.arena_bytes)
         return OrtArena(self.plan.arena_bytes, self.device, self.provider)
 
-    def _owned_per_step(self):
-        """For each position, the byte ranges of tensors written before it and read at
-        or after it: everything else is free and gets poisoned."""
-        steps = len(self.plan.order)
-        starts: dict[int, list[str]] = {}
-        for name, t in self.plan.tensors.items():
-            if t.bytes and t.live[1] > t.live[0]:
-                starts.setdefault(t.live[0] + 1, []).append(name)
-        active: dict[str, tuple[int, int]] = {}
-        for pos in range(steps):
-            for name in starts.get(pos, []):
-                t = self.plan.tensors[name]
-                active[name] = (t.offset, t.offset + self.graph.tensors[name].bytes)
-            for name in [n for n in active if self.plan.tensors[n].live[1] < pos]:
-                del active[name]
-            yield pos, list(active.values())
+    def _poison_schedule(self) -> PoisonSchedule:
+        """Ownership over the order: a tensor owns its bytes from the position after
+        its producer to its last read (everything else is free and gets poisoned)."""
+        spans = {name: self._span(name) for name in self.plan.tensors}
+        owned = {name: (t.live[0] + 1, t.live[1]) for name, t in self.plan.tensors.items()
+                 if t.bytes and t.live[1] > t.live[0]}
+        return PoisonSchedule(self.plan.arena_bytes, spans, owned)
 
     def run(self, feeds, reference, on_step):
         """(graph outputs read back, first Mismatch or None, tensors checked)."""
@@ -83,16 +75,12 @@ class ArenaRun:
         self.nodes_run = self.nodes_skipped = 0
         checked = 0
         total = len(plan.order)
-        owned = self._owned_per_step()
-        # Bytes written since they were last poisoned. Free bytes nobody wrote are
-        # still poison, so only these need filling again: the cost follows the bytes
-        # the nodes write, not the arena size times the number of nodes.
-        dirty = merged([self._span(n) for n in feeds if n in plan.tensors])
+        # Only bytes written since they were last poisoned need filling again: the
+        # cost follows the bytes the nodes write, not the arena size times the nodes.
+        schedule = self._poison_schedule()
+        schedule.written(n for n in feeds if n in plan.tensors)
         for pos, idx in enumerate(plan.order):
-            _, live = next(owned)
-            live = merged(live)
-            arena.poison(intersect(dirty, free_ranges(plan.arena_bytes, live)))
-            dirty = intersect(dirty, live)
+            arena.poison(schedule.step(pos))
             node = self.by_index[idx]
             bad_inputs = []
             if reference is not None:
@@ -105,7 +93,7 @@ class ArenaRun:
             else:
                 self._run_node(arena, node)
                 self.nodes_run += 1
-            dirty = merged(dirty + [self._span(o) for o in node.outputs if o])
+            schedule.written(o for o in node.outputs if o)
             if reference is not None:
                 for t in (o for o in node.outputs if o):
                     got = self._read(arena, t)

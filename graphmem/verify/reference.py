@@ -76,32 +76,46 @@ def _index_bound(graph: Graph, name: str, readers: list[Node]) -> int:
     return max(high, 1)
 
 
-def reference_run(model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.ndarray],
-                  provider: str, *, everything: bool = False) -> dict[str, np.ndarray]:
-    """A whole-model run; with ``everything`` every arena tensor is an output too."""
-    import onnxruntime as ort
-    from onnx import helper
-    from graphmem.core.dtypes import ENUM_BY_NAME
-    names = list(graph.outputs)
-    m = model
-    if everything:
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        existing = {o.name for o in m.graph.output}
-        for t in graph.arena_tensors():
-            if t not in existing and t not in graph.inputs:
-                info = graph.tensors[t]
-                m.graph.output.append(helper.make_tensor_value_info(
-                    t, ENUM_BY_NAME[info.dtype], list(info.shape)))
-                names.append(t)
-    try:
-        sess = ort.InferenceSession(m.SerializeToString(), session_options(),
-                                    providers=[provider])
-        values = sess.run(names, dict(feeds))
-    except Exception as exc:
-        from graphmem.verify.node_sessions import runtime_message
-        raise GraphmemError(f"ONNX Runtime cannot run the whole model: "
-                            f"{runtime_message(exc)}") from None
-    out = dict(zip(names, values))
-    out.update(feeds)
-    return out
+class Reference:
+    """A whole-model session, made once and run for each input set; with ``everything``
+    every arena tensor is an output too. (ONNX Runtime takes seconds to open a model
+    with tens of thousands of outputs: the verifier's second input set reuses it.)"""
+
+    def __init__(self, model: onnx.ModelProto, graph: Graph, provider: str, *,
+                 everything: bool = False):
+        import onnxruntime as ort
+        from onnx import helper
+        from graphmem.core.dtypes import ENUM_BY_NAME
+        self.names = list(graph.outputs)
+        m = model
+        if everything:
+            m = onnx.ModelProto()
+            m.CopyFrom(model)
+            existing = {o.name for o in m.graph.output}
+            inputs = set(graph.inputs)
+            for t in graph.arena_tensors():
+                if t not in existing and t not in inputs:
+                    info = graph.tensors[t]
+                    m.graph.output.append(helper.make_tensor_value_info(
+                        t, ENUM_BY_NAME[info.dtype], list(info.shape)))
+                    self.names.append(t)
+        try:
+            self.session = ort.InferenceSession(m.SerializeToString(), session_options(),
+                                                providers=[provider])
+        except Exception as exc:
+            raise _runtime_error(exc) from None
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            values = self.session.run(self.names, dict(feeds))
+        except Exception as exc:
+            raise _runtime_error(exc) from None
+        out = dict(zip(self.names, values))
+        out.update(feeds)
+        return out
+
+
+def _runtime_error(exc: BaseException) -> GraphmemError:
+    from graphmem.verify.node_sessions import runtime_message
+    return GraphmemError(f"ONNX Runtime cannot run the whole model: {runtime_message(exc)}")
+

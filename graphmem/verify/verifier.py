@@ -32,7 +32,7 @@ from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.plan.format import Plan
 from graphmem.plan.validate import problems
-from graphmem.verify.reference import constant_values, model_with_weights, random_inputs, reference_run
+from graphmem.verify.reference import Reference, constant_values, model_with_weights, random_inputs
 from graphmem.core.order import check_order
 
 __all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "random_inputs", "read_inputs",
@@ -114,7 +114,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     # may skip a declared rounding (it removes the Cast pair around the float32
     # fallback of a float16 Sigmoid when a Cast to float32 follows), and the reference
     # would be more precise than the model.
-    reference = reference_run(model, graph, feeds, ort_provider, everything=True)
+    whole = Reference(model, graph, ort_provider, everything=True)
+    reference = whole.run(feeds)
     t_ref = time.perf_counter() - t0
     runner = ArenaRun(plan, graph, model, constants, ort_provider, device, arena)
     t0 = time.perf_counter()
@@ -127,8 +128,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     insensitive = False
     if not check_all and graph.inputs and mismatch is None and all(o.ok for o in outputs):
         # Would this comparison have seen a finite wrong value at all?
-        other = reference_run(model, graph, random_inputs(graph, seed + 1), ort_provider,
-                              everything=True)
+        other = whole.run(random_inputs(graph, seed + 1))
         insensitive = all(identical(other[o], reference[o]) for o in graph.outputs)
         if insensitive:
             # No: only NaN could have shown. Compare every tensor instead, so that a
@@ -218,12 +218,12 @@ def _provider(name: str) -> tuple[str, str]:
 def check_compatible(plan: Plan, graph: Graph) -> None:
     """Raise GraphmemError when ``plan`` was made for another model than ``graph``."""
     model = graph.model_path or graph.name
-    arena = graph.arena_tensors()
+    arena = set(graph.arena_tensors())
     extra = [t for t in plan.tensors if t not in graph.tensors]
     if extra:
         raise GraphmemError(f"the plan was made for another model: its tensor {extra[0]!r} "
                             f"is not in {model}")
-    missing = [t for t in arena if t not in plan.tensors]
+    missing = [t for t in graph.arena_tensors() if t not in plan.tensors]
     if missing:
         raise GraphmemError(f"the plan was made for another model: {model} has tensor "
                             f"{missing[0]!r}, which the plan does not place")

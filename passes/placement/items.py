@@ -75,11 +75,16 @@ def part_pairs(items: Sequence[Record | Tied]) -> PartPairs:
     return _index(ids, tied, start, rel, nbytes, first, last)
 
 
-# The most time-overlapping part pairs an index holds (two int32 each, with their
-# temporaries about 40 bytes a pair: 25M pairs is about 1 GB at the peak). Past it, as
-# when tens of thousands of buffers are live at once, placement uses a layout that needs
-# no pairs (see passes/place.py): memory stays linear.
+# The most time-overlapping part pairs an index holds (two int32 each, and best fit's
+# own int32 per pair: 25M pairs is about 300 MB; a fan-out of 7,000 graph outputs,
+# 24.5M pairs, plans in 349 MB peak RSS). Past it, as when tens of thousands of
+# buffers are live at once, placement uses a layout that needs no pairs (see
+# passes/place.py): memory stays linear.
 PAIR_LIMIT = 25_000_000
+
+
+# Pairs made at a time (their int64 temporaries are about 50 bytes a pair).
+PAIR_CHUNK = 1 << 20
 
 
 class TooManyPairs(Exception):
@@ -90,19 +95,22 @@ def _index(ids, tied, start, rel, nbytes, first, last) -> PartPairs:
     start = np.asarray(start, dtype=np.int64)
     owner = np.repeat(np.arange(len(ids), dtype=np.int32), np.diff(start))
     first, last = np.asarray(first, dtype=np.int64), np.asarray(last, dtype=np.int64)
-    if count_overlapping_pairs(first, last) > PAIR_LIMIT:
+    count = count_overlapping_pairs(first, last)
+    if count > PAIR_LIMIT:
         raise TooManyPairs(len(first), PAIR_LIMIT)
-    a_parts, b_parts = [], []
-    for a, b in overlapping_pairs(first, last):
+    # filled in place, in small chunks: the pairs' memory is their two int32 columns
+    # (joining a list of chunks held them twice at the peak)
+    pair_a, pair_b = np.empty(count, dtype=np.int32), np.empty(count, dtype=np.int32)
+    k = 0
+    for a, b in overlapping_pairs(first, last, PAIR_CHUNK):
         keep = owner[a] != owner[b]  # parts of one Tied set sit at fixed offsets: no conflict
-        a_parts.append(a[keep].astype(np.int32))
-        b_parts.append(b[keep].astype(np.int32))
-    empty = np.zeros(0, dtype=np.int32)
+        n = int(np.count_nonzero(keep))
+        pair_a[k:k + n] = a[keep]
+        pair_b[k:k + n] = b[keep]
+        k += n
     return PartPairs(list(ids), np.asarray(tied, dtype=np.uint8), start,
                      np.asarray(rel, dtype=np.int64), np.asarray(nbytes, dtype=np.int64),
-                     owner, first, last,
-                     np.concatenate(a_parts) if a_parts else empty,
-                     np.concatenate(b_parts) if b_parts else empty)
+                     owner, first, last, pair_a[:k], pair_b[:k])
 
 
 def items(ctx: Context, a: Assignment) -> tuple[list[Record | Tied], PartPairs]:
