@@ -103,6 +103,10 @@ class Graph:
     node_count: int = 0  # len(graph.node) in the file, folded nodes included
     # every symbolic dimension bound at load time (by --dim or --dim-default)
     bindings: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # the bodies of the control-flow nodes (If/Loop/Scan), by the node's index: each a
+    # nested scope planned on its own (graphmem/planning/scopes.py)
+    scopes: Mapping[int, tuple["Scope", ...]] = field(default_factory=dict, compare=False,
+                                                     hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}
@@ -142,3 +146,24 @@ class Graph:
 
     def weight_bytes(self) -> int:
         return sum(self.tensors[t].bytes for t in self.weight_names())
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One body of a control-flow node (a Loop's or Scan's ``body``, an If's
+    ``then_branch`` or ``else_branch``) as a graph of its own.
+
+    ``graph.inputs`` are the body's formal inputs; ``graph.outputs`` its formal outputs
+    followed by the formal inputs not among them: a formal input stays alive to the
+    end of the body, so that copying the outputs into the inputs for the next iteration
+    never lands on bytes still to be read. ``graph.weights`` holds the body's own
+    initializers and the names it reads from enclosing scopes (``outer``): neither is
+    a tensor of the body's arena. ``graph.tensors`` types both.
+    """
+
+    node: int  # the control-flow node's index in the enclosing graph
+    attr: str  # "body", "then_branch" or "else_branch"
+    graph: Graph
+    formal_inputs: tuple[str, ...]
+    formal_outputs: tuple[str, ...]
+    outer: tuple[str, ...]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Mapping
 from graphmem import wire
 from graphmem.core.ops import RANDOM_OPS
 from graphmem.frontend import attributes, onnx_c
+from graphmem.frontend.control_flow import CONTROL_FLOW, graph_values, settle
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.memory import release_freed
@@ -190,6 +191,10 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     data_prop = not any(n[OP] in UNBOUNDED_DATA_PROP for n in g["nodes"])
     inferred = _infer(work, data_prop)
     tensors = _tensors(_types(inferred))
+    scopes = {}
+    if any(n[OP] in CONTROL_FLOW and standard_domain(n[DOMAIN]) for n in g["nodes"]):
+        inferred, scopes = _control_flow(data, inferred, order, tensors)
+        tensors = _tensors(_types(inferred))
     folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
     missing = _unknown(g, order, tensors, folded_nodes)
     opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
@@ -225,7 +230,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
                     "as an opaque op: give the shapes of its outputs in the model's value_info")
         raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
     return _build(parsed, g, order, tensors, reads, folded_nodes, constants, model_path,
-                  bindings)
+                  bindings, scopes)
 
 
 # --------------------------------------------------------------------------- the columns
@@ -939,8 +944,16 @@ def _nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]]) -> 
         implicit_inputs=outer_reads)
 
 
-def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bindings
-           ) -> Graph:
+def _control_flow(data: bytes, inferred: bytes, order, tensors):
+    """The bodies of the If/Loop/Scan nodes as scopes, and the inferred model's bytes
+    with the types of those nodes' outputs (:mod:`graphmem.frontend.control_flow`)."""
+    model, _, scopes = settle(_proto(inferred), order, dict(tensors), _infer_proto,
+                              graph_values(_proto(data)))
+    return model.SerializeToString(), scopes
+
+
+def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bindings,
+           scopes=None) -> Graph:
     nodes_in = g["nodes"]
     inits = frozenset(t[0] for t in g["initializers"])
     indices = [idx for idx in order if idx not in folded] if folded else list(order)
@@ -956,7 +969,7 @@ def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bind
         outputs=tuple(o[0] for o in g["outputs"]),
         weights=inits, constants=tuple(constants),
         folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
-        node_count=len(nodes_in), bindings=dict(bindings))
+        node_count=len(nodes_in), bindings=dict(bindings), scopes=scopes or {})
 
 
 def _infer_with_constant_values(model, order, tensors, folded, constants, base_dir):

@@ -34,6 +34,7 @@ from graphmem.plan.format import Plan
 from graphmem.plan.validate import problems
 from graphmem.verify.reference import constant_values, model_with_weights, random_inputs, reference_run
 from graphmem.core.order import check_order
+from graphmem.planning.scopes import graph_for_plan
 
 __all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "random_inputs", "read_inputs",
            "check_compatible"]
@@ -87,11 +88,15 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     """
     start = time.perf_counter()
     ort_provider, device = _provider(provider)
-    check_compatible(plan, graph)
+    check_compatible(plan, graph_for_plan(graph, plan))
     check_target(plan, ort_provider, force)
     base = VerifyReport(model=plan.model, provider=ort_provider, arena_bytes=plan.arena_bytes,
                         nodes_total=len(plan.order), runtime_only=runtime_only)
     found = [] if runtime_only else problems(plan, graph)
+    plain, graph = graph, graph_for_plan(graph, plan)  # with the bodies' workspaces
+    if graph.scopes and device != "cpu":
+        raise GraphmemError("the verifier runs the bodies of If/Loop/Scan nodes on the CPU "
+                            "provider only; verify this model with --provider cpu")
     found = found or runtime_problems(plan, graph)
     if found:
         return _replace(base, problems=tuple(found), seconds=time.perf_counter() - start)
@@ -114,7 +119,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     # may skip a declared rounding (it removes the Cast pair around the float32
     # fallback of a float16 Sigmoid when a Cast to float32 follows), and the reference
     # would be more precise than the model.
-    reference = reference_run(model, graph, feeds, ort_provider, everything=True)
+    reference = reference_run(model, plain, feeds, ort_provider, everything=True)
     t_ref = time.perf_counter() - t0
     runner = ArenaRun(plan, graph, model, constants, ort_provider, device, arena)
     t0 = time.perf_counter()
@@ -127,7 +132,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     insensitive = False
     if not check_all and graph.inputs and mismatch is None and all(o.ok for o in outputs):
         # Would this comparison have seen a finite wrong value at all?
-        other = reference_run(model, graph, random_inputs(graph, seed + 1), ort_provider,
+        other = reference_run(model, plain, random_inputs(graph, seed + 1), ort_provider,
                               everything=True)
         insensitive = all(identical(other[o], reference[o]) for o in graph.outputs)
         if insensitive:
@@ -258,8 +263,8 @@ def runtime_problems(plan: Plan, graph: Graph) -> list[str]:
         if t.offset < 0 or t.offset + need > plan.arena_bytes:
             out.append(f"tensor {name!r}: its {need} bytes at offset {t.offset} do not fit "
                        f"in the arena ({plan.arena_bytes} bytes)")
-    if any(n.implicit_inputs for n in graph.nodes):
-        node = next(n for n in graph.nodes if n.implicit_inputs)
-        raise GraphmemError(f"{node.label} has a subgraph; the verifier runs only models "
-                            "without control flow")
+    opaque = [n for n in graph.nodes if n.implicit_inputs and n.index not in graph.scopes]
+    if opaque:
+        raise GraphmemError(f"{opaque[0].label} has a subgraph; the verifier runs only the "
+                            "control flow of If, Loop and Scan")
     return out
