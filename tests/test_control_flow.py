@@ -160,3 +160,131 @@ def test_if_branches_of_different_shapes_are_refused():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(GraphmemError, match="output 'y' is float32\\[2\\] in then_branch"):
         from_model(m)
+
+
+F = TensorProto.FLOAT
+
+
+def _vi(name, shape, t=F):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _plan_and_verify(model, inputs=None, folder=None):
+    model.ir_version = 8
+    path = folder / "m.onnx"
+    onnx.save(model, str(path))
+    graph = load(path)
+    plan = Plan.parse(plan_graph(graph).plan.to_json(), "plan")
+    assert problems(plan, graph) == []
+    report = verify(plan, graph, inputs=inputs)
+    assert report.passed, report.mismatch and report.mismatch.describe()
+    return graph, plan
+
+
+def test_scan_on_axis_1_in_reverse_verifies(tmp_path):
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "x_t"], ["s2"]),
+         helper.make_node("Mul", ["s2", "x_t"], ["y_t"])], "b",
+        [_vi("s", [3, 4]), _vi("x_t", [3, 4])], [_vi("s2", [3, 4]), _vi("y_t", [3, 4])])
+    g = helper.make_graph(
+        [helper.make_node("Scan", ["s0", "X"], ["s_last", "Y"], body=body, num_scan_inputs=1,
+                          scan_input_axes=[1], scan_input_directions=[1],
+                          scan_output_axes=[1], scan_output_directions=[1])], "g",
+        [_vi("s0", [3, 4]), _vi("X", [3, 5, 4])], [_vi("s_last", [3, 4]), _vi("Y", [3, 5, 4])])
+    graph, _ = _plan_and_verify(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                                folder=tmp_path)
+    assert graph.tensors["Y"].shape == (3, 5, 4)
+
+
+def test_loop_stopped_by_its_condition_and_carried_views_verify(tmp_path):
+    """No scan outputs: a condition computed in the body may stop the loop (here after
+    3 of 10 iterations); a carried output that is a view of another formal input is
+    copied as a parallel assignment."""
+    body = helper.make_graph(
+        [helper.make_node("Less", ["i", "two"], ["c_out"]),
+         helper.make_node("Identity", ["b_in"], ["a_out"]),
+         helper.make_node("Add", ["a_in", "b_in"], ["b_out"])], "b",
+        [_vi("i", [], TensorProto.INT64), _vi("c", [], TensorProto.BOOL), _vi("a_in", [4]),
+         _vi("b_in", [4])],
+        [_vi("c_out", [], TensorProto.BOOL), _vi("a_out", [4]), _vi("b_out", [4])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "a", "b"], ["a_last", "b_last"], body=body)], "g",
+        [_vi("a", [4]), _vi("b", [4])], [_vi("a_last", [4]), _vi("b_last", [4])],
+        [numpy_helper.from_array(np.array(10, np.int64), "M"),
+         numpy_helper.from_array(np.array(2, np.int64), "two")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    _plan_and_verify(m, {"a": np.ones(4, np.float32), "b": np.full(4, 2, np.float32)},
+                     tmp_path)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_if_takes_either_branch_and_a_branch_may_view_an_outer_tensor(sign, tmp_path):
+    model = control_flow.if_branches()
+    other = helper.make_graph([helper.make_node("Identity", ["xr"], ["e_out"])], "else_view",
+                              [], [_vi("e_out", [32, 128])])
+    for a in model.graph.node[3].attribute:
+        if a.name == "else_branch":
+            a.g.CopyFrom(other)
+    x = np.abs(np.random.default_rng(0).standard_normal((32, 128))).astype(np.float32)
+    _plan_and_verify(model, {"x": sign * x}, tmp_path)
+
+
+def test_bar_loop_body_peak_end_to_end(tmp_path, capsys):
+    """Issue 21's bar, as a user runs it: a Loop whose body holds the peak, with a
+    symbolic batch bound by --dim only, is planned with the body's tensors in the plan,
+    passes the independent check, verifies PASS on ONNX Runtime CPU, and reports, fits
+    and exports; an annotated model carries the nested plan."""
+    path = tmp_path / "loop.onnx"
+    onnx.save(control_flow.loop_decoder(batch="N"), str(path))
+    plan_path = tmp_path / "loop.plan.json"
+    assert main(["plan", str(path), "--dim", "N=4", "-o", str(plan_path)]) == 0
+    plan = Plan.load(plan_path)
+    (body,) = plan.scopes
+    assert {"up", "act", "sq", "mix", "down"} <= set(body.plan.tensors)
+    assert plan.tensors[body.workspace].bytes > sum(
+        t.bytes for n, t in plan.tensors.items() if n != body.workspace)
+    assert problems(plan, load(path, {"N": 4})) == []
+    assert main(["verify", str(path), "--plan", str(plan_path)]) == 0
+    assert main(["report", str(path), "--dim", "N=4"]) == 0
+    assert main(["fit", str(path), "--budget", "8MiB"]) == 0
+    annotated = tmp_path / "annotated.onnx"
+    assert main(["export", str(path), "--dim", "N=4", "--annotated", str(annotated)]) == 0
+    again = tmp_path / "again.json"
+    assert main(["export", "--plan-from", str(annotated), "--plan-out", str(again)]) == 0
+    assert Plan.load(again).scopes == plan.scopes
+    capsys.readouterr()
+
+
+def test_train_refuses_control_flow_in_one_line(saved, capsys):
+    assert main(["train", str(saved["loop_decoder"])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "node 1 (Loop 'decode') is control flow" in err
+
+
+def test_scan_of_opset_8_is_refused_in_one_line():
+    body = helper.make_graph([helper.make_node("Add", ["s", "x"], ["s2"])], "b",
+                             [_vi("s", [2]), _vi("x", [2])], [_vi("s2", [2])])
+    g = helper.make_graph(
+        [helper.make_node("Scan", ["", "s0", "X"], ["s_last"], body=body, num_scan_inputs=1)],
+        "g", [_vi("s0", [1, 2]), _vi("X", [1, 3, 2])], [_vi("s_last", [1, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 8)])
+    m.ir_version = 3
+    with pytest.raises(GraphmemError, match="a Scan of opset 8"):
+        from_model(m)
+
+
+def test_a_plan_that_leaves_a_body_out_is_invalid(saved):
+    """A plan of a control-flow model without its scopes (the bodies invisible, as
+    graphmem planned before) is refused: the body's memory is not in it."""
+    graph = load(saved["loop_decoder"])
+    d = json.loads(plan_graph(graph).plan.to_json())
+    del d["scopes"]
+    assert problems(Plan.from_dict(d), graph)[0] == "scopes: the body of node 1 has no plan"
+
+
+def test_plan_summary_and_weights_count_the_bodies(saved, capsys):
+    assert main(["plan", str(saved["nested"])]) == 0
+    out = capsys.readouterr().out
+    assert "3 bodies" in out
+    graph = load(saved["nested"])
+    assert "axis0" in graph.weight_names()  # an initializer of the then-branch

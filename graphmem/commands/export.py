@@ -101,7 +101,7 @@ def load_any_plan(path: str, model=None) -> Plan:
 
 
 def graph_for_plan(graph: Graph, plan: Plan) -> Graph:
-    from graphmem.planning.scopes import graph_for_plan as with_workspaces
+    from graphmem.core.scopes import graph_for_plan as with_workspaces
     return with_workspaces(graph, plan)
 
 

@@ -11,6 +11,10 @@ from typing import Any, Iterable, Mapping
 STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
 
 
+# The control-flow ops whose bodies graphmem plans as nested scopes
+CONTROL_FLOW = frozenset(("If", "Loop", "Scan"))
+
+
 def standard_domain(domain: str) -> bool:
     """Is ``domain`` (of a node or an opset import) the standard ONNX domain?"""
     return domain in STANDARD_DOMAINS
@@ -107,6 +111,9 @@ class Graph:
     # nested scope planned on its own (graphmem/planning/scopes.py)
     scopes: Mapping[int, tuple["Scope", ...]] = field(default_factory=dict, compare=False,
                                                      hash=False)
+    # node index -> the name of the workspace tensor it writes, once the workspaces are
+    # added (graphmem/core/scopes.py); empty in a graph as loaded
+    workspaces: Mapping[int, str] = field(default_factory=dict, compare=False, hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}
@@ -142,10 +149,28 @@ class Graph:
         static = self.weights | set(self.constants)
         used = dict.fromkeys(t for n in self.nodes for t in n.reads if t in static)
         used.update(dict.fromkeys(t for t in self.outputs if t in static))
-        return [t for t in used if t in self.tensors]
+        names = [t for t in used if t in self.tensors]
+        if self.scopes:
+            names += [t for t in self.body_weights() if t not in set(names)]
+        return names
 
     def weight_bytes(self) -> int:
-        return sum(self.tensors[t].bytes for t in self.weight_names())
+        body = self.body_weights() if self.scopes else {}
+        return sum((self.tensors.get(t) or body[t]).bytes for t in self.weight_names())
+
+    def body_weights(self) -> dict[str, "Tensor"]:
+        """The initializers of the control-flow bodies (nested ones too) that their nodes
+        read: weights held as long as the model, like the graph's own."""
+        out: dict[str, Tensor] = {}
+        for scopes in self.scopes.values():
+            for s in scopes:
+                body = s.graph
+                outer = set(s.outer)
+                for t in body.weight_names():
+                    if t not in outer and t in body.tensors:
+                        out.setdefault(t, body.tensors[t])
+                out.update({k: v for k, v in body.body_weights().items() if k not in out})
+        return out
 
 
 @dataclass(frozen=True)

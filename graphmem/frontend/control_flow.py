@@ -18,10 +18,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
-from graphmem.core.ir import Graph, Node, Scope, Tensor, standard_domain
+from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Scope, Tensor, standard_domain
 from graphmem.errors import GraphmemError
-
-CONTROL_FLOW = frozenset(("If", "Loop", "Scan"))
 BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 
 
@@ -139,7 +137,11 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
                 if name:
                     made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)
         return (s,), made
-    # Scan (opset 9 on: no sequence_lens input)
+    # Scan (opset 9 on; opset 8's has a batch axis and a sequence_lens input)
+    opset = max((o.version for o in opsets if standard_domain(o.domain)), default=0)
+    if opset < 9:
+        raise GraphmemError(f"{label}: a Scan of opset {opset} (batched, with sequence_lens) "
+                            "is not planned; graphmem plans the Scan of opset 9 and later")
     m = int(attrs["num_scan_inputs"])
     states = [known[t] for t in n.input[:len(n.input) - m]]
     scanned = [known[t] for t in n.input[len(n.input) - m:]]

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Mapping
 from graphmem import wire
 from graphmem.core.ops import RANDOM_OPS
 from graphmem.frontend import attributes, onnx_c
-from graphmem.frontend.control_flow import CONTROL_FLOW, graph_values, settle
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.memory import release_freed
 from graphmem.core.nogc import gc_paused
-from graphmem.core.ir import Graph, Node, Tensor, from_columns, standard_domain
+from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Tensor, from_columns, standard_domain
 
 if TYPE_CHECKING:
     import onnx
@@ -947,6 +946,7 @@ def _nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]]) -> 
 def _control_flow(data: bytes, inferred: bytes, order, tensors):
     """The bodies of the If/Loop/Scan nodes as scopes, and the inferred model's bytes
     with the types of those nodes' outputs (:mod:`graphmem.frontend.control_flow`)."""
+    from graphmem.frontend.control_flow import graph_values, settle  # imports onnx
     model, _, scopes = settle(_proto(inferred), order, dict(tensors), _infer_proto,
                               graph_values(_proto(data)))
     return model.SerializeToString(), scopes

@@ -21,7 +21,7 @@ from graphmem.errors import PlanInvalid
 from graphmem.plan.columns import KIND, PlanColumns, columns
 from graphmem.plan.format import FORMAT, Plan
 from graphmem.plan.links import link_problems
-from graphmem.planning.scopes import graph_for_plan, workspace_name
+from graphmem.core.scopes import graph_for_plan, workspace_name
 from graphmem.plan.stats import stats_of
 
 

@@ -10,39 +10,12 @@ plan (docs/plan-format.md, "Nested scopes").
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Mapping
+from typing import Callable
 
-from graphmem.core.ir import Graph, Node, Tensor
+from graphmem.core.ir import Graph
+from graphmem.core.scopes import with_workspaces, workspace_name
+from graphmem.plan.format import ScopePlan
 from graphmem.planning.context import aligned_total
-
-def workspace_name(graph: Graph, node: int) -> str:
-    """The name of node ``node``'s workspace tensor: one no tensor of ``graph`` has."""
-    name = f"graphmem.workspace.{node}"
-    while name in graph.tensors:
-        name += "_"
-    return name
-
-
-def with_workspaces(graph: Graph, sizes: Mapping[int, int]) -> Graph:
-    """``graph`` with each control-flow node of ``sizes`` writing its workspace tensor
-    (uint8, ``sizes[node]`` bytes) as one more output; ``graph`` itself when it has none."""
-    if not sizes:
-        return graph
-    tensors = dict(graph.tensors)
-    nodes = []
-    for n in graph.nodes:
-        if n.index in sizes:
-            ws = workspace_name(graph, n.index)
-            tensors[ws] = Tensor(ws, "uint8", (int(sizes[n.index]),), 8)
-            n = Node(n.index, n.name, n.op_type, n.domain, n.inputs, n.outputs + (ws,),
-                     n.attrs, n.implicit_inputs)
-        nodes.append(n)
-    return replace(graph, nodes=tuple(nodes), tensors=tensors)
-
-
-def is_workspace(graph: Graph, node: Node, name: str) -> bool:
-    return bool(graph.scopes) and node.index in graph.scopes and \
-        name == workspace_name(graph, node.index)
 
 
 def naive_bytes(graph: Graph, alignment: int) -> int:
@@ -55,7 +28,6 @@ def naive_bytes(graph: Graph, alignment: int) -> int:
 def plan_scopes(graph: Graph, plan_body: Callable[[Graph], object]):
     """Plan every body of ``graph``'s control-flow nodes with ``plan_body`` (a graph ->
     pipeline Result); return (the ScopePlans, the graph with its workspaces)."""
-    from graphmem.plan.format import ScopePlan
     made, sizes = [], {}
     for idx in sorted(graph.scopes):
         for s in graph.scopes[idx]:
@@ -73,14 +45,3 @@ def opaque_graph(graph: Graph, alignment: int = 64) -> Graph:
     sized = with_workspaces(graph, {i: max(naive_bytes(s.graph, alignment) for s in ss)
                                     for i, ss in graph.scopes.items()})
     return replace(sized, scopes={})
-
-
-def graph_for_plan(graph: Graph, plan) -> Graph:
-    """The graph a plan with scopes was made for: ``graph`` with the workspaces the
-    plan's scopes size (the largest arena of each node's bodies)."""
-    if not graph.scopes:
-        return graph
-    sizes: dict[int, int] = {}
-    for s in plan.scopes:
-        sizes[s.node] = max(sizes.get(s.node, 0), s.plan.arena_bytes)
-    return with_workspaces(graph, {i: sizes.get(i, 0) for i in graph.scopes})

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from graphmem.core.ir import Graph, Node
 from graphmem.errors import GraphmemError
 from graphmem.plan.format import Plan
-from graphmem.planning.scopes import is_workspace
+from graphmem.core.scopes import is_workspace
 from graphmem.verify.arena import free_ranges, merged
 from graphmem.verify.node_sessions import NodeSessions, numpy_dtype, runtime_message
 

@@ -34,7 +34,7 @@ from graphmem.plan.format import Plan
 from graphmem.plan.validate import problems
 from graphmem.verify.reference import constant_values, model_with_weights, random_inputs, reference_run
 from graphmem.core.order import check_order
-from graphmem.planning.scopes import graph_for_plan
+from graphmem.core.scopes import graph_for_plan
 
 __all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "random_inputs", "read_inputs",
            "check_compatible"]
