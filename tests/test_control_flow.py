@@ -288,3 +288,60 @@ def test_plan_summary_and_weights_count_the_bodies(saved, capsys):
     assert "3 bodies" in out
     graph = load(saved["nested"])
     assert "axis0" in graph.weight_names()  # an initializer of the then-branch
+
+
+def test_loop_inside_a_scan_verifies(tmp_path):
+    """Both iterate: the Loop's workspace lies in the Scan body's arena, its body reads
+    the Scan body's slice, and is run anew each Scan step."""
+    I64, B = TensorProto.INT64, TensorProto.BOOL
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Add", ["h_in", "x_t"], ["h_out"]),
+         helper.make_node("Mul", ["h_out", "h_out"], ["sq"])], "inner",
+        [_vi("i", [], I64), _vi("c", [], B), _vi("h_in", [4])],
+        [_vi("c_out", [], B), _vi("h_out", [4]), _vi("sq", [4])])
+    outer = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "s"], ["h_last", "sqs"], body=inner),
+         helper.make_node("ReduceSum", ["sqs", "axes"], ["y_t"], keepdims=0),
+         helper.make_node("Tanh", ["h_last"], ["s2"])], "outer",
+        [_vi("s", [4]), _vi("x_t", [4])], [_vi("s2", [4]), _vi("y_t", [4])],
+        [numpy_helper.from_array(np.array([0], np.int64), "axes")])
+    g = helper.make_graph(
+        [helper.make_node("Scan", ["s0", "X"], ["s_last", "Y"], body=outer, num_scan_inputs=1)],
+        "g", [_vi("s0", [4]), _vi("X", [5, 4])], [_vi("s_last", [4]), _vi("Y", [5, 4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "M")])
+    graph, plan = _plan_and_verify(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), folder=tmp_path)
+    (scan,) = plan.scopes
+    (loop,) = scan.plan.scopes
+    assert graph.scopes[0][0].graph.tensors["sqs"].shape == (3, 4)
+    assert {"h_out", "sq"} <= set(loop.plan.tensors)
+
+
+def test_a_body_tensor_freed_too_early_is_poisoned(saved):
+    """A body tensor whose live range ends before its last read: no other tensor takes
+    its bytes, so only the poisoning of dead body bytes between steps can show it."""
+    graph = load(saved["scan_rnn"])
+    d = json.loads(plan_graph(graph).plan.to_json())
+    xw = d["scopes"][0]["tensors"]["xw"]
+    assert xw["live"] == [0, 2]
+    xw["live"] = [0, 1]  # Add (step 2) still reads it
+    bad = Plan.from_dict(d)
+    assert "scope body of node 1: tensor 'xw': live [0, 1], expected [0, 2]" in problems(bad, graph)
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and report.mismatch is not None
+
+
+@pytest.mark.parametrize("scopes, message", [
+    ('"x"', "scopes must be a list"),
+    ('[{"attr": "body", "workspace": "w"}]', "missing field 'node'"),
+    ('[{"node": 1, "attr": "body", "workspace": "w", "order": [], "constants": [], '
+     '"arena_bytes": 0, "tensors": {"t": {"kind": "input"}}}]', "scopes[0]: corrupt plan"),
+])
+def test_malformed_scopes_are_refused_in_one_line(scopes, message):
+    text = ('{"format": "graphmem.plan/1", "model": "m", "bindings": {}, "alignment": 64, '
+            '"order": [], "constants": [], "arena_bytes": 0, "tensors": {}, '
+            f'"scopes": {scopes}}}')
+    with pytest.raises(GraphmemError, match=message.replace("[", "\\[")) as info:
+        Plan.parse(text, "p.json")
+    assert "\n" not in str(info.value) and str(info.value).startswith("p.json")

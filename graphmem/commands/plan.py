@@ -92,8 +92,9 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
         bodies = list(_bodies(plan))
         sizes = ", ".join(f"{s.attr} of node {s.node}: {s.plan.arena_bytes:,} B"
                           for s in bodies[:4]) + (", ..." if len(bodies) > 4 else "")
+        noun = "body" if len(bodies) == 1 else "bodies"
         table.add_row("bodies", "", "",
-                      f"{len(bodies)} {'body' if len(bodies) == 1 else 'bodies'} of If/Loop/Scan nodes, "
+                      f"{len(bodies)} {noun} of If/Loop/Scan nodes, "
                       f"{sum(len(s.plan.tensors) for s in bodies):,} tensors, each planned "
                       f"into its node's workspace ({sizes})")
     table.add_row("time", "", "", f"load {load_seconds:.2f} s, plan {result.seconds:.3f} s")

@@ -37,24 +37,22 @@ Values = Callable[[str], "np.ndarray | None"]
 
 def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
            infer: Callable[[onnx.ModelProto], onnx.ModelProto], values: Values,
-           outer: Mapping[str, Tensor] | None = None, where: str = ""
+           where: str = ""
            ) -> tuple[onnx.ModelProto, dict[str, Tensor], dict[int, tuple[Scope, ...]]]:
     """Size every control-flow node of ``model.graph`` (nodes in ``order``) whose inputs
     are known: its bodies become scopes, its outputs' types are added to the model's
     value_info and inference runs again for what follows them, until no more change.
     Returns the model, every tensor's type (``tensors`` updated) and the scopes."""
     scopes: dict[int, tuple[Scope, ...]] = {}
-    outer = dict(outer or {})
     while True:
         added = []
         for idx in order:
             n = model.graph.node[idx]
             if idx in scopes or not is_control_flow(n):
                 continue
-            known = {**outer, **tensors}
-            if not all(t in known for t in n.input if t):
+            if not all(t in tensors for t in n.input if t):
                 continue
-            made, outs = _node_scopes(n, idx, known, values, model, where)
+            made, outs = _node_scopes(n, idx, tensors, values, model, where)
             scopes[idx] = made
             for name, t in outs.items():
                 tensors[name] = t

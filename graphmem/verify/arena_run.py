@@ -54,7 +54,7 @@ class ArenaRun:
         if graph.scopes:
             from graphmem.verify.control_flow import ControlFlow, Env
             self.control_flow = ControlFlow(self)
-            self._env = lambda: Env(plan, graph, 0, constants, model.graph, model, provider)
+            self.top_env = Env(plan, graph, 0, constants, model.graph, model, provider)
 
     def _new_arena(self):
         if self.arena_kind == "host":
@@ -109,7 +109,7 @@ class ArenaRun:
             if self._all_slices(node):
                 self.nodes_skipped += 1
             elif node.index in graph.scopes:
-                self.control_flow.run(arena, self._env(), node)
+                self.control_flow.run(arena, self.top_env, node)
                 self.nodes_run += 1
             else:
                 self._run_node(arena, node)

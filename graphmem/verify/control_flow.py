@@ -31,19 +31,21 @@ class Env:
 
     def __init__(self, plan: Plan, graph: Graph, base: int, values: Mapping[str, np.ndarray],
                  proto: onnx.GraphProto, model: onnx.ModelProto, provider: str,
-                 parent: "Env | None" = None):
+                 parent: "Env | None" = None, cache: dict | None = None):
         self.plan, self.graph, self.base, self.values = plan, graph, base, values
-        self.proto, self.parent = proto, parent
+        self.proto, self.parent, self.model = proto, parent, model
         self.provider = provider
-        self._sessions: NodeSessions | None = None
-        self._model = model
+        # one NodeSessions per body, shared by every Env of that body (a Loop inside a
+        # Loop makes a new Env of its body each outer iteration)
+        self.cache = cache if cache is not None else {}
 
     def sessions(self) -> NodeSessions:
         """One-node sessions for this scope's nodes (the top level's are ArenaRun's)."""
-        if self._sessions is None:
+        found = self.cache.get(id(self.proto))
+        if found is None:
             m = onnx.ModelProto()
-            m.ir_version = self._model.ir_version
-            m.opset_import.extend(self._model.opset_import)
+            m.ir_version = self.model.ir_version
+            m.opset_import.extend(self.model.opset_import)
             m.graph.CopyFrom(self.proto)
             tensors = dict(self.graph.tensors)
             env = self.parent
@@ -51,8 +53,10 @@ class Env:
                 for k, v in env.graph.tensors.items():
                     tensors.setdefault(k, v)
                 env = env.parent
-            self._sessions = NodeSessions(m, tensors, self.provider)
-        return self._sessions
+            # the proto is kept with its sessions, so that its id is not reused
+            found = self.cache[id(self.proto)] = (NodeSessions(m, tensors, self.provider),
+                                                  self.proto)
+        return found[0]
 
     def locate(self, name: str):
         """(scope that owns ``name``, absolute offset or None, constant value or None)."""
@@ -106,7 +110,6 @@ class ControlFlow:
 
     def __init__(self, arena_run):
         self.ar = arena_run
-        self.iterations = 0
 
     def run(self, arena, env: Env, node: Node) -> None:
         proto = env.proto.node[node.index]
@@ -118,13 +121,14 @@ class ControlFlow:
 
         def body(attr: str) -> Env:
             return Env(plans[attr].plan, scopes[attr].graph, base, body_values(bodies[attr]),
-                       bodies[attr], env._model, env.provider, env)
+                       bodies[attr], env.model, env.provider, env, env.cache)
         ins = node.inputs
         if node.op_type == "If":
             cond = bool(np.asarray(env.read(arena, ins[0])).reshape(-1)[0])
-            b = body("then_branch" if cond else "else_branch")
+            branch = "then_branch" if cond else "else_branch"
+            b = body(branch)
             self._steps(arena, b)
-            outs = [b.read(arena, o) for o in scopes[b_attr(cond)].formal_outputs]
+            outs = [b.read(arena, o) for o in scopes[branch].formal_outputs]
             for name, v in zip(node.outputs, outs):
                 if name and not is_workspace(env.graph, node, name):
                     env.write(arena, name, v)
@@ -156,7 +160,6 @@ class ControlFlow:
                     if name:
                         env.write_slice(arena, name, 0, i, v)
                 i += 1
-                self.iterations += 1
             for name, src in zip(real_outs[:k], fin[2:]):
                 if name:
                     env.write(arena, name, b.read(arena, src))
@@ -187,7 +190,6 @@ class ControlFlow:
                 if name:
                     at = length - 1 - i if out_dirs[j] else i
                     env.write_slice(arena, name, out_axes[j], at, v)
-            self.iterations += 1
         for name, src in zip(real_outs[:n_states], fin[:n_states]):
             if name:
                 env.write(arena, name, b.read(arena, src))
@@ -240,7 +242,3 @@ class ControlFlow:
             raise GraphmemError(f"ONNX Runtime failed on {node.label} in a body: "
                                 f"{runtime_message(exc, 1000)}") from None
         self.ar.nodes_run += 1
-
-
-def b_attr(cond: bool) -> str:
-    return "then_branch" if cond else "else_branch"

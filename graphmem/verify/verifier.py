@@ -7,6 +7,10 @@ bound at its input's address is how an in-place op runs. Before each node every 
 that no live tensor owns is filled with 0xFF (NaN for floats), so reading a dead
 tensor or a clobbered one shows up as a wrong answer instead of passing by luck.
 
+An If, Loop or Scan node is run by the verifier itself (:mod:`.control_flow`): its
+bodies' nodes one at a time, their tensors at the node's workspace plus their offsets
+in the body's plan, dead body bytes poisoned the same way (CPU provider only).
+
 The graph outputs are compared with a whole-model ``InferenceSession`` run on the
 same seeded inputs (every tensor an output of it, so each exists at its declared
 type). When they differ (or with ``check_all``) the run is repeated checking every
