@@ -345,3 +345,29 @@ def test_malformed_scopes_are_refused_in_one_line(scopes, message):
     with pytest.raises(GraphmemError, match=message.replace("[", "\\[")) as info:
         Plan.parse(text, "p.json")
     assert "\n" not in str(info.value) and str(info.value).startswith("p.json")
+
+
+def test_trip_count_computed_from_a_bound_dim(tmp_path):
+    """As exporters write ``for i in range(x.shape[0])``: M = Gather(Shape(x), 0),
+    folded once --dim binds the dim, sizes the scan output."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Add", ["h_in", "h_in"], ["h_out"]),
+         helper.make_node("Neg", ["h_out"], ["y"])], "body",
+        [_vi("i", [], TensorProto.INT64), _vi("c", [], TensorProto.BOOL), _vi("h_in", [2])],
+        [_vi("c_out", [], TensorProto.BOOL), _vi("h_out", [2]), _vi("y", [2])])
+    g = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["shape"]),
+         helper.make_node("Gather", ["shape", "zero"], ["M"]),
+         helper.make_node("Loop", ["M", "", "h0"], ["h", "ys"], body=body)], "g",
+        [_vi("x", ["T", 3]), _vi("h0", [2])],
+        [_vi("h", [2]), _vi("ys", ["T", 2])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    graph = load(path, {"T": 7})
+    assert graph.tensors["ys"].shape == (7, 2)
+    assert "M" in graph.constants  # a count, like a Reshape's shape: folded
+    assert verify(plan_graph(graph).plan, graph).passed

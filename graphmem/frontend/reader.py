@@ -192,7 +192,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     tensors = _tensors(_types(inferred))
     scopes = {}
     if any(n[OP] in CONTROL_FLOW and standard_domain(n[DOMAIN]) for n in g["nodes"]):
-        inferred, scopes = _control_flow(data, inferred, order, tensors)
+        inferred, scopes = _control_flow(data, inferred, g, order, tensors, reads, base_dir)
         tensors = _tensors(_types(inferred))
     folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
     missing = _unknown(g, order, tensors, folded_nodes)
@@ -840,7 +840,7 @@ SHAPE_ARGUMENTS = {
     "Slice": {1, 2, 3, 4}, "Range": {0, 1, 2}, "Unsqueeze": {1}, "Squeeze": {1},
     "Resize": {1, 2, 3}, "Upsample": {1}, "Pad": {1, 2, 3}, "TopK": {1}, "OneHot": {1},
     "Split": {1}, "CumSum": {1}, "Trilu": {1}, "CenterCropPad": {1}, "Col2Im": {1, 2},
-    "NonMaxSuppression": {2, 3, 4}, "Shape": {0}, "Size": {0},
+    "NonMaxSuppression": {2, 3, 4}, "Shape": {0}, "Size": {0}, "Loop": {0},
     **{op: {1} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
                           "ReduceSumSquare")},
@@ -943,12 +943,32 @@ def _nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]]) -> 
         implicit_inputs=outer_reads)
 
 
-def _control_flow(data: bytes, inferred: bytes, order, tensors):
+def _control_flow(data: bytes, inferred: bytes, g: dict, order, tensors, reads,
+                  base_dir: str):
     """The bodies of the If/Loop/Scan nodes as scopes, and the inferred model's bytes
-    with the types of those nodes' outputs (:mod:`graphmem.frontend.control_flow`)."""
+    with the types of those nodes' outputs (:mod:`graphmem.frontend.control_flow`).
+
+    A value the sizing needs (a Loop's trip count) is an initializer's or a Constant's,
+    or else computed from the constants folded so far (the exporters' Shape -> Gather
+    of a bound dim), at most SMALL_CONSTANT_BYTES each."""
     from graphmem.frontend.control_flow import graph_values, settle  # imports onnx
-    model, _, scopes = settle(_proto(inferred), order, dict(tensors), _infer_proto,
-                              graph_values(_proto(data)))
+    model = _proto(data)
+    plain = graph_values(model)
+    computed: dict[str, object] = {}
+
+    def values(name: str):
+        found = plain(name)
+        if found is not None:
+            return found
+        if not computed:
+            from graphmem.frontend.folding import evaluate_constants
+            folded, _ = _constant_nodes(g, order, tensors, reads)
+            computed.update(evaluate_constants(
+                model, [model.graph.node[i] for i in order if i in folded], tensors,
+                max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir, prefer="reference"))
+            computed[""] = None  # evaluated once, whatever it found
+        return computed.get(name)
+    model, _, scopes = settle(_proto(inferred), order, dict(tensors), _infer_proto, values)
     return model.SerializeToString(), scopes
 
 
