@@ -371,3 +371,19 @@ def test_trip_count_computed_from_a_bound_dim(tmp_path):
     assert graph.tensors["ys"].shape == (7, 2)
     assert "M" in graph.constants  # a count, like a Reshape's shape: folded
     assert verify(plan_graph(graph).plan, graph).passed
+
+
+def test_torchscript_rnn_loop_export_plans_and_verifies(tmp_path, capsys):
+    """A real export (tools/export_control_flow.py, PyTorch's TorchScript exporter): a
+    scripted RNN loop becomes a Loop whose trip count is Shape -> Gather of the
+    sequence; with only --dim bindings it plans with its body, validates and verifies."""
+    path = Path(__file__).parent / "data" / "control_flow" / "rnn_loop_ts.onnx"
+    dims = ["--dim", "T=9", "--dim", "batch=3"]
+    out = tmp_path / "p.json"
+    assert main(["plan", str(path), *dims, "-o", str(out)]) == 0
+    plan = Plan.load(out)
+    (body,) = plan.scopes
+    assert any(t.kind == "activation" for t in body.plan.tensors.values())
+    assert problems(plan, load(path, {"T": 9, "batch": 3})) == []
+    assert main(["verify", str(path), "--plan", str(out)]) == 0
+    capsys.readouterr()
