@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from graphmem.core.ir import Graph, Node
 from graphmem.errors import GraphmemError
 from graphmem.plan.format import Plan
-from graphmem.core.scopes import is_workspace
+from graphmem.core.scopes import graph_for_plan, is_workspace
 from graphmem.verify.arena import free_ranges, merged
 from graphmem.verify.node_sessions import NodeSessions, numpy_dtype, runtime_message
 
@@ -120,8 +120,10 @@ class ControlFlow:
         _, base, _ = env.locate(ws)
 
         def body(attr: str) -> Env:
-            return Env(plans[attr].plan, scopes[attr].graph, base, body_values(bodies[attr]),
-                       bodies[attr], env.model, env.provider, env, env.cache)
+            plan = plans[attr].plan  # its graph with the workspaces of its own bodies
+            graph = graph_for_plan(scopes[attr].graph, plan)
+            return Env(plan, graph, base, body_values(bodies[attr]), bodies[attr], env.model,
+                       env.provider, env, env.cache)
         ins = node.inputs
         if node.op_type == "If":
             cond = bool(np.asarray(env.read(arena, ins[0])).reshape(-1)[0])
