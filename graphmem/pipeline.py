@@ -7,6 +7,7 @@ rest for both orders and keeping the smaller arena.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -28,6 +29,7 @@ from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
 from graphmem.planning.groups import layout_bytes
+from graphmem.planning.scopes import plan_scopes
 from graphmem.planning.writer import finish_layout, write_plan
 
 __all__ = ["DEFAULT_PASSES", "PassReport", "Result", "plan_graph", "plan_model",
@@ -100,6 +102,14 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
             raise GraphmemError(str(exc)) from None
     options = PassOptions(placement, time_limit)
     chosen = resolve_passes(passes)
+    scope_plans = ()
+    if graph.scopes:  # each body planned on its own, into its node's workspace
+        stage("bodies of control-flow nodes")
+        scope_plans, graph = plan_scopes(graph, functools.partial(
+            plan_graph, passes=passes, alignment=alignment, placement=placement,
+            time_limit=time_limit, model_name=model_name or _model_name(graph),
+            bindings=bindings if bindings is not None else graph.bindings, check=check,
+            provider=provider, inplace_table=inplace_table))
     ctx = Context.for_order(graph, order if order is not None else file_order(graph),
                             alignment, stage=stage, table=table)
     order_passes = [p for p in chosen if p.stage == "order"]
@@ -126,6 +136,8 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                                      for r in reports], model_name or _model_name(graph),
                             bindings if bindings is not None else graph.bindings,
                             target(table))
+    if scope_plans:
+        plan = dataclasses.replace(plan, scopes=scope_plans)
     if check:
         stage("validation")
         validate_built(plan, graph, cols, ctx.index, ctx.intervals, lambda: ctx.edges)

@@ -100,6 +100,11 @@ def load_any_plan(path: str, model=None) -> Plan:
     return Plan.load(path, None if model is None else plan_size_limit(model))
 
 
+def graph_for_plan(graph: Graph, plan: Plan) -> Graph:
+    from graphmem.core.scopes import graph_for_plan as with_workspaces
+    return with_workspaces(graph, plan)
+
+
 def planned_view(args) -> tuple[PlanView, Graph]:
     """The command's model, planned (or its saved --plan checked against it), as a view.
 
@@ -112,6 +117,7 @@ def planned_view(args) -> tuple[PlanView, Graph]:
         plan = load_any_plan(saved, model_path(args))
         graph = load(model_path(args), dims or plan.bindings)
         check_plan_fits(plan, graph, saved)
+        graph = graph_for_plan(graph, plan)  # with the workspaces of its bodies
         return build(plan, graph), graph
     graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None))
     passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
@@ -120,7 +126,7 @@ def planned_view(args) -> tuple[PlanView, Graph]:
     result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
                         placement=getattr(args, "placement", "best"), model_name=name,
                         bindings=graph.bindings, provider=inplace_table_key(args))
-    return build(result.plan, graph), graph
+    return build(result.plan, result.graph), result.graph
 
 
 def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False

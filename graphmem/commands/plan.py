@@ -88,7 +88,23 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
         note = ", ".join(f"{k} {v}" for k, v in r.detail.items() if not isinstance(v, dict))
         table.add_row(f"  pass {r.name}", f"-{r.bytes_saved:,}", mib(r.bytes_saved),
                       f"{shown(note)}; {r.seconds * 1000:.0f} ms")
+    if plan.scopes:
+        bodies = list(_bodies(plan))
+        sizes = ", ".join(f"{s.attr} of node {s.node}: {s.plan.arena_bytes:,} B"
+                          for s in bodies[:4]) + (", ..." if len(bodies) > 4 else "")
+        noun = "body" if len(bodies) == 1 else "bodies"
+        table.add_row("bodies", "", "",
+                      f"{len(bodies)} {noun} of If/Loop/Scan nodes, "
+                      f"{sum(len(s.plan.tensors) for s in bodies):,} tensors, each planned "
+                      f"into its node's workspace ({sizes})")
     table.add_row("time", "", "", f"load {load_seconds:.2f} s, plan {result.seconds:.3f} s")
     console.print(table)
     if written:
         console.print(f"wrote {shown(written)}")
+
+
+def _bodies(plan):
+    """Every scope of a plan, nested ones after their parent."""
+    for s in plan.scopes:
+        yield s
+        yield from _bodies(s.plan)

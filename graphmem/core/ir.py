@@ -11,6 +11,10 @@ from typing import Any, Iterable, Mapping
 STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
 
 
+# The control-flow ops whose bodies graphmem plans as nested scopes
+CONTROL_FLOW = frozenset(("If", "Loop", "Scan"))
+
+
 def standard_domain(domain: str) -> bool:
     """Is ``domain`` (of a node or an opset import) the standard ONNX domain?"""
     return domain in STANDARD_DOMAINS
@@ -103,6 +107,13 @@ class Graph:
     node_count: int = 0  # len(graph.node) in the file, folded nodes included
     # every symbolic dimension bound at load time (by --dim or --dim-default)
     bindings: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # the bodies of the control-flow nodes (If/Loop/Scan), by the node's index: each a
+    # nested scope planned on its own (graphmem/planning/scopes.py)
+    scopes: Mapping[int, tuple["Scope", ...]] = field(default_factory=dict, compare=False,
+                                                     hash=False)
+    # node index -> the name of the workspace tensor it writes, once the workspaces are
+    # added (graphmem/core/scopes.py); empty in a graph as loaded
+    workspaces: Mapping[int, str] = field(default_factory=dict, compare=False, hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}
@@ -138,7 +149,46 @@ class Graph:
         static = self.weights | set(self.constants)
         used = dict.fromkeys(t for n in self.nodes for t in n.reads if t in static)
         used.update(dict.fromkeys(t for t in self.outputs if t in static))
-        return [t for t in used if t in self.tensors]
+        names = [t for t in used if t in self.tensors]
+        if self.scopes:
+            names += [t for t in self.body_weights() if t not in set(names)]
+        return names
 
     def weight_bytes(self) -> int:
-        return sum(self.tensors[t].bytes for t in self.weight_names())
+        body = self.body_weights() if self.scopes else {}
+        return sum((self.tensors.get(t) or body[t]).bytes for t in self.weight_names())
+
+    def body_weights(self) -> dict[str, "Tensor"]:
+        """The initializers of the control-flow bodies (nested ones too) that their nodes
+        read: weights held as long as the model, like the graph's own."""
+        out: dict[str, Tensor] = {}
+        for scopes in self.scopes.values():
+            for s in scopes:
+                body = s.graph
+                outer = set(s.outer)
+                for t in body.weight_names():
+                    if t not in outer and t in body.tensors:
+                        out.setdefault(t, body.tensors[t])
+                out.update({k: v for k, v in body.body_weights().items() if k not in out})
+        return out
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One body of a control-flow node (a Loop's or Scan's ``body``, an If's
+    ``then_branch`` or ``else_branch``) as a graph of its own.
+
+    ``graph.inputs`` are the body's formal inputs; ``graph.outputs`` its formal outputs
+    followed by the formal inputs not among them: a formal input stays alive to the
+    end of the body, so that copying the outputs into the inputs for the next iteration
+    never lands on bytes still to be read. ``graph.weights`` holds the body's own
+    initializers and the names it reads from enclosing scopes (``outer``): neither is
+    a tensor of the body's arena. ``graph.tensors`` types both.
+    """
+
+    node: int  # the control-flow node's index in the enclosing graph
+    attr: str  # "body", "then_branch" or "else_branch"
+    graph: Graph
+    formal_inputs: tuple[str, ...]
+    formal_outputs: tuple[str, ...]
+    outer: tuple[str, ...]

@@ -24,7 +24,7 @@ from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError
 from graphmem.core.memory import release_freed
 from graphmem.core.nogc import gc_paused
-from graphmem.core.ir import Graph, Node, Tensor, from_columns, standard_domain
+from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Tensor, from_columns, standard_domain
 
 if TYPE_CHECKING:
     import onnx
@@ -190,6 +190,10 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     data_prop = not any(n[OP] in UNBOUNDED_DATA_PROP for n in g["nodes"])
     inferred = _infer(work, data_prop)
     tensors = _tensors(_types(inferred))
+    scopes = {}
+    if any(n[OP] in CONTROL_FLOW and standard_domain(n[DOMAIN]) for n in g["nodes"]):
+        inferred, scopes = _control_flow(data, inferred, g, order, tensors, reads, base_dir)
+        tensors = _tensors(_types(inferred))
     folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
     missing = _unknown(g, order, tensors, folded_nodes)
     opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
@@ -225,7 +229,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
                     "as an opaque op: give the shapes of its outputs in the model's value_info")
         raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
     return _build(parsed, g, order, tensors, reads, folded_nodes, constants, model_path,
-                  bindings)
+                  bindings, scopes)
 
 
 # --------------------------------------------------------------------------- the columns
@@ -836,7 +840,7 @@ SHAPE_ARGUMENTS = {
     "Slice": {1, 2, 3, 4}, "Range": {0, 1, 2}, "Unsqueeze": {1}, "Squeeze": {1},
     "Resize": {1, 2, 3}, "Upsample": {1}, "Pad": {1, 2, 3}, "TopK": {1}, "OneHot": {1},
     "Split": {1}, "CumSum": {1}, "Trilu": {1}, "CenterCropPad": {1}, "Col2Im": {1, 2},
-    "NonMaxSuppression": {2, 3, 4}, "Shape": {0}, "Size": {0},
+    "NonMaxSuppression": {2, 3, 4}, "Shape": {0}, "Size": {0}, "Loop": {0},
     **{op: {1} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
                           "ReduceSumSquare")},
@@ -939,8 +943,37 @@ def _nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]]) -> 
         implicit_inputs=outer_reads)
 
 
-def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bindings
-           ) -> Graph:
+def _control_flow(data: bytes, inferred: bytes, g: dict, order, tensors, reads,
+                  base_dir: str):
+    """The bodies of the If/Loop/Scan nodes as scopes, and the inferred model's bytes
+    with the types of those nodes' outputs (:mod:`graphmem.frontend.control_flow`).
+
+    A value the sizing needs (a Loop's trip count) is an initializer's or a Constant's,
+    or else computed from the constants folded so far (the exporters' Shape -> Gather
+    of a bound dim), at most SMALL_CONSTANT_BYTES each."""
+    from graphmem.frontend.control_flow import graph_values, settle  # imports onnx
+    model = _proto(data)
+    plain = graph_values(model)
+    computed: dict[str, object] = {}
+
+    def values(name: str):
+        found = plain(name)
+        if found is not None:
+            return found
+        if not computed:
+            from graphmem.frontend.folding import evaluate_constants
+            folded, _ = _constant_nodes(g, order, tensors, reads)
+            computed.update(evaluate_constants(
+                model, [model.graph.node[i] for i in order if i in folded], tensors,
+                max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir, prefer="reference"))
+            computed[""] = None  # evaluated once, whatever it found
+        return computed.get(name)
+    model, _, scopes = settle(_proto(inferred), order, dict(tensors), _infer_proto, values)
+    return model.SerializeToString(), scopes
+
+
+def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bindings,
+           scopes=None) -> Graph:
     nodes_in = g["nodes"]
     inits = frozenset(t[0] for t in g["initializers"])
     indices = [idx for idx in order if idx not in folded] if folded else list(order)
@@ -956,7 +989,7 @@ def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bind
         outputs=tuple(o[0] for o in g["outputs"]),
         weights=inits, constants=tuple(constants),
         folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
-        node_count=len(nodes_in), bindings=dict(bindings))
+        node_count=len(nodes_in), bindings=dict(bindings), scopes=scopes or {})
 
 
 def _infer_with_constant_values(model, order, tensors, folded, constants, base_dir):

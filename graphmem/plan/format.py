@@ -87,6 +87,8 @@ class Plan:
     format: str = FORMAT
     # optional: the runtime, provider and in-place table the plan trusted
     target: dict[str, str] | None = None
+    # the plans of the control-flow nodes' bodies (nested scopes); none without them
+    scopes: tuple["ScopePlan", ...] = ()
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self, *, tensors: bool = True) -> dict[str, Any]:
@@ -102,6 +104,8 @@ class Plan:
         }
         if self.target is not None:
             out["target"] = dict(self.target)
+        if self.scopes:
+            out["scopes"] = [s.to_dict() for s in self.scopes]
         return out
 
     def to_json(self) -> str:
@@ -169,6 +173,8 @@ class Plan:
             if target is not None and not (isinstance(target, dict) and all(
                     isinstance(k, str) and isinstance(v, str) for k, v in target.items())):
                 raise ValueError("target must be an object of strings")
+            scopes = tuple(ScopePlan.from_dict(s, d, i, source) for i, s in enumerate(
+                _list(d.get("scopes", []), "scopes")))
             return Plan(model=str(d["model"]),
                         bindings={str(k): _int(v) for k, v in d["bindings"].items()},
                         alignment=_int(d["alignment"]), order=[_int(i) for i in d["order"]],
@@ -176,7 +182,8 @@ class Plan:
                         arena_bytes=_int(d["arena_bytes"]), tensors=tensors,
                         passes=[dict(p) for p in passes],
                         stats={str(k): _int(v) for k, v in d.get("stats", {}).items()},
-                        target=dict(target) if target is not None else None)
+                        target=dict(target) if target is not None else None,
+                        scopes=scopes)
         except KeyError as exc:
             raise GraphmemError(f"{source}: corrupt plan, missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -215,6 +222,42 @@ class Plan:
         except RecursionError:
             raise GraphmemError(f"{source}: not {what} (nested too deeply)") from None
         return Plan.from_dict(d, source)
+
+
+# The fields of a scope's plan that it takes from the plan around it
+_INHERITED = ("format", "model", "bindings", "alignment", "target")
+
+
+@dataclass(frozen=True)
+class ScopePlan:
+    """The plan of one body of a control-flow node: ``plan`` is a plan of the body's
+    graph (order, tensors with offsets inside the body's own arena, stats, and its own
+    nested scopes), whose arena lies inside the enclosing plan's tensor ``workspace``:
+    a body tensor's place in the one arena is the workspace's offset plus its own."""
+
+    node: int  # the control-flow node's index in the enclosing graph's node list
+    attr: str  # "body", "then_branch" or "else_branch"
+    workspace: str
+    plan: "Plan"
+
+    def to_dict(self) -> dict[str, Any]:
+        inner = {k: v for k, v in self.plan.to_dict().items() if k not in _INHERITED}
+        return {"node": self.node, "attr": self.attr, "workspace": self.workspace, **inner}
+
+    @staticmethod
+    def from_dict(d: Any, outer: dict, i: int, source: str = "plan") -> "ScopePlan":
+        if not isinstance(d, dict):
+            raise ValueError(f"scopes[{i}] must be an object")
+        inner = {**{k: outer[k] for k in _INHERITED if k in outer}, **d}
+        return ScopePlan(node=_int(d["node"]), attr=_str(d["attr"], "attr"),
+                         workspace=_str(d["workspace"], "workspace"),
+                         plan=Plan.from_dict(inner, f"{source}: scopes[{i}]"))
+
+
+def _list(v: Any, field: str) -> list:
+    if not isinstance(v, list):
+        raise ValueError(f"{field} must be a list, not {_short(v)}")
+    return v
 
 
 def _int(v: Any) -> int:

@@ -21,6 +21,7 @@ from graphmem.errors import PlanInvalid
 from graphmem.plan.columns import KIND, PlanColumns, columns
 from graphmem.plan.format import FORMAT, Plan
 from graphmem.plan.links import link_problems
+from graphmem.core.scopes import graph_for_plan, workspace_name
 from graphmem.plan.stats import stats_of
 
 
@@ -30,8 +31,42 @@ def problems(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> li
 
     ``index``: the graph's :class:`~graphmem.core.index.GraphIndex`, built if not given.
     """
+    if graph.scopes or plan.scopes:
+        found = scope_problems(plan, graph)
+        if found:
+            return found
+        graph, index = graph_for_plan(graph, plan), None
     index = index if index is not None else index_graph(graph)
     return _problems_or_range(plan, graph, index, None, None, None)
+
+
+def scope_problems(plan: Plan, graph: Graph) -> list[str]:
+    """The nested scopes: one plan for each body of each control-flow node, each valid
+    for its body (recursively), each naming its node's workspace tensor. That each
+    body's arena fits its workspace, and the workspace is placed like any tensor, is
+    checked on the enclosing graph with the workspaces (``graph_for_plan``)."""
+    want = {(idx, s.attr): s for idx, ss in graph.scopes.items() for s in ss}
+    seen = set()
+    out = []
+    for i, sp in enumerate(plan.scopes):
+        key = (sp.node, sp.attr)
+        if key not in want:
+            return [f"scopes[{i}]: node {sp.node} has no body {sp.attr!r} in the model"]
+        if key in seen:
+            return [f"scopes[{i}]: a second plan for the {sp.attr} of node {sp.node}"]
+        seen.add(key)
+        ws = workspace_name(graph, sp.node)
+        if sp.workspace != ws:
+            out.append(f"scopes[{i}]: workspace {sp.workspace!r}, expected {ws!r}")
+        if sp.plan.alignment != plan.alignment:
+            out.append(f"scopes[{i}]: alignment {sp.plan.alignment}, the plan's is "
+                       f"{plan.alignment}")
+        out += [f"scope {sp.attr} of node {sp.node}: {p}"
+                for p in problems(sp.plan, want[key].graph)]
+    for idx, attr in want:
+        if (idx, attr) not in seen:
+            out.append(f"scopes: the {attr} of node {idx} has no plan")
+    return out
 
 
 def validate(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem.core.ir import CONTROL_FLOW, standard_domain
 from graphmem.errors import GraphmemError
 from graphmem.training.rules import patched
 from graphmem.training.prepare import prepare_inference
@@ -74,6 +75,13 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     """
     import onnx_ad
 
+    flow = next((i for i, n in enumerate(model.graph.node)
+                 if n.op_type in CONTROL_FLOW and standard_domain(n.domain)), None)
+    if flow is not None:
+        n = model.graph.node[flow]
+        raise GraphmemError(f"node {flow} ({n.op_type}{' ' + repr(n.name) if n.name else ''}) "
+                            "is control flow; train does not differentiate through If, Loop "
+                            "or Scan (plan, verify, report and fit plan their bodies)")
     m = model if prepared else prepare_inference(model, batch)
     m = _copy(m)
     g = m.graph

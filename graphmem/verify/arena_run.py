@@ -50,6 +50,12 @@ class ArenaRun:
         self.tolerance = tolerance_dtypes(graph)
         self.nodes_run = self.nodes_skipped = 0
         self._device_constants: dict[str, object] = {}
+        self.model = model
+        self.control_flow = None
+        if graph.scopes:
+            from graphmem.verify.control_flow import ControlFlow, Env
+            self.control_flow = ControlFlow(self)
+            self.top_env = Env(plan, graph, 0, constants, model.graph, model, provider)
 
     def _new_arena(self):
         if self.arena_kind == "host":
@@ -90,12 +96,15 @@ class ArenaRun:
                         bad_inputs.append(t)
             if self._all_slices(node):
                 self.nodes_skipped += 1
+            elif node.index in graph.scopes:
+                self.control_flow.run(arena, self.top_env, node)
+                self.nodes_run += 1
             else:
                 self._run_node(arena, node)
                 self.nodes_run += 1
             schedule.written(o for o in node.outputs if o)
             if reference is not None:
-                for t in (o for o in node.outputs if o):
+                for t in (o for o in node.outputs if o and o in reference):
                     got = self._read(arena, t)
                     checked += 1
                     if not close(got, reference[t], self._dtype(t), self.provider):

@@ -7,6 +7,10 @@ bound at its input's address is how an in-place op runs. Before each node every 
 that no live tensor owns is filled with 0xFF (NaN for floats), so reading a dead
 tensor or a clobbered one shows up as a wrong answer instead of passing by luck.
 
+An If, Loop or Scan node is run by the verifier itself (:mod:`.control_flow`): its
+bodies' nodes one at a time, their tensors at the node's workspace plus their offsets
+in the body's plan, dead body bytes poisoned the same way (CPU provider only).
+
 The graph outputs are compared with a whole-model ``InferenceSession`` run on the
 same seeded inputs (every tensor an output of it, so each exists at its declared
 type). When they differ (or with ``check_all``) the run is repeated checking every
@@ -34,6 +38,7 @@ from graphmem.plan.format import Plan
 from graphmem.plan.validate import problems
 from graphmem.verify.reference import Reference, constant_values, model_with_weights, random_inputs
 from graphmem.core.order import check_order
+from graphmem.core.scopes import graph_for_plan
 
 __all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "random_inputs", "read_inputs",
            "check_compatible"]
@@ -87,11 +92,15 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     """
     start = time.perf_counter()
     ort_provider, device = _provider(provider)
-    check_compatible(plan, graph)
+    check_compatible(plan, graph_for_plan(graph, plan))
     check_target(plan, ort_provider, force)
     base = VerifyReport(model=plan.model, provider=ort_provider, arena_bytes=plan.arena_bytes,
                         nodes_total=len(plan.order), runtime_only=runtime_only)
     found = [] if runtime_only else problems(plan, graph)
+    plain, graph = graph, graph_for_plan(graph, plan)  # with the bodies' workspaces
+    if graph.scopes and device != "cpu":
+        raise GraphmemError("the verifier runs the bodies of If/Loop/Scan nodes on the CPU "
+                            "provider only; verify this model with --provider cpu")
     found = found or runtime_problems(plan, graph)
     if found:
         return _replace(base, problems=tuple(found), seconds=time.perf_counter() - start)
@@ -114,7 +123,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     # may skip a declared rounding (it removes the Cast pair around the float32
     # fallback of a float16 Sigmoid when a Cast to float32 follows), and the reference
     # would be more precise than the model.
-    whole = Reference(model, graph, ort_provider, everything=True)
+    whole = Reference(model, plain, ort_provider, everything=True)
     reference = whole.run(feeds)
     t_ref = time.perf_counter() - t0
     runner = ArenaRun(plan, graph, model, constants, ort_provider, device, arena)
@@ -258,8 +267,8 @@ def runtime_problems(plan: Plan, graph: Graph) -> list[str]:
         if t.offset < 0 or t.offset + need > plan.arena_bytes:
             out.append(f"tensor {name!r}: its {need} bytes at offset {t.offset} do not fit "
                        f"in the arena ({plan.arena_bytes} bytes)")
-    if any(n.implicit_inputs for n in graph.nodes):
-        node = next(n for n in graph.nodes if n.implicit_inputs)
-        raise GraphmemError(f"{node.label} has a subgraph; the verifier runs only models "
-                            "without control flow")
+    opaque = [n for n in graph.nodes if n.implicit_inputs and n.index not in graph.scopes]
+    if opaque:
+        raise GraphmemError(f"{opaque[0].label} has a subgraph; the verifier runs only the "
+                            "control flow of If, Loop and Scan")
     return out

@@ -1,0 +1,337 @@
+"""The bodies of If, Loop and Scan nodes, loaded as nested scopes with static shapes.
+
+Each body is shape-inferred on its own (onnx's inference, with its formal inputs typed
+from the node's inputs and the names it reads from enclosing scopes typed from there),
+then built into a :class:`~graphmem.core.ir.Graph` the planner plans like any other
+(:class:`~graphmem.core.ir.Scope`). The node's outputs get their sizes from the body:
+a Loop's scan outputs are as long as its trip count, which must then be a constant
+with a condition that cannot stop the loop early; a Scan's are as long as its scanned
+axis; an If's two branches must agree on every output's type. Whatever cannot be sized
+statically is refused in one line naming the tensor.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
+from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Scope, Tensor, standard_domain
+from graphmem.errors import GraphmemError
+BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+
+
+def is_control_flow(node) -> bool:
+    """An If, Loop or Scan of the standard domain (a proto node or an IR node)."""
+    return node.op_type in CONTROL_FLOW and standard_domain(node.domain)
+
+
+def has_control_flow(model: onnx.ModelProto) -> bool:
+    return any(is_control_flow(n) for n in model.graph.node)
+
+
+Values = Callable[[str], "np.ndarray | None"]
+
+
+def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
+           infer: Callable[[onnx.ModelProto], onnx.ModelProto], values: Values,
+           where: str = ""
+           ) -> tuple[onnx.ModelProto, dict[str, Tensor], dict[int, tuple[Scope, ...]]]:
+    """Size every control-flow node of ``model.graph`` (nodes in ``order``) whose inputs
+    are known: its bodies become scopes, its outputs' types are added to the model's
+    value_info and inference runs again for what follows them, until no more change.
+    Returns the model, every tensor's type (``tensors`` updated) and the scopes."""
+    scopes: dict[int, tuple[Scope, ...]] = {}
+    while True:
+        added = []
+        for idx in order:
+            n = model.graph.node[idx]
+            if idx in scopes or not is_control_flow(n):
+                continue
+            if not all(t in tensors for t in n.input if t):
+                continue
+            made, outs = _node_scopes(n, idx, tensors, values, model, where)
+            scopes[idx] = made
+            for name, t in outs.items():
+                tensors[name] = t
+                added.append(helper.make_tensor_value_info(name, ENUM_BY_NAME[t.dtype],
+                                                           list(t.shape)))
+        if not added:
+            return model, tensors, scopes
+        names = {vi.name for vi in added}
+        kept = [vi for vi in model.graph.value_info if vi.name not in names]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept + added)
+        for o in model.graph.output:  # a declared output type gives way to the sized one
+            if o.name in names:
+                o.type.CopyFrom(next(vi.type for vi in added if vi.name == o.name))
+        model = infer(model)
+        tensors.update({k: v for k, v in types_of(model).items() if k not in tensors})
+
+
+def types_of(model: onnx.ModelProto) -> dict[str, Tensor]:
+    """Every value of ``model.graph`` with a fully known dense tensor type."""
+    out: dict[str, Tensor] = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        if not tt.elem_type or not tt.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if any(d < 0 for d in dims):
+            continue
+        out[vi.name] = _tensor(vi.name, tt.elem_type, dims)
+    for init in g.initializer:
+        out[init.name] = _tensor(init.name, init.data_type, list(init.dims))
+    return out
+
+
+def _tensor(name: str, elem: int, dims) -> Tensor:
+    dtype, bits = dtype_of(elem, name)
+    return Tensor(name, dtype, tuple(int(d) for d in dims), bits)
+
+
+def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], values: Values,
+                 model: onnx.ModelProto, where: str
+                 ) -> tuple[tuple[Scope, ...], dict[str, Tensor]]:
+    label = f"node {idx} ({n.op_type}{' ' + repr(n.name) if n.name else ''}){where}"
+    bodies = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
+    attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute
+             if a.type != onnx.AttributeProto.GRAPH}
+    opsets = list(model.opset_import)
+    if n.op_type == "If":
+        scopes, outs = [], []
+        for attr in BODIES["If"]:
+            s = _scope(bodies[attr], idx, attr, [], known, opsets, values, label)
+            scopes.append(s)
+            outs.append([s.graph.tensors[o] for o in s.formal_outputs])
+        made = {}
+        for k, name in enumerate(o for o in n.output):
+            a, b = outs[0][k], outs[1][k]
+            if (a.dtype, a.shape) != (b.dtype, b.shape):
+                raise GraphmemError(
+                    f"{label}: output {name!r} is {a.dtype}{list(a.shape)} in then_branch and "
+                    f"{b.dtype}{list(b.shape)} in else_branch; graphmem needs one static shape")
+            if name:
+                made[name] = Tensor(name, a.dtype, a.shape, a.bits)
+        return tuple(scopes), made
+    body = bodies["body"]
+    if n.op_type == "Loop":
+        carried = [known[t] for t in n.input[2:]]
+        formal = [Tensor("", "int64", (), 64), Tensor("", "bool", (), 8)] + carried
+        s = _scope(body, idx, "body", formal, known, opsets, values, label)
+        outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
+        k = len(carried)
+        _same_state(label, s.formal_outputs[1:1 + k], carried, outs[1:1 + k])
+        made = _finals(n.output[:k], carried)
+        scan_outs = list(zip(n.output[k:], outs[1 + k:]))
+        if any(name for name, _ in scan_outs):
+            trips = _trip_count(n, s, values, label, next(name for name, _ in scan_outs if name))
+            for name, t in scan_outs:
+                if name:
+                    made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)
+        return (s,), made
+    # Scan (opset 9 on; opset 8's has a batch axis and a sequence_lens input)
+    opset = max((o.version for o in opsets if standard_domain(o.domain)), default=0)
+    if opset < 9:
+        raise GraphmemError(f"{label}: a Scan of opset {opset} (batched, with sequence_lens) "
+                            "is not planned; graphmem plans the Scan of opset 9 and later")
+    m = int(attrs["num_scan_inputs"])
+    states = [known[t] for t in n.input[:len(n.input) - m]]
+    scanned = [known[t] for t in n.input[len(n.input) - m:]]
+    in_axes = list(attrs.get("scan_input_axes", [0] * m))
+    lengths, slices = set(), []
+    for t, ax in zip(scanned, in_axes):
+        ax = ax + len(t.shape) if ax < 0 else ax
+        lengths.add(t.shape[ax])
+        slices.append(Tensor("", t.dtype, t.shape[:ax] + t.shape[ax + 1:], t.bits))
+    if len(lengths) != 1:
+        raise GraphmemError(f"{label}: its scan inputs have different lengths {sorted(lengths)}")
+    length = lengths.pop()
+    s = _scope(body, idx, "body", states + slices, known, opsets, values, label)
+    outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
+    k = len(states)
+    _same_state(label, s.formal_outputs[:k], states, outs[:k])
+    made = _finals(n.output[:k], states)
+    out_axes = list(attrs.get("scan_output_axes", [0] * (len(outs) - k)))
+    for j, (name, t) in enumerate(zip(n.output[k:], outs[k:])):
+        if name:
+            ax = out_axes[j] if j < len(out_axes) else 0
+            ax = ax + len(t.shape) + 1 if ax < 0 else ax
+            made[name] = Tensor(name, t.dtype, t.shape[:ax] + (length,) + t.shape[ax:], t.bits)
+    return (s,), made
+
+
+def _finals(names, states) -> dict[str, Tensor]:
+    return {name: Tensor(name, t.dtype, t.shape, t.bits) for name, t in zip(names, states) if name}
+
+
+def _same_state(label: str, names, initial, outs) -> None:
+    """A loop-carried value keeps its type from step to step (its bytes are planned once)."""
+    for name, t, o in zip(names, initial, outs):
+        if o is None or (o.dtype, o.shape) != (t.dtype, t.shape):
+            got = f"{o.dtype}{list(o.shape)}" if o is not None else "of no static shape"
+            raise GraphmemError(
+                f"{label}: loop-carried value {name!r} is {got}, its initial value "
+                f"{t.dtype}{list(t.shape)}; graphmem plans only loop-carried values of a "
+                "fixed shape")
+
+
+def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str) -> int:
+    """A Loop's number of iterations, when it is fixed: a constant trip count ``M``, a
+    condition that is absent or a constant true, and a body condition that passes its
+    input through (or is a constant true)."""
+    why = None
+    trips = values(n.input[0]) if n.input[0] else None
+    if trips is None:
+        why = "its trip count is not a constant"
+    else:
+        cond = values(n.input[1]) if len(n.input) > 1 and n.input[1] else np.array(True)
+        body_cond = _passes_condition(s)
+        if cond is None or not bool(np.asarray(cond).reshape(-1)[0]) or not body_cond:
+            why = "its condition can stop it before the trip count"
+    if why:
+        raise GraphmemError(f"cannot size tensor {output!r}, a scan output of {label}: {why}; "
+                            "graphmem needs a static shape for every tensor")
+    return max(int(np.asarray(trips).reshape(-1)[0]), 0)
+
+
+def _passes_condition(s: Scope) -> bool:
+    """Does the body's condition output always equal its condition input (true)?"""
+    cond_in, cond_out = s.formal_inputs[1], s.formal_outputs[0]
+    seen = cond_out
+    nodes = {o: nd for nd in s.graph.nodes for o in nd.outputs}
+    while seen != cond_in:
+        nd = nodes.get(seen)
+        if nd is None or nd.op_type != "Identity":
+            return False
+        seen = nd.inputs[0]
+    return True
+
+
+def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
+           known: Mapping[str, Tensor], opsets, values: Values, label: str) -> Scope:
+    """One body as a Scope: typed, inferred, its own control flow settled."""
+    where = f" in the {attr} of {label}"
+    outer = sorted(outer_reads(body))
+    missing = [t for t in outer if t not in known]
+    if missing:
+        raise GraphmemError(f"cannot infer the shape of tensor {missing[0]!r}, read{where}")
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    if len(g.input) != len(formal):
+        raise GraphmemError(f"the {attr} of {label} has {len(g.input)} inputs, the node "
+                            f"gives {len(formal)}")
+    for vi, t in zip(g.input, formal):
+        vi.type.CopyFrom(helper.make_tensor_type_proto(ENUM_BY_NAME[t.dtype], list(t.shape)))
+    inits = {i.name for i in g.initializer}
+    for name in outer:
+        t = known[name]
+        g.input.append(helper.make_tensor_value_info(name, ENUM_BY_NAME[t.dtype], list(t.shape)))
+    for o in g.output:  # declared output shapes may be symbolic or stale: inference decides
+        o.type.tensor_type.ClearField("shape")
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = max(m.ir_version, 8)
+    m = _infer(m, where)
+    tensors = types_of(m)
+    for name in outer:
+        tensors[name] = known[name]
+    local = {i.name: numpy_helper.to_array(i) for i in g.initializer
+             if len(i.raw_data) <= (1 << 20) and i.data_location != onnx.TensorProto.EXTERNAL}
+    local.update(_constant_nodes(g))
+
+    def body_values(name: str):
+        return local[name] if name in local else values(name)
+    order = list(range(len(g.node)))
+    m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where), body_values,
+                                where=where)
+    for nd in m.graph.node:
+        for o in nd.output:
+            if o and o not in tensors:
+                raise GraphmemError(f"cannot infer the shape of tensor {o!r}, output of a "
+                                    f"{nd.op_type} node{where}")
+    formal_in = tuple(vi.name for vi in body.input)
+    formal_out = tuple(o.name for o in body.output)
+    for o in formal_out:
+        if o not in tensors:
+            raise GraphmemError(f"cannot infer the shape of tensor {o!r}, an output{where}")
+    nodes = []
+    for i, nd in enumerate(body.node):
+        implicit = ()
+        subs = [a.g for a in nd.attribute if a.type == onnx.AttributeProto.GRAPH]
+        if subs:
+            ins = {t for t in nd.input if t}
+            implicit = tuple(sorted({t for sub in subs for t in outer_reads(sub)} - ins))
+        attrs = {a.name: ("<subgraph>" if a.type == onnx.AttributeProto.GRAPH
+                          else _attr(a)) for a in nd.attribute}
+        nodes.append(Node(i, nd.name, nd.op_type, nd.domain, tuple(nd.input),
+                          tuple(nd.output), attrs, implicit))
+    outputs = tuple(dict.fromkeys(formal_out + formal_in))
+    graph = Graph(name=body.name or attr, nodes=tuple(nodes), tensors=tensors,
+                  inputs=formal_in, outputs=outputs,
+                  weights=frozenset(inits) | frozenset(outer), constants=(),
+                  opset=max((o.version for o in opsets if standard_domain(o.domain)), default=0),
+                  node_count=len(nodes), scopes=nested)
+    return Scope(idx, attr, graph, formal_in, formal_out, tuple(outer))
+
+
+def _attr(a: onnx.AttributeProto):
+    try:
+        v = helper.get_attribute_value(a)
+    except Exception:
+        return None
+    if isinstance(v, onnx.TensorProto):
+        return f"<tensor {list(v.dims)}>"
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def _constant_nodes(g: onnx.GraphProto) -> dict[str, np.ndarray]:
+    out = {}
+    for nd in g.node:
+        if nd.op_type == "Constant" and standard_domain(nd.domain) and nd.output:
+            for a in nd.attribute:
+                if a.name == "value":
+                    out[nd.output[0]] = numpy_helper.to_array(a.t)
+    return out
+
+
+def graph_values(model: onnx.ModelProto) -> Values:
+    """The values of the top-level graph's small initializers and Constant nodes."""
+    local = {i.name: i for i in model.graph.initializer}
+    consts = _constant_nodes(model.graph)
+
+    def value(name: str):
+        if name in consts:
+            return consts[name]
+        init = local.get(name)
+        if init is None or init.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        return numpy_helper.to_array(init)
+    return value
+
+
+def _infer(m: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise GraphmemError(f"ONNX shape inference failed{where}: {text}") from None
+
+
+def outer_reads(body: onnx.GraphProto) -> set[str]:
+    """Names a body reads from enclosing scopes (its nested bodies' included)."""
+    defined = {vi.name for vi in body.input} | {i.name for i in body.initializer}
+    outer: set[str] = set()
+    for nd in body.node:
+        reads = [t for t in nd.input if t]
+        for a in nd.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                reads.extend(sorted(outer_reads(a.g)))
+        outer.update(t for t in reads if t not in defined)
+        defined.update(o for o in nd.output if o)
+    outer.update(o.name for o in body.output if o.name not in defined)
+    return outer
