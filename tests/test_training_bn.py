@@ -145,3 +145,4 @@ def test_train_command_bn_flag(tmp_path, capsys):
     assert results["inference"]["bn"] == "inference"
     assert results["training"]["running_stat_bytes"] == 2 * 3 * 4
     assert results["inference"]["running_stat_bytes"] == 0
+
