@@ -145,4 +145,10 @@ def test_train_command_bn_flag(tmp_path, capsys):
     assert results["inference"]["bn"] == "inference"
     assert results["training"]["running_stat_bytes"] == 2 * 3 * 4
     assert results["inference"]["running_stat_bytes"] == 0
+    # the saved training-mode step runs in its planned arena, node by node
+    saved = tmp_path / "m.train.onnx"
+    assert main(["train", str(path), "--batch", "2", "--loss", "sum", "--save", str(saved),
+                 "--json"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(saved)]) == 0
 
