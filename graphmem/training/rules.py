@@ -222,6 +222,13 @@ def batch_norm_training_reverse(ctx, node, grads):
     axes = [0] + list(range(2, rank))  # every axis but the channel's
     count = int(np.prod(xs)) // xs[1]  # elements per channel
     epsilon = attribute(node, "epsilon", 1e-5)
+    seeded = ctx.full(grads[0], node.output[0])  # [N, C, ..., nseed]
+    sum_dy = ctx.reduce_sum(seeded, axes, keepdims=1)  # [1, C, 1..., nseed]
+    contributions = [None] * len(node.input)
+    if ctx.asked_for(bias):
+        contributions[2] = ctx.reshape_like(sum_dy, bias)
+    if not ctx.asked_for(x) and not ctx.asked_for(scale):
+        return contributions
     # The batch statistics, as the forward computed them (population variance).
     mean = ctx.reduce_mean(x, axes)  # [1, C, 1...]
     centered = b.op("Sub", [x, mean], stem="bn_centered")
@@ -230,11 +237,8 @@ def batch_norm_training_reverse(ctx, node, grads):
     invstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [variance, ctx.constant(
         epsilon, dtype)])])], stem="bn_invstd")
     xhat = ctx.lift(b.op("Mul", [centered, invstd], stem="bn_xhat"))  # [N, C, ..., 1]
-    seeded = ctx.full(grads[0], node.output[0])  # [N, C, ..., nseed]
-    sum_dy = ctx.reduce_sum(seeded, axes, keepdims=1)  # [1, C, 1..., nseed]
     sum_dy_xhat = ctx.reduce_sum(b.op("Mul", [seeded, xhat], stem="bn_dy_xhat"), axes,
                                  keepdims=1)
-    contributions = [None] * len(node.input)
     if ctx.asked_for(x):
         # dx = g*dy + (g*xhat) * (-sum(dy*xhat)/M) + g * (-sum(dy)/M), g = gamma*invstd:
         # one full-size product per term, each a candidate to overwrite its input.
@@ -249,8 +253,6 @@ def batch_norm_training_reverse(ctx, node, grads):
             b.op("Mul", [xhat, tilt], stem="bn_tilted")]), shift], stem="bn_dx")
     if ctx.asked_for(scale):
         contributions[1] = ctx.reshape_like(sum_dy_xhat, scale)
-    if ctx.asked_for(bias):
-        contributions[2] = ctx.reshape_like(sum_dy, bias)
     return contributions
 
 
