@@ -115,10 +115,6 @@ def torch_counts(name, batch):
         loss.backward()
     counts["backward"] = {str(k).split(".")[-1]: v // 2
                           for k, v in bwd.get_flop_counts()["Global"].items()}
-    layers = []
-    for m in model.modules():
-        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
-            layers.append(m)
     per_layer = sorted(v // 2 for k, d in fwd.get_flop_counts().items()
                        if k != "Global" and _is_leaf(model, k) for v in d.values())
     return counts, per_layer
