@@ -236,6 +236,8 @@ def test_zoo_report_is_consistent(zoo_report):
     assert [r["node"] for r in layers] == plan.order
     assert t["macs_unknown_ops"] == []
     assert t["macs"] == sum(r["macs"] for r in layers) > 0
+    # the convention's MACs: the matrix ops (Conv, Gemm, ...) alone
+    assert t["matrix_macs"] == conv_gemm_macs(graph) <= t["macs"]
     assert t["arena_bytes"] == plan.arena_bytes
     assert t["activation_bytes_naive"] == plan.stats["naive_bytes"]
     assert t["total_bytes"] == t["weight_bytes"] + t["arena_bytes"] + t["workspace_bytes"]

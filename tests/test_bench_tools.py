@@ -96,3 +96,15 @@ def test_scale_report_names_the_machine_check_and_the_best_fit_loop(capsys):
 
 def test_reference_workload_runs_and_takes_time():
     assert scale.reference_workload(10_000) > 0
+
+
+@pytest.mark.slow
+def test_macs_match_pytorch_flop_counter(capsys):
+    """tools/macs_vs_pytorch.py: graphmem's MACs of resnet18's training step equal
+    PyTorch's FlopCounterMode FLOPs / 2 (needs torch; slow: it exports resnet18)."""
+    pytest.importorskip("torch")
+    import macs_vs_pytorch
+
+    assert macs_vs_pytorch.main(["resnet18", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "per-layer MACs identical" in out and "backward: equal." in out

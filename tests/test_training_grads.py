@@ -16,11 +16,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.analysis.macs import matrix_macs
+from graphmem.analysis.macs import macs_by_phase, matrix_macs, phase
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
 from graphmem.training.build import build_training
-from graphmem.training.macs import macs_by_phase, phase
 from graphmem.training.report import load_training
 
 RNG = np.random.default_rng(22)

@@ -8,7 +8,7 @@ Pure functions: nothing here loads or plans; callers hand in a loaded
   the folded result is). ``params`` counts their elements, leaving out int64 constants
   (Reshape shapes, axes, indices), which are arguments rather than parameters.
 - Activations: ``naive`` is one buffer per arena tensor; ``arena`` is the planned arena.
-- Workspace: the largest im2col buffer over the convolutions (see :mod:`graphmem.macs`);
+- Workspace: the largest im2col buffer over the convolutions (see :mod:`graphmem.analysis.macs`);
   one buffer, reused, as a runtime that lowers convolutions would keep it.
 - Per layer: bytes moved are the distinct tensors a node reads (activations and weights)
   plus what it writes; a node whose outputs are all views of its input (a Reshape the
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
-from graphmem.analysis.macs import im2col_bytes, node_macs
+from graphmem.analysis.macs import im2col_bytes, matrix_macs, node_macs
 from graphmem.plan.columns import group_roots
 from graphmem.plan.format import Plan
 
@@ -150,6 +150,7 @@ def totals(graph: Graph, plan: Plan) -> dict:
                                                  sum(t.bytes for t in plan.tensors.values())),
         "arena_bytes": plan.arena_bytes,
         "aliased_peak_bytes": plan.stats.get("aliased_peak_bytes"),
+        "matrix_macs": sum(matrix_macs(n, graph.tensors) for n in graph.nodes),
         "macs": sum(m for m in macs if m is not None),
         "macs_unknown_ops": sorted({n.op_type for n, m in zip(graph.nodes, macs) if m is None}),
         "workspace_bytes": ws,

@@ -1,6 +1,26 @@
-"""Per-op compute cost: multiply-accumulates (MACs), and a convolution's im2col workspace.
+"""MACs (multiply-accumulates) per op, for inference graphs and training steps alike, and a
+convolution's im2col workspace. The one home of graphmem's MAC counting: ``report`` and
+``train`` both count with the rules below.
 
-Conventions (one MAC = one multiply and one add; FLOPs are about 2 x MACs):
+**The convention.** One MAC is one multiply and one add; FLOPs = 2 x MACs. The figure
+graphmem calls *MACs* -- ``report``'s ``matrix_macs`` total, and ``train``'s forward,
+backward and recompute MACs (:func:`macs_by_phase`) -- counts the matrix ops only
+(:data:`MATRIX_OPS`: Conv, ConvTranspose, Gemm, MatMul, Einsum, the gate products of
+LSTM/GRU/RNN), with the rules below. That is what published counts (AlexNet, VGG,
+torchvision's ResNets) and PyTorch's ``torch.utils.flop_counter.FlopCounterMode``
+count: FlopCounterMode counts matrix products and convolutions (mm, addmm, bmm,
+convolution and convolution_backward, attention) as 2 x MACs and nothing else, so its
+FLOPs / 2 equal ours (``tools/macs_vs_pytorch.py`` checks resnet18 and resnet50, forward
+and forward+backward). A backward pass is counted by the same rules on its own nodes: a
+Conv weight gradient is a Conv, so it costs exactly its forward conv's MACs (see
+:mod:`graphmem.training.rules`), as in PyTorch's ``convolution_backward``.
+
+Every other op also has a cost rule (:func:`node_macs`): element-wise work, pooling,
+normalisation, softmax. ``report`` shows it per layer (and uses it for the roofline
+times) and totals it as ``macs`` ("all ops"); it is not part of the MACs above, as it is
+not in PyTorch's count.
+
+Rules (output elements = the product of an output's shape, batch included):
 
 - Conv: ``N * C_out * prod(out spatial) * (C_in / group) * prod(kernel)``, i.e. output
   elements times the weight's per-output fan-in. Bias adds are not counted, as in the
@@ -24,6 +44,10 @@ Conventions (one MAC = one multiply and one add; FLOPs are about 2 x MACs):
   inference, ...): 0 MACs; they still move bytes, which the analysis counts.
 - Any other op: ``None`` (unknown), reported as such rather than guessed.
 
+Training graphs name their nodes by phase (``f:`` forward, ``r:`` recompute, anything
+else backward: :mod:`graphmem.training.build`); :func:`macs_by_phase` sums the MACs of
+each.
+
 Workspace: a runtime that lowers a convolution to a matrix product (Caffe, ONNX
 Runtime's CPU Conv) unfolds one image and one group at a time into a
 ``(C_in / group) * prod(kernel)`` by ``prod(out spatial)`` matrix, and reuses that one
@@ -35,7 +59,7 @@ from __future__ import annotations
 from math import prod
 from typing import Mapping
 
-from graphmem.core.ir import Node, Tensor, standard_domain
+from graphmem.core.ir import Graph, Node, Tensor, standard_domain
 
 _ELEMENTWISE = {
     "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Sigmoid",
@@ -107,14 +131,40 @@ def node_macs(node: Node, tensors: Mapping[str, Tensor]) -> int | None:
     return None
 
 
-# The matrix ops: the training figures (forward, backward and recompute MACs) count
-# these alone (graphmem.training.macs), the report counts every op.
-MATRIX_OPS = frozenset(("Conv", "ConvTranspose", "Gemm", "MatMul"))
+# The matrix ops: what graphmem calls MACs (report's matrix_macs, train's phases) counts
+# these alone, as PyTorch's FlopCounterMode does (see the module docstring).
+MATRIX_OPS = frozenset(("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum",
+                        "LSTM", "GRU", "RNN"))
 
 
 def matrix_macs(node: Node, tensors: Mapping[str, Tensor]) -> int:
-    """:func:`node_macs` of a matrix op (``MATRIX_OPS``), 0 for any other node."""
-    return (node_macs(node, tensors) or 0) if node.op_type in MATRIX_OPS else 0
+    """:func:`node_macs` of a matrix op (``MATRIX_OPS``), 0 for any other node: the
+    MACs of the convention."""
+    if node.op_type not in MATRIX_OPS or not standard_domain(node.domain):
+        return 0
+    return node_macs(node, tensors) or 0
+
+
+PHASES = ("forward", "backward", "recompute")
+
+
+def phase(node: Node) -> str:
+    """A training graph node's phase by its name: forward (``f:``), recompute (``r:``) or
+    backward (anything else: onnx_ad's adjoint nodes, ``b:``)."""
+    if node.name.startswith("f:"):
+        return "forward"
+    if node.name.startswith("r:"):
+        return "recompute"
+    return "backward"
+
+
+def macs_by_phase(graph: Graph) -> dict[str, int]:
+    """``{"forward", "backward", "recompute"}``: the :func:`matrix_macs` of a training
+    graph's nodes, summed by :func:`phase`."""
+    out = dict.fromkeys(PHASES, 0)
+    for n in graph.nodes:
+        out[phase(n)] += matrix_macs(n, graph.tensors)
+    return out
 
 
 def _einsum_macs(equation: str, ins) -> int | None:

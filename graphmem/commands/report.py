@@ -141,7 +141,11 @@ def print_breakdown(console: Console, data: dict) -> None:
                   "weights + arena + workspace")
     unknown = f"; no MAC rule for {', '.join(map(shown, t['macs_unknown_ops']))}" \
         if t["macs_unknown_ops"] else ""
-    table.add_row("MACs", f"{t['macs']:,}", "", f"{count(t['macs'])}MAC{unknown}")
+    table.add_row("MACs", f"{t['matrix_macs']:,}", "",
+                  f"{count(t['matrix_macs'])}MAC in matrix ops (Conv, Gemm, MatMul, ...: "
+                  "PyTorch's FlopCounterMode / 2)")
+    table.add_row("  all ops", f"{t['macs']:,}", "",
+                  f"{count(t['macs'])}MAC with element-wise, pooling, normalisation{unknown}")
     d = data["device"]
     table.add_row("roofline time", "", "",
                   f"{t['time_s'] * 1e3:.3g} ms on {d['name']} ({d['flops'] / 1e12:g} TFLOP/s, "

@@ -30,6 +30,10 @@ def add_parser(sub) -> None:
                    help="the graph output the loss is taken of, for a model with several "
                         "(default: the first; the others and what only they need are "
                         "dropped)")
+    p.add_argument("--bn", default="training", choices=["training", "inference"],
+                   help="BatchNormalization: training (default) normalizes with the batch's "
+                        "statistics and outputs the updated running mean and variance; "
+                        "inference keeps the frozen running statistics")
     p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"],
                    help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
     p.add_argument("--recompute", choices=["none", "sqrt"], default="none",
@@ -53,7 +57,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from graphmem.training.build import build_training
+    from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.offload import offload_plan
     from graphmem.training.recompute import fit_budget, recompute_sqrt
     from graphmem.training.report import account, load_training, plan_training
@@ -67,7 +71,7 @@ def run(args) -> int:
         check_output(args.save, [model_path(args)])
     model = read_model(model_path(args), load_weights=True)
     args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
-    tg = build_training(model, args.batch, loss=args.loss, output=args.output)
+    tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
     baseline = None
     if args.recompute == "sqrt" or budget is not None:
         base_graph = load_training(tg)
@@ -86,6 +90,9 @@ def run(args) -> int:
         result, order = plan_training(graph)
     report = account(tg, graph, result, order, args.batch, args.optimizer)
     report.extra.update(info)
+    report.extra["bn"] = args.bn
+    report.extra["running_stat_bytes"] = sum(graph.tensors[t].bytes for t in
+                                             running_stat_outputs(tg.model).values())
     if baseline is not None:
         report.extra["baseline_saved_activation_bytes"] = baseline.saved_activation_bytes
         report.extra["baseline_arena_bytes"] = baseline.arena_bytes

@@ -3,8 +3,9 @@
 Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module,
 :mod:`.rules` and :mod:`.grouped_conv` (our rules, patched in while reversing: Conv and
 grouped-Conv weight gradients without overhang, ConvTranspose's weight, AveragePool with
-``ceil_mode``) import it. After reversal :mod:`.rewrites` fixes what its rules get wrong
-for memory (the ReLU mask, explicit pads, copies, constant fills, double transposes).
+``ceil_mode``, training-mode BatchNormalization) import it. After reversal
+:mod:`.rewrites` fixes what its rules get wrong for memory (the ReLU mask, explicit pads,
+copies, constant fills, double transposes).
 
 Node names carry the phase: ``f:<i>`` forward (the model and the loss), ``b:<i>``
 backward (everything onnx_ad added), ``r:<i>`` recomputation (see :mod:`.recompute`).
@@ -25,6 +26,8 @@ from graphmem.training.rewrites import (SEED, cancel_transposes, copies_to_resha
                        pads_into_weight_conv, relu_mask_from_output)
 
 LOSSES = ("xent", "sum", "mean")
+BN_MODES = ("training", "inference")
+RUNNING = "running/"  # prefix of the updated running statistics' output names
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,17 @@ def trainable_weights(model: onnx.ModelProto) -> list[str]:
 
 def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: str = "auto",
                    relu_fix: bool = True, rewrites: bool = True,
-                   prepared: bool = False, output: str | None = None) -> TrainingGraph:
+                   prepared: bool = False, output: str | None = None,
+                   bn: str = "training") -> TrainingGraph:
     """Build the training graph of an inference model.
 
     ``loss``: ``xent`` (cross-entropy of the logits against a one-hot ``label`` input;
     a final Softmax is dropped and its input used as logits), ``sum`` or ``mean`` of the
     output, or ``auto`` (``xent`` when the output comes from a Softmax, else ``sum``).
-    BatchNormalization stays in inference form (frozen running statistics).
+    ``bn``: ``training`` (default) puts every BatchNormalization in training mode: it
+    normalizes with the batch's statistics and outputs its running statistics updated
+    with them (graph outputs ``running/<mean or var input>``, see
+    :func:`running_stat_outputs`); ``inference`` keeps the frozen running statistics.
     ``output``: the graph output the loss is taken of, for a model with several (a BERT
     export's hidden states and pooled output; default: the first); the others, and the
     nodes, inputs and weights only they need, are dropped.
@@ -87,10 +94,14 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     g = m.graph
     if output is not None or len(g.output) != 1:
         _keep_one_output(g, output)
+    if bn not in BN_MODES:
+        raise GraphmemError(f"unknown BatchNormalization mode {bn!r}; choose from "
+                            f"{', '.join(BN_MODES)}")
     weights = trainable_weights(m)
     if not weights:
         raise GraphmemError("the model has no trainable float initializers")
     loss_name, data_inputs = _add_loss(m, loss)
+    running = _batch_norm_training(m) if bn == "training" else []  # outputs after the loss
     # onnx_ad differentiates graph inputs only: move the weights out of the initializers.
     values = {i.name: i for i in g.initializer if i.name in set(weights)}
     for w in weights:
@@ -133,10 +144,67 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     del rg.input[:]
     rg.input.extend(keep_in)
     # The inference output is not a training output.
-    keep = [o for o in rg.output if o.name == loss_name or o.name in gradients.values()]
+    keep = [o for o in rg.output if o.name == loss_name or o.name in gradients.values()
+            or o.name in running]
     del rg.output[:]
     rg.output.extend(keep)
     return TrainingGraph(r, loss_name, tuple(weights), gradients, tuple(data_inputs))
+
+
+def running_stat_outputs(model: onnx.ModelProto) -> dict[str, str]:
+    """The running statistics a training step updates: ``{input name: output name}``
+    for each training-mode BatchNormalization's mean and variance that is a graph output."""
+    outputs = {o.name for o in model.graph.output}
+    out = {}
+    for n in model.graph.node:
+        if n.op_type == "BatchNormalization" and _training_mode(n):
+            for i, o in zip(n.input[3:5], n.output[1:3]):
+                if o in outputs:
+                    out[i] = o
+    return out
+
+
+def _training_mode(node: onnx.NodeProto) -> bool:
+    return any(a.name == "training_mode" and a.i for a in node.attribute)
+
+
+def _batch_norm_training(m: onnx.ModelProto) -> list[str]:
+    """Every BatchNormalization to training mode (ONNX semantics, opset 14+: batch mean
+    and population variance; ``running' = momentum * running + (1 - momentum) * batch``),
+    its updated running mean and variance made graph outputs. Returns their names."""
+    g = m.graph
+    nodes = [n for n in g.node if n.op_type == "BatchNormalization"]
+    if not nodes:
+        return []
+    opset = max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < 14:
+        raise GraphmemError(f"training-mode BatchNormalization needs opset 14 or later, the "
+                            f"model has {opset} (or use --bn inference)")
+    stats = {i.name: i for i in g.initializer}
+    names: list[str] = []
+    taken = {t for n in g.node for t in list(n.input) + list(n.output)}
+    for n in nodes:
+        if len(n.input) < 5 or any(t not in stats for t in n.input[3:5]):
+            raise GraphmemError(f"BatchNormalization {n.name or n.output[0]!r}: its running "
+                                "mean and variance must be initializers for training mode "
+                                "(or use --bn inference)")
+        attrs = [a for a in n.attribute if a.name != "training_mode"]
+        del n.attribute[:]
+        n.attribute.extend(attrs + [helper.make_attribute("training_mode", 1)])
+        outs = [n.output[0]]
+        for stat in n.input[3:5]:
+            name = RUNNING + stat
+            while name in taken:  # a statistic shared by two nodes: one output each
+                name += "'"
+            taken.add(name)
+            outs.append(name)
+            init = stats[stat]
+            g.output.append(helper.make_tensor_value_info(name, init.data_type,
+                                                          list(init.dims)))
+            names.append(name)
+        del n.output[:]
+        n.output.extend(outs)
+    return names
 
 
 def _keep_one_output(g: onnx.GraphProto, name: str | None) -> None:

@@ -19,11 +19,8 @@ from dataclasses import replace
 
 from graphmem.core.ir import Graph, Node
 from graphmem.pipeline import Result, plan_graph
-from graphmem.analysis.macs import matrix_macs
-from graphmem.training.macs import phase
+from graphmem.analysis.macs import MATRIX_OPS, matrix_macs, phase
 from graphmem.training.report import saved_activations
-
-COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
 def offload_plan(graph: Graph, result: Result, host_bw: float, device_flops: float,
@@ -50,7 +47,7 @@ def offload_plan(graph: Graph, result: Result, host_bw: float, device_flops: flo
     next_index = max(by_index) + 1
     inserts: dict[int, list[int]] = {}  # order position -> new node indices before it
     prefetch_at: dict[str, int] = {}
-    compute_pos = [k for k, idx in enumerate(order) if by_index[idx].op_type in COMPUTE_OPS]
+    compute_pos = [k for k, idx in enumerate(order) if by_index[idx].op_type in MATRIX_OPS]
     renamed: dict[str, str] = {}
     for t in saved:
         if t not in first_bwd:

@@ -9,7 +9,7 @@ from graphmem.frontend.reader import from_model
 from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.training.build import TrainingGraph
-from graphmem.training.macs import macs_by_phase, phase
+from graphmem.analysis.macs import macs_by_phase, phase
 from graphmem.training.schedule import sink_floating
 
 # Optimizer state in multiples of the trainable weights.

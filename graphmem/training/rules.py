@@ -26,6 +26,15 @@ onnx_ad's back afterwards. Ours:
   (``count_include_pad=1``); a ceil-mode window's overhang past the end padding never
   counts. onnx_ad's rule computed the ``count_include_pad=0`` divisor at run time from a
   tensor of ones the size of the input.
+- **BatchNormalization in training mode** (``training_mode=1``; onnx_ad differentiates
+  only the inference form, an affine map): the batch statistics depend on ``x``, so
+  ``dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`` (means over every
+  axis but the channel's), ``dgamma = sum(dy * xhat)``, ``dbeta = sum(dy)``. The rule
+  reads only the forward's input ``x`` (which the inference form's rule reads too) and
+  recomputes the batch mean and variance from it in backward: ONNX's training-mode node
+  outputs the updated running statistics, not the batch ones, and a decomposition into
+  primitive ops before reversal would keep ``x - mean`` and ``xhat`` (two more tensors
+  of the activation's size) for backward as well.
 """
 from __future__ import annotations
 
@@ -188,16 +197,85 @@ def average_pool_reverse(ctx, node, grads):
     return [_unfold_batch_into_seed(ctx, spread, x, ctx.rank(x))]
 
 
+def _reduce_sum_square(ctx, value, axes):
+    """ReduceSumSquare, keepdims: axes an attribute before opset 18, an input from it."""
+    if ctx.opset >= 18:
+        return ctx.b.op("ReduceSumSquare", [value, ctx.b.ints(axes)], keepdims=1)
+    return ctx.b.op("ReduceSumSquare", [value], axes=list(axes), keepdims=1)
+
+
+def batch_norm_training_reverse(ctx, node, grads):
+    """BatchNormalization with ``training_mode=1``: adjoints of ``x``, scale and bias
+    through the batch statistics (see the module docstring)."""
+    from onnx_ad._build import attribute
+    from onnx_ad.rules import UnsupportedOperator
+
+    if any(g is not None for g in grads[1:]):
+        raise UnsupportedOperator("the running statistics BatchNormalization updates are "
+                                  "not differentiated; seed only its first output")
+    x, scale, bias = node.input[0], node.input[1], node.input[2]
+    xs = ctx.shapes.static(x)
+    if xs is None or None in xs or len(xs) < 2:
+        raise UnsupportedOperator("training-mode BatchNormalization needs a static input "
+                                  "shape of rank 2 or more to be differentiated")
+    rank, dtype, b = len(xs), ctx.dtype(x), ctx.b
+    axes = [0] + list(range(2, rank))  # every axis but the channel's
+    count = int(np.prod(xs)) // xs[1]  # elements per channel
+    epsilon = attribute(node, "epsilon", 1e-5)
+    seeded = ctx.full(grads[0], node.output[0])  # [N, C, ..., nseed]
+    sum_dy = ctx.reduce_sum(seeded, axes, keepdims=1)  # [1, C, 1..., nseed]
+    contributions = [None] * len(node.input)
+    if ctx.asked_for(bias):
+        contributions[2] = ctx.reshape_like(sum_dy, bias)
+    if not ctx.asked_for(x) and not ctx.asked_for(scale):
+        return contributions
+    # The batch statistics, as the forward computed them (population variance).
+    mean = ctx.reduce_mean(x, axes)  # [1, C, 1...]
+    centered = b.op("Sub", [x, mean], stem="bn_centered")
+    variance = b.op("Mul", [_reduce_sum_square(ctx, centered, axes),
+                            ctx.constant(1.0 / count, dtype)], stem="bn_var")
+    invstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [variance, ctx.constant(
+        epsilon, dtype)])])], stem="bn_invstd")
+    xhat = ctx.lift(b.op("Mul", [centered, invstd], stem="bn_xhat"))  # [N, C, ..., 1]
+    sum_dy_xhat = ctx.reduce_sum(b.op("Mul", [seeded, xhat], stem="bn_dy_xhat"), axes,
+                                 keepdims=1)
+    if ctx.asked_for(x):
+        # dx = g*dy + (g*xhat) * (-sum(dy*xhat)/M) + g * (-sum(dy)/M), g = gamma*invstd:
+        # one full-size product per term, each a candidate to overwrite its input.
+        channel = b.ints([1, -1] + [1] * (rank - 2))
+        gain = ctx.lift(b.op("Mul", [b.op("Reshape", [scale, channel]), invstd],
+                             stem="bn_gain"))  # [1, C, 1..., 1]
+        per = b.op("Mul", [gain, ctx.constant(-1.0 / count, dtype)], stem="bn_per")
+        tilt = b.op("Mul", [sum_dy_xhat, per], stem="bn_tilt")
+        shift = b.op("Mul", [sum_dy, per], stem="bn_shift")
+        contributions[0] = b.op("Add", [b.op("Add", [
+            b.op("Mul", [seeded, gain], stem="bn_scaled"),
+            b.op("Mul", [xhat, tilt], stem="bn_tilted")]), shift], stem="bn_dx")
+    if ctx.asked_for(scale):
+        contributions[1] = ctx.reshape_like(sum_dy_xhat, scale)
+    return contributions
+
+
 @contextmanager
 def patched():
     """onnx_ad with our rules (above, and the grouped Conv weight rule of
-    :mod:`.grouped_conv`) for the duration of the block."""
+    :mod:`.grouped_conv`) for the duration of the block; an inference-form
+    BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
     from graphmem.training.grouped_conv import grouped_weight_adjoint
 
     original_weight = rules._conv_weight_adjoint
-    saved = {op: rules.REVERSE.get(op) for op in ("ConvTranspose", "AveragePool")}
+    saved = {op: rules.REVERSE.get(op)
+             for op in ("ConvTranspose", "AveragePool", "BatchNormalization")}
+    inference_batch_norm = saved["BatchNormalization"]
+
+    def batch_norm_dispatch(ctx, node, grads):
+        from onnx_ad._build import attribute
+
+        if attribute(node, "training_mode", 0):
+            return batch_norm_training_reverse(ctx, node, grads)
+        return inference_batch_norm(ctx, node, grads)
 
     def weight_dispatch(ctx, node, attrs, spatial, seeded):
         if not ctx.asked_for(node.input[1]):
@@ -209,6 +287,7 @@ def patched():
     rules._conv_weight_adjoint = weight_dispatch
     rules.REVERSE["ConvTranspose"] = conv_transpose_reverse
     rules.REVERSE["AveragePool"] = average_pool_reverse
+    rules.REVERSE["BatchNormalization"] = batch_norm_dispatch
     try:
         yield
     finally:
