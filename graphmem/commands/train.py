@@ -147,6 +147,10 @@ def print_report(console: Console, model: str, r) -> None:
     t.add_row("activations kept for backward", mib(r.saved_activation_bytes),
               f"{r.saved_activations} forward tensors read by backward")
     e = r.extra
+    if "plan_saved_activation_bytes" in e:
+        t.add_row("  held across the boundary (plan)", mib(e["plan_saved_activation_bytes"]),
+                  f"{e['plan_saved_activations']} tensors made before backward starts in "
+                  "the plan's order and read after")
     if "baseline_saved_activation_bytes" in e:
         b = e["baseline_saved_activation_bytes"]
         t.add_row("  without recomputation", mib(b),
@@ -154,6 +158,16 @@ def print_report(console: Console, model: str, r) -> None:
         t.add_row("  arena without recomputation", mib(e["baseline_arena_bytes"]), "")
     t.add_row("[green]planned arena", f"[green]{mib(r.arena_bytes)}",
               f"{r.nodes} nodes, {r.order} order")
+    peak = e.get("peak") or {}
+    if peak.get("position") is not None:
+        kinds = peak["bytes_by_kind"]
+        t.add_row("  at the peak", mib(peak["live_bytes"]),
+                  f"step {peak['position']} ({peak['op']} {peak['node']}; backward starts at "
+                  f"{peak['first_backward_position']}): saved {mib(kinds['saved'])}, gradients "
+                  f"{mib(kinds['gradients'])}, backward {mib(kinds['backward'])} MiB")
+        for h in peak["helpers"]:
+            t.add_row(f"    {h['name']}", mib(h["bytes"]),
+                      f"{h['op']} {h['node']} {'x'.join(map(str, h['shape']))}")
     t.add_row("folded constants", mib(r.constant_bytes),
               "computed from weights/constants only (transposes, zero fills)")
     total = r.weight_bytes + r.optimizer_bytes + r.constant_bytes + r.arena_bytes

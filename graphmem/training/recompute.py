@@ -20,8 +20,15 @@ from graphmem.training.build import TrainingGraph
 
 
 def _forward(g: onnx.GraphProto):
+    """Forward nodes, and the activations they make: tensors computed from constants
+    only (the ``Constant`` nodes of a Clip's bounds) are not activations: they are
+    neither checkpoint candidates nor recomputed."""
     fwd = [n for n in g.node if n.name.startswith("f:")]
-    produced = {t: n for n in fwd for t in n.output}
+    static = {i.name for i in g.initializer}
+    for n in fwd:
+        if all(t in static for t in n.input if t):
+            static.update(t for t in n.output if t)
+    produced = {t: n for n in fwd for t in n.output if t not in static}
     return fwd, produced
 
 
