@@ -167,7 +167,9 @@ CONV_CASES = [  # kernel, stride, pads, dilation, size, group
     (3, 3, [0, 1, 2, 0], 1, 10, 1),  # stride 3, asymmetric pads
     (3, 2, [1, 1, 1, 1], 2, 10, 1),  # dilated and strided
     (1, 2, [0, 0, 0, 0], 1, 8, 2),   # grouped, cropped
-    (3, 2, [1, 1, 1, 1], 1, 8, 4),   # depthwise-like, strided
+    (3, 2, [1, 1, 1, 1], 1, 8, 4),   # depthwise, strided
+    (3, 1, [1, 1, 1, 1], 2, 9, 4),   # depthwise, dilated
+    (1, 2, [0, 0, 0, 0], 1, 8, 4),   # depthwise, cropped
 ]
 
 
