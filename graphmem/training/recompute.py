@@ -32,10 +32,27 @@ def _forward(g: onnx.GraphProto):
     return fwd, produced
 
 
-def candidates(tg: TrainingGraph) -> list[str]:
-    """Articulation tensors of the forward pass, in forward order."""
+# A cut may hold small tensors besides its main one (BERT's extended attention mask,
+# read by every layer): at most this fraction of the main tensor's bytes.
+CUT_SLACK = 1 / 8
+
+
+def cuts(tg: TrainingGraph) -> list[tuple[str, tuple[str, ...]]]:
+    """Where the forward pass can be cut: ``(main, live)`` after each node whose output
+    ``main`` is live with only small other activations (together at most
+    :data:`CUT_SLACK` of ``main``'s bytes), in forward order; ``live`` is everything
+    live there, ``main`` first. Keeping ``live`` lets backward recompute what follows.
+
+    Without the slack these are the articulation tensors (ResNet block outputs, not the
+    tensors inside a block); with it a transformer's layer outputs are cuts too, though
+    the attention mask made from the input before the first layer is read by all.
+    """
+    from graphmem.frontend.reader import from_model
+
     g = tg.model.graph
     fwd, produced = _forward(g)
+    tensors = from_model(tg.model, check=False).tensors
+    size = {t: tensors[t].bytes if t in tensors else 0 for t in produced}
     last_read: dict[str, int] = {}
     for i, n in enumerate(fwd):
         for t in n.input:
@@ -45,26 +62,37 @@ def candidates(tg: TrainingGraph) -> list[str]:
     for i, n in enumerate(fwd):
         live = {t for t in live if last_read.get(t, -1) > i}
         live.update(t for t in n.output if last_read.get(t, -1) > i)
-        if len(live) == 1 and n.output[0] in live:
-            out.append(n.output[0])
+        main = n.output[0]
+        if main in live and size[main] > 0 and \
+                sum(size[t] for t in live if t != main) <= CUT_SLACK * size[main]:
+            out.append((main, (main, *sorted(live - {main}))))
     return out
 
 
-def choose_sqrt(tg: TrainingGraph, segments: int | None = None) -> list[str]:
-    """About ``segments`` (default sqrt(forward nodes)) evenly spaced checkpoints."""
+def candidates(tg: TrainingGraph) -> list[str]:
+    """The main tensors of :func:`cuts`, in forward order."""
+    return [main for main, _ in cuts(tg)]
+
+
+def choose_sqrt(tg: TrainingGraph, segments: int | None = None,
+                found: list | None = None) -> list[str]:
+    """About ``segments`` (default sqrt(forward nodes)) evenly spaced cuts; returns what
+    they keep, in forward order (each cut's small companions too). ``found``: the
+    graph's :func:`cuts`, when already computed."""
     fwd, _ = _forward(tg.model.graph)
     pos = {t: i for i, n in enumerate(fwd) for t in n.output}
-    cands = candidates(tg)
-    if not cands:
+    found = cuts(tg) if found is None else found
+    if not found:
         return []
     k = segments or max(1, round(math.sqrt(len(fwd))))
     chosen = []
     for j in range(1, k):
         target = j * len(fwd) / k
-        best = min(cands, key=lambda t: abs(pos[t] - target))
+        best = min(found, key=lambda c: abs(pos[c[0]] - target))
         if best not in chosen:
             chosen.append(best)
-    return sorted(chosen, key=pos.__getitem__)
+    kept = {t for _, live in chosen for t in live}
+    return sorted(kept, key=pos.__getitem__)
 
 
 def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
@@ -128,12 +156,17 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
     return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed)
 
 
-def recompute_sqrt(tg: TrainingGraph, segments: int | None = None) -> tuple[TrainingGraph, dict]:
-    """Chen's sqrt(n) recomputation; returns the rewritten graph and what was chosen."""
-    chosen = choose_sqrt(tg, segments)
+def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,
+                   found: list | None = None) -> tuple[TrainingGraph, dict]:
+    """Chen's sqrt(n) recomputation; returns the rewritten graph and what was chosen.
+    ``checkpoints`` counts the kept tensors (a cut's small companions too)."""
+    found = cuts(tg) if found is None else found
+    chosen = choose_sqrt(tg, segments, found)
+    mains = {main for main, _ in found}
     fwd, _ = _forward(tg.model.graph)
-    info = {"checkpoints": len(chosen), "candidates": len(candidates(tg)),
-            "segments": len(chosen) + 1, "forward_nodes": len(fwd)}
+    cut_count = sum(1 for t in chosen if t in mains)
+    info = {"checkpoints": len(chosen), "candidates": len(found),
+            "segments": cut_count + 1, "forward_nodes": len(fwd)}
     return rewrite(tg, chosen), info
 
 
@@ -149,26 +182,27 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
         if segments is None:
             t, info = tg, {"checkpoints": 0, "segments": 1}
         else:
-            t, info = recompute_sqrt(tg, segments)
+            t, info = recompute_sqrt(tg, segments, found)
         graph = load_training(t)
         result, order = plan_training(graph)
         rep = account(t, graph, result, order, batch, optimizer)
         total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
         return total, rep.recompute_macs, (t, graph, result, order, info)
 
+    found = cuts(tg)
     tried = []
-    total, macs, found = attempt(None)
-    tried.append((total, macs, found))
+    tried.append(attempt(None))
+    total = tried[0][0]
     if total > budget:
         n = len(_forward(tg.model.graph)[0])
         # Between 2 and about sqrt(n) segments the step shrinks as segments are added
         # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
         # Search that range for the fewest segments that fit (fewest recomputed MACs).
-        lo, hi = 2, max(2, min(len(candidates(tg)) + 1, 2 * round(math.sqrt(n))))
+        lo, hi = 2, max(2, min(len(found) + 1, 2 * round(math.sqrt(n))))
         while lo <= hi:
             mid = (lo + hi) // 2
-            total, macs, found = attempt(mid)
-            tried.append((total, macs, found))
+            tried.append(attempt(mid))
+            total = tried[-1][0]
             if total <= budget:
                 hi = mid - 1
             else:
