@@ -420,8 +420,11 @@ def test_plan_saved_activations_and_peak():
     plan = result.plan
     boundary = first_backward_position(graph, plan)
     by_index = {n.index: n for n in graph.nodes}
-    assert phase(by_index[plan.order[boundary - 1]]) == "forward"
-    assert "loss" in by_index[plan.order[boundary - 1]].outputs
+    # the first step of the chain rule: a backward node reading an adjoint and a
+    # forward value (the nodes before it that read only the seed and constants do not
+    # count; nor does the loss node, which nothing reads)
+    at = by_index[plan.order[boundary]]
+    assert phase(at) == "backward" and set(at.reads) - graph.weights - {"loss_seed"}
     saved = plan_saved_activations(graph, plan)
     # x (the first weight gradient reads it) and the Tanh output (its adjoint and the
     # second weight gradient) cross the boundary; each once, at its full size. With a

@@ -34,7 +34,9 @@ def add_parser(sub) -> None:
                    help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
     p.add_argument("--recompute", choices=["none", "sqrt"], default="none",
                    help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, the rest "
-                        "recomputed in backward")
+                        "recomputed in backward; then as few segments recomputed whole as "
+                        "keep the planned arena (the others keep their Conv/Gemm/MatMul "
+                        "outputs)")
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -55,7 +57,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from graphmem.training.build import build_training
     from graphmem.training.offload import offload_plan
-    from graphmem.training.recompute import fit_budget, recompute_sqrt
+    from graphmem.training.recompute import fit_budget, recompute_planned
     from graphmem.training.report import account, load_training, plan_training
 
     if args.batch is not None and args.batch <= 0:
@@ -77,9 +79,8 @@ def run(args) -> int:
             tg, graph, result, order, info = fit_budget(tg, budget, args.optimizer,
                                                          args.batch)
         else:
-            tg, info = recompute_sqrt(tg)
-            graph = load_training(tg)
-            result, order = plan_training(graph)
+            tg, graph, result, order, info = recompute_planned(tg, args.optimizer,
+                                                               args.batch)
     else:
         info = {}
         graph = load_training(tg)
@@ -179,8 +180,10 @@ def print_report(console: Console, model: str, r) -> None:
                   f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
                   f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
     if "checkpoints" in e:
-        t.add_row("checkpoints", "", f"{e['checkpoints']} of {e.get('candidates')} candidates, "
-                  f"{e.get('segments')} segments")
+        t.add_row("checkpoints", "", f"{e['checkpoints']} tensors kept at cuts "
+                  f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
+                  f"{e.get('whole_segments')} recomputed whole, "
+                  f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept")
     if "offload_bytes" in e:
         t.add_row("offloaded each way", mib(e["offload_bytes"]),
                   f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")

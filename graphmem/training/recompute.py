@@ -95,15 +95,15 @@ def choose_sqrt(tg: TrainingGraph, segments: int | None = None,
     return sorted(kept, key=pos.__getitem__)
 
 
-def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
+def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> TrainingGraph:
     """A copy of ``tg`` whose backward reads only ``checkpoints`` (in forward order), the
-    last segment and graph inputs of the forward pass; every other activation it reads
-    is recomputed from them."""
+    last segment, ``also_keep`` and graph inputs of the forward pass; every other
+    activation it reads is recomputed from them."""
     m = onnx.ModelProto()
     m.CopyFrom(tg.model)
     g = m.graph
     fwd, produced = _forward(g)
-    keep = set(checkpoints)
+    keep = set(checkpoints) | set(also_keep)
     # The last segment (after the last checkpoint) is still in memory when backward
     # starts: Chen keeps it rather than recompute it.
     if checkpoints:
@@ -156,44 +156,104 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
     return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed)
 
 
+# Ops whose outputs are costly to recompute: a trimmed segment keeps their outputs and
+# recomputes only the cheap ops between them (BatchNormalization, ReLU, Add, ...).
+MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
 def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,
-                   found: list | None = None) -> tuple[TrainingGraph, dict]:
+                   found: list | None = None, full: int | None = None
+                   ) -> tuple[TrainingGraph, dict]:
     """Chen's sqrt(n) recomputation; returns the rewritten graph and what was chosen.
-    ``checkpoints`` counts the kept tensors (a cut's small companions too)."""
+    ``checkpoints`` counts the kept tensors (a cut's small companions too).
+
+    ``full``: only the first ``full`` segments are recomputed whole from their cut; the
+    later ones (up to the last, which is kept) keep the outputs of their matrix ops
+    (:data:`MATRIX_OPS`) and recompute only what lies between them, which costs no
+    MACs. Default: every segment whole (Chen's rule).
+    """
     found = cuts(tg) if found is None else found
     chosen = choose_sqrt(tg, segments, found)
     mains = {main for main, _ in found}
-    fwd, _ = _forward(tg.model.graph)
-    cut_count = sum(1 for t in chosen if t in mains)
+    fwd, produced = _forward(tg.model.graph)
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    bounds = [pos[t] for t in chosen if t in mains]
+    extra: list[str] = []
+    if full is not None and full < len(bounds):
+        start = bounds[full - 1] if full > 0 else -1
+        extra = [n.output[0] for i, n in enumerate(fwd)
+                 if i > start and n.op_type in MATRIX_OPS and n.output[0] in produced]
     info = {"checkpoints": len(chosen), "candidates": len(found),
-            "segments": cut_count + 1, "forward_nodes": len(fwd)}
-    return rewrite(tg, chosen), info
+            "segments": len(bounds) + 1, "forward_nodes": len(fwd),
+            "whole_segments": len(bounds) if full is None else min(full, len(bounds)),
+            "matrix_outputs_kept": len(extra)}
+    return rewrite(tg, chosen, extra), info
+
+
+def _planned(tg, optimizer, batch):
+    from graphmem.training.report import account, load_training, plan_training
+
+    graph = load_training(tg)
+    result, order = plan_training(graph)
+    rep = account(tg, graph, result, order, batch, optimizer)
+    total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
+    return total, rep, (tg, graph, result, order)
+
+
+def _trim(tg, segments, found, optimizer, batch, limit, whole, key):
+    """The fewest whole segments (``full``) whose plan keeps ``key(total, report)`` at
+    most ``limit``, by binary search from ``whole`` (a plan known to meet it, and its
+    ``full``) down to 0; returns that attempt and the number of plans made."""
+    best, plans = whole, 0
+    lo, hi = 0, whole[3]["whole_segments"] - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        t, info = recompute_sqrt(tg, segments, found, full=mid)
+        total, rep, planned = _planned(t, optimizer, batch)
+        plans += 1
+        if key(total, rep) <= limit:
+            best = (total, rep, planned, info)
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return best, plans
+
+
+def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
+                      segments: int | None = None):
+    """``--recompute sqrt``: Chen's cuts, then as few segments recomputed whole as keep
+    the planned arena at Chen's (the rest keep their matrix ops' outputs); each choice
+    is judged by a real plan. Returns ``(tg, graph, result, order, info)``."""
+    found = cuts(tg)
+    t, info = recompute_sqrt(tg, segments, found)
+    total, rep, planned = _planned(t, optimizer, batch)
+    chen = (total, rep, planned, info)
+    best, _ = _trim(tg, segments, found, optimizer, batch, rep.arena_bytes, chen,
+                    lambda total, r: r.arena_bytes)
+    total, rep, planned, info = best
+    info = {**info, "chen_arena_bytes": chen[1].arena_bytes,
+            "chen_recompute_macs": chen[1].recompute_macs}
+    return (*planned, info)
 
 
 def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
     """Choose the segment count whose planned step (weights, optimizer state, folded
-    constants, arena)
-    fits ``budget``: none first, then a binary search over segment counts, each scored
-    by a real plan; among the counts that fit the one with the fewest recomputed MACs,
-    else the smallest step found."""
-    from graphmem.training.report import account, load_training, plan_training
+    constants, arena) fits ``budget``: none first, then a binary search over segment
+    counts, each scored by a real plan; among the counts that fit the one with the
+    fewest recomputed MACs, else the smallest step found. Where one fits, as few of its
+    segments are then recomputed whole as still fit (:func:`recompute_planned`)."""
+    found = cuts(tg)
 
     def attempt(segments):
         if segments is None:
-            t, info = tg, {"checkpoints": 0, "segments": 1}
+            t, info = tg, {"checkpoints": 0, "segments": 1, "whole_segments": 0}
         else:
             t, info = recompute_sqrt(tg, segments, found)
-        graph = load_training(t)
-        result, order = plan_training(graph)
-        rep = account(t, graph, result, order, batch, optimizer)
-        total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
-        return total, rep.recompute_macs, (t, graph, result, order, info)
+        total, rep, planned = _planned(t, optimizer, batch)
+        return total, rep, planned, {**info, "segments_asked": segments}
 
-    found = cuts(tg)
-    tried = []
-    tried.append(attempt(None))
-    total = tried[0][0]
-    if total > budget:
+    tried = [attempt(None)]
+    if tried[0][0] > budget:
         n = len(_forward(tg.model.graph)[0])
         # Between 2 and about sqrt(n) segments the step shrinks as segments are added
         # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
@@ -202,14 +262,21 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
         while lo <= hi:
             mid = (lo + hi) // 2
             tried.append(attempt(mid))
-            total = tried[-1][0]
-            if total <= budget:
+            if tried[-1][0] <= budget:
                 hi = mid - 1
             else:
                 lo = mid + 1
     fits = [x for x in tried if x[0] <= budget]
-    best = min(fits, key=lambda x: x[1]) if fits else min(tried, key=lambda x: x[0])
-    t, graph, result, order, info = best[2]
-    info = {**info, "budget_bytes": budget, "fits_budget": best[0] <= budget,
-            "step_bytes": best[0], "budget_trials": len(tried)}
-    return t, graph, result, order, info
+    best = min(fits, key=lambda x: x[1].recompute_macs) if fits else \
+        min(tried, key=lambda x: x[0])
+    trials = len(tried)
+    if best[3].get("whole_segments"):
+        limit = budget if fits else best[0]
+        best, plans = _trim(tg, best[3]["segments_asked"], found, optimizer, batch, limit,
+                            best, lambda total, r: total)
+        trials += plans
+    total, rep, planned, info = best
+    info = {k: v for k, v in info.items() if k != "segments_asked"}
+    info = {**info, "budget_bytes": budget, "fits_budget": total <= budget,
+            "step_bytes": total, "budget_trials": trials}
+    return (*planned, info)

@@ -73,11 +73,29 @@ def _union(ranges: list[tuple[int, int]]) -> int:
 
 
 def first_backward_position(graph: Graph, plan: Plan) -> int:
-    """Where backward starts in the plan's order: just after its last forward node (the
-    loss). The planner may run backward helpers that read only data inputs, constants
-    and the loss seed earlier (a view of the input for the first weight gradient, seed
-    fills): they do not move the boundary."""
+    """Where backward starts in the plan's order: at the first node that reads the loss
+    seed's adjoint together with a forward value (the first step of the chain rule).
+    Nodes that read only constants, data inputs and the seed (seed fills, a view of the
+    input for the first weight gradient) and backward helpers that read no adjoint
+    (masks) may run earlier and do not move the boundary; nor does the loss node, which
+    nothing reads and the reorder pass may run last. Without such a node: just after
+    the last forward node."""
+    from graphmem.training.rewrites import SEED
+
     by_index = {n.index: n for n in graph.nodes}
+    static = set(graph.weights) | set(graph.constants) | set(graph.inputs)
+    adjoint, pure = {SEED}, {SEED}
+    for n in graph.nodes:  # file order is topological
+        if phase(n) == "forward" or not any(t in adjoint for t in n.reads):
+            continue
+        adjoint.update(t for t in n.outputs if t)
+        if all(t in static or t in pure for t in n.reads):
+            pure.update(t for t in n.outputs if t)
+    for k, idx in enumerate(plan.order):
+        n = by_index[idx]
+        if phase(n) != "forward" and any(t in adjoint for t in n.reads) and not all(
+                t in static or t in pure for t in n.reads):
+            return k
     last = max((k for k, idx in enumerate(plan.order) if phase(by_index[idx]) == "forward"),
                default=-1)
     return last + 1
