@@ -86,9 +86,10 @@ def first_backward_position(graph: Graph, plan: Plan) -> int:
     static = set(graph.weights) | set(graph.constants) | set(graph.inputs)
     adjoint, pure = {SEED}, {SEED}
     for n in graph.nodes:  # file order is topological
-        if phase(n) == "forward" or not any(t in adjoint for t in n.reads):
+        if phase(n) == "forward":
             continue
-        adjoint.update(t for t in n.outputs if t)
+        if any(t in adjoint for t in n.reads):
+            adjoint.update(t for t in n.outputs if t)
         if all(t in static or t in pure for t in n.reads):
             pure.update(t for t in n.outputs if t)
     for k, idx in enumerate(plan.order):
