@@ -481,3 +481,20 @@ def test_trimmed_recompute_keeps_matrix_outputs_and_the_gradients():
     assert result.plan.arena_bytes <= info["chen_arena_bytes"]
     from graphmem.training.macs import macs_by_phase
     assert macs_by_phase(graph)["recompute"] <= info["chen_recompute_macs"]
+
+
+def test_balanced_cuts_are_cuts_and_keep_the_gradients():
+    from graphmem.training.recompute import choose_balanced, cuts, recompute_chosen
+    tg = build_training(clip_chain_model(depth=12, batch=16), 16, loss="sum")
+    found = cuts(tg)
+    chosen = choose_balanced(tg, found)
+    live = {t for _, kept in found for t in kept}
+    assert chosen and set(chosen) <= live
+    rc, info = recompute_chosen(tg, chosen, found)
+    assert info["segments"] >= 2
+    feeds = tg.feeds({"x": (3 * RNG.standard_normal([16, 4, 8, 8])).astype(np.float32)})
+    a, b = run(tg.model, feeds), run(rc.model, feeds)
+    for w in tg.weights:
+        np.testing.assert_array_equal(a[tg.gradients[w]], b[rc.gradients[w]])
+    # the balanced model: for a uniform chain it keeps about sqrt(n) cuts, not all
+    assert len(chosen) < len(found)

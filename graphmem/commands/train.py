@@ -183,7 +183,8 @@ def print_report(console: Console, model: str, r) -> None:
         t.add_row("checkpoints", "", f"{e['checkpoints']} tensors kept at cuts "
                   f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
                   f"{e.get('whole_segments')} recomputed whole, "
-                  f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept")
+                  f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept"
+                  + (f"; {e['choice']} cuts" if e.get("choice") else ""))
     if "offload_bytes" in e:
         t.add_row("offloaded each way", mib(e["offload_bytes"]),
                   f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")

@@ -156,6 +156,57 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> Training
     return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed)
 
 
+def choose_balanced(tg: TrainingGraph, found: list | None = None,
+                    bounds_tried: int = 256) -> list[str]:
+    """Cuts that minimize Chen's memory model exactly: the bytes kept at the chosen cuts
+    plus the largest segment (the activations made between two chosen cuts, or after
+    the last, all live while that segment's backward runs). For each bound B on the
+    largest segment (up to ``bounds_tried`` of the distinct segment sizes), a dynamic
+    program over the cuts finds the least kept bytes with every segment within B; the
+    best B wins. Returns what the chosen cuts keep, in forward order, like
+    :func:`choose_sqrt`."""
+    from graphmem.frontend.reader import from_model
+
+    found = cuts(tg) if found is None else found
+    if not found:
+        return []
+    fwd, produced = _forward(tg.model.graph)
+    tensors = from_model(tg.model, check=False).tensors
+    size = {t: tensors[t].bytes if t in tensors else 0 for t in produced}
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    made = [0]
+    for n in fwd:
+        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
+    # cut k sits after forward node p[k]; index 0 is the start, m + 1 the end
+    p = [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1]
+    kept = [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0]
+    m = len(p)
+
+    def seg(a, b):
+        return made[p[b] + 1] - made[p[a] + 1]
+
+    sizes = sorted({seg(a, b) for a in range(m) for b in range(a + 1, m)})
+    step = max(1, len(sizes) // bounds_tried)
+    best = None
+    for bound in sizes[::step] + [sizes[-1]]:
+        cost, back = [None] * m, [None] * m
+        cost[0] = 0
+        for b in range(1, m):
+            for a in range(b):
+                if cost[a] is not None and seg(a, b) <= bound:
+                    c = cost[a] + kept[b]
+                    if cost[b] is None or c < cost[b]:
+                        cost[b], back[b] = c, a
+        if cost[-1] is not None and (best is None or cost[-1] + bound < best[0]):
+            chosen, k = [], back[-1]
+            while k:
+                chosen.append(k - 1)
+                k = back[k]
+            best = (cost[-1] + bound, chosen)
+    picked = {t for k in best[1] for t in found[k][1]}
+    return sorted(picked, key=pos.__getitem__)
+
+
 # Ops whose outputs are costly to recompute: a trimmed segment keeps their outputs and
 # recomputes only the cheap ops between them (BatchNormalization, ReLU, Add, ...).
 MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
@@ -164,16 +215,22 @@ MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,
                    found: list | None = None, full: int | None = None
                    ) -> tuple[TrainingGraph, dict]:
-    """Chen's sqrt(n) recomputation; returns the rewritten graph and what was chosen.
-    ``checkpoints`` counts the kept tensors (a cut's small companions too).
+    """Chen's sqrt(n) recomputation (:func:`choose_sqrt`); see :func:`recompute_chosen`."""
+    found = cuts(tg) if found is None else found
+    return recompute_chosen(tg, choose_sqrt(tg, segments, found), found, full)
+
+
+def recompute_chosen(tg: TrainingGraph, chosen: list[str], found: list,
+                     full: int | None = None) -> tuple[TrainingGraph, dict]:
+    """Recompute from the cuts' tensors ``chosen`` (as :func:`choose_sqrt` returns them);
+    returns the rewritten graph and what was chosen. ``checkpoints`` counts the kept
+    tensors (a cut's small companions too).
 
     ``full``: only the first ``full`` segments are recomputed whole from their cut; the
     later ones (up to the last, which is kept) keep the outputs of their matrix ops
     (:data:`MATRIX_OPS`) and recompute only what lies between them, which costs no
     MACs. Default: every segment whole (Chen's rule).
     """
-    found = cuts(tg) if found is None else found
-    chosen = choose_sqrt(tg, segments, found)
     mains = {main for main, _ in found}
     fwd, produced = _forward(tg.model.graph)
     pos = {t: i for i, n in enumerate(fwd) for t in n.output}
@@ -186,7 +243,7 @@ def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,
     info = {"checkpoints": len(chosen), "candidates": len(found),
             "segments": len(bounds) + 1, "forward_nodes": len(fwd),
             "whole_segments": len(bounds) if full is None else min(full, len(bounds)),
-            "matrix_outputs_kept": len(extra)}
+            "matrix_outputs_kept": len(extra), "_chosen": chosen}
     return rewrite(tg, chosen, extra), info
 
 
@@ -200,7 +257,13 @@ def _planned(tg, optimizer, batch):
     return total, rep, (tg, graph, result, order)
 
 
-def _trim(tg, segments, found, optimizer, batch, limit, whole, key):
+def _attempt(tg, chosen, found, optimizer, batch, full=None, **more):
+    t, info = recompute_chosen(tg, chosen, found, full)
+    total, rep, planned = _planned(t, optimizer, batch)
+    return total, rep, planned, {**info, **more}
+
+
+def _trim(tg, found, optimizer, batch, limit, whole, key):
     """The fewest whole segments (``full``) whose plan keeps ``key(total, report)`` at
     most ``limit``, by binary search from ``whole`` (a plan known to meet it, and its
     ``full``) down to 0; returns that attempt and the number of plans made."""
@@ -208,52 +271,59 @@ def _trim(tg, segments, found, optimizer, batch, limit, whole, key):
     lo, hi = 0, whole[3]["whole_segments"] - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        t, info = recompute_sqrt(tg, segments, found, full=mid)
-        total, rep, planned = _planned(t, optimizer, batch)
+        got = _attempt(tg, whole[3]["_chosen"], found, optimizer, batch, mid,
+                       choice=whole[3].get("choice"))
         plans += 1
-        if key(total, rep) <= limit:
-            best = (total, rep, planned, info)
+        if key(got[0], got[1]) <= limit:
+            best = got
             hi = mid - 1
         else:
             lo = mid + 1
     return best, plans
 
 
+def _public(info: dict) -> dict:
+    return {k: v for k, v in info.items() if not k.startswith("_")}
+
+
 def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
                       segments: int | None = None):
-    """``--recompute sqrt``: Chen's cuts, then as few segments recomputed whole as keep
-    the planned arena at Chen's (the rest keep their matrix ops' outputs); each choice
-    is judged by a real plan. Returns ``(tg, graph, result, order, info)``."""
+    """``--recompute sqrt``: Chen's evenly spaced cuts and the cuts of
+    :func:`choose_balanced`, each planned; the smaller arena (then fewer recomputed
+    MACs) wins, so the result is never worse than Chen's; then as few of its segments
+    recomputed whole as keep that arena (the rest keep their matrix ops' outputs; both
+    choices are trimmed where their arenas tie, and the fewer MACs win).
+    Returns ``(tg, graph, result, order, info)``."""
     found = cuts(tg)
-    t, info = recompute_sqrt(tg, segments, found)
-    total, rep, planned = _planned(t, optimizer, batch)
-    chen = (total, rep, planned, info)
-    best, _ = _trim(tg, segments, found, optimizer, batch, rep.arena_bytes, chen,
-                    lambda total, r: r.arena_bytes)
+    chen = _attempt(tg, choose_sqrt(tg, segments, found), found, optimizer, batch,
+                    choice="sqrt")
+    tried = [chen]
+    if segments is None and found:
+        tried.append(_attempt(tg, choose_balanced(tg, found), found, optimizer, batch,
+                              choice="balanced"))
+    arena = min(x[1].arena_bytes for x in tried)
+    trimmed = [_trim(tg, found, optimizer, batch, arena, x, lambda total, r: r.arena_bytes)[0]
+               for x in tried if x[1].arena_bytes == arena]  # each tie is trimmed
+    best = min(trimmed, key=lambda x: (x[1].arena_bytes, x[1].recompute_macs))
     total, rep, planned, info = best
-    info = {**info, "chen_arena_bytes": chen[1].arena_bytes,
+    info = {**_public(info), "chen_arena_bytes": chen[1].arena_bytes,
             "chen_recompute_macs": chen[1].recompute_macs}
     return (*planned, info)
 
 
 def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
-    """Choose the segment count whose planned step (weights, optimizer state, folded
-    constants, arena) fits ``budget``: none first, then a binary search over segment
-    counts, each scored by a real plan; among the counts that fit the one with the
-    fewest recomputed MACs, else the smallest step found. Where one fits, as few of its
-    segments are then recomputed whole as still fit (:func:`recompute_planned`)."""
+    """Choose the recomputation whose planned step (weights, optimizer state, folded
+    constants, arena) fits ``budget``: none first, then :func:`choose_balanced`'s cuts,
+    then a binary search over Chen's segment counts, each scored by a real plan; among
+    those that fit the one with the fewest recomputed MACs, else the smallest step
+    found. Then as few of its segments are recomputed whole as still fit (as in
+    :func:`recompute_planned`)."""
     found = cuts(tg)
-
-    def attempt(segments):
-        if segments is None:
-            t, info = tg, {"checkpoints": 0, "segments": 1, "whole_segments": 0}
-        else:
-            t, info = recompute_sqrt(tg, segments, found)
-        total, rep, planned = _planned(t, optimizer, batch)
-        return total, rep, planned, {**info, "segments_asked": segments}
-
-    tried = [attempt(None)]
-    if tried[0][0] > budget:
+    total, rep, planned = _planned(tg, optimizer, batch)
+    tried = [(total, rep, planned, {"checkpoints": 0, "segments": 1, "whole_segments": 0})]
+    if tried[0][0] > budget and found:
+        tried.append(_attempt(tg, choose_balanced(tg, found), found, optimizer, batch,
+                              choice="balanced"))
         n = len(_forward(tg.model.graph)[0])
         # Between 2 and about sqrt(n) segments the step shrinks as segments are added
         # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
@@ -261,7 +331,8 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
         lo, hi = 2, max(2, min(len(found) + 1, 2 * round(math.sqrt(n))))
         while lo <= hi:
             mid = (lo + hi) // 2
-            tried.append(attempt(mid))
+            tried.append(_attempt(tg, choose_sqrt(tg, mid, found), found, optimizer, batch,
+                                  choice="sqrt"))
             if tried[-1][0] <= budget:
                 hi = mid - 1
             else:
@@ -272,11 +343,10 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
     trials = len(tried)
     if best[3].get("whole_segments"):
         limit = budget if fits else best[0]
-        best, plans = _trim(tg, best[3]["segments_asked"], found, optimizer, batch, limit,
-                            best, lambda total, r: total)
+        best, plans = _trim(tg, found, optimizer, batch, limit, best,
+                            lambda total, r: total)
         trials += plans
     total, rep, planned, info = best
-    info = {k: v for k, v in info.items() if k != "segments_asked"}
-    info = {**info, "budget_bytes": budget, "fits_budget": total <= budget,
+    info = {**_public(info), "budget_bytes": budget, "fits_budget": total <= budget,
             "step_bytes": total, "budget_trials": trials}
     return (*planned, info)
