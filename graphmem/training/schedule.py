@@ -95,6 +95,8 @@ def training_order(graph: Graph) -> list[int]:
 
 
 def _sunk(graph: Graph, floating: set[int], early: set[int]) -> list[int]:
+    """Every other node in file order, each pulling in the floating nodes it reads (and
+    theirs) just before it; an early node runs as soon as its last input is made."""
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
     order: list[int] = []
     done: set[int] = set()
