@@ -166,7 +166,9 @@ CONV_CASES = [  # kernel, stride, pads, dilation, size, group
     (3, 3, [0, 1, 2, 0], 1, 10, 1),  # stride 3, asymmetric pads
     (3, 2, [1, 1, 1, 1], 2, 10, 1),  # dilated and strided
     (1, 2, [0, 0, 0, 0], 1, 8, 2),   # grouped, cropped
-    (3, 2, [1, 1, 1, 1], 1, 8, 4),   # depthwise-like, strided
+    (3, 2, [1, 1, 1, 1], 1, 8, 4),   # depthwise, strided
+    (3, 1, [1, 1, 1, 1], 2, 9, 4),   # depthwise, dilated
+    (1, 2, [0, 0, 0, 0], 1, 8, 4),   # depthwise, cropped
 ]
 
 
@@ -417,8 +419,11 @@ def test_plan_saved_activations_and_peak():
     plan = result.plan
     boundary = first_backward_position(graph, plan)
     by_index = {n.index: n for n in graph.nodes}
-    assert phase(by_index[plan.order[boundary - 1]]) == "forward"
-    assert "loss" in by_index[plan.order[boundary - 1]].outputs
+    # the first step of the chain rule: a backward node reading an adjoint and a
+    # forward value (the nodes before it that read only the seed and constants do not
+    # count; nor does the loss node, which nothing reads)
+    at = by_index[plan.order[boundary]]
+    assert phase(at) == "backward" and set(at.reads) - graph.weights - {"loss_seed"}
     saved = plan_saved_activations(graph, plan)
     # x (the first weight gradient reads it) and the Tanh output (its adjoint and the
     # second weight gradient) cross the boundary; each once, at its full size. With a

@@ -6,7 +6,8 @@
 
 Every figure comes from graphmem.training: the onnx-ad training graph with our rewrites,
 planned with the default passes (file order or sunk helpers, whichever is smaller),
-recomputation with Chen's sqrt(n) checkpoints, offload with --host-bw 25e9 and
+recomputation as `train --recompute sqrt` (Chen's sqrt(n) cuts, then as few segments
+recomputed whole as keep the arena), offload with --host-bw 25e9 and
 --device-flops 1e13 (saved activations of 64 KiB and more).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import onnx
 from graphmem.errors import GraphmemError
 from graphmem.training.build import build_training
 from graphmem.training.offload import offload_plan
-from graphmem.training.recompute import recompute_sqrt
+from graphmem.training.recompute import recompute_planned
 from graphmem.training.report import account, load_training, plan_training
 from graphmem.frontend.zoo import ZOO, zoo_path
 
@@ -48,9 +49,7 @@ def _row(name: str, batch: int) -> str:
     result, order = plan_training(graph)
     base = account(tg, graph, result, order, batch, "adam")
     off = offload_plan(graph, result, 25e9, 1e13, 1 << 16)
-    rc_tg, _ = recompute_sqrt(tg)
-    rc_graph = load_training(rc_tg)
-    rc_result, rc_order = plan_training(rc_graph)
+    rc_tg, rc_graph, rc_result, rc_order, _ = recompute_planned(tg, "adam", batch)
     rc = account(rc_tg, rc_graph, rc_result, rc_order, batch, "adam")
     seconds = time.perf_counter() - t0
     extra = 100 * rc.recompute_macs / max(base.forward_macs + base.backward_macs, 1)

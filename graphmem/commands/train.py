@@ -38,7 +38,9 @@ def add_parser(sub) -> None:
                    help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
     p.add_argument("--recompute", choices=["none", "sqrt"], default="none",
                    help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, the rest "
-                        "recomputed in backward")
+                        "recomputed in backward; then as few segments recomputed whole as "
+                        "keep the planned arena (the others keep their Conv/Gemm/MatMul "
+                        "outputs)")
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -59,7 +61,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.offload import offload_plan
-    from graphmem.training.recompute import fit_budget, recompute_sqrt
+    from graphmem.training.recompute import fit_budget, recompute_planned
     from graphmem.training.report import account, load_training, plan_training
 
     if args.batch is not None and args.batch <= 0:
@@ -81,9 +83,8 @@ def run(args) -> int:
             tg, graph, result, order, info = fit_budget(tg, budget, args.optimizer,
                                                          args.batch)
         else:
-            tg, info = recompute_sqrt(tg)
-            graph = load_training(tg)
-            result, order = plan_training(graph)
+            tg, graph, result, order, info = recompute_planned(tg, args.optimizer,
+                                                               args.batch)
     else:
         info = {}
         graph = load_training(tg)
@@ -154,13 +155,32 @@ def print_report(console: Console, model: str, r) -> None:
     t.add_row("activations kept for backward", mib(r.saved_activation_bytes),
               f"{r.saved_activations} forward tensors read by backward")
     e = r.extra
+    if "plan_saved_activation_bytes" in e:
+        t.add_row("  held across the boundary (plan)", mib(e["plan_saved_activation_bytes"]),
+                  f"{e['plan_saved_activations']} tensors made before backward starts in "
+                  "the plan's order and read after")
     if "baseline_saved_activation_bytes" in e:
         b = e["baseline_saved_activation_bytes"]
         t.add_row("  without recomputation", mib(b),
                   f"{b / max(r.saved_activation_bytes, 1):.2f}x more")
         t.add_row("  arena without recomputation", mib(e["baseline_arena_bytes"]), "")
+    if e.get("bn") == "training" and e.get("running_stat_bytes"):
+        t.add_row("  BN running statistics", mib(e["running_stat_bytes"]),
+                  "updated mean and variance: graph outputs in the arena (--bn training)")
+    elif e.get("bn") == "inference":
+        t.add_row("  BatchNormalization", "", "inference form: frozen statistics (--bn inference)")
     t.add_row("[green]planned arena", f"[green]{mib(r.arena_bytes)}",
               f"{r.nodes} nodes, {r.order} order")
+    peak = e.get("peak") or {}
+    if peak.get("position") is not None:
+        kinds = peak["bytes_by_kind"]
+        t.add_row("  at the peak", mib(peak["live_bytes"]),
+                  f"step {peak['position']} ({peak['op']} {peak['node']}; backward starts at "
+                  f"{peak['first_backward_position']}): saved {mib(kinds['saved'])}, gradients "
+                  f"{mib(kinds['gradients'])}, backward {mib(kinds['backward'])} MiB")
+        for h in peak["helpers"]:
+            t.add_row(f"    {h['name']}", mib(h["bytes"]),
+                      f"{h['op']} {h['node']} {'x'.join(map(str, h['shape']))}")
     t.add_row("folded constants", mib(r.constant_bytes),
               "computed from weights/constants only (transposes, zero fills)")
     total = r.weight_bytes + r.optimizer_bytes + r.constant_bytes + r.arena_bytes
@@ -172,8 +192,11 @@ def print_report(console: Console, model: str, r) -> None:
                   f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
                   f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
     if "checkpoints" in e:
-        t.add_row("checkpoints", "", f"{e['checkpoints']} of {e.get('candidates')} candidates, "
-                  f"{e.get('segments')} segments")
+        t.add_row("checkpoints", "", f"{e['checkpoints']} tensors kept at cuts "
+                  f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
+                  f"{e.get('whole_segments')} recomputed whole, "
+                  f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept"
+                  + (f"; {e['choice']} cuts" if e.get("choice") else ""))
     if "offload_bytes" in e:
         t.add_row("offloaded each way", mib(e["offload_bytes"]),
                   f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")

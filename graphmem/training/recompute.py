@@ -20,15 +20,39 @@ from graphmem.training.build import TrainingGraph
 
 
 def _forward(g: onnx.GraphProto):
+    """Forward nodes, and the activations they make: tensors computed from constants
+    only (the ``Constant`` nodes of a Clip's bounds) are not activations: they are
+    neither checkpoint candidates nor recomputed."""
     fwd = [n for n in g.node if n.name.startswith("f:")]
-    produced = {t: n for n in fwd for t in n.output}
+    static = {i.name for i in g.initializer}
+    for n in fwd:
+        if all(t in static for t in n.input if t):
+            static.update(t for t in n.output if t)
+    produced = {t: n for n in fwd for t in n.output if t not in static}
     return fwd, produced
 
 
-def candidates(tg: TrainingGraph) -> list[str]:
-    """Articulation tensors of the forward pass, in forward order."""
+# A cut may hold small tensors besides its main one (BERT's extended attention mask,
+# read by every layer): at most this fraction of the main tensor's bytes.
+CUT_SLACK = 1 / 8
+
+
+def cuts(tg: TrainingGraph) -> list[tuple[str, tuple[str, ...]]]:
+    """Where the forward pass can be cut: ``(main, live)`` after each node whose output
+    ``main`` is live with only small other activations (together at most
+    :data:`CUT_SLACK` of ``main``'s bytes), in forward order; ``live`` is everything
+    live there, ``main`` first. Keeping ``live`` lets backward recompute what follows.
+
+    Without the slack these are the articulation tensors (ResNet block outputs, not the
+    tensors inside a block); with it a transformer's layer outputs are cuts too, though
+    the attention mask made from the input before the first layer is read by all.
+    """
+    from graphmem.frontend.reader import from_model
+
     g = tg.model.graph
     fwd, produced = _forward(g)
+    tensors = from_model(tg.model, check=False).tensors
+    size = {t: tensors[t].bytes if t in tensors else 0 for t in produced}
     last_read: dict[str, int] = {}
     for i, n in enumerate(fwd):
         for t in n.input:
@@ -38,37 +62,48 @@ def candidates(tg: TrainingGraph) -> list[str]:
     for i, n in enumerate(fwd):
         live = {t for t in live if last_read.get(t, -1) > i}
         live.update(t for t in n.output if last_read.get(t, -1) > i)
-        if len(live) == 1 and n.output[0] in live:
-            out.append(n.output[0])
+        main = n.output[0]
+        if main in live and size[main] > 0 and \
+                sum(size[t] for t in live if t != main) <= CUT_SLACK * size[main]:
+            out.append((main, (main, *sorted(live - {main}))))
     return out
 
 
-def choose_sqrt(tg: TrainingGraph, segments: int | None = None) -> list[str]:
-    """About ``segments`` (default sqrt(forward nodes)) evenly spaced checkpoints."""
+def candidates(tg: TrainingGraph) -> list[str]:
+    """The main tensors of :func:`cuts`, in forward order."""
+    return [main for main, _ in cuts(tg)]
+
+
+def choose_sqrt(tg: TrainingGraph, segments: int | None = None,
+                found: list | None = None) -> list[str]:
+    """About ``segments`` (default sqrt(forward nodes)) evenly spaced cuts; returns what
+    they keep, in forward order (each cut's small companions too). ``found``: the
+    graph's :func:`cuts`, when already computed."""
     fwd, _ = _forward(tg.model.graph)
     pos = {t: i for i, n in enumerate(fwd) for t in n.output}
-    cands = candidates(tg)
-    if not cands:
+    found = cuts(tg) if found is None else found
+    if not found:
         return []
     k = segments or max(1, round(math.sqrt(len(fwd))))
     chosen = []
     for j in range(1, k):
         target = j * len(fwd) / k
-        best = min(cands, key=lambda t: abs(pos[t] - target))
+        best = min(found, key=lambda c: abs(pos[c[0]] - target))
         if best not in chosen:
             chosen.append(best)
-    return sorted(chosen, key=pos.__getitem__)
+    kept = {t for _, live in chosen for t in live}
+    return sorted(kept, key=pos.__getitem__)
 
 
-def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
+def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> TrainingGraph:
     """A copy of ``tg`` whose backward reads only ``checkpoints`` (in forward order), the
-    last segment and graph inputs of the forward pass; every other activation it reads
-    is recomputed from them."""
+    last segment, ``also_keep`` and graph inputs of the forward pass; every other
+    activation it reads is recomputed from them."""
     m = onnx.ModelProto()
     m.CopyFrom(tg.model)
     g = m.graph
     fwd, produced = _forward(g)
-    keep = set(checkpoints)
+    keep = set(checkpoints) | set(also_keep)
     # The last segment (after the last checkpoint) is still in memory when backward
     # starts: Chen keeps it rather than recompute it.
     if checkpoints:
@@ -121,54 +156,197 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str]) -> TrainingGraph:
     return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed)
 
 
-def recompute_sqrt(tg: TrainingGraph, segments: int | None = None) -> tuple[TrainingGraph, dict]:
-    """Chen's sqrt(n) recomputation; returns the rewritten graph and what was chosen."""
-    chosen = choose_sqrt(tg, segments)
-    fwd, _ = _forward(tg.model.graph)
-    info = {"checkpoints": len(chosen), "candidates": len(candidates(tg)),
-            "segments": len(chosen) + 1, "forward_nodes": len(fwd)}
-    return rewrite(tg, chosen), info
+def choose_balanced(tg: TrainingGraph, found: list | None = None,
+                    bounds_tried: int = 256) -> list[str]:
+    """Cuts that minimize Chen's memory model exactly: the bytes kept at the chosen cuts
+    plus the largest segment (the activations made between two chosen cuts, or after
+    the last, all live while that segment's backward runs). For each bound B on the
+    largest segment (up to ``bounds_tried`` of the distinct segment sizes), a dynamic
+    program over the cuts finds the least kept bytes with every segment within B; the
+    best B wins. Returns what the chosen cuts keep, in forward order, like
+    :func:`choose_sqrt`."""
+    from graphmem.frontend.reader import from_model
+
+    found = cuts(tg) if found is None else found
+    if not found:
+        return []
+    fwd, produced = _forward(tg.model.graph)
+    tensors = from_model(tg.model, check=False).tensors
+    size = {t: tensors[t].bytes if t in tensors else 0 for t in produced}
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    made = [0]
+    for n in fwd:
+        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
+    # cut k sits after forward node p[k]; index 0 is the start, m + 1 the end
+    p = [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1]
+    kept = [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0]
+    m = len(p)
+
+    def seg(a, b):
+        return made[p[b] + 1] - made[p[a] + 1]
+
+    sizes = sorted({seg(a, b) for a in range(m) for b in range(a + 1, m)})
+    step = max(1, len(sizes) // bounds_tried)
+    best = None
+    for bound in sizes[::step] + [sizes[-1]]:
+        cost, back = [None] * m, [None] * m
+        cost[0] = 0
+        for b in range(1, m):
+            for a in range(b):
+                if cost[a] is not None and seg(a, b) <= bound:
+                    c = cost[a] + kept[b]
+                    if cost[b] is None or c < cost[b]:
+                        cost[b], back[b] = c, a
+        if cost[-1] is not None and (best is None or cost[-1] + bound < best[0]):
+            chosen, k = [], back[-1]
+            while k:
+                chosen.append(k - 1)
+                k = back[k]
+            best = (cost[-1] + bound, chosen)
+    picked = {t for k in best[1] for t in found[k][1]}
+    return sorted(picked, key=pos.__getitem__)
+
+
+# Ops whose outputs are costly to recompute: a trimmed segment keeps their outputs and
+# recomputes only the cheap ops between them (BatchNormalization, ReLU, Add, ...).
+MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,
+                   found: list | None = None, full: int | None = None
+                   ) -> tuple[TrainingGraph, dict]:
+    """Chen's sqrt(n) recomputation (:func:`choose_sqrt`); see :func:`recompute_chosen`."""
+    found = cuts(tg) if found is None else found
+    return recompute_chosen(tg, choose_sqrt(tg, segments, found), found, full)
+
+
+def recompute_chosen(tg: TrainingGraph, chosen: list[str], found: list,
+                     full: int | None = None) -> tuple[TrainingGraph, dict]:
+    """Recompute from the cuts' tensors ``chosen`` (as :func:`choose_sqrt` returns them);
+    returns the rewritten graph and what was chosen. ``checkpoints`` counts the kept
+    tensors (a cut's small companions too).
+
+    ``full``: only the first ``full`` segments are recomputed whole from their cut; the
+    later ones (up to the last, which is kept) keep the outputs of their matrix ops
+    (:data:`MATRIX_OPS`) and recompute only what lies between them, which costs no
+    MACs. Default: every segment whole (Chen's rule).
+    """
+    mains = {main for main, _ in found}
+    fwd, produced = _forward(tg.model.graph)
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    bounds = [pos[t] for t in chosen if t in mains]
+    extra: list[str] = []
+    if full is not None and full < len(bounds):
+        start = bounds[full - 1] if full > 0 else -1
+        extra = [n.output[0] for i, n in enumerate(fwd)
+                 if i > start and n.op_type in MATRIX_OPS and n.output[0] in produced]
+    info = {"checkpoints": len(chosen), "candidates": len(found),
+            "segments": len(bounds) + 1, "forward_nodes": len(fwd),
+            "whole_segments": len(bounds) if full is None else min(full, len(bounds)),
+            "matrix_outputs_kept": len(extra), "_chosen": chosen}
+    return rewrite(tg, chosen, extra), info
+
+
+def _planned(tg, optimizer, batch):
+    from graphmem.training.report import account, load_training, plan_training
+
+    graph = load_training(tg)
+    result, order = plan_training(graph)
+    rep = account(tg, graph, result, order, batch, optimizer)
+    total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
+    return total, rep, (tg, graph, result, order)
+
+
+def _attempt(tg, chosen, found, optimizer, batch, full=None, **more):
+    t, info = recompute_chosen(tg, chosen, found, full)
+    total, rep, planned = _planned(t, optimizer, batch)
+    return total, rep, planned, {**info, **more}
+
+
+def _trim(tg, found, optimizer, batch, limit, whole, key):
+    """The fewest whole segments (``full``) whose plan keeps ``key(total, report)`` at
+    most ``limit``, by binary search from ``whole`` (a plan known to meet it, and its
+    ``full``) down to 0; returns that attempt and the number of plans made."""
+    best, plans = whole, 0
+    lo, hi = 0, whole[3]["whole_segments"] - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        got = _attempt(tg, whole[3]["_chosen"], found, optimizer, batch, mid,
+                       choice=whole[3].get("choice"))
+        plans += 1
+        if key(got[0], got[1]) <= limit:
+            best = got
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return best, plans
+
+
+def _public(info: dict) -> dict:
+    return {k: v for k, v in info.items() if not k.startswith("_")}
+
+
+def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
+                      segments: int | None = None):
+    """``--recompute sqrt``: Chen's evenly spaced cuts and the cuts of
+    :func:`choose_balanced`, each planned; the smaller arena (then fewer recomputed
+    MACs) wins, so the result is never worse than Chen's; then as few of its segments
+    recomputed whole as keep that arena (the rest keep their matrix ops' outputs; both
+    choices are trimmed where their arenas tie, and the fewer MACs win).
+    Returns ``(tg, graph, result, order, info)``."""
+    found = cuts(tg)
+    chen = _attempt(tg, choose_sqrt(tg, segments, found), found, optimizer, batch,
+                    choice="sqrt")
+    tried = [chen]
+    if segments is None and found:
+        tried.append(_attempt(tg, choose_balanced(tg, found), found, optimizer, batch,
+                              choice="balanced"))
+    arena = min(x[1].arena_bytes for x in tried)
+    trimmed = [_trim(tg, found, optimizer, batch, arena, x, lambda total, r: r.arena_bytes)[0]
+               for x in tried if x[1].arena_bytes == arena]  # each tie is trimmed
+    best = min(trimmed, key=lambda x: (x[1].arena_bytes, x[1].recompute_macs))
+    total, rep, planned, info = best
+    info = {**_public(info), "chen_arena_bytes": chen[1].arena_bytes,
+            "chen_recompute_macs": chen[1].recompute_macs}
+    return (*planned, info)
 
 
 def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int):
-    """Choose the segment count whose planned step (weights, optimizer state, folded
-    constants, arena)
-    fits ``budget``: none first, then a binary search over segment counts, each scored
-    by a real plan; among the counts that fit the one with the fewest recomputed MACs,
-    else the smallest step found."""
-    from graphmem.training.report import account, load_training, plan_training
-
-    def attempt(segments):
-        if segments is None:
-            t, info = tg, {"checkpoints": 0, "segments": 1}
-        else:
-            t, info = recompute_sqrt(tg, segments)
-        graph = load_training(t)
-        result, order = plan_training(graph)
-        rep = account(t, graph, result, order, batch, optimizer)
-        total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
-        return total, rep.recompute_macs, (t, graph, result, order, info)
-
-    tried = []
-    total, macs, found = attempt(None)
-    tried.append((total, macs, found))
-    if total > budget:
+    """Choose the recomputation whose planned step (weights, optimizer state, folded
+    constants, arena) fits ``budget``: none first, then :func:`choose_balanced`'s cuts,
+    then a binary search over Chen's segment counts, each scored by a real plan; among
+    those that fit the one with the fewest recomputed MACs, else the smallest step
+    found. Then as few of its segments are recomputed whole as still fit (as in
+    :func:`recompute_planned`)."""
+    found = cuts(tg)
+    total, rep, planned = _planned(tg, optimizer, batch)
+    tried = [(total, rep, planned, {"checkpoints": 0, "segments": 1, "whole_segments": 0})]
+    if tried[0][0] > budget and found:
+        tried.append(_attempt(tg, choose_balanced(tg, found), found, optimizer, batch,
+                              choice="balanced"))
         n = len(_forward(tg.model.graph)[0])
         # Between 2 and about sqrt(n) segments the step shrinks as segments are added
         # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
         # Search that range for the fewest segments that fit (fewest recomputed MACs).
-        lo, hi = 2, max(2, min(len(candidates(tg)) + 1, 2 * round(math.sqrt(n))))
+        lo, hi = 2, max(2, min(len(found) + 1, 2 * round(math.sqrt(n))))
         while lo <= hi:
             mid = (lo + hi) // 2
-            total, macs, found = attempt(mid)
-            tried.append((total, macs, found))
-            if total <= budget:
+            tried.append(_attempt(tg, choose_sqrt(tg, mid, found), found, optimizer, batch,
+                                  choice="sqrt"))
+            if tried[-1][0] <= budget:
                 hi = mid - 1
             else:
                 lo = mid + 1
     fits = [x for x in tried if x[0] <= budget]
-    best = min(fits, key=lambda x: x[1]) if fits else min(tried, key=lambda x: x[0])
-    t, graph, result, order, info = best[2]
-    info = {**info, "budget_bytes": budget, "fits_budget": best[0] <= budget,
-            "step_bytes": best[0], "budget_trials": len(tried)}
-    return t, graph, result, order, info
+    best = min(fits, key=lambda x: x[1].recompute_macs) if fits else \
+        min(tried, key=lambda x: x[0])
+    trials = len(tried)
+    if best[3].get("whole_segments"):
+        limit = budget if fits else best[0]
+        best, plans = _trim(tg, found, optimizer, batch, limit, best,
+                            lambda total, r: total)
+        trials += plans
+    total, rep, planned, info = best
+    info = {**_public(info), "budget_bytes": budget, "fits_budget": total <= budget,
+            "step_bytes": total, "budget_trials": trials}
+    return (*planned, info)

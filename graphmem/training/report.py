@@ -10,7 +10,7 @@ from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.training.build import TrainingGraph
 from graphmem.analysis.macs import macs_by_phase, phase
-from graphmem.training.schedule import sink_floating
+from graphmem.training.schedule import sink_floating, training_order
 
 # Optimizer state in multiples of the trainable weights.
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -73,11 +73,30 @@ def _union(ranges: list[tuple[int, int]]) -> int:
 
 
 def first_backward_position(graph: Graph, plan: Plan) -> int:
-    """Where backward starts in the plan's order: just after its last forward node (the
-    loss). The planner may run backward helpers that read only data inputs, constants
-    and the loss seed earlier (a view of the input for the first weight gradient, seed
-    fills): they do not move the boundary."""
+    """Where backward starts in the plan's order: at the first node that reads the loss
+    seed's adjoint together with a forward value (the first step of the chain rule).
+    Nodes that read only constants, data inputs and the seed (seed fills, a view of the
+    input for the first weight gradient) and backward helpers that read no adjoint
+    (masks) may run earlier and do not move the boundary; nor does the loss node, which
+    nothing reads and the reorder pass may run last. Without such a node: just after
+    the last forward node."""
+    from graphmem.training.rewrites import SEED
+
     by_index = {n.index: n for n in graph.nodes}
+    static = set(graph.weights) | set(graph.constants) | set(graph.inputs)
+    adjoint, pure = {SEED}, {SEED}
+    for n in graph.nodes:  # file order is topological
+        if phase(n) == "forward":
+            continue
+        if any(t in adjoint for t in n.reads):
+            adjoint.update(t for t in n.outputs if t)
+        if all(t in static or t in pure for t in n.reads):
+            pure.update(t for t in n.outputs if t)
+    for k, idx in enumerate(plan.order):
+        n = by_index[idx]
+        if phase(n) != "forward" and any(t in adjoint for t in n.reads) and not all(
+                t in static or t in pure for t in n.reads):
+            return k
     last = max((k for k, idx in enumerate(plan.order) if phase(by_index[idx]) == "forward"),
                default=-1)
     return last + 1
@@ -179,9 +198,15 @@ def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
 
 
 def plan_training(graph: Graph, passes=DEFAULT_PASSES) -> tuple[Result, str]:
-    """Plan under file order and with floating nodes sunk (see schedule.py); keep the smaller."""
+    """Plan under :func:`training_order` (every helper and recomputation just before its
+    first reader, freeing masks early), under :func:`sink_floating` (only nodes that
+    read no activation and recomputation sunk: better where onnx-ad's own placement of
+    the masks is; resnet50 with sqrt recomputation, batch 8: 318.8 against 326.9 MiB)
+    and in file order; keep the smallest arena. (The planner's reorder pass runs on each
+    and keeps what is smaller.)"""
     best = None
-    for name, order in (("sunk helpers", sink_floating(graph)), ("file", None)):
+    for name, order in (("sunk helpers", training_order(graph)),
+                        ("sunk floating", sink_floating(graph)), ("file", None)):
         r = plan_graph(graph, passes, order=order)
         if best is None or r.plan.arena_bytes < best[0].plan.arena_bytes:
             best = (r, name)
