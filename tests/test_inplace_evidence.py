@@ -160,3 +160,59 @@ def test_the_tool_reads_a_source_tree(tmp_path):
     assert (e["kind"], e["pair"], e["line"], e["macro"]) == ("declared", [0, 0], 3, "REG")
     assert e["registration"] == {"file": "onnxruntime/core/providers/cpu/act.cc", "line": 8}
     assert "Exp" not in found  # a comment registers nothing
+
+
+def _scatter_model(tmp_path) -> Path:
+    """A MaxPool adjoint as training graphs build it: zeros of the input's shape, the
+    pooled gradient scattered into them at the argmax positions."""
+    from onnx import numpy_helper
+    import numpy as np
+    idx = numpy_helper.from_array(np.array([[0], [3], [5]], np.int64), "idx")
+    shape = numpy_helper.from_array(np.array([8, 16], np.int64), "shape")
+    nodes = [helper.make_node("Relu", ["g"], ["dy"]),
+             helper.make_node("Expand", ["zero", "shape"], ["zeros"]),
+             helper.make_node("Mul", ["zeros", "x"], ["z"]),  # zeros made from an input
+             helper.make_node("ScatterND", ["z", "idx", "dy"], ["dx"]),
+             helper.make_node("Sigmoid", ["dx"], ["y"])]
+    zero = numpy_helper.from_array(np.zeros([1, 16], np.float32), "zero")
+    model = make_model(nodes, [("x", F, [8, 16]), ("g", F, [3, 16])], [("y", F, [8, 16])],
+                       [idx, shape, zero])
+    path = tmp_path / "scatter.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_scatternd_writes_over_its_dying_data_input_and_verifies(tmp_path):
+    """CPU ScatterND skips its copy when output and data are the same bytes (source
+    evidence): the MaxPool adjoint's zero fill is overwritten, not copied."""
+    assert ops.evidence("cpu", "ScatterND")[0]["kind"] == "source"
+    assert ops.evidence("cuda", "ScatterND")[0]["kind"] == "declared"
+    graph = graphmem.load(_scatter_model(tmp_path))
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["dx"].alias_of == "z" and plan.tensors["dx"].alias == "inplace"
+    graphmem.validate(plan, graph)
+    from graphmem.verify.verifier import verify
+    report = verify(plan, graph, check_all=True)
+    assert report.passed, report
+
+
+def test_plans_made_with_a_past_table_still_validate_against_it(tmp_path):
+    """Adding ScatterND changed the CPU table's digest; a plan saved before names the old
+    table, which validates it, and refuses what that table did not allow."""
+    import dataclasses
+    old = "graphmem-cpu-8b4ae1bc507e"  # the CPU table before ScatterND (this change)
+    assert ops.table_of_id(ops.table_id("cpu")) == "cpu" and ops.table_id("cpu") != old
+    graph = graphmem.load(_exp_model(tmp_path))
+    plan = graphmem.plan_graph(graph).plan
+    saved = dataclasses.replace(plan, target={**plan.target, "inplace_table": old})
+    assert graphmem.problems(saved, graph) == []
+    key = ops.table_of_id(old)
+    assert key == "cpu@8b4ae1bc507e" and ops.table_id(key) == old
+    assert ops.provider_of(key) == "cpu" and "ScatterND" not in ops.INPLACE_TABLES[key]
+    graph = graphmem.load(_scatter_model(tmp_path))
+    plan = graphmem.plan_graph(graph).plan
+    assert graphmem.problems(plan, graph) == []
+    saved = dataclasses.replace(plan, target={**plan.target, "inplace_table": old})
+    assert any("dx" in p for p in graphmem.problems(saved, graph))
+    unknown = dataclasses.replace(plan, target={**plan.target, "inplace_table": "graphmem-cpu-0"})
+    assert "not a table graphmem knows" in graphmem.problems(unknown, graph)[0]

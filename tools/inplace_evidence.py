@@ -120,6 +120,16 @@ SOURCE_EVIDENCE: list[dict] = [
             "element it depends on is read (scale' and bias' are computed before, from "
             "the other inputs). graphmem pairs BatchNormalization only when it has one "
             "output (inference)."},
+    {"provider": "cpu", "op": "ScatterND", "pairs": [(0, 0)],
+     "function": "PrepareForCompute<TData>; ScatterNDDispatchTarget",
+     "cite": [("onnxruntime/core/providers/cpu/tensor/scatter_nd.cc", 138, 153,
+               "if (src_base != dst_base) {")],
+     "why": "The data input is read only by the copy into the output, which the kernel "
+            "skips when the two are the same bytes ('Re-use input for output. If "
+            "input/output Tensor* are the same, do not copy.'); every later step reads "
+            "the indices and updates and writes, or reduces into, output elements. So "
+            "run over its data input the kernel computes what it computes after the "
+            "copy."},
 ]
 
 

@@ -60,6 +60,10 @@ ELEMENTWISE.update({op: [(0, 0), (1, 0)] for op in _BINARY})
 ELEMENTWISE.update({op: [(i, 0) for i in range(8)] for op in _VARIADIC})
 # Inference BatchNormalization is y = x * scale' + bias' per element.
 ELEMENTWISE["BatchNormalization"] = [(0, 0)]
+# Not element-wise, but each output element is its data element or an update: the
+# scatters may write over their data input (input 0), which training graphs fill with
+# zeros for a MaxPool adjoint (ScatterND) and let die there.
+ELEMENTWISE.update({"ScatterND": [(0, 0)], "ScatterElements": [(0, 0)]})
 
 # Element-wise ops in no table, not even a probed one, that ``graphmem probe`` still
 # runs in place, so that a user sees why. Gelu: ONNX Runtime's CPU kernel
@@ -126,7 +130,7 @@ def table_key(provider: str, which: str = "default") -> str:
 
 def provider_of(table: str) -> str:
     """The provider whose kernels ``table`` (an :data:`INPLACE_TABLES` key) is about."""
-    return table.split("-", 1)[0]
+    return table.split("@", 1)[0].split("-", 1)[0]
 
 
 def unproven(table: str) -> dict[str, list[tuple[int, int]]]:
@@ -144,6 +148,8 @@ def unproven(table: str) -> dict[str, list[tuple[int, int]]]:
 def table_id(table: str) -> str:
     """A name for the table as it stands: the provider and a digest of its entries, so a
     plan says which table it trusted and a changed table is told apart."""
+    if table in _PAST_IDS:
+        return _PAST_IDS[table]
     entries = json.dumps(sorted((op, sorted(p)) for op, p in INPLACE_TABLES[table].items()))
     return f"graphmem-{table}-{_sha256(entries.encode()).hexdigest()[:12]}"
 
@@ -162,8 +168,33 @@ def _sha256(data: bytes):
 
 
 def table_of_id(ident: str) -> str | None:
-    """The table a :func:`table_id` names, None when it names none of today's."""
-    return next((t for t in INPLACE_TABLES if table_id(t) == ident), None)
+    """The table a :func:`table_id` names, None when it names none graphmem knows: one of
+    today's, or one an earlier version wrote into its plans (``inplace_tables_past.json``,
+    registered in :data:`INPLACE_TABLES` as ``<table>@<digest>`` when first asked for)."""
+    found = next((t for t in INPLACE_TABLES if table_id(t) == ident), None)
+    return found if found is not None else _past_table(ident)
+
+
+_PAST_FILE = Path(__file__).with_name("inplace_tables_past.json")
+_PAST_IDS: dict[str, str] = {}  # registered past key -> the id its plans record
+
+
+def _past_table(ident: str) -> str | None:
+    """Register the past table ``ident`` names, if any, and return its key."""
+    global _TABLE_OPS
+    try:
+        with open(_PAST_FILE, encoding="utf-8") as f:
+            entry = json.load(f)["tables"].get(ident)
+    except FileNotFoundError:
+        return None
+    if entry is None:
+        return None
+    key = f"{entry['table']}@{ident.rsplit('-', 1)[-1]}"
+    INPLACE_TABLES[key] = {op: [tuple(p) for p in pairs]
+                           for op, pairs in entry["entries"].items()}
+    _PAST_IDS[key] = ident
+    _TABLE_OPS = _TABLE_OPS | frozenset(INPLACE_TABLES[key])
+    return key
 
 
 # Ops whose outputs differ from run to run: never folded into constants.

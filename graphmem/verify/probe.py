@@ -160,6 +160,19 @@ def _extras(op: str, shape: list[int]) -> tuple[list, list[str], dict]:
     if op == "PRelu":
         slope = np.linspace(0.1, 0.9, shape[-1]).astype(np.float32)
         return [numpy_helper.from_array(slope, "slope")], ["slope"], {}
+    if op == "ScatterND":  # rows 0 and the last of axis 0 replaced (one row at size 1)
+        rows = sorted({shape[0] - 1, 0})
+        idx = np.array(rows, np.int64).reshape(-1, 1)
+        upd = np.linspace(-3, 3, len(rows) * int(np.prod(shape[1:]))).astype(np.float32)
+        return [numpy_helper.from_array(idx, "idx"),
+                numpy_helper.from_array(upd.reshape([len(rows), *shape[1:]]), "upd")], \
+            ["idx", "upd"], {}
+    if op == "ScatterElements":  # one element of each column of axis 0 replaced
+        rest = int(np.prod(shape[1:]))
+        idx = (np.arange(rest, dtype=np.int64) * 7 % shape[0]).reshape([1, *shape[1:]])
+        upd = np.linspace(-3, 3, rest).astype(np.float32).reshape([1, *shape[1:]])
+        return [numpy_helper.from_array(idx, "idx"), numpy_helper.from_array(upd, "upd")], \
+            ["idx", "upd"], {"axis": 0}
     if op == "BitShift":
         return [], [], {"direction": "LEFT"}
     if op == "Mod":
