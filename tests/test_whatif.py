@@ -230,3 +230,14 @@ def test_bad_budget_is_one_line(text, capsys):
     assert main(["fit", "squeezenet", f"--budget={text}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("graphmem: ")
+
+
+def test_a_batch_named_dim_is_the_batch_wherever_it_stands():
+    """A time-major RNN export ([T, batch, features], tests/data/control_flow): fit
+    varies 'batch', not the first axis, and its Loop's carried state grows with it."""
+    from pathlib import Path
+    path = Path(__file__).parent / "data" / "control_flow" / "rnn_loop_ts.onnx"
+    batcher = Batcher(onnx.load(str(path)), {"T": 5}, model_path=str(path))
+    assert batcher.axis.symbol == "batch"
+    assert batcher.graph(3).tensors["h.4"].shape == (3, 32)
+    assert batcher.graph(3).tensors["xs"].shape == (5, 3, 8)

@@ -59,9 +59,22 @@ class BatchAxis:
     size: int  # the batch the model has as loaded (its binding for a symbol)
 
 
+# Symbolic dims taken for the batch wherever they stand (a time-major RNN's input is
+# [T, batch, features]: its first axis is not the batch).
+BATCH_NAMES = frozenset({"batch", "batch_size", "batchsize", "bs", "n", "b"})
+
+
 def batch_axis(model: onnx.ModelProto, dims: Mapping[str, int]) -> BatchAxis:
-    """The first axis of the first graph input that is not an initializer."""
+    """The batch of a model: a symbolic dim named like one (:data:`BATCH_NAMES`) on any
+    axis of a graph input that is not an initializer, else the first axis of the first
+    such input."""
     inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param.lower() in BATCH_NAMES:
+                return BatchAxis(d.dim_param, int(dims.get(d.dim_param, 1)))
     for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
