@@ -204,21 +204,35 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         missing = _unknown(g, order, tensors, folded_nodes)
     model = None  # the proto, made only for the fallbacks below
     if missing:
-        # Values of small constants (shape arithmetic) let inference finish the job.
-        model = _infer_with_constant_values(_proto(inferred), order, tensors, folded_nodes,
-                                            constants, base_dir)
-        tensors = _tensors(_types(model.SerializeToString()))
-        folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
-        missing = _unknown(g, order, tensors, folded_nodes)
+        # Values of small constants (shape arithmetic) let inference finish the job; a
+        # constant computed from the Shape of a tensor that only this round sized (a
+        # Swin block's window padding after the previous block's) needs another round.
+        # Data computed from bound dims (which runs, see _dim_data_nodes) is evaluated
+        # here too: its values are fixed by the bindings, and a Reshape may read it.
+        model = _proto(inferred)
+        while True:
+            computable, values_of = _constant_nodes(g, order, tensors, reads)
+            model = _infer_with_constant_values(model, order, tensors, computable,
+                                                values_of, base_dir)
+            tensors = _tensors(_types(model.SerializeToString()))
+            folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
+            before, missing = len(missing), _unknown(g, order, tensors, folded_nodes)
+            if not missing or len(missing) >= before:
+                break
     if missing:
         model = _proto(_fill_known_gaps(model.SerializeToString(), opset, tensors, missing))
         tensors = _tensors(_types(model.SerializeToString()))
         missing = _unknown(g, order, tensors, folded_nodes)
     if missing:
-        model = _symbolic_infer(model)
-        tensors = _tensors(_types(model.SerializeToString()))
-        folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
-        missing = _unknown(g, order, tensors, folded_nodes)
+        # ONNX Runtime's symbolic inference, kept only where it knows more: it may give
+        # symbolic dims to tensors the rounds above sized
+        sym = _symbolic_infer(model)
+        sym_tensors = _tensors(_types(sym.SerializeToString()))
+        sym_folded, sym_constants = _fold(g, order, sym_tensors, reads, bindings)
+        sym_missing = _unknown(g, order, sym_tensors, sym_folded)
+        if len(sym_missing) < len(missing):
+            model, tensors, missing = sym, sym_tensors, sym_missing
+            folded_nodes, constants = sym_folded, sym_constants
     if missing:
         name, node = missing[0]
         where = f"output of node {node.index} ({node.op_type}{' ' + repr(node.name) if node.name else ''})"
@@ -1014,13 +1028,15 @@ def _infer_with_constant_values(model, order, tensors, folded, constants, base_d
         work.graph.node.append(n)
     inferred = _infer_proto(work)
     # Carry the new knowledge back onto the original graph (nodes untouched).
+    # A computed constant's type is its value's: an entry inferred before it was known
+    # (a ConstantOfShape of computed dims, [?, ?]) is replaced, not kept.
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.value_info[:]
-    out.graph.value_info.extend(inferred.graph.value_info)
-    typed = {vi.name for vi in out.graph.value_info}
+    valued = {name for name in constants if name in values}
+    out.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in valued)
     for name in constants:
-        if name in values and name not in typed:
+        if name in valued:
             v = values[name]
             out.graph.value_info.append(helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
