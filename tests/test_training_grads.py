@@ -440,3 +440,50 @@ def test_plan_saved_activations_and_peak():
     assert [h["bytes"] for h in peak["helpers"]] == sorted(
         (h["bytes"] for h in peak["helpers"]), reverse=True)
     assert all(phase(producers[h["name"]]) != "forward" for h in peak["helpers"])
+
+
+# --- Slice with steps -------------------------------------------------------------------------
+
+SLICE_CASES = [  # starts, ends, axes, steps
+    ([0], [5], [1], [2]),  # 0, 2, 4: the last gap runs past the end (cropped)
+    ([1, 0], [5, 7], [1, 2], [2, 3]),  # two axes
+    ([-4], [2 ** 62], [2], [2]),  # negative start, end past the extent
+    ([0, 1], [5, 7], [1, 2], [1, 2]),  # a step of 1 beside a step of 2
+    ([1], [5], [1], [1]),  # all steps 1: onnx_ad's own rule
+]
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps", SLICE_CASES)
+def test_strided_slice_gradients(starts, ends, axes, steps):
+    """Swin's patch merging reads x[..., 0::2, 0::2, :]: the adjoint interleaves zeros."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal([5, 7])
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"]),
+             helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["s"]),
+             helper.make_node("Mul", ["s", "s"], ["y"])]
+    model = model_of(nodes, [2, 5, 7], {"w": w})
+    model.graph.initializer.extend([i64("st", starts), i64("en", ends), i64("ax", axes),
+                                    i64("sp", steps)])
+
+    def forward(v):
+        a = x.astype(np.float64) * v["w"]
+        index = [slice(None)] * 3
+        for st, en, ax, sp in zip(starts, ends, axes, steps):
+            index[ax] = slice(st, min(en, a.shape[ax]), sp)
+        s = a[tuple(index)]
+        return s * s
+
+    x = rng.standard_normal([2, 5, 7]).astype(np.float32)
+    check_gradients(model, x, {"w": w}, forward)
+
+
+def test_negative_slice_step_is_refused_clearly():
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"]),
+             helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["y"])]
+    model = model_of(nodes, [2, 5, 7], {"w": np.ones([5, 7])})
+    model.graph.initializer.extend([i64("st", [4]), i64("en", [-6]), i64("ax", [1]),
+                                    i64("sp", [-1])])
+    with pytest.raises(GraphmemError, match="negative step"):
+        build_training(model, 2, loss="sum")

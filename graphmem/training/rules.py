@@ -35,6 +35,12 @@ onnx_ad's back afterwards. Ours:
   outputs the updated running statistics, not the batch ones, and a decomposition into
   primitive ops before reversal would keep ``x - mean`` and ``xhat`` (two more tensors
   of the activation's size) for backward as well.
+- **Slice with steps** (onnx_ad differentiates step 1 only): along an axis sliced every
+  ``k``-th element from ``start``, the adjoint puts ``dy[j]`` at ``start + j*k`` and zeros
+  between: ``Unsqueeze`` a new axis after it, ``Pad`` that axis to ``k`` (the zeros),
+  ``Reshape`` the two into one of ``m*k``, then ``Pad`` (or crop) to the input's extent.
+  Only data movement, no scatter and no index tensor (Swin's patch merging takes
+  ``x[..., 0::2, 0::2, :]`` and its three siblings). Negative steps are refused.
 """
 from __future__ import annotations
 
@@ -256,6 +262,50 @@ def batch_norm_training_reverse(ctx, node, grads):
     return contributions
 
 
+def slice_reverse(ctx, node, grads, step_one_rule):
+    """Slice: ``step_one_rule`` (onnx_ad's) when every step is 1, else the zero
+    interleave of the module docstring."""
+    from onnx_ad.rules import UnsupportedOperator, _pad, _slice_bounds
+
+    starts, ends, axes, steps = _slice_bounds(ctx, node)
+    if steps is None or all(k == 1 for k in steps):
+        return step_one_rule(ctx, node, grads)
+    if starts is None or ends is None:
+        raise UnsupportedOperator("Slice is differentiable only with constant bounds")
+    if any(k <= 0 for k in steps):
+        raise UnsupportedOperator("Slice with a negative step is not differentiated in "
+                                  "reverse mode")
+    x, y = node.input[0], node.output[0]
+    rank = ctx.rank(x)
+    xs, ys = ctx.shapes.static(x), ctx.shapes.static(y)
+    if xs is None or ys is None or None in xs or None in ys:
+        raise UnsupportedOperator("Slice with steps needs static shapes to be differentiated")
+    axes = list(range(len(starts))) if axes is None else [a % rank for a in axes]
+    value = ctx.full(grads[0], y)  # [*ys, nseed]
+    current = list(ys)
+    before, after = [0] * rank, [0] * rank
+    for axis, start, step in zip(axes, starts, steps):
+        extent, m = xs[axis], ys[axis]
+        start = min(max(start + extent if start < 0 else start, 0), extent)
+        if step > 1 and m > 0:
+            wide = ctx.unsqueeze(value, [axis + 1])
+            tail = [0] * (rank + 2)
+            tail[axis + 1] = step - 1
+            wide = ctx.b.op("Pad", [wide, ctx.b.ints([0] * (rank + 2) + tail)],
+                            mode="constant", stem="slice_gaps")
+            current[axis] = m * step
+            value = ctx.b.op("Reshape", [wide, ctx.b.ints(current + [-1])],
+                             stem="slice_spread")
+        before[axis] = start
+        after[axis] = extent - start - current[axis]
+        if after[axis] < 0:  # the last gap runs past the input's end
+            current[axis] += after[axis]
+            value = ctx.slice(value, [0], [current[axis]], [axis], stem="slice_cut")
+            after[axis] = 0
+    padded = _pad(ctx, value, before + [0], after + [0])
+    return [padded] + [None] * (len(node.input) - 1)
+
+
 @contextmanager
 def patched():
     """onnx_ad with our rules (above, and the grouped Conv weight rule of
@@ -267,8 +317,9 @@ def patched():
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
-             for op in ("ConvTranspose", "AveragePool", "BatchNormalization")}
+             for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice")}
     inference_batch_norm = saved["BatchNormalization"]
+    step_one_slice = saved["Slice"]
 
     def batch_norm_dispatch(ctx, node, grads):
         from onnx_ad._build import attribute
@@ -288,6 +339,8 @@ def patched():
     rules.REVERSE["ConvTranspose"] = conv_transpose_reverse
     rules.REVERSE["AveragePool"] = average_pool_reverse
     rules.REVERSE["BatchNormalization"] = batch_norm_dispatch
+    rules.REVERSE["Slice"] = lambda ctx, node, grads: slice_reverse(ctx, node, grads,
+                                                                     step_one_slice)
     try:
         yield
     finally:
