@@ -32,3 +32,12 @@ class PlanInvalid(GraphmemError):
         first = self.problems[0] if self.problems else "unknown problem"
         more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
         super().__init__(f"invalid plan: {first}{more}")
+
+
+class UnknownShape(GraphmemError):
+    """A tensor whose shape static inference cannot find (``tensor``: its name); the
+    loader adds why, where it can tell (a size that depends on the data)."""
+
+    def __init__(self, message: str, tensor: str):
+        super().__init__(message)
+        self.tensor = tensor

@@ -380,3 +380,15 @@ def test_write_failure_leaves_nothing(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr("graphmem.plan.io.os.replace", full)
     line = refused(capsys, tmp_path, path)
     assert "No space left on device" in line
+
+
+def test_a_size_that_depends_on_the_data_is_named(capsys, tmp_path):
+    """A detection model's post-processing (NonZero of the scores over a threshold, then
+    a gather of those boxes): the unknown tensor's message names the NonZero upstream."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("NonZero", ["r"], ["nz"], name="kept"),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["y"])]
+    model = make_model(nodes, [("x", F, [4, 5])], [("y", F, ["k"])])
+    line = refused(capsys, tmp_path, save(model, tmp_path / "m.onnx"))
+    assert "NonZero 'kept', node 1" in line and "static shapes only" in line, line

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
 from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Scope, Tensor, standard_domain
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, UnknownShape
 BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 
 
@@ -220,7 +220,8 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
     outer = sorted(outer_reads(body))
     missing = [t for t in outer if t not in known]
     if missing:
-        raise GraphmemError(f"cannot infer the shape of tensor {missing[0]!r}, read{where}")
+        raise UnknownShape(f"cannot infer the shape of tensor {missing[0]!r}, read{where}",
+                           missing[0])
     g = onnx.GraphProto()
     g.CopyFrom(body)
     if len(g.input) != len(formal):

@@ -21,7 +21,7 @@ from graphmem import wire
 from graphmem.core.ops import RANDOM_OPS
 from graphmem.frontend import attributes, onnx_c
 from graphmem.core.dtypes import dtype_of
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, UnknownShape
 from graphmem.core.memory import release_freed
 from graphmem.core.nogc import gc_paused
 from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Tensor, from_columns, standard_domain
@@ -192,7 +192,11 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     tensors = _tensors(_types(inferred))
     scopes = {}
     if any(n[OP] in CONTROL_FLOW and standard_domain(n[DOMAIN]) for n in g["nodes"]):
-        inferred, scopes = _control_flow(data, inferred, g, order, tensors, reads, base_dir)
+        try:
+            inferred, scopes = _control_flow(data, inferred, g, order, tensors, reads,
+                                             base_dir)
+        except UnknownShape as exc:  # an outer tensor a body reads
+            raise GraphmemError(f"{exc}{_data_dependence(g, exc.tensor, tensors)}") from None
         tensors = _tensors(_types(inferred))
     folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
     missing = _unknown(g, order, tensors, folded_nodes)
@@ -241,6 +245,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         if not standard_domain(node.domain):
             hint = (f"; {node.op_type!r} is from domain {node.domain!r}, which graphmem runs "
                     "as an opaque op: give the shapes of its outputs in the model's value_info")
+        hint = hint or _data_dependence(g, name, tensors)
         raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
     return _build(parsed, g, order, tensors, reads, folded_nodes, constants, model_path,
                   bindings, scopes)
@@ -908,6 +913,34 @@ def _dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
                 kept.add(idx)
                 running.update(o for o in nodes[idx][OUTPUTS] if o)
     return kept
+
+
+# Ops whose output's size depends on the values of their inputs, not their shapes.
+DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
+
+
+def _data_dependence(g: dict, name: str, tensors) -> str:
+    """Why ``name`` has no static shape when its size depends on the data: the nearest
+    op of :data:`DATA_DEPENDENT` upstream of it through tensors without one ('' when
+    there is none)."""
+    nodes = g["nodes"]
+    producer = {o: i for i, n in enumerate(nodes) for o in n[OUTPUTS] if o}
+    queue, seen = [name], {name}
+    while queue:
+        t = queue.pop(0)
+        i = producer.get(t)
+        if i is None:
+            continue
+        n = nodes[i]
+        if n[OP] in DATA_DEPENDENT and standard_domain(n[DOMAIN]):
+            label = f" {n[NAME]!r}" if n[NAME] else ""
+            return (f"; its size depends on the values computed at run time ({n[OP]}{label}, "
+                    f"node {i}, upstream): graphmem plans static shapes only")
+        for x in n[INPUTS]:
+            if x and x not in seen and x not in tensors:
+                seen.add(x)
+                queue.append(x)
+    return ""
 
 
 def _unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
