@@ -2,7 +2,7 @@
 by both PyTorch exporters, each run through every graphmem command.
 
     # in a venv with torch, transformers, onnx, onnxscript (not graphmem's):
-    pip install torch==2.13.0 transformers onnx onnxscript
+    pip install torch==2.13.0 torchvision==0.28.0 transformers onnx onnxscript pillow
     HF_HUB_OFFLINE=1 python tools/export_corpus.py export --out /tmp/corpus [--models bert,gpt2]
 
     # in graphmem's venv (no torch needed):
@@ -14,8 +14,10 @@ opset 18, exporter ``dynamo``), with symbolic axes named ``batch``, ``seq`` (and
 ``past_seq`` for GPT-2's decode step, ``dec_seq`` for T5's decoder), weights inside the
 file (no model here comes near 2 GB), and DIR/export.json saying what failed to export.
 Every model is built from a small config with random weights: nothing is downloaded.
-torchvision has no CPU wheel for this torch here, so resnet18 and mobilenet_v2 are
-written below in plain ``torch.nn`` with torchvision's layer structure.
+resnet18 and mobilenet_v2 are written below in plain ``torch.nn`` with torchvision's layer
+structure (tools/torch_checkpoint.py and the other PyTorch comparisons build them from
+here); the ``tv-`` models are torchvision's own (``pip install torchvision`` matching the
+torch; a CUDA build of torchvision works too, see :func:`torchvision_module`).
 
 ``run`` takes each file through graphmem as a user would, one subprocess per command with
 only ``--dim`` bindings: ``plan``, an independent ``graphmem.validate`` of the written plan
@@ -59,7 +61,20 @@ MODELS: dict[str, tuple[dict[str, int], dict[str, int], bool]] = {
     "whisper-encoder": ({"batch": 1}, {"batch": 2}, True),
     "clip-text": ({"batch": 1, "seq": 16}, {"batch": 2, "seq": 32}, True),
     "vit": ({"batch": 1}, {"batch": 2}, True),
+    # torchvision's own models (weights=None; small configs where the stock one is large)
+    "tv-mobilenet_v3": ({"batch": 1}, {"batch": 2}, True),
+    "tv-efficientnet_b0": ({"batch": 1}, {"batch": 2}, True),
+    "tv-regnet_y_400mf": ({"batch": 1}, {"batch": 2}, True),
+    "tv-convnext": ({"batch": 1}, {"batch": 2}, True),
+    "tv-swin": ({"batch": 1}, {"batch": 2}, True),
+    "tv-vit": ({"batch": 1}, {"batch": 2}, True),
+    "tv-deeplabv3": ({"batch": 1}, {"batch": 2}, True),
+    "tv-ssdlite": ({}, {}, False),
 }
+# Image side of the torchvision models: small, so that verify and train stay quick.
+TV_IMAGE = {"tv-mobilenet_v3": 128, "tv-efficientnet_b0": 128, "tv-regnet_y_400mf": 128,
+            "tv-convnext": 64, "tv-swin": 64, "tv-vit": 64, "tv-deeplabv3": 128,
+            "tv-ssdlite": 160}
 TRAIN_BATCH = 2
 # --tiny: the sizes of the test fixtures in tests/data/corpus (full weights, a few hundred KB)
 TINY = {"hidden": 32, "vocab": 100, "ffn": 64, "positions": 64}
@@ -153,6 +168,86 @@ def _vision_models():
     return ResNet18, MobileNetV2
 
 
+def torchvision_module():
+    """``import torchvision``. The only torchvision wheel for this torch here is a CUDA
+    build whose compiled ops cannot load beside the CPU torch, and torchvision's import
+    then fails registering a fake ``torchvision::nms``: define ``nms`` (schema and a CPU
+    kernel in Python, greedy IoU suppression as torchvision's) first, so the models
+    import; the other compiled ops (RoI align, deformable conv) stay missing."""
+    import torch
+    try:
+        import torchvision
+        return torchvision
+    except RuntimeError as exc:
+        if "torchvision::nms" not in str(exc):
+            raise
+    for k in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[k]
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+    def nms(dets, scores, iou_threshold):
+        order = torch.argsort(scores, descending=True)
+        x1, y1, x2, y2 = dets.unbind(1)
+        area = (x2 - x1).clamp(min=0) * (y2 - y1).clamp(min=0)
+        alive = torch.ones(len(order), dtype=torch.bool)
+        keep = []
+        for i in range(len(order)):
+            if not alive[i]:
+                continue
+            a, rest = order[i], order[i + 1:]
+            w = (torch.minimum(x2[a], x2[rest]) - torch.maximum(x1[a], x1[rest])).clamp(min=0)
+            h = (torch.minimum(y2[a], y2[rest]) - torch.maximum(y1[a], y1[rest])).clamp(min=0)
+            inter = w * h
+            alive[i + 1:] &= inter / (area[a] + area[rest] - inter) <= iou_threshold
+            keep.append(a)
+        return torch.stack(keep) if keep else torch.zeros(0, dtype=torch.int64)
+
+    lib.impl("nms", nms, "CPU")
+    torchvision_module.lib = lib  # the registration lives as long as the library object
+    import torchvision
+    torchvision.extension._has_ops = _has_nms  # nms is defined now
+    return torchvision
+
+
+def _has_nms() -> bool:
+    """torchvision's ``_has_ops`` once :func:`torchvision_module` defined nms (a plain
+    function: TorchScript compiles it inside the scripted batched NMS)."""
+    return True
+
+
+def _torchvision_model(name: str):
+    """A torchvision model, random weights, eval mode."""
+    torchvision_module()
+    from torchvision import models
+    if name == "tv-mobilenet_v3":
+        return models.mobilenet_v3_small(weights=None)
+    if name == "tv-efficientnet_b0":
+        return models.efficientnet_b0(weights=None)
+    if name == "tv-regnet_y_400mf":
+        return models.regnet_y_400mf(weights=None)
+    if name == "tv-convnext":  # convnext_tiny's blocks, narrower and shallower
+        from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+        return ConvNeXt([CNBlockConfig(32, 64, 2), CNBlockConfig(64, 128, 2),
+                         CNBlockConfig(128, None, 2)], num_classes=100)
+    if name == "tv-swin":  # swin_t's blocks (shifted windows), two stages of 32 and 64
+        from torchvision.models.swin_transformer import SwinTransformer
+        return SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2],
+                               num_heads=[2, 4], window_size=[4, 4], num_classes=100)
+    if name == "tv-vit":  # vit_b_16's structure, small
+        from torchvision.models.vision_transformer import VisionTransformer
+        return VisionTransformer(image_size=TV_IMAGE[name], patch_size=16, num_layers=2,
+                                 num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=100)
+    if name == "tv-deeplabv3":
+        return models.segmentation.deeplabv3_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=4, aux_loss=False)
+    if name == "tv-ssdlite":
+        return models.detection.ssdlite320_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=3)  # resizes to 320 x 320
+    raise SystemExit(f"unknown model {name!r}")
+
+
 def build(name: str):
     """(module, example args, input names, output names, {input or output: {axis: name}})."""
     import torch
@@ -168,6 +263,33 @@ def build(name: str):
         ResNet18, MobileNetV2 = _vision_models()
         m = ResNet18() if name == "resnet18" else MobileNetV2()
         return (m.eval(), (torch.randn(B, 3, 224, 224),), ["pixel_values"], ["logits"],
+                {"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
+
+    if name.startswith("tv-"):
+        m = _torchvision_model(name).eval()
+        side = TV_IMAGE[name]
+        if name == "tv-deeplabv3":
+            class Seg(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.m = m
+
+                def forward(self, pixel_values):
+                    return self.m(pixel_values)["out"]
+            return (Seg(), (torch.randn(B, 3, side, side),), ["pixel_values"], ["masks"],
+                    {"pixel_values": {0: "batch"}, "masks": {0: "batch"}})
+        if name == "tv-ssdlite":  # one image in, its boxes, scores and labels out
+            class Det(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.m = m
+
+                def forward(self, image):
+                    o = self.m([image[0]])[0]
+                    return o["boxes"], o["scores"], o["labels"]
+            return (Det(), (torch.rand(1, 3, side, side),), ["image"],
+                    ["boxes", "scores", "labels"], {})
+        return (m, (torch.randn(B, 3, side, side),), ["pixel_values"], ["logits"],
                 {"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
 
     import transformers as tf
@@ -361,6 +483,9 @@ def _rename_dims(path: Path, axes: dict[str, dict[int, str]]) -> None:
 def export_one(name: str, exporter: str, out: Path) -> str:
     """Export ``name`` with ``exporter`` to OUT/<name>-<exporter>.onnx; '' or the error."""
     import torch
+    # nn.MultiheadAttention's eval-mode fast path is one op no exporter knows
+    # (aten::_native_multi_head_attention): torchvision's ViT and Swin would not export
+    torch.backends.mha.set_fastpath_enabled(False)
     module, args, inputs, outputs, axes = build(name)
     path = out / f"{name}-{exporter}.onnx"
     with torch.no_grad():
@@ -399,7 +524,7 @@ def cmd_export(ns) -> int:
                 err = export_one(name, exporter, out)
             except Exception as exc:  # an export that fails stays in the table
                 (out / f"{name}-{exporter}.onnx").unlink(missing_ok=True)
-                err = _one_line(f"{type(exc).__name__}: {exc}")
+                err = _one_line(ANSI.sub("", f"{type(exc).__name__}: {exc}"))
                 if ns.verbose:
                     traceback.print_exc()
             log[f"{name}-{exporter}"] = {"model": name, "exporter": exporter, "error": err,
@@ -417,11 +542,17 @@ def cmd_export(ns) -> int:
         meta["onnxscript"] = onnxscript.__version__
     except ImportError:
         pass
+    if any(n.startswith("tv-") for n in names):
+        meta["torchvision"] = torchvision_module().__version__
     log_path.write_text(json.dumps(log, indent=1))
     return 0
 
 
 # ====================================================================== run (graphmem side)
+
+
+# the terminal colours torch.export puts into its messages
+ANSI = re.compile(r"\x1b?\[[0-9;]*m")
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -710,11 +841,13 @@ def cmd_run(ns) -> int:
     import onnxruntime
     made = (f"Generated by `python tools/export_corpus.py run DIR --write` from "
             f"`tools/export_corpus.py export --out DIR`"
-            + (f" (torch {versions.get('torch')}, transformers {versions.get('transformers')}, "
-               f"onnxscript {versions.get('onnxscript', 'n/a')})" if versions else "")
+            + (f" (torch {versions.get('torch')}, torchvision "
+               f"{versions.get('torchvision', 'n/a')}, transformers "
+               f"{versions.get('transformers')}, onnxscript "
+               f"{versions.get('onnxscript', 'n/a')})" if versions else "")
             + f"; onnxruntime {onnxruntime.__version__}. Bindings: "
-            + "; ".join(f"{n} " + " ".join(f"{k}={v}" for k, v in MODELS[n][0].items())
-                        for n in names) + ".")
+            + "; ".join(f"{n} " + (" ".join(f"{k}={v}" for k, v in MODELS[n][0].items())
+                                   or "(fixed shapes)") for n in names) + ".")
     failures = ["", "Failures (step, command, message):", ""]
     for r in rows:
         for f in r.get("failures", []):
@@ -742,8 +875,9 @@ def cmd_run(ns) -> int:
 
 
 def _short(command: str) -> str:
+    """A command as the doc shows it: no interpreter or checkout path of this machine."""
     return command.replace(sys.executable + " -m graphmem", "graphmem").replace(
-        sys.executable, "python")
+        sys.executable, "python").replace(str(ROOT) + os.sep, "")
 
 
 def main(argv=None) -> int:
