@@ -36,11 +36,13 @@ def add_parser(sub) -> None:
                         "inference keeps the frozen running statistics")
     p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"],
                    help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
-    p.add_argument("--recompute", choices=["none", "sqrt"], default="none",
-                   help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, the rest "
-                        "recomputed in backward; then as few segments recomputed whole as "
-                        "keep the planned arena (the others keep their Conv/Gemm/MatMul "
-                        "outputs)")
+    p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default="none",
+                   help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, or the "
+                        "balanced cuts, whichever plans smaller, the rest recomputed in "
+                        "backward; then as few segments recomputed whole as keep the "
+                        "planned arena (the others keep their Conv/Gemm/MatMul outputs). "
+                        "optimal: also the cuts of a mixed-integer program (HiGHS) over "
+                        "the segment schedules, planned beside them; the smallest wins")
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -75,7 +77,7 @@ def run(args) -> int:
     args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
     tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
     baseline = None
-    if args.recompute == "sqrt" or budget is not None:
+    if args.recompute != "none" or budget is not None:
         base_graph = load_training(tg)
         baseline = account(tg, base_graph, *plan_training(base_graph), args.batch,
                            args.optimizer)
@@ -83,8 +85,8 @@ def run(args) -> int:
             tg, graph, result, order, info = fit_budget(tg, budget, args.optimizer,
                                                          args.batch)
         else:
-            tg, graph, result, order, info = recompute_planned(tg, args.optimizer,
-                                                               args.batch)
+            tg, graph, result, order, info = recompute_planned(
+                tg, args.optimizer, args.batch, optimal=args.recompute == "optimal")
     else:
         info = {}
         graph = load_training(tg)
@@ -197,6 +199,12 @@ def print_report(console: Console, model: str, r) -> None:
                   f"{e.get('whole_segments')} recomputed whole, "
                   f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept"
                   + (f"; {e['choice']} cuts" if e.get("choice") else ""))
+    if "optimal" in e:
+        o = e["optimal"]
+        t.add_row("  mixed-integer program", mib(o["optimal_arena_bytes"]),
+                  f"its cuts' planned arena (balanced cuts {mib(o['balanced_arena_bytes'])} "
+                  f"MiB); modelled peak {mib(o['modelled_peak_bytes'])} MiB over "
+                  f"{o['cuts_modelled']} cuts, {o['solve_seconds']} s, {o['status']}")
     if "offload_bytes" in e:
         t.add_row("offloaded each way", mib(e["offload_bytes"]),
                   f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")

@@ -287,12 +287,15 @@ def _public(info: dict) -> dict:
 
 
 def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
-                      segments: int | None = None):
+                      segments: int | None = None, optimal: bool = False):
     """``--recompute sqrt``: Chen's evenly spaced cuts and the cuts of
     :func:`choose_balanced`, each planned; the smaller arena (then fewer recomputed
     MACs) wins, so the result is never worse than Chen's; then as few of its segments
     recomputed whole as keep that arena (the rest keep their matrix ops' outputs; both
-    choices are trimmed where their arenas tie, and the fewer MACs win).
+    choices are trimmed where their arenas tie, and the fewer MACs win). ``optimal``
+    (``--recompute optimal``): the cuts of the mixed-integer program
+    (:mod:`graphmem.training.optimal`) are planned beside those two, and the info says
+    what the program's own choice planned to (``optimal_arena_bytes``).
     Returns ``(tg, graph, result, order, info)``."""
     found = cuts(tg)
     chen = _attempt(tg, choose_sqrt(tg, segments, found), found, optimizer, batch,
@@ -301,6 +304,14 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
     if segments is None and found:
         tried.append(_attempt(tg, choose_balanced(tg, found), found, optimizer, batch,
                               choice="balanced"))
+    solver: dict = {}
+    if optimal and found:
+        from graphmem.training.optimal import choose_optimal
+        chosen, solver = choose_optimal(tg, found)
+        tried.append(_attempt(tg, chosen, found, optimizer, batch, choice="optimal"))
+        solver = {**solver, "optimal_arena_bytes": tried[-1][1].arena_bytes,
+                  "optimal_recompute_macs": tried[-1][1].recompute_macs,
+                  "balanced_arena_bytes": tried[1][1].arena_bytes}
     arena = min(x[1].arena_bytes for x in tried)
     trimmed = [_trim(tg, found, optimizer, batch, arena, x, lambda total, r: r.arena_bytes)[0]
                for x in tried if x[1].arena_bytes == arena]  # each tie is trimmed
@@ -308,6 +319,8 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
     total, rep, planned, info = best
     info = {**_public(info), "chen_arena_bytes": chen[1].arena_bytes,
             "chen_recompute_macs": chen[1].recompute_macs}
+    if solver:
+        info["optimal"] = solver
     return (*planned, info)
 
 

@@ -188,6 +188,8 @@ def _solve_mip(m: _Model) -> _Found:
     """HiGHS on the big-M MIP of the module docstring."""
     try:
         import highspy
+
+        from graphmem.core.highs import quiet_highs
     except ImportError:  # pragma: no cover - highspy is a declared dependency
         raise GraphmemError("placement 'optimal' with the MIP needs highspy "
                             "(pip install highspy)") from None
@@ -196,8 +198,7 @@ def _solve_mip(m: _Model) -> _Found:
     n, z = len(recs), len(recs)
     inf = highspy.kHighsInf
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()
     h.setOptionValue("time_limit", m.time_limit)
     h.setOptionValue("threads", m.threads)
     h.setOptionValue("random_seed", 0)

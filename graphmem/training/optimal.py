@@ -1,0 +1,166 @@
+"""Checkpoints chosen by a mixed-integer program (HiGHS): ``train --recompute optimal``.
+
+Checkmate (Jain et al. 2020) decides, for every tensor and every stage, whether it is
+computed or kept, with the memory at each stage summed over what is live. Our rewriter
+(:func:`graphmem.training.recompute.rewrite`) realises one family of those schedules:
+the forward pass cut at some of its :func:`~graphmem.training.recompute.cuts`, the
+tensors live at a chosen cut kept for backward, each segment between two chosen cuts
+recomputed once just before its backward (the last segment kept whole). The program
+chooses among exactly those, so its answer is a graph we can build, plan and run.
+
+Model. Cut positions ``0 = start, 1..m-2 = the cuts, m-1 = end``; a choice is a path
+``0 -> ... -> m-1`` through them, one binary ``z[a, b]`` per segment ``(a, b]``; a cut
+is chosen when a segment ends at it. While segment ``(a, b]``'s backward runs, the
+tensors kept at the chosen cuts up to ``a`` are still held (the later ones were read
+by the backward of their segments and freed), and the segment's activations are live
+again (recomputed, or for the last segment never freed). So the modelled peak is
+
+    P >= sum_{chosen j <= a} kept[j] + made(a, b)      for every chosen (a, b]
+
+(a big-M row per segment). Chen's segment model, which :func:`choose_balanced`
+minimises exactly, charges every chosen cut at every segment; this one charges only
+those still held, which is what a backward pass in reverse order does. The program is
+solved twice: the least peak, then, with the peak held to it, the fewest recomputed
+MACs (the matrix ops of the segments recomputed; the last is not).
+
+What it does not see, and why the plan judges: the backward's own temporaries and
+the gradients (about the same under every choice), placement's fragmentation and
+in-place reuse. ``--recompute optimal`` plans the program's choice beside Chen's and
+the balanced cuts and keeps the smallest planned arena, so it is never worse than
+``--recompute sqrt`` on the same graph.
+"""
+from __future__ import annotations
+
+import time
+
+from graphmem.core.highs import quiet_highs
+from graphmem.errors import GraphmemError
+from graphmem.training.build import TrainingGraph
+from graphmem.training.recompute import _forward, cuts
+
+MIB = float(2 ** 20)
+GIGA = 1e9
+
+
+def segment_model(tg: TrainingGraph, found: list) -> dict:
+    """The program's data: cut positions in the forward order, bytes kept at each cut,
+    cumulative activation bytes and matrix MACs along the forward pass."""
+    from graphmem.analysis.macs import matrix_macs
+    from graphmem.frontend.reader import from_model
+
+    graph = from_model(tg.model, check=False)
+    fwd, produced = _forward(tg.model.graph)
+    size = {t: graph.tensors[t].bytes if t in graph.tensors else 0 for t in produced}
+    by_name = {n.name: n for n in graph.nodes}
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    made, macs = [0], [0]
+    for n in fwd:
+        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
+        node = by_name.get(n.name)
+        macs.append(macs[-1] + (matrix_macs(node, graph.tensors) if node is not None else 0))
+    return {"p": [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1],
+            "kept": [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0],
+            "made": made, "macs": macs, "pos": pos}
+
+
+def solve(model: dict, time_limit: float = 60.0) -> tuple[list[int], dict]:
+    """The chosen cut indices (into ``found``) and what the solver said."""
+    try:
+        import highspy
+    except ImportError:  # pragma: no cover - highspy is a declared dependency
+        raise GraphmemError("--recompute optimal needs highspy (pip install highspy)") from None
+    p, kept, made, macs = model["p"], model["kept"], model["made"], model["macs"]
+    m = len(p)
+    edges = [(a, b) for a in range(m) for b in range(a + 1, m)]
+    seg = [(made[p[b] + 1] - made[p[a] + 1]) / MIB for a, b in edges]
+    cost = [0.0 if b == m - 1 else (macs[p[b] + 1] - macs[p[a] + 1]) / GIGA for a, b in edges]
+    held = [k / MIB for k in kept]
+    big = sum(held) + max(seg)
+    n, peak = len(edges), len(edges)
+    into = {v: [] for v in range(m)}
+    out = {v: [] for v in range(m)}
+    for k, (a, b) in enumerate(edges):
+        out[a].append(k)
+        into[b].append(k)
+
+    inf = highspy.kHighsInf
+    h = quiet_highs()
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("threads", 1)
+    h.addVars(n + 1, [0.0] * (n + 1), [1.0] * n + [inf])
+    h.changeColsIntegrality(n, list(range(n)), [highspy.HighsVarType.kInteger] * n)
+    lo, hi, starts, index, value = [], [], [], [], []
+
+    def row(low, high, coefs):
+        starts.append(len(index))
+        lo.append(low)
+        hi.append(high)
+        for k, v in coefs:
+            index.append(k)
+            value.append(v)
+
+    for v in range(m):  # one path from the start to the end
+        rhs = -1.0 if v == 0 else 1.0 if v == m - 1 else 0.0
+        row(rhs, rhs, [(k, 1.0) for k in into[v]] + [(k, -1.0) for k in out[v]])
+    for k, (a, b) in enumerate(edges):  # held cuts + the segment <= P when chosen
+        coefs = {k: seg[k] + big}
+        for j in range(1, a + 1):
+            for e in into[j]:
+                coefs[e] = coefs.get(e, 0.0) + held[j]
+        row(-inf, big, list(coefs.items()) + [(peak, -1.0)])
+    h.addRows(len(hi), lo, hi, len(index), starts, index, value)
+
+    t0 = time.perf_counter()
+    h.changeColsCost(n + 1, list(range(n + 1)), [0.0] * n + [1.0])
+    h.run()
+    first = h.modelStatusToString(h.getModelStatus())
+    if h.getInfo().primal_solution_status < 1:
+        raise GraphmemError(f"--recompute optimal: HiGHS found no choice ({first})")
+    best_peak, gap = h.getInfo().objective_function_value, h.getInfo().mip_gap
+    values = list(h.getSolution().col_value)
+    # then the fewest recomputed MACs at that peak (a byte of slack for the tolerances)
+    h.changeColBounds(peak, 0.0, best_peak + 1.0 / MIB + 1e-9 * best_peak)
+    h.changeColsCost(n + 1, list(range(n + 1)), cost + [0.0])
+    h.setOptionValue("time_limit", float(max(1.0, time_limit - (time.perf_counter() - t0))))
+    h.run()
+    second = h.modelStatusToString(h.getModelStatus())
+    if h.getInfo().primal_solution_status >= 1:
+        values = list(h.getSolution().col_value)
+    chosen, v = [], 0
+    while v != m - 1:
+        k = max(out[v], key=lambda e: values[e])
+        v = edges[k][1]
+        if v != m - 1:
+            chosen.append(v - 1)
+    modelled_peak, modelled_macs = evaluate(model, chosen)
+    return chosen, {"status": f"{first}, then {second}", "mip_gap": gap,
+                    "segments_modelled": n, "cuts_modelled": m - 2,
+                    "modelled_peak_bytes": modelled_peak,
+                    "modelled_recompute_macs": modelled_macs,
+                    "solve_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def evaluate(model: dict, chosen: list[int]) -> tuple[int, int]:
+    """The program's peak (bytes) and recomputed MACs for the cut indices ``chosen``."""
+    p, kept, made, macs = model["p"], model["kept"], model["made"], model["macs"]
+    m = len(p)
+    path = [0, *[j + 1 for j in sorted(chosen)], m - 1]
+    peak = max(sum(kept[j] for j in path[1:k + 1]) + made[p[b] + 1] - made[p[a] + 1]
+               for k, (a, b) in enumerate(zip(path, path[1:])))
+    cost = sum(macs[p[b] + 1] - macs[p[a] + 1] for a, b in zip(path, path[1:]) if b != m - 1)
+    return peak, cost
+
+
+def choose_optimal(tg: TrainingGraph, found: list | None = None,
+                   time_limit: float = 60.0) -> tuple[list[str], dict]:
+    """What the program's cuts keep (in forward order, like
+    :func:`~graphmem.training.recompute.choose_sqrt`) and the solver's report."""
+    found = cuts(tg) if found is None else found
+    if not found:
+        return [], {"status": "no cuts"}
+    model = segment_model(tg, found)
+    chosen, info = solve(model, time_limit)
+    pos = model["pos"]
+    picked = {t for k in chosen for t in found[k][1]}
+    return sorted(picked, key=pos.__getitem__), info
