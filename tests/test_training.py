@@ -42,6 +42,17 @@ def tiny_model(act: str = "Tanh", batch: int = 2) -> onnx.ModelProto:
     return m
 
 
+def _chain_model(name, nodes, inits, out, batch) -> onnx.ModelProto:
+    """A model of ``nodes`` from ``x`` [batch, 4, 8, 8] to ``out`` of the same shape."""
+    g = helper.make_graph(nodes, name,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, 4, 8, 8])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
 def chain_model(depth: int = 8, batch: int = 8) -> onnx.ModelProto:
     """A plain chain of conv -> relu layers: the textbook case for recomputation."""
     inits, nodes, x = [], [], "x"
@@ -51,13 +62,7 @@ def chain_model(depth: int = 8, batch: int = 8) -> onnx.ModelProto:
         nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
                   helper.make_node("Relu", [f"c{i}"], [f"a{i}"])]
         x = f"a{i}"
-    g = helper.make_graph(nodes, "chain",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, 4, 8, 8])],
-                          inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return _chain_model("chain", nodes, inits, x, batch)
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -396,13 +401,7 @@ def clip_chain_model(depth: int = 6, batch: int = 4) -> onnx.ModelProto:
                   helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
                   helper.make_node("Clip", [f"c{i}", f"lo{i}", f"hi{i}"], [f"a{i}"])]
         x = f"a{i}"
-    g = helper.make_graph(nodes, "clips",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, 4, 8, 8])],
-                          inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return _chain_model("clips", nodes, inits, x, batch)
 
 
 def test_constant_nodes_are_not_activations_for_recompute():
@@ -511,13 +510,7 @@ def _widening_chain(batch: int = 8) -> onnx.ModelProto:
         nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
                   helper.make_node("Relu", [f"c{i}"], [f"a{i}"])]
         x = f"a{i}"
-    g = helper.make_graph(nodes, "widening",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, 4, 8, 8])],
-                          inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return _chain_model("widening", nodes, inits, x, batch)
 
 
 def test_the_program_finds_the_least_modelled_peak_then_the_fewest_macs():
