@@ -202,8 +202,8 @@ def print_report(console: Console, model: str, r) -> None:
     if "optimal" in e:
         o = e["optimal"]
         t.add_row("  mixed-integer program", mib(o["optimal_arena_bytes"]),
-                  f"its cuts' planned arena (balanced cuts {mib(o['balanced_arena_bytes'])} "
-                  f"MiB); modelled peak {mib(o['modelled_peak_bytes'])} MiB over "
+                  f"its cuts' planned arena (balanced cuts "
+                  f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak {mib(o['modelled_peak_bytes'])} MiB over "
                   f"{o['cuts_modelled']} cuts, {o['solve_seconds']} s, {o['status']}")
     if "offload_bytes" in e:
         t.add_row("offloaded each way", mib(e["offload_bytes"]),

@@ -311,7 +311,7 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
         tried.append(_attempt(tg, chosen, found, optimizer, batch, choice="optimal"))
         solver = {**solver, "optimal_arena_bytes": tried[-1][1].arena_bytes,
                   "optimal_recompute_macs": tried[-1][1].recompute_macs,
-                  "balanced_arena_bytes": tried[1][1].arena_bytes}
+                  **{f"{x[3]['choice']}_arena_bytes": x[1].arena_bytes for x in tried[:-1]}}
     arena = min(x[1].arena_bytes for x in tried)
     trimmed = [_trim(tg, found, optimizer, batch, arena, x, lambda total, r: r.arena_bytes)[0]
                for x in tried if x[1].arena_bytes == arena]  # each tie is trimmed
