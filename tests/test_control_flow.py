@@ -387,3 +387,50 @@ def test_torchscript_rnn_loop_export_plans_and_verifies(tmp_path, capsys):
     assert problems(plan, load(path, {"T": 9, "batch": 3})) == []
     assert main(["verify", str(path), "--plan", str(out)]) == 0
     capsys.readouterr()
+
+
+def test_runtime_only_verify_checks_the_bodies_too(saved):
+    """--runtime-only skips the plan rules, not the bounds: a body tensor past its
+    sub-arena was bound outside the arena (ONNX Runtime wrote there: SIGSEGV), a missing
+    body plan ended in a StopIteration."""
+    import dataclasses
+    graph = load(saved["scan_rnn"])
+    plan = plan_graph(graph).plan
+    scope = plan.scopes[0]
+    name = next(t for t in scope.plan.tensors if scope.plan.tensors[t].bytes)
+    moved = dataclasses.replace(scope.plan.tensors[name], offset=1 << 30)
+    body = dataclasses.replace(scope.plan, tensors={**scope.plan.tensors, name: moved})
+    bad = dataclasses.replace(plan, scopes=(dataclasses.replace(scope, plan=body),
+                                            *plan.scopes[1:]))
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and any(name in p and "do not fit" in p
+                                      for p in report.problems), report.problems
+    missing = dataclasses.replace(plan, scopes=plan.scopes[1:])
+    report = verify(missing, graph, runtime_only=True)
+    assert any("has no plan" in p for p in report.problems), report.problems
+
+
+def _branch(name, n):
+    return helper.make_graph(
+        [helper.make_node("Constant", [], [name],
+                          value=numpy_helper.from_array(np.zeros(n, np.float32)))],
+        name, [], [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n])])
+
+
+@pytest.mark.parametrize("node, message", [
+    (helper.make_node("If", ["c"], ["y", "z"], then_branch=_branch("a", 2),
+                      else_branch=_branch("b", 2)), "then_branch has 1 outputs, the node 2"),
+    (helper.make_node("If", ["c"], ["y"], then_branch=_branch("a", 2)),
+     "has no else_branch attribute"),
+    (helper.make_node("Scan", ["c"], ["y"], body=_branch("a", 2)), "num_scan_inputs is None"),
+    (helper.make_node("Loop", ["", "c"], ["y"], body=_branch("a", 2)),
+     "cannot have a body of 1 outputs"),
+])
+def test_control_flow_nodes_that_break_the_spec_are_refused_in_one_line(node, message):
+    """onnx's checker does not look at these counts; they ended in IndexError/KeyError."""
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2])
+                           for o in node.output])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphmemError, match=message):
+        from_model(m, check=False)

@@ -580,3 +580,11 @@ def test_train_recompute_optimal_command_json(tmp_path, capfd):
     out = json.loads(capfd.readouterr().out)
     assert out["optimal"]["status"].startswith("Optimal")
     assert out["arena_bytes"] <= out["chen_arena_bytes"]
+
+
+def test_budget_and_recompute_together_are_refused(tmp_path, capsys):
+    from graphmem.cli import main
+    path = tmp_path / "chain.onnx"
+    onnx.save(_widening_chain(), str(path))
+    assert main(["train", str(path), "--budget", "1MiB", "--recompute", "sqrt"]) == 2
+    assert "give --budget or --recompute, not both" in capsys.readouterr().err

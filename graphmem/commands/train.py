@@ -66,6 +66,9 @@ def run(args) -> int:
     from graphmem.training.recompute import fit_budget, recompute_planned
     from graphmem.training.report import account, load_training, plan_training
 
+    if args.budget and args.recompute != "none":
+        raise GraphmemError("--budget chooses its own recomputation: give --budget or "
+                            "--recompute, not both")
     if args.batch is not None and args.batch <= 0:
         raise GraphmemError(f"--batch must be positive, not {args.batch}")
     budget = parse_bytes(args.budget) if args.budget else None

@@ -28,10 +28,6 @@ def is_control_flow(node) -> bool:
     return node.op_type in CONTROL_FLOW and standard_domain(node.domain)
 
 
-def has_control_flow(model: onnx.ModelProto) -> bool:
-    return any(is_control_flow(n) for n in model.graph.node)
-
-
 Values = Callable[[str], "np.ndarray | None"]
 
 
@@ -103,6 +99,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute
              if a.type != onnx.AttributeProto.GRAPH}
     opsets = list(model.opset_import)
+    _check_structure(n, bodies, attrs, label)
     if n.op_type == "If":
         scopes, outs = [], []
         for attr in BODIES["If"]:
@@ -166,6 +163,36 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     return (s,), made
 
 
+def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
+    """The counts the ONNX spec ties together (its checker does not look into a node's
+    attributes): each body there, as many outputs as the node's."""
+    missing = [a for a in BODIES[n.op_type] if a not in bodies]
+    if missing:
+        raise GraphmemError(f"{label} has no {missing[0]} attribute")
+    outs = len(n.output)
+    if n.op_type == "If":
+        for attr in BODIES["If"]:
+            if len(bodies[attr].output) != outs:
+                raise GraphmemError(f"{label}: its {attr} has {len(bodies[attr].output)} "
+                                    f"outputs, the node {outs}")
+        return
+    body = bodies["body"]
+    if n.op_type == "Loop":
+        carried = max(len(n.input) - 2, 0)
+        if len(n.input) < 2 or len(body.output) < 1 + carried or \
+                outs != len(body.output) - 1:
+            raise GraphmemError(
+                f"{label}: a Loop with {len(n.input)} inputs and {outs} outputs cannot have a "
+                f"body of {len(body.output)} outputs (condition, {carried} carried values, "
+                "then the scan outputs)")
+        return
+    m = attrs.get("num_scan_inputs")
+    if m is None or not 1 <= int(m) <= len(n.input):
+        raise GraphmemError(f"{label}: num_scan_inputs is {m}, for {len(n.input)} inputs")
+    if len(body.output) != outs:
+        raise GraphmemError(f"{label}: its body has {len(body.output)} outputs, the node {outs}")
+
+
 def _finals(names, states) -> dict[str, Tensor]:
     return {name: Tensor(name, t.dtype, t.shape, t.bits) for name, t in zip(names, states) if name}
 
@@ -192,11 +219,15 @@ def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output:
     else:
         cond = values(n.input[1]) if len(n.input) > 1 and n.input[1] else np.array(True)
         body_cond = _passes_condition(s)
-        if cond is None or not bool(np.asarray(cond).reshape(-1)[0]) or not body_cond:
+        if cond is None or np.asarray(cond).size != 1 or \
+                not bool(np.asarray(cond).reshape(-1)[0]) or not body_cond:
             why = "its condition can stop it before the trip count"
     if why:
         raise GraphmemError(f"cannot size tensor {output!r}, a scan output of {label}: {why}; "
                             "graphmem needs a static shape for every tensor")
+    if np.asarray(trips).size != 1:
+        raise GraphmemError(f"{label}: its trip count holds {np.asarray(trips).size} values, "
+                            "not one")
     return max(int(np.asarray(trips).reshape(-1)[0]), 0)
 
 

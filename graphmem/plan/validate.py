@@ -122,7 +122,7 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
     if plan.target is not None and "inplace_table" in plan.target:
         table = table_of_id(plan.target["inplace_table"])
         if table is None:
-            known = ", ".join(table_id(t) for t in INPLACE_TABLES)
+            known = ", ".join(table_id(t) for t in INPLACE_TABLES if "@" not in t)
             return [f"target: inplace_table {plan.target['inplace_table']!r} is not a table "
                     f"graphmem knows (today: {known})"]
     fresh = intervals is not None

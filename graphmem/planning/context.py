@@ -72,7 +72,7 @@ class Context:
         naming the first problem."""
         if table not in INPLACE_TABLES:
             raise GraphmemError(f"no in-place table for provider {table!r}; choose "
-                                f"{', '.join(INPLACE_TABLES)}")
+                                f"{', '.join(t for t in INPLACE_TABLES if '@' not in t)}")
         if alignment <= 0:
             raise GraphmemError(f"alignment must be positive, not {alignment}")
         stage("order check")

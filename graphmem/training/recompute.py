@@ -208,8 +208,9 @@ def choose_balanced(tg: TrainingGraph, found: list | None = None,
 
 
 # Ops whose outputs are costly to recompute: a trimmed segment keeps their outputs and
-# recomputes only the cheap ops between them (BatchNormalization, ReLU, Add, ...).
-MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+# recomputes only the cheap ops between them (BatchNormalization, ReLU, Add, ...). The
+# ops the MAC count counts, so that what a trimmed segment recomputes costs no MACs.
+from graphmem.analysis.macs import MATRIX_OPS  # noqa: E402
 
 
 def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,

@@ -271,4 +271,15 @@ def runtime_problems(plan: Plan, graph: Graph) -> list[str]:
     if opaque:
         raise GraphmemError(f"{opaque[0].label} has a subgraph; the verifier runs only the "
                             "control flow of If, Loop and Scan")
+    # the bodies too (--runtime-only skips the plan rules, not these): a body tensor
+    # past its sub-arena would be bound outside the arena
+    plans = {(sp.node, sp.attr): sp.plan for sp in plan.scopes}
+    for idx, scopes in graph.scopes.items():
+        for scope in scopes:
+            sub = plans.get((idx, scope.attr))
+            if sub is None:
+                out.append(f"scopes: the {scope.attr} of node {idx} has no plan")
+                continue
+            out += [f"scope {scope.attr} of node {idx}: {p}"
+                    for p in runtime_problems(sub, graph_for_plan(scope.graph, sub))]
     return out
