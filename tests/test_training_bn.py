@@ -152,3 +152,26 @@ def test_train_command_bn_flag(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(saved)]) == 0
 
+
+
+def test_running_statistics_written_as_identities_of_one_initializer():
+    """PyTorch's TorchScript exporter writes equal tensors once and an Identity for each
+    other name (every fresh BatchNorm's running variance is ones): in training mode each
+    statistic becomes an initializer of its own, updated separately, and the gradients
+    are those of the model with separate initializers."""
+    import onnx
+    model, values, stats = conv_bn_model([2, 3, 6, 6])
+    shared = onnx.ModelProto()
+    shared.CopyFrom(model)
+    g = shared.graph
+    v = next(i for i in g.initializer if i.name == "v")
+    v.name = "ones_like_v"
+    g.node.insert(0, helper.make_node("Identity", ["ones_like_v"], ["v"]))
+    x = RNG.standard_normal([2, 3, 6, 6]).astype(np.float32)
+    a, b = build_training(model, 2, loss="sum"), build_training(shared, 2, loss="sum")
+    assert sorted(running_stat_outputs(b.model)) == ["m", "v"]
+    ra, rb = run(a.model, a.feeds({"x": x})), run(b.model, b.feeds({"x": x}))
+    for w in values:
+        np.testing.assert_array_equal(ra[a.gradients[w]], rb[b.gradients[w]])
+    for stat, out in running_stat_outputs(b.model).items():
+        np.testing.assert_array_equal(rb[out], ra[running_stat_outputs(a.model)[stat]])

@@ -173,6 +173,9 @@ def _batch_norm_training(m: onnx.ModelProto) -> list[str]:
     and population variance; ``running' = momentum * running + (1 - momentum) * batch``),
     its updated running mean and variance made graph outputs. Returns their names."""
     g = m.graph
+    # before the nodes are taken: it rebuilds the node list (protobuf copies them)
+    _stats_as_initializers(g, [t for n in g.node if n.op_type == "BatchNormalization"
+                               for t in n.input[3:5]])
     nodes = [n for n in g.node if n.op_type == "BatchNormalization"]
     if not nodes:
         return []
@@ -205,6 +208,31 @@ def _batch_norm_training(m: onnx.ModelProto) -> list[str]:
         del n.output[:]
         n.output.extend(outs)
     return names
+
+
+def _stats_as_initializers(g: onnx.GraphProto, names) -> None:
+    """Running statistics that are an ``Identity`` of an initializer become initializers
+    of their own: PyTorch's TorchScript exporter writes one initializer for equal
+    tensors and an ``Identity`` for each other (every fresh BatchNorm's running variance
+    is ones), and in training mode each node updates its own."""
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    made = set()
+    for name in names:
+        src, node = name, producer.get(name)
+        while src not in inits and node is not None and node.op_type == "Identity":
+            src, node = node.input[0], producer.get(node.input[0])
+        if name in inits or src not in inits or name in made:
+            continue
+        copy = onnx.TensorProto()
+        copy.CopyFrom(inits[src])
+        copy.name = name
+        g.initializer.append(copy)
+        made.add(name)
+    if made:
+        kept = [n for n in g.node if not (n.op_type == "Identity" and n.output[0] in made)]
+        del g.node[:]
+        g.node.extend(kept)
 
 
 def _keep_one_output(g: onnx.GraphProto, name: str | None) -> None:
