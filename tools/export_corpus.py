@@ -524,7 +524,7 @@ def cmd_export(ns) -> int:
                 err = export_one(name, exporter, out)
             except Exception as exc:  # an export that fails stays in the table
                 (out / f"{name}-{exporter}.onnx").unlink(missing_ok=True)
-                err = _one_line(ANSI.sub("", f"{type(exc).__name__}: {exc}"))
+                err = _export_reason(exc)
                 if ns.verbose:
                     traceback.print_exc()
             log[f"{name}-{exporter}"] = {"model": name, "exporter": exporter, "error": err,
@@ -557,6 +557,20 @@ ANSI = re.compile(r"\x1b?\[[0-9;]*m")
 
 def _one_line(text: str, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit]
+
+
+def _export_reason(exc: BaseException) -> str:
+    """Why an export failed, in one line: the exception that started it (the dynamo
+    exporter wraps torch.export's own error in a TorchExportError whose first lines are
+    advice), its first paragraph and the line of code it names (``Caused by: ...``)."""
+    root, seen = exc, {id(exc)}
+    while root.__cause__ is not None and id(root.__cause__) not in seen:
+        root = root.__cause__
+        seen.add(id(root))
+    text = ANSI.sub("", str(root))
+    head = text.split("\n\n")[0]
+    where = next((ln.strip() for ln in text.splitlines() if ln.startswith("Caused by:")), "")
+    return _one_line(f"{type(root).__name__}: {head}" + (f" {where}" if where else ""))
 
 
 def _failure_line(proc) -> str:
