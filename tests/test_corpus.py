@@ -101,3 +101,35 @@ def test_train_builds_with_dims(name, capsys):
     assert code == 0, capsys.readouterr()
     out = json.loads(capsys.readouterr().out)
     assert out["batch"] == 2 and out["arena_bytes"] > 0 and out["weight_bytes"] > 0
+
+
+def test_export_failure_names_the_cause_not_the_wrapper():
+    """A dynamo export that fails is recorded with torch.export's own error (the exception
+    the exporter's wrapper was raised from) and the line of code it names, without the
+    wrapper's advice or terminal colours: the corpus table shows why the model failed."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from export_corpus import _export_reason
+
+    class GuardOnDataDependentSymNode(RuntimeError):
+        pass
+
+    class TorchExportError(RuntimeError):
+        pass
+
+    inner = GuardOnDataDependentSymNode(
+        "Could not guard on data-dependent expression Eq(u0, 0)\n\nconsider using ...\n"
+        "Caused by: (torchvision/ops/boxes.py:103 in _batched_nms_coordinate_trick)\n"
+        "For more information, run with TORCH_LOGS=\"dynamic\"")
+    try:
+        try:
+            raise inner
+        except GuardOnDataDependentSymNode as exc:
+            raise TorchExportError("Failed to export the model with torch.export. "
+                                   "\x1b[96mThis is step 1/3\x1b[0m of exporting") from exc
+    except TorchExportError as outer:
+        line = _export_reason(outer)
+    assert line == ("GuardOnDataDependentSymNode: Could not guard on data-dependent "
+                    "expression Eq(u0, 0) Caused by: (torchvision/ops/boxes.py:103 in "
+                    "_batched_nms_coordinate_trick)")
+    assert _export_reason(ValueError("\x1b[1mbad\x1b[0m shape")) == "ValueError: bad shape"
