@@ -100,3 +100,30 @@ def test_shapes_computed_from_shapes_that_an_earlier_round_sized(tmp_path):
     plan = graphmem.plan_graph(g).plan
     graphmem.validate(plan, g)
     assert verify(plan, g).passed
+
+
+def test_a_value_replaces_the_entry_inferred_before_it_was_known():
+    """onnx-ad's MaxPool adjoint scatters into ConstantOfShape([numel, 1]); a first
+    inference that could not compute numel leaves z (and the ScatterND's y) as [?, 1].
+    When z's value is known it becomes an initializer for the next inference, and the
+    stale entry must not stand for it, or y stays [?, 1] (densenet121's dynamo export
+    failed to train on it: 'cannot infer the shape of tensor a_maxpool')."""
+    from graphmem.core.ir import Tensor
+    from graphmem.frontend.reader import _infer_with_constant_values
+    i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    N = helper.make_node
+    nodes = [N("ConstantOfShape", ["shape"], ["z"]), N("ScatterND", ["z", "idx", "x"], ["y"]),
+             N("Relu", ["y"], ["out"])]
+    stale = [helper.make_tensor_value_info(t, TensorProto.FLOAT, ["a", 1]) for t in ("z", "y")]
+    g = helper.make_graph(nodes, "fill", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [2, 1])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["a", 1])],
+                          [i64("shape", [16, 1]), i64("idx", [[0], [3]])], value_info=stale)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out = _infer_with_constant_values(model, [0, 1, 2],
+                                      {"x": Tensor("x", "float32", (2, 1), 32)}, {0}, ["z"],
+                                      None)
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in out.graph.value_info}
+    assert dims["z"] == [16, 1] and dims["y"] == [16, 1]

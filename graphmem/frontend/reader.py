@@ -1054,6 +1054,11 @@ def _infer_with_constant_values(model, order, tensors, folded, constants, base_d
     for name, value in values.items():
         if name not in known:
             work.graph.initializer.append(numpy_helper.from_array(value, name))
+    # an entry inferred before the value was known ([?, 1] for a ConstantOfShape of a
+    # computed size) would stand for the initializer in inference
+    stale = [vi for vi in work.graph.value_info if vi.name not in values]
+    del work.graph.value_info[:]
+    work.graph.value_info.extend(stale)
     for idx in order:
         n = model.graph.node[idx]
         if idx in folded and all(o in values for o in n.output if o):
