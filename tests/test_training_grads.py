@@ -487,3 +487,37 @@ def test_negative_slice_step_is_refused_clearly():
                                     i64("sp", [-1])])
     with pytest.raises(GraphmemError, match="negative step"):
         build_training(model, 2, loss="sum")
+
+
+def test_channel_shuffle_with_sizes_read_from_shape():
+    """ShuffleNet's channel shuffle as the TorchScript exporter writes it: the Reshape
+    sizes come from Shape -> Gather -> Concat, which onnx's inference (no data
+    propagation) leaves unknown, and onnx_ad refused the next Conv ('needs a declared
+    input shape'); graphmem's loader supplies the types."""
+    rng = np.random.default_rng(9)
+    w1, w2 = rng.standard_normal([4, 2, 3, 3]) * 0.4, rng.standard_normal([3, 2, 1, 1]) * 0.4
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    N = helper.make_node
+    nodes = [N("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]), N("Shape", ["c"], ["s"]),
+             *[N("Gather", ["s", f"i{k}"], [f"d{k}"], axis=0) for k in range(4)],
+             N("Concat", ["d0", "two", "two", "d2", "d3"], ["split"], axis=0),
+             N("Reshape", ["c", "split"], ["g"]),
+             N("Transpose", ["g"], ["t"], perm=[0, 2, 1, 3, 4]),
+             N("Concat", ["d0", "minus1", "d2", "d3"], ["merge"], axis=0),
+             N("Reshape", ["t", "merge"], ["sh"]),
+             # x.chunk(2, dim=1)[1]: bounds from the channel count, Div and Mul of a Shape
+             N("Div", ["d1", "two"], ["half"]), N("Mul", ["half", "two"], ["end"]),
+             N("Slice", ["sh", "half", "end", "one"], ["second"]),
+             N("Conv", ["second", "w2"], ["o"]), N("Mul", ["o", "o"], ["y"])]
+    model = model_of(nodes, [2, 2, 5, 5], {"w1": w1, "w2": w2})
+    model.graph.initializer.extend([i64(f"i{k}", [k]) for k in range(4)]
+                                   + [i64("two", [2]), i64("minus1", [-1]), i64("one", [1])])
+
+    def forward(v):
+        c = conv_np(x.astype(np.float64), v["w1"], pads=(1, 1, 1, 1))
+        sh = c.reshape(2, 2, 2, 5, 5).transpose(0, 2, 1, 3, 4).reshape(2, 4, 5, 5)
+        o = conv_np(sh[:, 2:4], v["w2"])
+        return o * o
+
+    x = rng.standard_normal([2, 2, 5, 5]).astype(np.float32)
+    check_gradients(model, x, {"w1": w1, "w2": w2}, forward)

@@ -112,6 +112,7 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     try:
         # onnx_ad places the seed axis by rank: give it every forward value's type.
         m = onnx.shape_inference.infer_shapes(m)
+        _add_loader_shapes(m)
         g = m.graph
         with patched():  # our rules (rules.py)
             r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
@@ -208,6 +209,41 @@ def _batch_norm_training(m: onnx.ModelProto) -> list[str]:
         del n.output[:]
         n.output.extend(outs)
     return names
+
+
+def _add_loader_shapes(m: onnx.ModelProto) -> None:
+    """Static types onnx's inference left unknown, from graphmem's loader (it evaluates
+    shape arithmetic onnx gives up on: ShuffleNet's channel shuffle, exported by
+    TorchScript, reshapes by sizes read from ``Shape``; onnx_ad then refused a Conv
+    'needs a declared input shape'). Best effort: a model the loader refuses keeps
+    onnx's types."""
+    from graphmem.core.dtypes import ENUM_BY_NAME
+    from graphmem.frontend.reader import from_model
+
+    g = m.graph
+    typed = {vi.name: vi for vi in list(g.input) + list(g.output) + list(g.value_info)}
+
+    def static(vi) -> bool:
+        t = vi.type.tensor_type
+        return t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)
+
+    wanted = {o for n in g.node for o in n.output if o and not (o in typed and static(typed[o]))}
+    if not wanted:
+        return
+    try:
+        tensors = from_model(m, check=False).tensors
+    except GraphmemError:
+        return
+    in_value_info = {vi.name for vi in g.value_info}
+    for name in sorted(wanted):
+        t = tensors.get(name)
+        if t is None or t.dtype not in ENUM_BY_NAME:
+            continue
+        vi = helper.make_tensor_value_info(name, ENUM_BY_NAME[t.dtype], list(t.shape))
+        if name in in_value_info:
+            typed[name].CopyFrom(vi)
+        elif name not in typed:
+            g.value_info.append(vi)
 
 
 def _stats_as_initializers(g: onnx.GraphProto, names) -> None:
