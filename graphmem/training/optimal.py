@@ -2,11 +2,15 @@
 
 Checkmate (Jain et al. 2020) decides, for every tensor and every stage, whether it is
 computed or kept, with the memory at each stage summed over what is live. Our rewriter
-(:func:`graphmem.training.recompute.rewrite`) realises one family of those schedules:
-the forward pass cut at some of its :func:`~graphmem.training.recompute.cuts`, the
-tensors live at a chosen cut kept for backward, each segment between two chosen cuts
-recomputed once just before its backward (the last segment kept whole). The program
-chooses among exactly those, so its answer is a graph we can build, plan and run.
+(:func:`graphmem.training.recompute.rewrite`) builds the schedules that keep a set of
+activations and recompute every other one once, just before its first reader. This
+program chooses among one family of those, the segment schedules: the forward pass cut
+at some of its :func:`~graphmem.training.recompute.cuts`, the tensors live at a chosen
+cut kept for backward, each segment between two chosen cuts recomputed once just
+before its backward (the last segment kept whole); so its answer is a graph we can
+build, plan and run. (A program over every keep set, on the training schedule's
+liveness, was tried and planned worse than this one on all four batch-32 networks of
+docs/training.md: its model of the backward's helper tensors missed the plan.)
 
 Model. Cut positions ``0 = start, 1..m-2 = the cuts, m-1 = end``; a choice is a path
 ``0 -> ... -> m-1`` through them, one binary ``z[a, b]`` per segment ``(a, b]``; a cut
