@@ -214,12 +214,12 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         # Data computed from bound dims (which runs, see _dim_data_nodes) is evaluated
         # here too: its values are fixed by the bindings, and a Reshape may read it.
         model = _proto(inferred)
+        computable = _constant_nodes(g, order, tensors, reads)
         while True:
-            computable, values_of = _constant_nodes(g, order, tensors, reads)
-            model = _infer_with_constant_values(model, order, tensors, computable,
-                                                values_of, base_dir)
+            model = _infer_with_constant_values(model, order, tensors, *computable, base_dir)
             tensors = _tensors(_types(model.SerializeToString()))
-            folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
+            computable = _constant_nodes(g, order, tensors, reads)
+            folded_nodes, constants = _without_dim_data(g, order, reads, bindings, *computable)
             before, missing = len(missing), _unknown(g, order, tensors, folded_nodes)
             if not missing or len(missing) >= before:
                 break
@@ -681,7 +681,13 @@ def _fold(g: dict, order, tensors, reads, bindings=None) -> tuple[set[int], list
     """Which nodes compute only constants (initializers, Constant, static Shape), and
     the constants they make; with ``bindings``, less the data computed from bound dims
     (:func:`_dim_data_nodes`), which runs."""
-    folded, constants = _constant_nodes(g, order, tensors, reads)
+    return _without_dim_data(g, order, reads, bindings,
+                             *_constant_nodes(g, order, tensors, reads))
+
+
+def _without_dim_data(g: dict, order, reads, bindings, folded: set[int],
+                      constants: list[str]) -> tuple[set[int], list[str]]:
+    """:func:`_constant_nodes`' answer less the data computed from bound dims."""
     if bindings:
         kept = _dim_data_nodes(g, order, folded, reads)
         if kept:
@@ -1056,9 +1062,9 @@ def _infer_with_constant_values(model, order, tensors, folded, constants, base_d
             work.graph.initializer.append(numpy_helper.from_array(value, name))
     # an entry inferred before the value was known ([?, 1] for a ConstantOfShape of a
     # computed size) would stand for the initializer in inference
-    stale = [vi for vi in work.graph.value_info if vi.name not in values]
+    typed = [vi for vi in work.graph.value_info if vi.name not in values]
     del work.graph.value_info[:]
-    work.graph.value_info.extend(stale)
+    work.graph.value_info.extend(typed)
     for idx in order:
         n = model.graph.node[idx]
         if idx in folded and all(o in values for o in n.output if o):

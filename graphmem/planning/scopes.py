@@ -20,9 +20,15 @@ from graphmem.planning.context import aligned_total
 
 def naive_bytes(graph: Graph, alignment: int) -> int:
     """Every arena tensor of a body its own aligned buffer, nested bodies opaque too."""
-    sized = with_workspaces(graph, {i: max(naive_bytes(s.graph, alignment) for s in ss)
-                                    for i, ss in graph.scopes.items()})
+    sized = _naive_workspaces(graph, alignment)
     return aligned_total([sized.tensors[t].bytes for t in sized.arena_tensors()], alignment)
+
+
+def _naive_workspaces(graph: Graph, alignment: int) -> Graph:
+    """``graph`` with each control-flow node's workspace sized by :func:`naive_bytes` of
+    its largest body."""
+    return with_workspaces(graph, {i: max(naive_bytes(s.graph, alignment) for s in ss)
+                                   for i, ss in graph.scopes.items()})
 
 
 def plan_scopes(graph: Graph, plan_body: Callable[[Graph], object]):
@@ -42,6 +48,4 @@ def opaque_graph(graph: Graph, alignment: int = 64) -> Graph:
     with every tensor in its own buffer (nested bodies the same), and no scopes left to
     plan: what a planner that does not look inside the bodies must reserve for them.
     Planned, it measures what planning the bodies saves."""
-    sized = with_workspaces(graph, {i: max(naive_bytes(s.graph, alignment) for s in ss)
-                                    for i, ss in graph.scopes.items()})
-    return replace(sized, scopes={})
+    return replace(_naive_workspaces(graph, alignment), scopes={})

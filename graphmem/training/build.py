@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.core.ir import CONTROL_FLOW, standard_domain
 from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import onnx_opset
 from graphmem.training.rules import patched
 from graphmem.training.prepare import prepare_inference
 from graphmem.training.rewrites import (SEED, cancel_transposes, copies_to_reshapes, fills_from_seed,
@@ -180,7 +181,7 @@ def _batch_norm_training(m: onnx.ModelProto) -> list[str]:
     nodes = [n for n in g.node if n.op_type == "BatchNormalization"]
     if not nodes:
         return []
-    opset = max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    opset = onnx_opset(m)
     if opset < 14:
         raise GraphmemError(f"training-mode BatchNormalization needs opset 14 or later, the "
                             f"model has {opset} (or use --bn inference)")

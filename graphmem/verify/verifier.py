@@ -92,12 +92,12 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     """
     start = time.perf_counter()
     ort_provider, device = _provider(provider)
-    check_compatible(plan, graph_for_plan(graph, plan))
+    plain, graph = graph, graph_for_plan(graph, plan)  # with the bodies' workspaces
+    check_compatible(plan, graph)
     check_target(plan, ort_provider, force)
     base = VerifyReport(model=plan.model, provider=ort_provider, arena_bytes=plan.arena_bytes,
                         nodes_total=len(plan.order), runtime_only=runtime_only)
-    found = [] if runtime_only else problems(plan, graph)
-    plain, graph = graph, graph_for_plan(graph, plan)  # with the bodies' workspaces
+    found = [] if runtime_only else problems(plan, plain)
     if graph.scopes and device != "cpu":
         raise GraphmemError("the verifier runs the bodies of If/Loop/Scan nodes on the CPU "
                             "provider only; verify this model with --provider cpu")
@@ -227,12 +227,13 @@ def _provider(name: str) -> tuple[str, str]:
 def check_compatible(plan: Plan, graph: Graph) -> None:
     """Raise GraphmemError when ``plan`` was made for another model than ``graph``."""
     model = graph.model_path or graph.name
-    arena = set(graph.arena_tensors())
+    in_arena = graph.arena_tensors()
+    arena = set(in_arena)
     extra = [t for t in plan.tensors if t not in graph.tensors]
     if extra:
         raise GraphmemError(f"the plan was made for another model: its tensor {extra[0]!r} "
                             f"is not in {model}")
-    missing = [t for t in graph.arena_tensors() if t not in plan.tensors]
+    missing = [t for t in in_arena if t not in plan.tensors]
     if missing:
         raise GraphmemError(f"the plan was made for another model: {model} has tensor "
                             f"{missing[0]!r}, which the plan does not place")
