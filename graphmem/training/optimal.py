@@ -40,31 +40,10 @@ import time
 from graphmem.core.highs import quiet_highs
 from graphmem.errors import GraphmemError
 from graphmem.training.build import TrainingGraph
-from graphmem.training.recompute import _forward, cuts
+from graphmem.training.recompute import cuts, segment_model
 
 MIB = float(2 ** 20)
 GIGA = 1e9
-
-
-def segment_model(tg: TrainingGraph, found: list) -> dict:
-    """The program's data: cut positions in the forward order, bytes kept at each cut,
-    cumulative activation bytes and matrix MACs along the forward pass."""
-    from graphmem.analysis.macs import matrix_macs
-    from graphmem.frontend.reader import from_model
-
-    graph = from_model(tg.model, check=False)
-    fwd, produced = _forward(tg.model.graph)
-    size = {t: graph.tensors[t].bytes if t in graph.tensors else 0 for t in produced}
-    by_name = {n.name: n for n in graph.nodes}
-    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
-    made, macs = [0], [0]
-    for n in fwd:
-        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
-        node = by_name.get(n.name)
-        macs.append(macs[-1] + (matrix_macs(node, graph.tensors) if node is not None else 0))
-    return {"p": [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1],
-            "kept": [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0],
-            "made": made, "macs": macs, "pos": pos}
 
 
 def solve(model: dict, time_limit: float = 60.0) -> tuple[list[int], dict]:

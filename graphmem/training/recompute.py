@@ -15,8 +15,13 @@ import math
 
 import onnx
 
+from graphmem.analysis.macs import MATRIX_OPS
 from graphmem.errors import GraphmemError
 from graphmem.training.build import TrainingGraph
+
+# MATRIX_OPS: ops whose outputs are costly to recompute. A trimmed segment keeps their
+# outputs and recomputes only the cheap ops between them (BatchNormalization, ReLU,
+# Add, ...): the ops the MAC count counts, so what it recomputes costs no MACs.
 
 
 def _forward(g: onnx.GraphProto):
@@ -156,6 +161,30 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> Training
     return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed)
 
 
+def segment_model(tg: TrainingGraph, found: list) -> dict:
+    """What the segment models (Chen's, :func:`choose_balanced`; the program of
+    :mod:`.optimal`) see of the forward pass: ``p``, the forward position after which
+    each cut sits (index 0 the start, -1 the end); ``kept``, the bytes each cut keeps;
+    ``made`` and ``macs``, the activation bytes and matrix MACs made up to each
+    position (cumulative, ``[0]`` first); ``pos``, each forward tensor's position."""
+    from graphmem.analysis.macs import matrix_macs
+    from graphmem.frontend.reader import from_model
+
+    graph = from_model(tg.model, check=False)
+    fwd, produced = _forward(tg.model.graph)
+    size = {t: graph.tensors[t].bytes if t in graph.tensors else 0 for t in produced}
+    by_name = {n.name: n for n in graph.nodes}
+    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
+    made, macs = [0], [0]
+    for n in fwd:
+        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
+        node = by_name.get(n.name)
+        macs.append(macs[-1] + (matrix_macs(node, graph.tensors) if node is not None else 0))
+    return {"p": [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1],
+            "kept": [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0],
+            "made": made, "macs": macs, "pos": pos}
+
+
 def choose_balanced(tg: TrainingGraph, found: list | None = None,
                     bounds_tried: int = 256) -> list[str]:
     """Cuts that minimize Chen's memory model exactly: the bytes kept at the chosen cuts
@@ -165,21 +194,11 @@ def choose_balanced(tg: TrainingGraph, found: list | None = None,
     program over the cuts finds the least kept bytes with every segment within B; the
     best B wins. Returns what the chosen cuts keep, in forward order, like
     :func:`choose_sqrt`."""
-    from graphmem.frontend.reader import from_model
-
     found = cuts(tg) if found is None else found
     if not found:
         return []
-    fwd, produced = _forward(tg.model.graph)
-    tensors = from_model(tg.model, check=False).tensors
-    size = {t: tensors[t].bytes if t in tensors else 0 for t in produced}
-    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
-    made = [0]
-    for n in fwd:
-        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
-    # cut k sits after forward node p[k]; index 0 is the start, m + 1 the end
-    p = [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1]
-    kept = [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0]
+    model = segment_model(tg, found)
+    p, kept, made, pos = model["p"], model["kept"], model["made"], model["pos"]
     m = len(p)
 
     def seg(a, b):
@@ -205,12 +224,6 @@ def choose_balanced(tg: TrainingGraph, found: list | None = None,
             best = (cost[-1] + bound, chosen)
     picked = {t for k in best[1] for t in found[k][1]}
     return sorted(picked, key=pos.__getitem__)
-
-
-# Ops whose outputs are costly to recompute: a trimmed segment keeps their outputs and
-# recomputes only the cheap ops between them (BatchNormalization, ReLU, Add, ...). The
-# ops the MAC count counts, so that what a trimmed segment recomputes costs no MACs.
-from graphmem.analysis.macs import MATRIX_OPS  # noqa: E402
 
 
 def recompute_sqrt(tg: TrainingGraph, segments: int | None = None,
