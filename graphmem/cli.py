@@ -106,12 +106,16 @@ def exit_now(code: int) -> None:
            if t is not threading.main_thread()):
         sys.exit(code)
     atexit._run_exitfuncs()
+    _flush_streams()
+    os._exit(code)
+
+
+def _flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (graphmem report | head)
             pass
-    os._exit(code)
 
 
 def _interrupted_late(signum, frame) -> None:
@@ -119,11 +123,7 @@ def _interrupted_late(signum, frame) -> None:
     left to clean up; what was printed is flushed and the process ends with 130 (an
     exception here could surface in the interpreter's shutdown, where it is ignored)."""
     import os
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    _flush_streams()
     try:
         os.write(2, b"graphmem: interrupted\n")
     except OSError:
