@@ -20,11 +20,13 @@ def add_html_args(parser) -> None:
         add_plan_arg(parser)
 
 
-def write_page(path: str, view, graph, inputs=()) -> str:
+def write_page(path: str, view, graph, inputs=(), sections: str = "",
+               title: str | None = None) -> str:
     """Write the report page of ``view`` (a plan of ``graph``) to ``path``; ``inputs``:
-    the files the command read, which ``path`` must not be."""
+    the files the command read, which ``path`` must not be; ``sections``, ``title``: see
+    :func:`graphmem.export.html.page`."""
     from graphmem.export.html import page
-    write_atomic(path, page(view, graph), inputs=inputs)
+    write_atomic(path, page(view, graph, sections, title), inputs=inputs)
     return path
 
 
