@@ -5,8 +5,8 @@ whose IR version is above the runtime's but that uses nothing the newer versions
 (a data type, an Opaque type: the opsets are versioned apart from the IR, and ONNX
 Runtime judges them itself) runs unchanged with its IR
 version lowered in memory: :func:`usable_ir_version` says which version to give a
-model, :func:`open_session` opens one with that version, and one note per process
-says it was done. Otherwise one line names both versions.
+model (and, asked to, says in one note that it lowered it), :func:`open_session` opens
+one at that version. Otherwise one line names both versions.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ _OPAQUE = -1  # an Opaque type, made available outside ONNX-ML in IR 14
 _IR_OF_ELEM_TYPE = {17: 9, 18: 9, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 12,
                     25: 13, 26: 13, 27: 14, 28: 14, _OPAQUE: 14}
 _MAX_IR = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
-_noted: set[tuple[int, int]] = set()
 
 
 @functools.cache
@@ -59,10 +58,11 @@ def needed_ir_version(model: onnx.ModelProto) -> tuple[int, str]:
     return need, why
 
 
-def usable_ir_version(model: onnx.ModelProto, what: str = "the model") -> int:
+def usable_ir_version(model: onnx.ModelProto, what: str = "the model", *,
+                      say: bool = False) -> int:
     """The IR version to give ``model`` (or a one-node model cut from it) for this
     onnxruntime: its own, or the runtime's highest when the model needs nothing newer
-    (noted once); GraphmemError naming both versions when it does."""
+    (with ``say``, a note says so); GraphmemError naming both versions when it does."""
     have = max(model.ir_version, 3)
     top = runtime_max_ir()
     if have <= top:
@@ -73,8 +73,7 @@ def usable_ir_version(model: onnx.ModelProto, what: str = "the model") -> int:
         raise GraphmemError(f"{what} is IR version {have} and needs IR {need} ({why}); the "
                             f"installed onnxruntime {ort.__version__} reads IR versions up "
                             f"to {top}")
-    if (have, top) not in _noted:
-        _noted.add((have, top))
+    if say:
         from graphmem.notes import note
         note(f"{what} is IR version {have}; the installed onnxruntime reads up to {top} "
              f"and nothing in it needs more, so it runs as IR {top} (in memory; the file "
@@ -94,8 +93,9 @@ def with_usable_ir(model: onnx.ModelProto, what: str = "the model") -> onnx.Mode
 
 
 def open_session(model: onnx.ModelProto, options, providers: list[str], what: str = "the model"):
-    """An ``InferenceSession`` on ``model`` at an IR version this onnxruntime reads.
-    ONNX Runtime's own errors propagate (callers word them)."""
+    """An ``InferenceSession`` on ``model`` at an IR version this onnxruntime reads (no
+    note: the caller says it once, with :func:`usable_ir_version`'s ``say``). ONNX
+    Runtime's own errors propagate (callers word them)."""
     import onnxruntime as ort
     return ort.InferenceSession(with_usable_ir(model, what).SerializeToString(), options,
                                 providers=providers)

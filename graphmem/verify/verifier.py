@@ -42,6 +42,7 @@ from graphmem.verify.inputs import checked_inputs, random_inputs, read_inputs
 from graphmem.verify.reference import (ReferenceRun, WholeModel, constant_values,
                                        model_with_weights, refused_inputs_message,
                                        separate_layout)
+from graphmem.verify.runtime import usable_ir_version
 from graphmem.core.order import check_order
 from graphmem.core.scopes import graph_for_plan
 
@@ -127,6 +128,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
 
     t0 = time.perf_counter()
     model = model_with_weights(graph)
+    usable_ir_version(model, say=True)  # one note where it runs at a lower IR version
     constants = constant_values(model, graph)
     feeds = checked_inputs(graph, inputs) if inputs is not None else random_inputs(graph, seed)
     runner = ArenaRun(plan, graph, model, constants, ort_provider, device, arena)
