@@ -289,6 +289,6 @@ def test_the_byte_replay_sees_no_damage_in_a_correct_plan_or_a_harmless_defect(t
     # y over b (read by y's own Mul, at 4, before y is written: in place, harmless too);
     # e over b: b is read at 4 after e is written at 3 -- damage, and verify fails there
     bad = _with(plan, {"e": {"offset": plan.tensors["b"].offset}})
-    assert tool.first_damaged_read(graph, bad, feeds, values) == (4, "b")
+    assert tool.first_damaged_read(graph, bad, feeds, values) == (4, "b", tool.BYTES)
     report = verify(bad, graph, runtime_only=True)
     assert not report.passed and report.mismatch.position == 4 and "'b'" in report.mismatch.describe()
