@@ -172,6 +172,8 @@ def stages(args) -> Iterator[Callable[[str], None]]:
     if not console.is_terminal:
         yield lambda stage: None
         return
+    from graphmem.commands.progress import clear_early
+    clear_early()
     with console.status("graphmem") as status:
         yield lambda stage: status.update(f"graphmem: {escape(stage)}")
 

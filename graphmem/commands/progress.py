@@ -21,6 +21,37 @@ from typing import Callable
 PROGRESS_EVERY = 10.0
 
 _ACTIVE: ContextVar["Progress | None"] = ContextVar("graphmem_progress", default=None)
+_EARLY: ContextVar[bool] = ContextVar("graphmem_early_line", default=False)
+
+# Commands that can take more than two seconds: they say so on a terminal before their
+# modules are even imported (numpy, onnx, rich: a second or two on a busy machine)
+LONG_COMMANDS = frozenset({"train", "fit", "report", "verify", "export"})
+
+
+def early(command: str | None) -> None:
+    """On a terminal, one ``graphmem: <command>: starting`` line on stderr at once, before
+    the imports; the command's :class:`Progress` (or the end of the command) erases it."""
+    if command not in LONG_COMMANDS:
+        return
+    try:
+        if not sys.stderr.isatty():
+            return
+        sys.stderr.write(f"graphmem: {command}: starting\r")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    _EARLY.set(True)
+
+
+def clear_early() -> None:
+    """Erase the line :func:`early` wrote, if it is there."""
+    if _EARLY.get():
+        _EARLY.set(False)
+        try:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def active() -> "Progress | None":
@@ -55,6 +86,7 @@ class Progress:
             self.terminal = Console(stderr=True).is_terminal
         if self.terminal:
             from rich.console import Console
+            clear_early()
             self._spinner = Console(stderr=True).status(self._text())
             self._spinner.__enter__()
         else:

@@ -19,6 +19,7 @@ from graphmem.commands.export import planned_view
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
+from graphmem.export.html_parts import page_sections
 from graphmem.commands.sizes import parse_bytes
 from graphmem.plan.io import check_output
 from graphmem.plan.view import layer_label
@@ -111,20 +112,8 @@ def build(args) -> dict:
         if args.html:
             progress("writing the page")
             write_page(args.html, view, graph, input_paths(args), sections=page_sections(
-                out, budget))
+                out["footprint"], out.get("whatif"), out.get("batch"), budget))
     return out
-
-
-def page_sections(data: dict, budget: int | None) -> str:
-    """The report page's sections beyond the arena: the whole footprint, the what-ifs."""
-    from graphmem.export.html_parts import footprint_section, whatif_section
-    html = footprint_section([data["footprint"]], budget,
-                             "Weights as the file stores them, the im2col workspace a "
-                             "runtime that lowers convolutions keeps, and the planned "
-                             "activation arena: what one inference holds.")
-    if data.get("whatif"):
-        html += whatif_section(data["whatif"], budget, data.get("batch"))
-    return html
 
 
 def bind_batch(args, batches: list[int] | None) -> None:

@@ -50,6 +50,8 @@ def add_verify_args(p) -> None:
 
 
 def run(args) -> int:
+    from graphmem.commands.progress import clear_early
+    clear_early()  # the stages and the bar over the nodes show from here
     with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"

@@ -23,6 +23,29 @@ def _mib(n: int | float) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
+INFERENCE_CAPTION = ("Weights as the file stores them, the im2col workspace a runtime that "
+                     "lowers convolutions keeps, and the planned activation arena: what "
+                     "one inference holds.")
+
+
+def page_sections(fp: dict, whatif: list | None = None, batch: int | None = None,
+                  budget: int | None = None) -> str:
+    """The report page's sections beyond the arena: the whole footprint ``fp``
+    (:mod:`graphmem.analysis.footprint`), the what-ifs as a plot when there are any."""
+    html_text = footprint_section([fp], budget, INFERENCE_CAPTION)
+    if whatif:
+        html_text += whatif_section(whatif, budget, batch)
+    return html_text
+
+
+def inference_sections(view, graph) -> str:
+    """:func:`page_sections` for a plan of ``graph`` alone (``export --html``)."""
+    from graphmem.analysis.breakdown import totals
+    from graphmem.analysis.footprint import inference
+    return page_sections(inference(totals(graph, view.plan),
+                                   title=f"{view.plan.model}, inference"))
+
+
 def footprint_section(footprints: list[dict], budget: int | None = None,
                       caption: str = "") -> str:
     """The whole footprint: one stacked bar per footprint, all to one scale, each with
