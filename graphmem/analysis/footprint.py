@@ -20,9 +20,10 @@ def part(key: str, label: str, nbytes: int, note: str = "") -> dict:
     return {"key": key, "label": label, "bytes": int(nbytes), "note": note}
 
 
-def stack(kind: str, title: str, parts: list[dict]) -> dict:
-    """A footprint of ``parts`` (those of 0 bytes left out), with their total."""
-    kept = [p for p in parts if p["bytes"] > 0]
+def stack(kind: str, title: str, parts: list[dict], keep: tuple[str, ...] = ()) -> dict:
+    """A footprint of ``parts`` (those of 0 bytes left out, unless their key is in
+    ``keep``), with their total."""
+    kept = [p for p in parts if p["bytes"] > 0 or p["key"] in keep]
     return {"kind": kind, "title": title, "total_bytes": sum(p["bytes"] for p in kept),
             "parts": kept}
 

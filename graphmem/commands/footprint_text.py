@@ -34,14 +34,15 @@ def print_footprints(console: Console, footprints: list[dict],
         start = 0.0
         for k, p in enumerate(f["parts"]):
             width = BAR * p["bytes"] / scale
-            lead, cells = round(start), max(1, round(start + width) - round(start))
+            lead = round(start)
+            cells = max(1 if p["bytes"] else 0, round(start + width) - lead)
             fill, colour = FILLS[k % len(FILLS)], COLOURS[k % len(COLOURS)]
             table.add_row(shown(p["label"]), mib(p["bytes"]),
                           f"{100 * p['bytes'] / max(f['total_bytes'], 1):.1f}",
                           " " * lead + f"[{colour}]{fill * cells}[/]", shown(p["note"]))
             start += width
         total_bar = "".join(f"[{COLOURS[k % len(COLOURS)]}]"
-                            f"{FILLS[k % len(FILLS)] * max(1, round(BAR * p['bytes'] / scale))}[/]"
+                            f"{FILLS[k % len(FILLS)] * max(1 if p['bytes'] else 0, round(BAR * p['bytes'] / scale))}[/]"
                             for k, p in enumerate(f["parts"]))
         if budget:
             mark = round(BAR * budget / scale)

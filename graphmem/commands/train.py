@@ -177,6 +177,9 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
         report.extra.update(offload_plan(graph, result, args.host_bw, args.device_flops,
                                          offload_min))
     report.extra["loss"] = loss_kind(tg)
+    peak = report.extra.get("peak") or {}
+    if peak.get("position") is not None:
+        peak["node_index"] = result.plan.order[peak["position"]]
     names = node_names(graph, layer_names(tg, model))
     return {"report": report, "tg": tg, "graph": graph, "result": result, "names": names}
 
@@ -220,7 +223,8 @@ def _named(op, node, names: dict) -> str:
 
 
 def _peak_layer(peak: dict, names: dict) -> str:
-    return layer_label(peak["op"], names.get(peak["node"], peak["node"]), peak["position"])
+    return layer_label(peak["op"], names.get(peak["node"], peak["node"]), peak["position"],
+                       peak.get("node_index"))
 
 
 def inference_footprint(args, batch: int, precision: str) -> dict:

@@ -191,7 +191,7 @@ function axes(w, h, ymax, yOf, label) {
   for (const v of niceTicks(ymax / MiB, 5)) {
     const y = yOf(v * MiB);
     s += `<line x1="${M.l}" x2="${w - M.r}" y1="${y}" y2="${y}" stroke="#eee"/>` +
-         `<text x="${M.l - 6}" y="${y + 4}" text-anchor="end">${+v.toFixed(2)}</text>`;
+         `<text x="${M.l - 6}" y="${y + 4}" text-anchor="end">${+v.toPrecision(6)}</text>`;
   }
   const x = xScale(w);
   for (const p of niceTicks(D.steps, 8)) {
@@ -214,21 +214,25 @@ function drawTimeline() {
     arr.forEach((b, i) => { d += `V${y(b).toFixed(1)}H${x(i).toFixed(1)}`; });
     return d + `V${y(0)}`;
   };
-  // labels: the arena's at the right end of its line, the others at the left end, so
-  // two lines at nearly the same height do not write over each other
-  const hline = (b, color, dash, text, left) =>
+  // labels at the right end: the arena's above its line, the unaliased peak's below its
+  // own (the two are often close: their labels must not land on each other); the
+  // aliased peak's, drawn only where it differs from the arena, at the left end
+  const hline = (b, color, dash, text, where) =>
     `<line x1="${M.l}" x2="${w - M.r}" y1="${y(b)}" y2="${y(b)}" stroke="${color}" stroke-width="1.5" stroke-dasharray="${dash}"/>` +
-    `<text x="${left ? M.l + 4 : w - M.r - 4}" y="${y(b) - 4}" text-anchor="${left ? "start" : "end"}" style="fill:${color}">${text} ${fmtMiB(b)}</text>`;
+    `<text x="${where === "left" ? M.l + 4 : w - M.r - 4}" y="${where === "below" ? y(b) + 13 : y(b) - 4}" ` +
+    `text-anchor="${where === "left" ? "start" : "end"}" style="fill:${color}">${text} ${fmtMiB(b)}</text>`;
   const px = x(D.peak_step) + (x(D.peak_step + 1) - x(D.peak_step)) / 2;
   svg.innerHTML = axes(w, h, ymax, y, "MiB") +
     `<path d="${path(D.live_unaliased)}" fill="#dde5ee" stroke="#9fb3c8" stroke-width="1"/>` +
     `<path d="${path(D.live)}" fill="#9ecae1" fill-opacity="0.6" stroke="#2171b5" stroke-width="1.2" class="live"/>` +
-    hline(lb, "#e08214", "6 3", "unaliased peak", true) +
-    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak", true) : "") +
-    hline(D.arena, "#c0392b", "", "arena", false) +
+    hline(lb, "#e08214", "6 3", "unaliased peak", "below") +
+    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak", "left") : "") +
+    hline(D.arena, "#c0392b", "", "arena", "above") +
     `<line x1="${px}" x2="${px}" y1="${M.t}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
     `<circle cx="${px}" cy="${y(D.live[D.peak_step + 1])}" r="4" fill="#c0392b" class="peak"/>` +
-    `<text x="${px + 6}" y="${M.t + 12}" style="fill:#c0392b">peak at step ${D.peak_step}</text>` +
+    (px > 0.6 * w
+      ? `<text x="${px - 6}" y="${M.t + 12}" text-anchor="end" style="fill:#c0392b">peak at step ${D.peak_step}</text>`
+      : `<text x="${px + 6}" y="${M.t + 12}" style="fill:#c0392b">peak at step ${D.peak_step}</text>`) +
     `<line id="cursor" x1="0" x2="0" y1="${M.t}" y2="${h - M.b}" stroke="#333" visibility="hidden"/>`;
   svg.dataset.w = w;
 }

@@ -35,12 +35,14 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
                           "activations, gradients and backward's tensors, planned"))
         return stack("training", title, parts)
     at = f"at the arena's peak (step {peak['position']})"
+    grads = (f"weight gradients made by then, live {at}" if kinds["gradients"] else
+             f"none made by the peak: all {r.gradient_bytes / 2**20:,.2f} MiB of them are "
+             f"made later, in arena bytes freed by then")
     parts += [part("kept", "kept for backward", kinds["saved"],
                    f"activations made before backward starts, live {at}"),
-              part("gradients", "gradients", kinds["gradients"],
-                   f"weight gradients made by then, live {at}"),
+              part("gradients", "gradients", kinds["gradients"], grads),
               part("backward", "backward's tensors", kinds["backward"],
                    f"adjoints, transposed weights, masks live {at}"),
               part("arena_rest", "rest of the arena", r.arena_bytes - sum(kinds.values()),
                    "bytes the placement leaves free at the peak")]
-    return stack("training", title, parts)
+    return stack("training", title, parts, keep=("gradients",))
