@@ -60,8 +60,9 @@ def test_every_section_is_in_its_document():
 
 
 def test_replace_marked_keeps_the_rest(tmp_path):
+    import benchdoc
     doc = tmp_path / "README.md"
     sec = doctables.section("zoo-table")
     doc.write_text(f"before\n{sec.begin}\nold\n{sec.end}\nafter\n")
-    doctables.replace_marked(doc, sec, "new $1 \\g<0>")
+    benchdoc.replace_marked(doc, "zoo-table", "new $1 \\g<0>")
     assert doc.read_text() == f"before\n{sec.begin}\nnew $1 \\g<0>\n{sec.end}\nafter\n"

@@ -57,9 +57,8 @@ def main() -> None:
         print(f"{lines[-1]} {seconds[-1] * 1000:.0f} ms |")
     if args.doc:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from doctables import ROOT, replace_marked, section
-        replace_marked(ROOT / "docs" / "plan-format.md", section("control-flow-table"),
-                       "\n".join(lines))
+        from benchdoc import ROOT, replace_marked
+        replace_marked(ROOT / "docs" / "plan-format.md", "control-flow-table", "\n".join(lines))
 
 
 if __name__ == "__main__":

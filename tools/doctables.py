@@ -219,16 +219,6 @@ def numeric_tables_outside_sections(path: Path, text: str) -> list[str]:
     return out
 
 
-def replace_marked(path: Path, sec: Section, body: str) -> None:
-    """Write ``body`` between the section's markers in ``path``, keeping the rest."""
-    from graphmem.plan.io import write_atomic
-    text = path.read_text()
-    start, stop = text.find(sec.begin), text.find(sec.end)
-    if start < 0 or stop < start:
-        raise SystemExit(f"{path}: no {sec.begin} ... {sec.end} markers to write between")
-    write_atomic(path, text[:start + len(sec.begin)] + "\n" + body.strip() + "\n" + text[stop:])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="list the sections")

@@ -364,8 +364,8 @@ def main(argv=None) -> int:
     print(table(mutants))
     if args.doc:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from doctables import ROOT, replace_marked, section
-        replace_marked(ROOT / "docs" / "verify-mutations.md", section("verify-mutations"),
+        from benchdoc import ROOT, replace_marked
+        replace_marked(ROOT / "docs" / "verify-mutations.md", "verify-mutations",
                        table(mutants))
     missed = [m for m in mutants if m.reaches and m.verdict != "FAIL"]
     extra = [m for m in mutants if not m.reaches and m.verdict != "PASS" or m.kernel]

@@ -43,8 +43,8 @@ def main() -> None:
     table = "\n".join(HEADER + [row(name) for name in ZOO])
     print(table)
     if args.readme:
-        from doctables import ROOT, replace_marked, section
-        replace_marked(ROOT / "README.md", section("report-table"), table)
+        from benchdoc import ROOT, replace_marked
+        replace_marked(ROOT / "README.md", "report-table", table)
 
 
 if __name__ == "__main__":

@@ -56,8 +56,8 @@ def main() -> None:
     table = "\n".join(rows())
     print(table)
     if args.readme:
-        from doctables import ROOT, replace_marked, section
-        replace_marked(ROOT / "README.md", section("zoo-table"), table)
+        from benchdoc import ROOT, replace_marked
+        replace_marked(ROOT / "README.md", "zoo-table", table)
 
 
 if __name__ == "__main__":
