@@ -1,7 +1,8 @@
 /* graphmem.wire: a serialized ONNX ModelProto read straight from the protobuf wire format.
  *
  * parse_model(data) walks the bytes of a ModelProto (any object with the buffer protocol:
- * bytes, memoryview, mmap; it is not copied) and returns plain Python data: the opsets, and
+ * bytes, memoryview, mmap; it is not copied) and returns plain Python data (dicts, and named
+ * records: struct sequences, tuples whose items also have names): the opsets, and
  * for the main graph (and, recursively, for the subgraphs of GRAPH and GRAPHS attributes)
  * its nodes, initializers (without their data), value infos with their tensor types, and the
  * byte span of every top-level entry of the GraphProto, so that a caller can re-assemble a
@@ -479,7 +480,7 @@ fail:
     return NULL;
 }
 
-/* TensorProto -> (name, data_type, dims, data_location, raw_data_length, external_data) */
+/* TensorProto -> Initializer(name, data_type, dims, data_location, raw_bytes, external_data) */
 static PyObject *parse_tensor(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = {p, end, "TensorProto"};
@@ -614,7 +615,7 @@ fail:
     return NULL;
 }
 
-/* TypeProto.Tensor -> ("tensor", elem_type, shape or None) */
+/* TypeProto.Tensor -> ValueType("tensor", elem_type, shape or None) */
 static PyObject *parse_tensor_type(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = {p, end, "TypeProto.Tensor"};
@@ -656,7 +657,7 @@ fail:
     return NULL;
 }
 
-/* TypeProto -> ("tensor", ...), ("sequence",), ... or None */
+/* TypeProto -> ValueType("tensor", ...), ValueType("sequence", 0, None), ... or None */
 static PyObject *parse_type(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = {p, end, "TypeProto"};
@@ -710,7 +711,7 @@ fail:
     return NULL;
 }
 
-/* ValueInfoProto -> (name, type) */
+/* ValueInfoProto -> Value(name, type) */
 static PyObject *parse_value(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = {p, end, "ValueInfoProto"};
@@ -749,7 +750,7 @@ fail:
     return NULL;
 }
 
-/* AttributeProto -> (name, type, raw) or, for GRAPH and GRAPHS, (name, type, raw, [GRAPH]) */
+/* AttributeProto -> Attribute(name, type, raw, subgraphs: [GRAPH] for GRAPH and GRAPHS, else ()) */
 static PyObject *parse_attr(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = {p, end, "AttributeProto"};
@@ -836,7 +837,7 @@ fail:
     return NULL;
 }
 
-/* NodeProto -> (name, op_type, domain, inputs, outputs, attributes) */
+/* NodeProto -> Node(name, op_type, domain, inputs, outputs, attrs) */
 static PyObject *parse_node(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = {p, end, "NodeProto"};
@@ -1133,14 +1134,15 @@ static PyMethodDef wire_methods[] = {
      "A serialized ModelProto (any bytes-like object, not copied) as plain data:\n"
      "{'ir_version': int, 'opsets': [(domain, version)], 'graph': GRAPH or None,\n"
      " 'graph_span': (offset, length) of the graph's content in data, or None}.\n"
-     "GRAPH: {'name', 'nodes': [(name, op_type, domain, inputs, outputs, attributes)],\n"
-     " 'initializers': [(name, data_type, dims, data_location, raw_data_length,\n"
-     "   external_data)], 'inputs'/'outputs'/'value_info': [(name, type)],\n"
+     "GRAPH: {'name', 'nodes': [Node(name, op_type, domain, inputs, outputs, attrs)],\n"
+     " 'initializers': [Initializer(name, data_type, dims, data_location, raw_bytes,\n"
+     "   external_data)], 'inputs'/'outputs'/'value_info': [Value(name, type)],\n"
      " 'sparse_initializers': count, 'spans': {field number: [(offset, length)]} of every\n"
-     " whole top-level entry}. An attribute is (name, type, raw AttributeProto bytes), with\n"
-     " a fourth item, the list of parsed subgraphs, for GRAPH and GRAPHS. A type is None,\n"
-     " ('tensor', elem_type, shape or None) or ('sequence',), ('map',), ('optional',),\n"
-     " ('sparse_tensor',), ('opaque',); a dim is an int, a str or None. Strings that are\n"
+     " whole top-level entry}. An attrs item is Attribute(name, type, raw AttributeProto\n"
+     " bytes, subgraphs: the list of parsed GRAPHs for GRAPH and GRAPHS, else ()). A type is\n"
+     " None or ValueType(kind, elem_type, shape or None): kind 'tensor', or 'sequence',\n"
+     " 'map', 'optional', 'sparse_tensor', 'opaque' (elem_type 0, shape None); a dim is an\n"
+     " int, a str or None. The records are tuples with named items. Strings that are\n"
      " not UTF-8 come back as bytes, and 'not_utf8' counts them (0: none anywhere).\n"
      " Malformed data raises ValueError."},
     {"parse_values", wire_parse_values, METH_O,

@@ -95,8 +95,8 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
     try:
         values.update(_run_nodes(model, run, values, evaluators))
         return values
-    except Exception:  # noqa: BLE001 -- not dropped: every node is tried again alone
-        pass  # below, and each that fails again is named with its error in ``failures``
+    except Exception:  # not dropped: every node is tried again alone below, and each
+        pass  # that fails again is named with its error in ``failures``
     for n in run:
         outs = [o for o in n.output if o]
         lost = next((t for t in n.input if t and t not in values), None)
@@ -133,7 +133,7 @@ def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
         try:
             results = evaluate(sub, wanted)
             break
-        except Exception:
+        except Exception:  # the next evaluator is tried; the last one's error is raised
             if i == len(evaluators) - 1:
                 raise
     return {name: np.asarray(v) for name, v in zip(wanted, results)}
