@@ -42,7 +42,8 @@ def types(data: bytes) -> dict[str, tuple]:
     g = wire.parse_values(data)["graph"]
     found: dict[str, tuple] = {}
     for kind in ("value_info", "inputs", "outputs"):
-        found.update(vi for vi in g[kind] if vi.type is not None)
+        # a comprehension: dict.update copies each record that is not an exact tuple
+        found.update({vi.name: vi.type for vi in g[kind] if vi.type is not None})
     for init in g["initializers"]:
         found[init.name] = ("init", init.data_type, init.dims)
     return found

@@ -15,8 +15,7 @@ place in the order where it should run: cheap and exact ones before broad ones.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from graphmem import wire
 from graphmem.core.ir import CONTROL_FLOW, Node, Sizing, Tensor, standard_domain
@@ -35,27 +34,28 @@ else:
     onnx = _onnx
 
 
-@dataclass(eq=False)
 class LoadState:
     """What the strategies share: the model as read (wire graph, order, reads,
     bindings), the model with the types found so far (``model``: bytes, or the proto
     once a strategy needed one), every tensor sized so far, the nodes that fold, and
-    the outputs of running nodes still unknown (``missing``: None until computed)."""
-    data: bytes  # the model's bytes as read
-    work: bytes  # ... with bound dims and large weights stripped: what inference reads
-    g: dict  # the wire graph
-    order: list[int]
-    reads: list[tuple[str, ...]]
-    bindings: dict[str, int]
-    opset: int
-    base_dir: str
-    model: bytes | onnx.ModelProto | None = None
-    tensors: dict[str, Tensor] = field(default_factory=dict)
-    folded: set[int] = field(default_factory=set)
-    constants: list[str] = field(default_factory=list)
-    missing: list[tuple[str, Node]] | None = None
-    scopes: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # what a strategy caught, and why
+    the outputs of running nodes still unknown (``missing``: None until computed).
+    (A plain class, not a dataclass: the loader imports it on every run.)"""
+
+    def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
+                 reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
+                 base_dir: str):
+        self.data = data  # the model's bytes as read
+        self.work = work  # ... with bound dims and large weights stripped: inference reads it
+        self.g = g  # the wire graph
+        self.order, self.reads, self.bindings = order, reads, bindings
+        self.opset, self.base_dir = opset, base_dir
+        self.model: bytes | onnx.ModelProto | None = None
+        self.tensors: dict[str, Tensor] = {}
+        self.folded: set[int] = set()
+        self.constants: list[str] = []
+        self.missing: list[tuple[str, Node]] | None = None
+        self.scopes: dict = {}
+        self.notes: list[str] = []  # what a strategy caught, and why
 
     def model_bytes(self) -> bytes:
         if not isinstance(self.model, bytes):
@@ -74,15 +74,18 @@ class LoadState:
         self.missing = unknown(self.g, self.order, self.tensors, self.folded)
 
 
-@dataclass(frozen=True)
-class Strategy:
+def _always(state: LoadState) -> bool:
+    return True
+
+
+class Strategy(NamedTuple):
     """``run`` sizes what it can on the state. ``always``: runs whenever ``applies``
     (not only while something is unknown) and leaves ``missing`` to the loader."""
     name: str
     run: Callable[[LoadState], None]
     summary: str
     always: bool = False
-    applies: Callable[[LoadState], bool] = lambda state: True
+    applies: Callable[[LoadState], bool] = _always
 
 
 # --------------------------------------------------------------------------- the strategies
