@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 import graphmem
-from graphmem.export.html import render
 from graphmem.plan.view import build
 from graphmem.frontend.zoo import zoo_path
 
@@ -48,10 +47,13 @@ def run_chromium(url: str, *extra: str, timeout: float = 90) -> subprocess.Compl
 
 
 def write_page(name: str, folder: Path) -> tuple[Path, object]:
+    """The page `graphmem export --html` writes for a zoo model (with its footprint)."""
+    from graphmem.export.html import page as report_page
+    from graphmem.export.html_parts import inference_sections
     graph = graphmem.load(zoo_path(name))
     view = build(graphmem.plan_graph(graph, model_name=f"{name}.onnx").plan, graph)
     path = folder / f"{name}.html"
-    path.write_text(render(view))
+    path.write_text(report_page(view, graph, inference_sections(view, graph)))
     return path, view
 
 
