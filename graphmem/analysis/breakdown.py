@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
-from graphmem.analysis.macs import im2col_bytes, matrix_macs, node_macs
+from graphmem.analysis.macs import im2col_bytes, mac_totals, node_macs
 from graphmem.plan.columns import group_roots
 from graphmem.plan.format import Plan
 
@@ -140,7 +140,6 @@ def workspace(graph: Graph) -> tuple[int, int | None]:
 
 def totals(graph: Graph, plan: Plan) -> dict:
     """The breakdown: weights, params, naive and planned activations, MACs, workspace."""
-    macs = [node_macs(n, graph.tensors) for n in graph.nodes]
     ws, ws_node = workspace(graph)
     weights = weight_bytes(graph)
     return {
@@ -150,9 +149,7 @@ def totals(graph: Graph, plan: Plan) -> dict:
                                                  sum(t.bytes for t in plan.tensors.values())),
         "arena_bytes": plan.arena_bytes,
         "aliased_peak_bytes": plan.stats.get("aliased_peak_bytes"),
-        "matrix_macs": sum(matrix_macs(n, graph.tensors) for n in graph.nodes),
-        "macs": sum(m for m in macs if m is not None),
-        "macs_unknown_ops": sorted({n.op_type for n, m in zip(graph.nodes, macs) if m is None}),
+        **mac_totals(graph),
         "workspace_bytes": ws,
         "workspace_node": ws_node,
         "total_bytes": weights + plan.arena_bytes + ws,
@@ -327,12 +324,15 @@ def report(graph: Graph, plan: Plan, dev: Device | None = None) -> dict:
 
 
 def by_op(layers: list[dict]) -> dict[str, dict]:
-    """MACs, bytes moved and time summed per op type, largest MAC share first."""
+    """MACs, bytes moved and time summed per op type, largest MAC share first; ``unknown``
+    counts the nodes without a MAC rule."""
     out: dict[str, dict] = {}
     for r in layers:
-        s = out.setdefault(r["op"], {"count": 0, "macs": 0, "bytes_moved": 0, "time_s": 0.0})
+        s = out.setdefault(r["op"], {"count": 0, "macs": 0, "unknown": 0, "bytes_moved": 0,
+                                     "time_s": 0.0})
         s["count"] += 1
         s["macs"] += r["macs"] or 0
+        s["unknown"] += r["macs"] is None  # nodes without a MAC rule: "macs" a lower bound
         s["bytes_moved"] += r["bytes_moved"]
         s["time_s"] += r["time_s"]
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["macs"]))
