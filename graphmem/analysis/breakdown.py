@@ -5,7 +5,9 @@ Pure functions: nothing here loads or plans; callers hand in a loaded
 
 - Weights are the initializers and folded constants that running nodes read (a weight
   only feeding a folded node, e.g. the shape of a ``ConstantOfShape``, is not counted;
-  the folded result is). ``params`` counts their elements, leaving out int64 constants
+  the folded result is), at the size the file stores them: a folded dequantization
+  (a QDQ model's weight ``DequantizeLinear``) counts as the int8 (int4, ...) tensor, scale
+  and zero point it reads; the float bytes it makes are ``weight_bytes_dequantized``. ``params`` counts their elements, leaving out int64 constants
   (Reshape shapes, axes, indices), which are arguments rather than parameters.
 - Activations: ``naive`` is one buffer per arena tensor; ``arena`` is the planned arena.
 - Workspace: the largest im2col buffer over the convolutions (see :mod:`graphmem.analysis.macs`);
@@ -70,13 +72,10 @@ class Device:
 def compute_class(graph: Graph) -> str:
     """Which peak of a device applies to this graph: "float16", "int8" or "float32".
 
-    Decided by the weights read by running nodes, the bulk of what the kernels compute on.
+    Decided by the weights read by running nodes, as stored (a QDQ model's int8), the bulk
+    of what the kernels compute on.
     """
-    counts: dict[str, int] = {}
-    for name in static_reads(graph):
-        t = graph.tensors.get(name)
-        if t is not None:
-            counts[t.dtype] = counts.get(t.dtype, 0) + t.bytes
+    counts = weight_dtypes(graph)
     dtype = max(counts, key=counts.get) if counts else "float32"
     return "float16" if dtype in _HALF else "int8" if dtype in _EIGHT_BIT else "float32"
 
@@ -113,9 +112,37 @@ def static_reads(graph: Graph) -> list[str]:
     return [t for t in seen if t in graph.tensors]
 
 
+def stored_reads(graph: Graph, names: list[str] | None = None) -> list[str]:
+    """``names`` (default :func:`static_reads`) with each dequantized constant replaced by
+    the tensors the file stores it as (``graph.stored_as``), each once."""
+    names = static_reads(graph) if names is None else names
+    if not graph.stored_as:
+        return names
+    out: dict[str, None] = {}
+    for t in names:
+        out.update(dict.fromkeys(s for s in graph.stored_as.get(t, (t,)) if s in graph.tensors))
+    return list(out)
+
+
 def weight_bytes(graph: Graph) -> int:
-    """Bytes of the weights and folded constants running nodes read, each once."""
-    return sum(graph.tensors[t].bytes for t in static_reads(graph))
+    """Bytes of the weights and folded constants running nodes read, each once, as the
+    file stores them: a dequantized weight counts as its int8 (int4, ...) tensor, scale
+    and zero point."""
+    return sum(graph.tensors[t].bytes for t in stored_reads(graph))
+
+
+def dequantized_bytes(graph: Graph) -> int:
+    """Bytes of the float weights that dequantizing the stored ones makes (0 when no
+    weight is quantized): what a runtime holds if it dequantizes them ahead of time."""
+    return sum(graph.tensors[t].bytes for t in static_reads(graph) if t in graph.stored_as)
+
+
+def weight_dtypes(graph: Graph) -> dict[str, int]:
+    """Stored weight bytes per element type, largest first."""
+    out: dict[str, int] = {}
+    for t in stored_reads(graph):
+        out[graph.tensors[t].dtype] = out.get(graph.tensors[t].dtype, 0) + graph.tensors[t].bytes
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def is_param(graph: Graph, name: str) -> bool:
@@ -144,6 +171,8 @@ def totals(graph: Graph, plan: Plan) -> dict:
     weights = weight_bytes(graph)
     return {
         "weight_bytes": weights,
+        "weight_bytes_by_dtype": weight_dtypes(graph),
+        "weight_bytes_dequantized": dequantized_bytes(graph),
         "params": param_count(graph),
         "activation_bytes_naive": plan.stats.get("naive_bytes",
                                                  sum(t.bytes for t in plan.tensors.values())),
@@ -178,7 +207,7 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
         reads = list(dict.fromkeys(n.reads))
         outs = [o for o in n.outputs if o]
         params = [t for t in reads if t in static and t in graph.tensors]
-        param_bytes = sum(graph.tensors[t].bytes for t in params)
+        param_bytes = sum(graph.tensors[t].bytes for t in stored_reads(graph, params))
         act_bytes = sum(graph.tensors[o].bytes for o in outs)
         views = [o for o in outs if o in plan.tensors and plan.tensors[o].alias == "view"]
         if outs and len(views) == len(outs):
