@@ -5,7 +5,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from itertools import repeat
 from math import prod
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 # The standard ONNX operator domain, by either of its names.
 STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
@@ -86,6 +86,13 @@ class Node:
         return f"node {self.index} ({self.op_type}{' ' + repr(self.name) if self.name else ''})"
 
 
+class Sizing(NamedTuple):
+    """One shape strategy that ran at load (graphmem/frontend/shape_strategies.py)."""
+    strategy: str
+    count: int  # the tensors it newly sized
+    tensors: tuple[str, ...]  # their names; () for the first (it sizes them all)
+
+
 @dataclass(frozen=True)
 class Graph:
     """A loaded model: the nodes that run, and every tensor's static type.
@@ -118,6 +125,10 @@ class Graph:
     # it is made from (graphmem/frontend/stored_weights.py): weights count as stored
     stored_as: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False,
                                                     hash=False)
+    # how the loader sized the tensors: each shape strategy that ran, in order
+    sizing: tuple[Sizing, ...] = field(default=(), compare=False, hash=False)
+    # what the loader caught and went on past (printed as notes when it loads)
+    load_notes: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}
