@@ -47,7 +47,7 @@ SOURCES = {
     "resnet50": {"dims": {}, "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq")},
     "encoder": {"dims": {"batch": 1, "seq": 128},
                 "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq", "int4")},
-    "gpt2-decode": {"dims": {"batch": 1, "seq": 1, "past_seq": 511},
+    "gpt2-decode": {"dims": {"batch": 1, "seq": 1, "past_seq": 64},
                     "forms": ("fp32", "fp16", "int8-dynamic", "int4")},
 }
 
