@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from graphmem import wire
-from graphmem.core.dtypes import _BY_ENUM, ENUM_BY_NAME
+from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
+from graphmem.errors import GraphmemError
 from graphmem.core.ir import Tensor
 from graphmem.frontend.splice import VALUE_INFO, splice
 
@@ -54,7 +55,10 @@ def check(annotations: Mapping[str, tuple[int, tuple | None]], tensors: Mapping[
         said_shape = shape if _static(shape) else None
         if ENUM_BY_NAME.get(t.dtype) != elem or (said_shape is not None
                                                    and tuple(said_shape) != t.shape):
-            said = _BY_ENUM[elem][0] if elem in _BY_ENUM else f"element type {elem}"
+            try:
+                said = dtype_of(elem, name)[0]
+            except GraphmemError:  # a string or unknown element type, said as its number
+                said = f"element type {elem}"
             wrong.append(f"{name!r} (value_info says {said}"
                          f"{' ' + str(list(said_shape)) if said_shape is not None else ''}, "
                          f"computed {t.dtype} {list(t.shape)})")
