@@ -62,10 +62,26 @@ class Expression:
         return (free[0], int(found[0])) if len(found) == 1 and len(roots) == 1 else None
 
 
+_EXPRESSION_CHARS = frozenset("+-*/(), ")
+
+
 def looks_like_expression(text: str) -> bool:
     """Does a dim_param read as arithmetic rather than as one name? (``batch_size`` and
-    ``unk__0`` are names; ``past_seq + 1`` and ``2*s`` are not.)"""
-    return not text.isidentifier() and any(c in text for c in "+-*/()")
+    ``unk__0`` are names; ``past_seq + 1`` and ``2*s`` are not; nor is a name holding
+    other characters, a URL or an escape sequence.)"""
+    return (not text.isidentifier() and any(c in text for c in "+-*/()")
+            and all(c.isalnum() or c == "_" or c in _EXPRESSION_CHARS for c in text))
+
+
+def is_expression(text: str) -> bool:
+    """A dim_param that graphmem evaluates: it looks like arithmetic and parses."""
+    if not looks_like_expression(text):
+        return False
+    try:
+        parse(text)
+    except GraphmemError:
+        return False
+    return True
 
 
 def parse(text: str) -> Expression:
@@ -152,14 +168,29 @@ def resolve(dim_params: Iterable[str], dims: Mapping[str, int]) -> dict[str, int
     return out
 
 
-def unbound_hint(text: str, dims: Mapping[str, int]) -> str:
+def expression_names(dim_params: Iterable[str]) -> set[str]:
+    """The dim names the expressions among ``dim_params`` read (``past_seq`` of
+    ``past_seq + 1``): a model has them even where no axis is named by them alone."""
+    out: set[str] = set()
+    for text in dim_params:
+        if looks_like_expression(text):
+            try:
+                out.update(parse(text).names)
+            except GraphmemError:
+                continue
+    return out
+
+
+def unbound_hint(text: str, dims: Mapping[str, int], brief: bool = False) -> str:
     """What to bind for an unbound dim_param: the names an expression reads that are not
-    bound, or why it is no expression graphmem evaluates."""
+    bound, or why it is no expression graphmem evaluates (``brief``: as a clause, for a
+    parenthesis the caller writes)."""
     if not looks_like_expression(text):
         return ""
     try:
         e = parse(text)
     except GraphmemError as exc:
-        return f" ({exc})"
+        return f", {exc}" if brief else f" ({exc})"
     missing = [n for n in e.names if n not in dims]
-    return f" (an expression of {', '.join(missing)}: bind {'it' if len(missing) == 1 else 'them'})"
+    what = f"an expression of {', '.join(missing)}"
+    return f", {what}" if brief else f" ({what}: bind {'it' if len(missing) == 1 else 'them'})"

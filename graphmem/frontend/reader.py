@@ -20,6 +20,11 @@ from typing import TYPE_CHECKING, Mapping
 from graphmem import wire
 from graphmem.core.ops import RANDOM_OPS
 from graphmem.frontend import attributes, onnx_c
+from graphmem.frontend.annotations import annotated_types, check as check_annotations
+from graphmem.frontend.dim_expressions import (expression_names, is_expression, resolve,
+                                               unbound_hint)
+from graphmem.frontend.stored_weights import DEQUANTIZE_OPS, dequantized_sources
+from graphmem.notes import note
 from graphmem.core.dtypes import dtype_of
 from graphmem.errors import GraphmemError, UnknownShape
 from graphmem.core.memory import release_freed
@@ -188,8 +193,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     bindings, rebound = _bind(data, g, dict(dims or {}), dim_default)
     work = _splice(data, parsed, rebound + stripped)
     data_prop = not any(n[OP] in UNBOUNDED_DATA_PROP for n in g["nodes"])
-    inferred = _infer(work, data_prop)
-    tensors = _tensors(_types(inferred))
+    inferred, tensors = _infer_checking_annotations(work, data_prop)
     scopes = {}
     if any(n[OP] in CONTROL_FLOW and standard_domain(n[DOMAIN]) for n in g["nodes"]):
         try:
@@ -608,6 +612,30 @@ def _run_checker(work: bytes) -> None:
 UNBOUNDED_DATA_PROP = frozenset({"Range"})
 
 
+def _infer_checking_annotations(work: bytes, data_prop: bool) -> tuple[bytes, dict]:
+    """onnx's inference on the model without its value_info annotations, and its
+    tensors; an annotation that disagrees with what it computes is named in a note, and
+    those of tensors it left unsized are given back for a second round
+    (:mod:`graphmem.frontend.annotations`)."""
+    parsed = wire.parse_model(work)
+    infos = parsed["graph"]["value_info"] if parsed["graph"] is not None else []
+    said = annotated_types(infos)
+    if infos:
+        work = _splice(work, parsed, [(13, i, None) for i in range(len(infos))])
+    inferred = _infer(work, data_prop)
+    tensors = _tensors(_types(inferred))
+    if said:
+        lines, back = check_annotations(said, tensors)
+        for line in lines:
+            note(line)
+        if back:
+            added = [(13, -1, _entry(13, _tensor_value_info(name, elem, shape)))
+                     for name, (elem, shape) in back.items()]
+            inferred = _infer(_splice(inferred, wire.parse_model(inferred), added), data_prop)
+            tensors = _tensors(_types(inferred))
+    return inferred, tensors
+
+
 def _infer(work: bytes, data_prop: bool = True) -> bytes:
     """onnx's shape inference (with data propagation unless told) on the model's bytes."""
     try:
@@ -767,14 +795,24 @@ def _drop_tensor_data(init: onnx.TensorProto) -> None:
 
 def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
               default: int | None = None, *, initializers=None) -> dict[str, int]:
-    """Bind symbolic dims in place; return every binding made (``default`` included).
+    """Bind symbolic dims in place; return every binding made (``default`` and the
+    values of dims written as expressions of others, ``past_seq + 1``, included).
 
     ``initializers``: the names of the graph's initializers, when ``model`` holds only
-    its value infos (the loader binds a model of the entries that name dims)."""
+    its value infos (the loader binds a model of the entries that name dims). A ``--dim``
+    the model does not have is a note: one command line may serve a family of models."""
     g = model.graph
     inits = set(initializers) if initializers is not None else {t.name for t in g.initializer}
+    params = _all_dim_params(model)
     dims = dict(dims)
     explicit = set(dims)
+    if default is not None:  # the names first: an expression of them follows from them
+        for vi in g.input:
+            if vi.name not in inits and vi.type.HasField("tensor_type"):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.dim_param and not is_expression(d.dim_param):
+                        dims.setdefault(d.dim_param, int(default))
+    dims = resolve(params, dims)
     used: set[str] = set()
     unbound: dict[str, str] = {}  # name -> where it was first seen
     for vi in g.input:
@@ -812,20 +850,23 @@ def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
         for d in shape.dim:
             if d.HasField("dim_param"):
                 d.dim_value = int(dims[d.dim_param])
-    unknown = sorted(explicit - used - _all_dim_params(model))
-    if unknown:
-        raise GraphmemError(f"--dim {unknown[0]}: the model has no symbolic dimension of that name")
+    for name in sorted(explicit - used - params - expression_names(params)):
+        note(f"--dim {name}: the model has no symbolic dimension of that name; ignored")
+        dims.pop(name)
     return dims
 
 
 def _unbound_message(unbound: Mapping[str, str]) -> str:
     """One line naming every unbound symbolic dim of the inputs, with the options to copy."""
     names = list(unbound)
-    where = "; ".join(f"{n!r} ({unbound[n]})" for n in names[:8])
+    where = "; ".join(f"{n!r} ({unbound[n]}{unbound_hint(n, {}, brief=True)})"
+                      for n in names[:8])
     if len(names) > 8:
         where += f"; and {len(names) - 8} more"
     noun = "dimension" if len(names) == 1 else "dimensions"
-    options = " ".join(f"--dim {n}=VALUE" for n in names)
+    # an expression is bound through the names it reads
+    to_bind = dict.fromkeys(m for n in names for m in (expression_names([n]) or [n]))
+    options = " ".join(f"--dim {n}=VALUE" for n in to_bind)
     return (f"symbolic {noun} not bound: {where}; pass {options} "
             f"(or --dim-default VALUE for all)")
 
@@ -1035,6 +1076,10 @@ def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bind
                 for n, rs in zip(rows, (reads[idx] for idx in indices))]
     nodes = _nodes(indices, rows, implicit)
     opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
+    folded_rows = [nodes_in[idx] for idx in order if idx in folded] if folded else []
+    stored_as = dequantized_sources((n[OP], n[DOMAIN], n[INPUTS], n[OUTPUTS])
+                                    for n in folded_rows) \
+        if any(n[OP] in DEQUANTIZE_OPS for n in folded_rows) else {}
     return Graph(
         name=g["name"] or (Path(model_path).stem if model_path else "model"),
         nodes=tuple(nodes), tensors=tensors,
@@ -1042,7 +1087,8 @@ def _build(parsed, g, order, tensors, reads, folded, constants, model_path, bind
         outputs=tuple(o[0] for o in g["outputs"]),
         weights=inits, constants=tuple(constants),
         folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
-        node_count=len(nodes_in), bindings=dict(bindings), scopes=scopes or {})
+        node_count=len(nodes_in), bindings=dict(bindings), scopes=scopes or {},
+        stored_as=stored_as)
 
 
 def _infer_with_constant_values(model, order, tensors, folded, constants, base_dir):
