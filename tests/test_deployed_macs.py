@@ -330,3 +330,32 @@ def test_report_text_json_and_html_say_at_least(tmp_path, capsys):
     assert "example.custom.Mystery: the MACs and the roofline time are lower bounds" in text
     page = (tmp_path / "r.html").read_text()
     assert "&ge; 0.000 G" in page and "no MAC rule for example.custom.Mystery" in page
+
+
+@pytest.mark.parametrize("form", ["bert_opt", "bert_opt_fp16", "bert_int8_dynamic",
+                                  "bert_int8_qdq", "bert_fp16"])
+def test_every_deployment_form_of_bert_counts_the_unfused_macs(form):
+    # tests/data/dtypes (tools/dtype_models.py): ONNX Runtime's transformer optimizer
+    # (on this export it fuses SkipLayerNormalization and BiasGelu, not the attention),
+    # its quantizers and fp16 converter, on the TorchScript BERT export of
+    # tests/data/corpus
+    data = Path(__file__).parent / "data"
+    dims = {"batch": 1, "seq": 16}
+    unfused = mac_totals(from_model(onnx_load(data / "corpus" / "bert-ts.onnx"), dims))
+    graph = from_model(onnx_load(data / "dtypes" / f"{form}.onnx"), dims)
+    deployed = mac_totals(graph)
+    if form.startswith("bert_opt"):
+        assert {"BiasGelu", "SkipLayerNormalization"} <= {n.op_type for n in graph.nodes}
+    assert not deployed["macs_at_least"], deployed["macs_unknown_ops"]
+    assert deployed["matrix_macs"] == unfused["matrix_macs"] > 0
+
+
+def test_a_loaded_contrib_bert_counts_its_attention():
+    # tests/data/dtypes/contrib_bert.onnx: EmbedLayerNormalization and two com.microsoft
+    # Attention ops, batch 2, 8 positions, hidden 16, 2 heads
+    graph = from_model(onnx_load(Path(__file__).parent / "data" / "dtypes" /
+                                 "contrib_bert.onnx"))
+    b, s, d = 2, 8, 16
+    per_attention = b * s * d * 3 * d + 2 * b * s * s * d
+    assert mac_totals(graph)["matrix_macs"] == 2 * per_attention
+    assert not mac_totals(graph)["macs_at_least"]
