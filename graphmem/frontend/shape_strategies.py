@@ -43,7 +43,7 @@ class LoadState:
 
     def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
                  reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
-                 base_dir: str):
+                 base_dir: str, notes: list[str] | None = None):
         self.data = data  # the model's bytes as read
         self.work = work  # ... with bound dims and large weights stripped: inference reads it
         self.g = g  # the wire graph
@@ -55,7 +55,7 @@ class LoadState:
         self.constants: list[str] = []
         self.missing: list[tuple[str, Node]] | None = None
         self.scopes: dict = {}
-        self.notes: list[str] = []  # what a strategy caught, and why
+        self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
 
     def model_bytes(self) -> bytes:
         if not isinstance(self.model, bytes):
