@@ -120,6 +120,9 @@ SECTIONS = (
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
     Section("corpus", "docs/corpus.md", "python tools/export_corpus.py", (), None,
             why_unchecked="the exports need torch, torchvision and transformers"),
+    Section("deployment", "docs/corpus.md", "python tools/deployment_corpus.py run DIR --write",
+            (), None, why_unchecked="the deployment forms are built with ONNX Runtime's "
+                                    "optimizers and quantizers into a folder first"),
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from graphmem.errors import GraphmemError
+from graphmem.frontend.dim_expressions import (expression_names, is_expression, resolve,
+                                               unbound_hint)
 from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.splice import INPUT, OUTPUT, VALUE_INFO, entry
 
@@ -17,10 +19,12 @@ else:
     onnx = _onnx
 
 
-def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None
+def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None,
+         notes: list[str] | None = None
          ) -> tuple[dict[str, int], list[tuple[int, int, bytes | None]]]:
     """:func:`bind_dims` on the value infos that name dims (all inputs, the outputs and
-    value infos with a symbolic dim), and those entries written again (splice changes)."""
+    value infos with a symbolic dim), and those entries written again (splice changes);
+    ``notes`` gains a line for a ``--dim`` the model does not have."""
     spans = g["spans"]
     picked = [(INPUT, i) for i in range(len(g["inputs"]))]
     for field, kind in ((OUTPUT, "outputs"), (VALUE_INFO, "value_info")):
@@ -35,11 +39,12 @@ def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None
             for vi in g["inputs"]):
         return {}, []  # every input static, nothing to bind: bind_dims would change nothing
     if not picked:
-        return bind_dims(onnx.ModelProto(), dims, default, initializers=()), []
+        return bind_dims(onnx.ModelProto(), dims, default, initializers=(), notes=notes), []
     mini = onnx.ModelProto()
     mini.graph.ParseFromString(b"".join(
         data[off:off + size] for off, size in (spans[f][i] for f, i in picked)))
-    bindings = bind_dims(mini, dims, default, initializers=(t.name for t in g["initializers"]))
+    bindings = bind_dims(mini, dims, default, initializers=(t.name for t in g["initializers"]),
+                         notes=notes)
     entries = ([(INPUT, vi) for vi in mini.graph.input]
                + [(OUTPUT, vi) for vi in mini.graph.output]
                + [(VALUE_INFO, vi) for vi in mini.graph.value_info])
@@ -53,15 +58,27 @@ def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None
 
 
 def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
-              default: int | None = None, *, initializers=None) -> dict[str, int]:
-    """Bind symbolic dims in place; return every binding made (``default`` included).
+              default: int | None = None, *, initializers=None,
+              notes: list[str] | None = None) -> dict[str, int]:
+    """Bind symbolic dims in place; return every binding made (``default`` and the
+    values of dims written as expressions of others, ``past_seq + 1``, included).
 
     ``initializers``: the names of the graph's initializers, when ``model`` holds only
-    its value infos (the loader binds a model of the entries that name dims)."""
+    its value infos (the loader binds a model of the entries that name dims). A ``--dim``
+    the model does not have is a line in ``notes`` (printed at once without them): one
+    command line may serve a family of models."""
     g = model.graph
     inits = set(initializers) if initializers is not None else {t.name for t in g.initializer}
+    params = all_dim_params(model)
     dims = dict(dims)
     explicit = set(dims)
+    if default is not None:  # the names first: an expression of them follows from them
+        for vi in g.input:
+            if vi.name not in inits and vi.type.HasField("tensor_type"):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.dim_param and not is_expression(d.dim_param):
+                        dims.setdefault(d.dim_param, int(default))
+    dims = resolve(params, dims)
     used: set[str] = set()
     unbound: dict[str, str] = {}  # name -> where it was first seen
     for vi in g.input:
@@ -99,20 +116,28 @@ def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
         for d in shape.dim:
             if d.HasField("dim_param"):
                 d.dim_value = int(dims[d.dim_param])
-    unknown = sorted(explicit - used - all_dim_params(model))
-    if unknown:
-        raise GraphmemError(f"--dim {unknown[0]}: the model has no symbolic dimension of that name")
+    for name in sorted(explicit - used - params - expression_names(params)):
+        line = f"--dim {name}: the model has no symbolic dimension of that name; ignored"
+        if notes is None:
+            from graphmem.notes import note
+            note(line)
+        else:
+            notes.append(line)
+        dims.pop(name)
     return dims
 
 
 def unbound_message(unbound: Mapping[str, str]) -> str:
     """One line naming every unbound symbolic dim of the inputs, with the options to copy."""
     names = list(unbound)
-    where = "; ".join(f"{n!r} ({unbound[n]})" for n in names[:8])
+    where = "; ".join(f"{n!r} ({unbound[n]}{unbound_hint(n, {}, brief=True)})"
+                      for n in names[:8])
     if len(names) > 8:
         where += f"; and {len(names) - 8} more"
     noun = "dimension" if len(names) == 1 else "dimensions"
-    options = " ".join(f"--dim {n}=VALUE" for n in names)
+    # an expression is bound through the names it reads
+    to_bind = dict.fromkeys(m for n in names for m in (expression_names([n]) or [n]))
+    options = " ".join(f"--dim {n}=VALUE" for n in to_bind)
     return (f"symbolic {noun} not bound: {where}; pass {options} "
             f"(or --dim-default VALUE for all)")
 

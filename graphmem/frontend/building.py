@@ -8,6 +8,7 @@ from graphmem.core.ir import Graph, Node, Sizing, from_columns, standard_domain
 from graphmem.frontend import attributes
 from graphmem.frontend.lazy import helper, onnx
 from graphmem.frontend.protos import one_line
+from graphmem.frontend.stored_weights import DEQUANTIZE_OPS, dequantized_sources
 from graphmem.frontend.structure import GRAPH_ATTRS
 
 
@@ -66,6 +67,10 @@ def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
         more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
         notes.append(f"{lost[0]}{more} could not be decoded; its value is left out")
     opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
+    folded_rows = [nodes_in[idx] for idx in order if idx in folded] if folded else []
+    stored_as = dequantized_sources((n.op_type, n.domain, n.inputs, n.outputs)
+                                    for n in folded_rows) \
+        if any(n.op_type in DEQUANTIZE_OPS for n in folded_rows) else {}
     return Graph(
         name=g["name"] or (Path(model_path).stem if model_path else "model"),
         nodes=tuple(nodes), tensors=tensors,
@@ -74,4 +79,4 @@ def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
         weights=inits, constants=tuple(constants),
         folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
         node_count=len(nodes_in), bindings=dict(bindings), scopes=scopes or {},
-        sizing=sizing, load_notes=tuple(notes))
+        sizing=sizing, load_notes=tuple(notes), stored_as=stored_as)

@@ -174,10 +174,11 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     stripped = stripped_weights(g)
     if check:
         run_check(data, parsed, stripped, order)
-    bindings, rebound = bind(data, g, dict(dims or {}), dim_default)
+    notes: list[str] = []
+    bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     state = LoadState(
         data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
-        reads=reads, bindings=bindings, base_dir=base_dir,
+        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes,
         opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
     sizing = run_strategies(state)
     graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,

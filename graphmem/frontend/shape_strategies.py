@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 from graphmem import wire
 from graphmem.core.ir import CONTROL_FLOW, Node, Sizing, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
-from graphmem.frontend import inference
+from graphmem.frontend import annotations, inference
 from graphmem.frontend.building import ir_node
 from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
 from graphmem.frontend.lazy import helper, onnx as _onnx
@@ -43,7 +43,7 @@ class LoadState:
 
     def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
                  reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
-                 base_dir: str):
+                 base_dir: str, notes: list[str] | None = None):
         self.data = data  # the model's bytes as read
         self.work = work  # ... with bound dims and large weights stripped: inference reads it
         self.g = g  # the wire graph
@@ -55,7 +55,7 @@ class LoadState:
         self.constants: list[str] = []
         self.missing: list[tuple[str, Node]] | None = None
         self.scopes: dict = {}
-        self.notes: list[str] = []  # what a strategy caught, and why
+        self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
 
     def model_bytes(self) -> bytes:
         if not isinstance(self.model, bytes):
@@ -91,8 +91,16 @@ class Strategy(NamedTuple):
 # --------------------------------------------------------------------------- the strategies
 
 def onnx_inference(state: LoadState) -> None:
-    state.model = inference.infer(state.work, data_prop(state))
+    """onnx's inference on the model without its value_info annotations; those that
+    disagree with what it computes are named in a note, and those of tensors it left
+    unsized given back for a second round (:mod:`graphmem.frontend.annotations`)."""
+    work, said = annotations.without_annotations(state.work)
+    state.model = inference.infer(work, data_prop(state))
     state.tensors = inference.tensors(state.model)
+    if said:
+        notes, back = annotations.check(said, state.tensors)
+        state.notes.extend(notes)
+        add_types(state, back)
 
 
 def data_prop(state: LoadState) -> bool:
