@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = _negative_values(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     notes.clear()
+    from graphmem.commands.progress import clear_early, early
+    early(next((a for a in argv if not a.startswith("-")), None))
     try:
         args = _parse(argv)
         code = int(args.func(args) or 0)
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print("graphmem: terminated", file=sys.stderr)
         return 143
     finally:
+        clear_early()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

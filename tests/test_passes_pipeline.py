@@ -42,7 +42,7 @@ def test_diamond_liveness_and_arena():
     assert t["y"].live == (3, 4)
     # x (dies at 0), then a+b, then b+c: two buffers of 1024 suffice
     assert r.plan.arena_bytes == 2048
-    assert r.plan.stats["lower_bound_bytes"] == 3 * 1024
+    assert r.plan.stats["unaliased_peak_bytes"] == 3 * 1024
 
 
 def test_residual_block_keeps_the_skip_alive():

@@ -1,5 +1,11 @@
-"""What a plan's own tensors say about it: naive bytes, the lower bound, the aliased
-peak and the live bytes at every step."""
+"""What a plan's own tensors say about it: naive bytes, the unaliased peak, the aliased
+peak and the live bytes at every step.
+
+The unaliased peak (``unaliased_peak_bytes``; ``lower_bound_bytes`` before 2026-11-25)
+is the most bytes live at one step with every tensor counted on its own: views, in-place
+outputs and Concat slices count again though they share their storage, so it is no
+bound on the arena, which is usually smaller. The aliased peak counts shared storage
+once: no arena for this order and these aliases can be smaller."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -20,7 +26,7 @@ def built_stats(plan: Plan, index: Mapping[str, int] | None) -> tuple[dict[str, 
 
 
 def plan_stats(plan: Plan, *, index: Mapping[str, int] | None = None) -> dict[str, int]:
-    """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors.
+    """naive, unaliased peak, aliased peak and arena bytes, computed from a plan's tensors.
 
     ``index``: tensor -> its position in ``plan.tensors``, if the caller has it."""
     return stats_of(plan, columns(plan, index))
@@ -29,7 +35,7 @@ def plan_stats(plan: Plan, *, index: Mapping[str, int] | None = None) -> dict[st
 def stats_of(plan: Plan, cols: PlanColumns) -> dict[str, int]:
     aliased, unaliased = _timelines(cols, len(plan.order))
     return {"naive_bytes": sum(map(BYTES, cols.ts)),
-            "lower_bound_bytes": max(unaliased, default=0),
+            "unaliased_peak_bytes": max(unaliased, default=0),
             "aliased_peak_bytes": max(aliased, default=0), "arena_bytes": plan.arena_bytes}
 
 
