@@ -31,6 +31,7 @@ import numpy as np
 
 from graphmem.core.index import GraphIndex
 from graphmem.core.ir import Graph, Node, standard_domain
+from graphmem.errors import GraphmemError
 
 # op_type -> list of (input index, output index); standard ONNX domain only.
 VIEW: dict[str, list[tuple[int, int]]] = {
@@ -81,12 +82,23 @@ _EVIDENCE_FILE = Path(__file__).with_name("inplace_evidence.json")
 @lru_cache(maxsize=1)
 def evidence_file() -> dict:
     """The evidence file (``inplace_evidence.json``): the ONNX Runtime source it was read
-    from, and per provider and op the evidence of each pair."""
+    from, and per provider and op the evidence of each pair. A file that is missing or
+    unreadable is an error, not an empty table: every default table is made from it."""
     try:
         with open(_EVIDENCE_FILE, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:  # only while tools/inplace_evidence.py makes it: no evidence
-        return {"providers": {}}
+            data = json.load(f)
+    except OSError as exc:
+        raise GraphmemError(f"cannot read the in-place evidence file {_EVIDENCE_FILE} "
+                            f"({exc.strerror or exc}): graphmem's install is incomplete "
+                            "(the file is part of the package, made by "
+                            "tools/inplace_evidence.py)") from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} is not valid "
+                            f"JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("providers"), dict):
+        raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} has no "
+                            "\"providers\" object")
+    return data
 
 
 def evidence(provider: str, op: str) -> list[dict]:
