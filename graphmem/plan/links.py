@@ -132,8 +132,8 @@ class _AliasFacts:
         rule(overwrite & ~paired, _NOT_OVERWRITE)
         asked = np.flatnonzero((code == _FINE) & overwrite)
         if len(asked):  # the dtype and shape of each in-place pair, from the graph
-            dtype, shape = _differ(graph, [cols.names[k] for k in out[asked].tolist()],
-                                   [src_names[k] for k in asked.tolist()])
+            dtype, shape = _differ(graph, list(map(cols.names.__getitem__, out[asked].tolist())),
+                                   list(map(src_names.__getitem__, asked.tolist())))
             for broken, what in ((dtype, _DTYPE), (shape, _SHAPE)):
                 at = np.zeros(len(out), dtype=bool)
                 at[asked] = broken
@@ -201,16 +201,20 @@ def live_across(first, last, pos):
 
 def _differ(graph: Graph, outs: list[str], srcs: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Per (output, source) pair of arena tensors: (their dtypes differ, their shapes
-    differ), read from the graph."""
-    tensors = graph.tensors
-    o = list(map(tensors.__getitem__, outs))
-    s = list(map(tensors.__getitem__, srcs))
-    n = len(o)
-    return (np.fromiter(map(ne, map(_DTYPE_OF, o), map(_DTYPE_OF, s)), bool, n),
-            np.fromiter(map(ne, map(_SHAPE_OF, o), map(_SHAPE_OF, s)), bool, n))
+    differ), read from the graph: one pass over (dtype, shape) for all pairs, then the
+    few that differ told apart."""
+    get = graph.tensors.__getitem__
+    n = len(outs)
+    differ = np.fromiter(map(ne, map(_TYPE_OF, map(get, outs)), map(_TYPE_OF, map(get, srcs))),
+                         bool, n)
+    dtype, shape = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    for k in np.flatnonzero(differ).tolist():
+        o, s = get(outs[k]), get(srcs[k])
+        dtype[k], shape[k] = o.dtype != s.dtype, o.shape != s.shape
+    return dtype, shape
 
 
-_DTYPE_OF, _SHAPE_OF = attrgetter("dtype"), attrgetter("shape")
+_TYPE_OF = attrgetter("dtype", "shape")
 
 
 def _input_positions(topo: GraphIndex, pid: np.ndarray) -> np.ndarray:
