@@ -46,9 +46,9 @@ def test_a_wrong_statistic_from_the_writer_is_refused(monkeypatch):
 
     def wrong(plan, index):
         stats, cols = real(plan, index)
-        return {**stats, "lower_bound_bytes": stats["lower_bound_bytes"] - 1}, cols
+        return {**stats, "unaliased_peak_bytes": stats["unaliased_peak_bytes"] - 1}, cols
     monkeypatch.setattr(graphmem.planning.writer, "built_stats", wrong)
-    with pytest.raises(PlanInvalid, match="stats.lower_bound_bytes is 383, the plan's own "
+    with pytest.raises(PlanInvalid, match="stats.unaliased_peak_bytes is 383, the plan's own "
                                           "tensors give 384"):
         graphmem.plan_graph(_diamond())
 
