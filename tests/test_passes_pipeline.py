@@ -156,8 +156,8 @@ def test_validate_catches_overlap_and_bad_alias():
 def test_progress_names_every_stage_in_order():
     seen = []
     graphmem.plan_graph(graph_of(residual_block()), progress=seen.append)
-    assert seen == ["order check", "liveness", "pass concat", "pass inplace", "pass share",
-                    "pass place", "pass reorder", "writing the plan", "validation"]
+    assert seen == ["order check", "liveness", "pass reorder", "pass concat", "pass inplace",
+                    "pass share", "pass place", "writing the plan", "validation"]
     seen.clear()
     graphmem.plan_graph(graph_of(diamond()), ["place"], check=False, progress=seen.append)
     assert seen == ["order check", "liveness", "pass place", "writing the plan"]
