@@ -7,8 +7,8 @@ import sys
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
-from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      model_path, parse_dims, plan_options)
 
 
 def add_parser(sub) -> None:
@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
                                    "im2col workspace estimate (--no-workspace leaves it out).")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--budget", required=True, metavar="SIZE",
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
     p.add_argument("--dtype", metavar="TYPE",
@@ -31,7 +32,7 @@ def add_parser(sub) -> None:
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
     budget = parse_bytes(args.budget, "--budget")
-    path = resolve(args.model, quiet=args.json)
+    path = model_path(args)
     batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
                       dim_default=args.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)

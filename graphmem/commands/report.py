@@ -11,8 +11,8 @@ from graphmem.analysis import breakdown as analysis
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, float_dtype, sweep
-from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, parse_dims,
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      input_paths, model_path, parse_dims, plan_as_exported,
                                       plan_options, shown)
 from graphmem.commands.export import planned_view
 from graphmem.commands.report_html import add_html_args, write_page
@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
                                    "--dtype re-plan the model at other sizes.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--batch", metavar="LIST",
                    help="what-if batch sizes, e.g. 1,8,32 (each one re-planned)")
     p.add_argument("--dtype", metavar="LIST",
@@ -80,7 +81,7 @@ def build(args) -> dict:
         dtypes = parse_list(args.dtype, "dtype") if args.dtype else [out["dtype"]]
         if batches and min(batches) < 1:
             raise GraphmemError("--batch: every batch must be at least 1")
-        path = resolve(args.model, quiet=True)  # load_graph has said which file it is
+        path = model_path(args)  # planned_view has said which file it is
         batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
                       dim_default=args.dim_default)
         out["batch"] = batcher.axis.size

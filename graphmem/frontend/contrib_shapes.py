@@ -19,7 +19,7 @@ incompletely (SkipLayerNormalization's optional outputs).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 MS = "com.microsoft"
@@ -40,8 +40,8 @@ class Call:
     outputs it has."""
     inputs: list
     attrs: dict
-    values: list = field(default_factory=list)
     outputs: int = 1
+    values: Callable[[int], object] = lambda i: None  # the value of input i, if constant
 
     def input(self, i: int) -> Optional[Value]:
         return self.inputs[i] if i < len(self.inputs) else None
@@ -53,6 +53,10 @@ class Call:
     def elem(self, i: int) -> Optional[int]:
         v = self.input(i)
         return None if v is None else v[0]
+
+    def value(self, i: int):
+        """Input ``i``'s value when it is a small constant (else None)."""
+        return self.values(i) if i < len(self.inputs) else None
 
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
@@ -475,7 +479,7 @@ def group_query_attention(call: Call) -> list:
     packed = call.input(1) is None
     head = hidden // (heads + 2 * kv_heads) if packed else hidden // heads
     outs = [(elem, (batch, seq, heads * head))]
-    past, total = call.shape(3), _scalar(call.values[6] if len(call.values) > 6 else None)
+    past, total = call.shape(3), _scalar(call.value(6))
     if past is not None and len(past) == 4:
         length = past[2]
         if total is not None and _int(length):
@@ -523,9 +527,122 @@ def gather_block_quantized(call: Call) -> list:
 
 def infer(model, *, int_max: int = 2**31 - 1):
     """``model`` (a ModelProto whose graph inputs have static shapes) with the types of
-    every value that the rules, ORT's symbolic inference and onnx's inference together
-    reach written as value infos; what stays unknown stays out. Never raises for a shape
-    it cannot infer: the loader names the tensor."""
+    every value the rules, onnx's per-node inference and, where those leave a gap, ONNX
+    Runtime's symbolic inference reach, written as value infos; what stays unknown stays
+    out. Never raises for a shape it cannot infer: the loader names the tensor."""
+    from onnx import helper
+    known = propagate(model)
+    out = type(model)()
+    out.CopyFrom(model)
+    typed = {vi.name: vi for vi in out.graph.value_info}
+    typed.update((o.name, o) for o in out.graph.output)
+    for name, (elem, shape) in known.items():
+        vi = helper.make_tensor_value_info(name, elem, list(shape))
+        if name not in typed:
+            out.graph.value_info.append(vi)
+        elif _declared(typed[name]) is None:  # declared without a full shape
+            typed[name].type.CopyFrom(vi.type)
+    missing = [o for n in model.graph.node for o in n.output if o and o not in known]
+    if not missing:
+        return out
+    # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
+    # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again
+    return _symbolic(model, int_max)
+
+
+def propagate(model) -> dict[str, Value]:
+    """(element type, static shape) of every value of ``model``'s top-level graph that the
+    declared types, the rules and onnx's per-node inference give, in one pass over the
+    nodes in file order (ORT saves its graphs sorted). A node whose inputs are not all
+    known is passed over, and so are control-flow nodes: the loader sizes their bodies."""
+    from onnx import defs, helper, numpy_helper  # noqa: F401  (numpy_helper: values)
+    g = model.graph
+    known: dict[str, Value] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        v = _declared(vi)
+        if v is not None:
+            known[vi.name] = v
+    small: dict[str, object] = {}
+    for t in g.initializer:
+        known[t.name] = (t.data_type, tuple(t.dims))
+        if t.data_location != t.EXTERNAL and len(t.raw_data) <= 4096:
+            small[t.name] = t
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    opsets.setdefault("", opsets.get("ai.onnx", 0))
+    for node in g.node:
+        outs = [o for o in node.output if o]
+        if all(o in known for o in outs):
+            continue
+        found = rule_for(node.domain, node.op_type)
+        if found is not None:
+            call = Call(inputs=[known.get(t) for t in node.input],
+                        attrs={a.name: _attribute(helper.get_attribute_value(a))
+                               for a in node.attribute},
+                        outputs=len(node.output),
+                        values=lambda i, node=node: _small(small, node.input[i]))
+            try:
+                results = found(call)
+            except Exception:  # malformed attributes: the outputs stay unknown
+                continue
+            for name, v in zip(node.output, results):
+                if name and v is not None and v[0] and all(_int(d) for d in v[1]):
+                    known[name] = (v[0], tuple(v[1]))
+            continue
+        if node.domain not in ("", "ai.onnx") or any(
+                a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
+            continue
+        if any(t and t not in known for t in node.input):
+            continue
+        try:
+            schema = defs.get_schema(node.op_type, opsets[""], "")
+            types = {t: helper.make_tensor_type_proto(*known[t]) for t in node.input if t}
+            inferred = _infer_node(schema, node, types, {t: small[t] for t in node.input
+                                                         if t in small}, model)
+        except Exception:  # no schema at this opset, or inference refused: unknown
+            continue
+        for name, tp in inferred.items():
+            v = _declared_type(tp)
+            if v is not None:
+                known[name] = v
+    return known
+
+
+def _infer_node(schema, node, types, data, model):
+    from onnx import shape_inference
+    return shape_inference.infer_node_outputs(schema, node, types, data,
+                                              opset_imports=list(model.opset_import),
+                                              ir_version=max(model.ir_version, 3))
+
+
+def _small(small: dict, name: str):
+    t = small.get(name)
+    if t is None:
+        return None
+    from onnx import numpy_helper
+    return numpy_helper.to_array(t)
+
+
+def _declared(vi) -> Optional[Value]:
+    return _declared_type(vi.type)
+
+
+def _declared_type(tp) -> Optional[Value]:
+    """(elem, shape) of a tensor type whose every dim is a number (else None)."""
+    if tp.WhichOneof("value") != "tensor_type":
+        return None
+    t = tp.tensor_type
+    if not t.elem_type or not t.HasField("shape"):
+        return None
+    dims = []
+    for d in t.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(d.dim_value)
+    return (t.elem_type, tuple(dims))
+
+
+def _symbolic(model, int_max: int):
+    """ORT's symbolic inference with this table's rules in front of its handlers."""
     engine = _engine()(int_max)
     with _scratch_folder():
         engine._preprocess(model)
@@ -569,8 +686,8 @@ def _engine():
             call = Call(inputs=[self._value_of(t) for t in node.input],
                         attrs={a.name: _attribute(helper.get_attribute_value(a))
                                for a in node.attribute},
-                        values=[self._try_get_value(node, i) for i in range(len(node.input))],
-                        outputs=len(node.output))
+                        outputs=len(node.output),
+                        values=lambda i: self._small_value(node, i))
             try:
                 outs = found(call)
             except Exception:  # malformed attributes, no ORT to measure with
@@ -580,6 +697,19 @@ def _engine():
                     vi = helper.make_tensor_value_info(
                         name, out[0], [d if _int(d) else None for d in out[1]])
                     self.known_vi_[name].CopyFrom(vi)
+
+        def _small_value(self, node, i: int):
+            """A computed value, or a small initializer's (never one whose data the
+            loader left out, nor a weight read for nothing)."""
+            name = node.input[i]
+            if name in self.sympy_data_:
+                return self.sympy_data_[name]
+            init = self.initializers_.get(name)
+            if init is None or init.data_location == init.EXTERNAL or \
+                    len(init.raw_data) > 4096:
+                return None
+            from onnx import numpy_helper
+            return numpy_helper.to_array(init)
 
         def _value_of(self, name: str) -> Optional[Value]:
             if not name or name not in self.known_vi_:

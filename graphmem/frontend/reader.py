@@ -551,7 +551,11 @@ def _check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
     look for the external files."""
     g = parsed["graph"]
     identity = order == list(range(len(g["nodes"])))
-    if (not stripped and identity
+    # Before IR version 4 an initializer had to be a graph input too; ONNX Runtime's
+    # optimizer keeps an old model's IR version and adds initializers that are not
+    # (folded and fused weights), and runs the file it saved: checked as inputs
+    legacy = parsed["ir_version"] < 4
+    if (not stripped and identity and not legacy
             and all(t[3] != _EXTERNAL for t in g["initializers"])):
         _run_checker(data)
         return
@@ -573,9 +577,9 @@ def _check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
     for i, (name, dtype, dims, location, _, _) in enumerate(g["initializers"]):
         if location == _EXTERNAL:
             changes.append((5, i, None))
-            if name not in inputs:
-                vi = helper.make_tensor_value_info(name, dtype, list(dims))
-                changes.append((11, -1, _entry(11, vi.SerializeToString())))
+        if (location == _EXTERNAL or legacy) and name not in inputs:
+            vi = helper.make_tensor_value_info(name, dtype, list(dims))
+            changes.append((11, -1, _entry(11, vi.SerializeToString())))
     _run_checker(_splice(work, parsed, changes))
 
 
@@ -841,21 +845,12 @@ def _all_dim_params(model: onnx.ModelProto) -> set[str]:
 def _symbolic_infer(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference: it knows the contrib ops and attention
     blocks that onnx's own inference leaves open."""
-    import tempfile
-    cwd = os.getcwd()
-    # It saves "sym_shape_infer_temp.onnx" into the working folder when it gives up:
-    # run it inside a temp folder so that nothing is left behind.
-    with tempfile.TemporaryDirectory(prefix="graphmem-") as scratch:
-        try:
-            os.chdir(scratch)
-            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-            out = SymbolicShapeInference.infer_shapes(model, auto_merge=True,
-                                                      guess_output_rank=False)
-            return out if out is not None else model
-        except Exception:
-            return model  # best effort: the caller names the tensor that stays unknown
-        finally:
-            os.chdir(cwd)
+    # with graphmem's rules for the ops ORT's optimizers write (contrib_shapes.py)
+    from graphmem.frontend.contrib_shapes import infer
+    try:
+        return infer(model)
+    except Exception:
+        return model  # best effort: the caller names the tensor that stays unknown
 
 
 # Inputs that a node reads for their values as shapes, axes or counts (a few numbers),
