@@ -76,6 +76,15 @@ def build(args) -> dict:
     dev = device_from_args(args, graph)
     out = analysis.report(graph, view.plan, dev)
     out["dtype"] = float_dtype(graph)
+    optimized = getattr(args, "optimized", None)
+    if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
+        exported = plan_as_exported(args, plan_options(args))
+        out["runtime"] = {"ort_optimize": optimized.level, "provider": optimized.provider,
+                          "optimize_seconds": round(optimized.seconds, 3),
+                          "arena_bytes": view.plan.arena_bytes,
+                          "exported_arena_bytes": exported.plan.arena_bytes,
+                          "exported_nodes": len(exported.plan.order),
+                          "nodes": len(view.plan.order)}
     if args.batch or args.dtype:
         batches = parse_list(args.batch, "batch", int) if args.batch else None
         dtypes = parse_list(args.dtype, "dtype") if args.dtype else [out["dtype"]]
@@ -134,6 +143,14 @@ def print_breakdown(console: Console, data: dict) -> None:
                   f"[green]{mib(t['arena_bytes'])}",
                   f"planned; {t['activation_bytes_naive'] / max(t['arena_bytes'], 1):.1f}x "
                   "smaller than naive")
+    rt = data.get("runtime")
+    if rt:
+        table.add_row("  as exported", f"{rt['exported_arena_bytes']:,}",
+                      mib(rt["exported_arena_bytes"]),
+                      f"the arena of the model as given ({rt['exported_nodes']} nodes); the one "
+                      f"above is the graph ONNX Runtime runs ({rt['nodes']} nodes, level "
+                      f"{rt['ort_optimize']}, {rt['provider']}, made in "
+                      f"{rt['optimize_seconds']:.2f} s)")
     where = f"largest at node {t['workspace_node']}" if t["workspace_node"] is not None else \
         "no convolution needs one"
     table.add_row("workspace (im2col)", f"{t['workspace_bytes']:,}", mib(t["workspace_bytes"]),

@@ -59,7 +59,10 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     so.optimized_model_filepath = str(out)
-    so.log_severity_level = 3  # its warnings (unused initializers removed) are not ours
+    # its warnings (unused initializers removed) and errors (a provider library that
+    # does not load) are not the user's: graphmem says in one line what failed
+    so.log_severity_level = 4
+    ort.set_default_logger_severity(4)
     if src.stat().st_size > EXTERNAL_WEIGHTS_BYTES:
         so.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
@@ -67,12 +70,16 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
             "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     t0 = time.perf_counter()
     try:
-        ort.InferenceSession(str(src), so, providers=[ep])
+        session = ort.InferenceSession(str(src), so, providers=[ep])
     except Exception as exc:
         text = " ".join(str(exc).split())
         raise GraphmemError(f"{src}: ONNX Runtime cannot optimize it at level {level} for "
                             f"{provider} ({text[:300]})") from None
     seconds = time.perf_counter() - t0
+    if ep not in session.get_providers():  # ORT falls back to the CPU when CUDA fails
+        raise GraphmemError(f"--ort-optimize for --provider {provider}: ONNX Runtime could "
+                            f"not start its {ep} here (no GPU, or its CUDA libraries are "
+                            f"missing) and would have optimized for the CPU instead")
     if not out.is_file():
         raise GraphmemError(f"{src}: ONNX Runtime saved no optimized model at level {level}")
     return Optimized(path=out, source=src, level=level, provider=provider, seconds=seconds)

@@ -25,9 +25,9 @@ def annotated_by_running(path: str | os.PathLike, dims: Mapping[str, int] | None
     from onnx import helper
     from graphmem.frontend.reader import bind_dims, read_model
     model = read_model(path, load_weights=True)
-    bind_dims(model, dict(dims or {}), dim_default)
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
+    bind_dims(probe, dict(dims or {}), dim_default)  # the copy keeps its symbolic dims
     declared = {o.name for o in probe.graph.output}
     inits = {t.name for t in probe.graph.initializer}
     seen = []
@@ -39,7 +39,8 @@ def annotated_by_running(path: str | os.PathLike, dims: Mapping[str, int] | None
                 seen.append(out)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = 4
+    ort.set_default_logger_severity(4)
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])

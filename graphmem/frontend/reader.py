@@ -243,8 +243,10 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         more = f"; {len(missing) - 1} more tensors are unknown too" if len(missing) > 1 else ""
         hint = ""
         if not standard_domain(node.domain):
-            hint = (f"; {node.op_type!r} is from domain {node.domain!r}, which graphmem runs "
-                    "as an opaque op: give the shapes of its outputs in the model's value_info")
+            hint = (f"; {node.op_type!r} is from domain {node.domain!r} and graphmem has no "
+                    "shape rule for it: pass --infer-by-running to take the shapes from one "
+                    "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
+                    "in the model's value_info")
         hint = hint or _data_dependence(g, name, tensors)
         raise GraphmemError(f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}")
     return _build(parsed, g, order, tensors, reads, folded_nodes, constants, model_path,
