@@ -276,3 +276,22 @@ def test_reorder_input_rounds_channels_up_to_this_machine_block():
     assert block in (4, 8, 16)
     out = ort_outputs(one_node(**CASES["ReorderInput"]))
     assert out["y0"][1][1] == -(-24 // block) * block
+
+
+def test_a_chain_through_ort_inference_keeps_the_rules():
+    """Attention (ORT's inference) -> SkipLayerNormalization with its sum output and
+    FusedMatMul (this table's rules): the fallback walks the graph with the rules in
+    front of ORT's handlers, and every tensor is what ONNX Runtime makes."""
+    w, b = c("w", np.ones((8, 24))), c("b", np.ones(24))
+    g, wm = c("g", np.ones(8)), c("wm", np.ones((8, 5)))
+    nodes = [helper.make_node("Attention", ["x", "w", "b"], ["att"], domain=MS, num_heads=2),
+             helper.make_node("SkipLayerNormalization", ["att", "x", "g"],
+                              ["ln", "", "", "sum"], domain=MS),
+             helper.make_node("FusedMatMul", ["ln", "wm"], ["y"], domain=MS, alpha=2.0)]
+    outs = ["att", "ln", "sum", "y"]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", F, [2, 4, 8])],
+                              [helper.make_empty_tensor_value_info(o) for o in outs],
+                              [w, b, g, wm])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)], ir_version=8)
+    assert inferred(model) == ort_outputs(model)

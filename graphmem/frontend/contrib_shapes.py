@@ -8,13 +8,15 @@ inputs, and gives its outputs' (element type, shape), as the op's schema in ORT'
 sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them; the tests
 (``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime and compare.
 
-:func:`infer` drives the rules through ONNX Runtime's own ``SymbolicShapeInference``,
-which walks the graph node by node, sizes the standard ops (onnx's inference per node,
-with the shape arithmetic it follows symbolically) and knows many contrib ops itself
-(Attention, MultiHeadAttention, GroupQueryAttention, RotaryEmbedding,
-EmbedLayerNormalization, MatMulNBits, ...): a rule of this table takes precedence over
-its handler only for the ops in :data:`RULES`, those it does not know or sizes
-incompletely (SkipLayerNormalization's optional outputs).
+:func:`propagate` applies the rules in one pass over the nodes, with onnx's per-node
+inference for the standard ops between them (no sympy, no ONNX Runtime). Where that
+leaves a gap, :func:`infer` falls back on ONNX Runtime's own ``SymbolicShapeInference``,
+which follows shape arithmetic symbolically and knows contrib ops this table leaves to
+it (Attention, MultiHeadAttention, RotaryEmbedding, EmbedLayerNormalization,
+MatMulNBits, ...), with this table's rules in front of its handlers for the ops in
+:data:`RULES`: those it does not know or sizes incompletely (SkipLayerNormalization's
+optional outputs, GroupQueryAttention's present length, GatherBlockQuantized's packed
+elements).
 """
 from __future__ import annotations
 
@@ -530,8 +532,20 @@ def infer(model, *, int_max: int = 2**31 - 1):
     every value the rules, onnx's per-node inference and, where those leave a gap, ONNX
     Runtime's symbolic inference reach, written as value infos; what stays unknown stays
     out. Never raises for a shape it cannot infer: the loader names the tensor."""
-    from onnx import helper
     known = propagate(model)
+    missing = [o for n in model.graph.node for o in n.output if o and o not in known]
+    if not missing:
+        return _with_types(model, known)
+    # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
+    # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again, and
+    # what it leaves open (it stops at an op it asserts on) keeps this pass's types
+    return _with_types(_symbolic(model, int_max), known)
+
+
+def _with_types(model, known: dict[str, Value]):
+    """A copy of ``model`` with ``known`` types as value infos, where it has none with a
+    full shape."""
+    from onnx import helper
     out = type(model)()
     out.CopyFrom(model)
     typed = {vi.name: vi for vi in out.graph.value_info}
@@ -542,12 +556,7 @@ def infer(model, *, int_max: int = 2**31 - 1):
             out.graph.value_info.append(vi)
         elif _declared(typed[name]) is None:  # declared without a full shape
             typed[name].type.CopyFrom(vi.type)
-    missing = [o for n in model.graph.node for o in n.output if o and o not in known]
-    if not missing:
-        return out
-    # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
-    # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again
-    return _symbolic(model, int_max)
+    return out
 
 
 def propagate(model) -> dict[str, Value]:
@@ -555,7 +564,7 @@ def propagate(model) -> dict[str, Value]:
     declared types, the rules and onnx's per-node inference give, in one pass over the
     nodes in file order (ORT saves its graphs sorted). A node whose inputs are not all
     known is passed over, and so are control-flow nodes: the loader sizes their bodies."""
-    from onnx import defs, helper, numpy_helper  # noqa: F401  (numpy_helper: values)
+    from onnx import defs, helper
     g = model.graph
     known: dict[str, Value] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
