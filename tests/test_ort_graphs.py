@@ -133,3 +133,23 @@ def test_infer_by_running_fills_the_gap(own_tmp, tmp_path, capsys):
     assert not list(own_tmp.iterdir())
     assert main(["verify", str(model), "--dim", "n=4", "--infer-by-running"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+def test_the_arena_of_what_ort_runs_is_at_most_its_own_pattern_and_the_io(name):
+    """Issue 33's bar on the zoo: with --ort-optimize all the arena (graph inputs and
+    outputs inside it) is at most ONNX Runtime's own memory-pattern block at
+    ORT_ENABLE_ALL (tools/ort_pattern.py) plus the input and output bytes."""
+    import sys
+    sys.path.insert(0, str(ROOT.parent / "tools"))
+    import ort_pattern
+    from graphmem.frontend.ort_optimize import cleanup
+    path = zoo_path(name)
+    try:
+        graph = graphmem.load(optimize(path, "all").path)
+        arena = graphmem.plan_graph(graph).plan.arena_bytes
+    finally:
+        cleanup()
+    io = sum(graph.tensors[t].bytes for t in set(graph.inputs) | set(graph.outputs))
+    ort_all = ort_pattern.measure(path, "all")["pattern_bytes"]
+    assert ort_all and arena <= ort_all + io

@@ -12,7 +12,10 @@ corpus files in tests/data/corpus), bound to static dims, three forms:
 - *qdq-int8*: ``onnxruntime.quantization.quantize_static`` (QDQ, uint8 activations, int8
   weights, a random calibration reader of 4 samples) for the zoo's CNNs, on the model
   with its weights folded into initializers (ORT's basic level saved, the zoo graphs make
-  their weights with ConstantOfShape).
+  their weights with ConstantOfShape);
+- *qdq-int8, Sum as Add*: the same with each two-input Sum written as Add first (ResNet
+  50's residual additions: the zoo's Caffe2 graph has Sum, which the quantizer leaves in
+  float; a PyTorch export has Add, which it quantizes and ORT fuses into QLinearAdd).
 
 For each form: ``graphmem plan`` as given and with ``--ort-optimize basic|extended|all``
 (the arena, graph inputs and outputs inside it), ``graphmem verify --ort-optimize all``,
@@ -39,9 +42,10 @@ BEGIN, END = "<!-- deploy -->", "<!-- /deploy -->"
 LEVELS = ("basic", "extended", "all")
 CORPUS = ROOT / "tests" / "data" / "corpus"
 
-# model -> (dims, transformer model type or None, quantize?)
-MODELS: dict[str, tuple[dict[str, int], str | None, bool]] = {
-    "squeezenet": ({}, None, True), "resnet50": ({}, None, True),
+# model -> (dims, transformer model type or None, quantize?); "add": quantize with its
+# two-input Sums as Adds too
+MODELS: dict[str, tuple[dict[str, int], str | None, bool | str]] = {
+    "squeezenet": ({}, None, True), "resnet50": ({}, None, "add"),
     "shufflenet": ({}, None, True), "inception_v1": ({}, None, False),
     "inception_v2": ({}, None, False), "densenet121": ({}, None, False),
     "bvlc_alexnet": ({}, None, False), "zfnet512": ({}, None, False),
@@ -127,6 +131,17 @@ def qdq_form(path: Path, out: Path, work: Path) -> Path:
     return out
 
 
+def sum_as_add(path: Path, out: Path) -> Path:
+    """``path`` with each two-input Sum written as Add (the same op on two inputs)."""
+    import onnx
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        if node.op_type == "Sum" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+            node.op_type = "Add"
+    onnx.save_model(model, str(out))
+    return out
+
+
 def graphmem_cmd(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "graphmem", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=1800)
@@ -189,6 +204,10 @@ def run(names: list[str]) -> list[dict]:
                         base, model_type, work / f"{name}.transformers.onnx")))
                 if quantize:
                     forms.append(("qdq-int8", qdq_form(base, work / f"{name}.qdq.onnx", work)))
+                if quantize == "add":
+                    forms.append(("qdq-int8, Sum as Add", qdq_form(
+                        sum_as_add(base, work / f"{name}.add.onnx"),
+                        work / f"{name}.add.qdq.onnx", work)))
             except Exception as exc:  # a form that cannot be made stays in the table
                 rows.append({"model": name, "form": "(derived)", "failures": [
                     f"making the form: {type(exc).__name__}: {str(exc)[:200]}"]})

@@ -82,7 +82,6 @@ FUSED: dict[str, list[tuple[int, int]]] = {
     "com.microsoft.nchwc:Conv": [(3, 0)],
     "com.microsoft:QuickGelu": [(0, 0)],
     "com.microsoft:Attention": [(4, 1)],
-    "com.microsoft:DecoderMaskedMultiHeadAttention": [(5, 1), (6, 2)],
     "com.microsoft:GroupQueryAttention": [(3, 1), (4, 2)],
     "com.microsoft:SparseAttention": [(3, 1), (4, 2)],
 }
