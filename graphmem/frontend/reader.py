@@ -206,6 +206,13 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         inferred = _fill_known_gaps(inferred, opset, tensors, missing)
         tensors = _tensors(_types(inferred))
         missing = _unknown(g, order, tensors, folded_nodes)
+    if missing and any(not standard_domain(n[DOMAIN]) for n in g["nodes"]):
+        # The ops ONNX Runtime's optimizers write, before the rounds below: their rules
+        # and onnx's per-node inference in one pass (contrib_shapes), then onnx's
+        # inference again downstream of them, while a round sizes more
+        inferred, tensors = _contrib_rounds(inferred, data_prop, g, order, reads, bindings)
+        folded_nodes, constants = _fold(g, order, tensors, reads, bindings)
+        missing = _unknown(g, order, tensors, folded_nodes)
     model = None  # the proto, made only for the fallbacks below
     if missing:
         # Values of small constants (shape arithmetic) let inference finish the job; a
@@ -842,6 +849,20 @@ def _all_dim_params(model: onnx.ModelProto) -> set[str]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             names.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
     return names
+
+
+def _contrib_rounds(inferred: bytes, data_prop: bool, g, order, reads, bindings):
+    """(model bytes, tensors) once the contrib rules have sized what they can."""
+    from graphmem.frontend.contrib_shapes import propagate
+    tensors = _tensors(_types(inferred))
+    while True:
+        known = propagate(_proto(inferred))
+        found = [(13, -1, _entry(13, _tensor_value_info(name, elem, shape)))
+                 for name, (elem, shape) in known.items() if name not in tensors]
+        if not found:
+            return inferred, tensors
+        inferred = _infer(_splice(inferred, wire.parse_model(inferred), found), data_prop)
+        tensors = _tensors(_types(inferred))
 
 
 def _symbolic_infer(model: onnx.ModelProto) -> onnx.ModelProto:
