@@ -153,3 +153,13 @@ def test_the_arena_of_what_ort_runs_is_at_most_its_own_pattern_and_the_io(name):
     io = sum(graph.tensors[t].bytes for t in set(graph.inputs) | set(graph.outputs))
     ort_all = ort_pattern.measure(path, "all")["pattern_bytes"]
     assert ort_all and arena <= ort_all + io
+
+
+def test_the_summary_says_when_the_model_as_given_does_not_plan(own_tmp, tmp_path, capsys):
+    """The graph ONNX Runtime runs is sized by one run (--infer-by-running) where the model
+    as given is not: the summary says why there is no arena as exported."""
+    model = _cdist_model(tmp_path / "cdist.onnx")
+    assert main(["plan", str(model), "--dim", "n=4", "--ort-optimize", "all",
+                 "--infer-by-running", "-o", str(tmp_path / "p.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the model as given does not plan" in out and "CDist" in out

@@ -161,15 +161,19 @@ def _runtime_model(args) -> Path:
     return path
 
 
-def plan_as_exported(args, options: dict | None = None):
-    """With ``--ort-optimize``: the model as given (not optimized) planned with the
-    command's options, for the summary's "as exported" arena; else None."""
-    if not getattr(args, "ort_optimize", None):
-        return None
-    graph = load(resolve(args.model, quiet=True), parse_dims(args.dim),
-                 dim_default=getattr(args, "dim_default", None))
-    return plan_graph(graph, **(options if options is not None else plan_options(args)),
-                      model_name=Path(args.model).name, bindings=graph.bindings)
+def exported_arena(args, options: dict | None = None) -> dict:
+    """With ``--ort-optimize``, for the "as exported" line: the arena of the model as
+    given (not optimized) planned with the command's options and its running nodes, or
+    why it does not plan (``error``: the graph ONNX Runtime runs may plan where the
+    model as given does not)."""
+    try:
+        graph = load(resolve(args.model, quiet=True), parse_dims(args.dim),
+                     dim_default=getattr(args, "dim_default", None))
+        result = plan_graph(graph, **(options if options is not None else plan_options(args)),
+                            model_name=Path(args.model).name, bindings=graph.bindings)
+    except GraphmemError as exc:
+        return {"arena_bytes": None, "nodes": None, "error": str(exc)}
+    return {"arena_bytes": result.plan.arena_bytes, "nodes": len(result.plan.order)}
 
 
 def input_paths(args) -> list[Path]:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from graphmem.pipeline import Result
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      input_paths, load_graph, model_stem, plan_as_exported,
+                                      exported_arena, input_paths, load_graph, model_stem,
                                       plan_from_args, shown)
 from graphmem.plan.io import check_output
 
@@ -69,11 +69,11 @@ def runtime_summary(args) -> dict | None:
     optimized = getattr(args, "optimized", None)
     if optimized is None:
         return None
-    exported = plan_as_exported(args)
+    exported = exported_arena(args)
     return {"level": optimized.level, "provider": optimized.provider,
             "optimize_seconds": optimized.seconds,
-            "exported_arena_bytes": exported.plan.arena_bytes,
-            "exported_nodes": len(exported.plan.order)}
+            "exported_arena_bytes": exported["arena_bytes"],
+            "exported_nodes": exported["nodes"], "exported_error": exported.get("error")}
 
 
 def print_summary(console: Console, result: Result, load_seconds: float, written: str | None,
@@ -105,10 +105,15 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
                      f"{runtime['provider']})" if runtime else ""))
     if runtime:
         exported = runtime["exported_arena_bytes"]
-        table.add_row("arena as exported", f"{exported:,}", mib(exported),
-                      f"the model as given, {runtime['exported_nodes']} running nodes, "
-                      f"planned the same way; optimizing took ONNX Runtime "
-                      f"{runtime['optimize_seconds']:.2f} s")
+        took = f"optimizing took ONNX Runtime {runtime['optimize_seconds']:.2f} s"
+        if exported is None:
+            table.add_row("arena as exported", "", "",
+                          f"the model as given does not plan: {shown(runtime['exported_error'])}"
+                          f"; {took}")
+        else:
+            table.add_row("arena as exported", f"{exported:,}", mib(exported),
+                          f"the model as given, {runtime['exported_nodes']} running nodes, "
+                          f"planned the same way; {took}")
     for r in result.reports:
         note = ", ".join(f"{k} {v}" for k, v in r.detail.items() if not isinstance(v, dict))
         table.add_row(f"  pass {r.name}", f"-{r.bytes_saved:,}", mib(r.bytes_saved),

@@ -12,7 +12,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, float_dtype, sweep
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      input_paths, model_path, parse_dims, plan_as_exported,
+                                      exported_arena, input_paths, model_path, parse_dims,
                                       plan_options, shown)
 from graphmem.commands.export import planned_view
 from graphmem.commands.report_html import add_html_args, write_page
@@ -78,13 +78,15 @@ def build(args) -> dict:
     out["dtype"] = float_dtype(graph)
     optimized = getattr(args, "optimized", None)
     if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
-        exported = plan_as_exported(args, plan_options(args))
+        exported = exported_arena(args, plan_options(args))
         out["runtime"] = {"ort_optimize": optimized.level, "provider": optimized.provider,
                           "optimize_seconds": round(optimized.seconds, 3),
                           "arena_bytes": view.plan.arena_bytes,
-                          "exported_arena_bytes": exported.plan.arena_bytes,
-                          "exported_nodes": len(exported.plan.order),
+                          "exported_arena_bytes": exported["arena_bytes"],
+                          "exported_nodes": exported["nodes"],
                           "nodes": len(view.plan.order)}
+        if "error" in exported:
+            out["runtime"]["exported_error"] = exported["error"]
     if args.batch or args.dtype:
         batches = parse_list(args.batch, "batch", int) if args.batch else None
         dtypes = parse_list(args.dtype, "dtype") if args.dtype else [out["dtype"]]
@@ -145,12 +147,17 @@ def print_breakdown(console: Console, data: dict) -> None:
                   "smaller than naive")
     rt = data.get("runtime")
     if rt:
-        table.add_row("  as exported", f"{rt['exported_arena_bytes']:,}",
-                      mib(rt["exported_arena_bytes"]),
-                      f"the arena of the model as given ({rt['exported_nodes']} nodes); the one "
-                      f"above is the graph ONNX Runtime runs ({rt['nodes']} nodes, level "
-                      f"{rt['ort_optimize']}, {rt['provider']}, made in "
-                      f"{rt['optimize_seconds']:.2f} s)")
+        above = (f"the one above is the graph ONNX Runtime runs ({rt['nodes']} nodes, level "
+                 f"{rt['ort_optimize']}, {rt['provider']}, made in "
+                 f"{rt['optimize_seconds']:.2f} s)")
+        if rt["exported_arena_bytes"] is None:
+            table.add_row("  as exported", "", "", f"the model as given does not plan "
+                          f"({shown(rt['exported_error'])}); {above}")
+        else:
+            table.add_row("  as exported", f"{rt['exported_arena_bytes']:,}",
+                          mib(rt["exported_arena_bytes"]),
+                          f"the arena of the model as given ({rt['exported_nodes']} nodes); "
+                          f"{above}")
     where = f"largest at node {t['workspace_node']}" if t["workspace_node"] is not None else \
         "no convolution needs one"
     table.add_row("workspace (im2col)", f"{t['workspace_bytes']:,}", mib(t["workspace_bytes"]),
