@@ -163,3 +163,29 @@ def test_the_summary_says_when_the_model_as_given_does_not_plan(own_tmp, tmp_pat
                  "--infer-by-running", "-o", str(tmp_path / "p.json")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "the model as given does not plan" in out and "CDist" in out
+
+
+def test_deploy_forms_tool_parts(tmp_path):
+    """tools/deploy_forms.py: a two-input Sum becomes Add with the same results, and a
+    row that misses the bar is marked in the table."""
+    import sys
+    sys.path.insert(0, str(ROOT.parent / "tools"))
+    import deploy_forms
+    nodes = [helper.make_node("Sum", ["a", "b"], ["s"]), helper.make_node("Sum", ["s", "a", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "sums", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3])
+                                              for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    src = tmp_path / "sums.onnx"
+    src.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                      ir_version=8).SerializeToString())
+    out = deploy_forms.sum_as_add(src, tmp_path / "adds.onnx")
+    import onnx
+    assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["Add", "Sum"]
+    feeds = {"a": np.arange(3, dtype=np.float32), "b": np.ones(3, np.float32)}
+    runs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            for p in (src, out)]
+    assert np.array_equal(*runs)
+    row = {"model": "m", "form": "exported", "nodes": 3, "io": 0, "verify": True, "bar": False,
+           "failures": [], **{f"arena_{k}": 2 << 20 for k in ("exported", *LEVELS)},
+           **{f"ort_{k}": 1 << 20 for k in ("off", *LEVELS)}}
+    assert "| **no** | PASS |" in deploy_forms.table([row])

@@ -197,20 +197,24 @@ def run(names: list[str]) -> list[dict]:
         for name in names:
             dims, model_type, quantize = MODELS[name]
             base = bound(source(name), dims, work / f"{name}.onnx")
-            forms = [("exported", base)]
-            try:
-                if model_type:
-                    forms.append(("transformers", transformers_form(
-                        base, model_type, work / f"{name}.transformers.onnx")))
-                if quantize:
-                    forms.append(("qdq-int8", qdq_form(base, work / f"{name}.qdq.onnx", work)))
-                if quantize == "add":
-                    forms.append(("qdq-int8, Sum as Add", qdq_form(
-                        sum_as_add(base, work / f"{name}.add.onnx"),
-                        work / f"{name}.add.qdq.onnx", work)))
-            except Exception as exc:  # a form that cannot be made stays in the table
-                rows.append({"model": name, "form": "(derived)", "failures": [
-                    f"making the form: {type(exc).__name__}: {str(exc)[:200]}"]})
+            makers = [("exported", lambda: base)]
+            if model_type:
+                makers.append(("transformers", lambda: transformers_form(
+                    base, model_type, work / f"{name}.transformers.onnx")))
+            if quantize:
+                makers.append(("qdq-int8", lambda: qdq_form(
+                    base, work / f"{name}.qdq.onnx", work)))
+            if quantize == "add":
+                makers.append(("qdq-int8, Sum as Add", lambda: qdq_form(
+                    sum_as_add(base, work / f"{name}.add.onnx"),
+                    work / f"{name}.add.qdq.onnx", work)))
+            forms = []
+            for form, make in makers:
+                try:
+                    forms.append((form, make()))
+                except Exception as exc:  # a form that cannot be made stays in the table
+                    rows.append({"model": name, "form": form, "failures": [
+                        f"making the form: {type(exc).__name__}: {str(exc)[:200]}"]})
             for form, path in forms:
                 print(f"{name} {form}", file=sys.stderr, flush=True)
                 row = measure_form(path, work)
@@ -273,7 +277,7 @@ def main(argv=None) -> int:
             "bytes. Bindings: " + "; ".join(
                 f"{n} " + (" ".join(f"{k}={v}" for k, v in MODELS[n][0].items()) or "static")
                 for n in dict.fromkeys(r["model"] for r in rows)) + ".")
-    body = head + "\n\n" + table(rows)
+    body = "## Deployment forms (issue 33)\n\n" + head + "\n\n" + table(rows)
     if ns.json:
         Path(ns.json).write_text(json.dumps(rows, indent=1, default=str))
     if ns.write:
