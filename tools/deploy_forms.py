@@ -277,7 +277,7 @@ def main(argv=None) -> int:
             "bytes. Bindings: " + "; ".join(
                 f"{n} " + (" ".join(f"{k}={v}" for k, v in MODELS[n][0].items()) or "static")
                 for n in dict.fromkeys(r["model"] for r in rows)) + ".")
-    body = "## Deployment forms (issue 33)\n\n" + head + "\n\n" + table(rows)
+    body = "## The graph the runtime runs: deployment forms beside ORT's pattern (issue 33)\n\n" + head + "\n\n" + table(rows)
     if ns.json:
         Path(ns.json).write_text(json.dumps(rows, indent=1, default=str))
     if ns.write:

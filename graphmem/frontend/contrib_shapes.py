@@ -527,7 +527,7 @@ def gather_block_quantized(call: Call) -> list:
 
 # --------------------------------------------------------------------------- the driver
 
-def infer(model, *, int_max: int = 2**31 - 1):
+def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
     """``model`` (a ModelProto whose graph inputs have static shapes) with the types of
     every value the rules, onnx's per-node inference and, where those leave a gap, ONNX
     Runtime's symbolic inference reach, written as value infos; what stays unknown stays
@@ -539,7 +539,7 @@ def infer(model, *, int_max: int = 2**31 - 1):
     # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
     # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again, and
     # what it leaves open (it stops at an op it asserts on) keeps this pass's types
-    return _with_types(_symbolic(model, int_max), known)
+    return _with_types(_symbolic(model, int_max, notes), known)
 
 
 def _with_types(model, known: dict[str, Value]):
@@ -650,15 +650,20 @@ def _declared_type(tp) -> Optional[Value]:
     return (t.elem_type, tuple(dims))
 
 
-def _symbolic(model, int_max: int):
-    """ORT's symbolic inference with this table's rules in front of its handlers."""
+def _symbolic(model, int_max: int, notes: list | None = None):
+    """ORT's symbolic inference with this table's rules in front of its handlers;
+    ``notes`` gains a line when it stops on an op it asserts on."""
     engine = _engine()(int_max)
     with _scratch_folder():
         engine._preprocess(model)
         while engine.run_:
             try:
                 engine._infer_impl()
-            except Exception:  # an op ORT's inference asserts on: keep what it found
+            except Exception as exc:  # an op ORT's inference asserts on: keep what it found
+                if notes is not None:
+                    text = " ".join(str(exc).split())[:200]
+                    notes.append(f"ONNX Runtime's symbolic shape inference stopped: "
+                                 f"{type(exc).__name__}: {text}")
                 break
         engine._update_output_from_vi()
     return engine.out_mp_
