@@ -72,8 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     finally:
         clear_early()
+        _remove_temporaries()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _remove_temporaries() -> None:
+    """The folders --ort-optimize and --infer-by-running made, removed on every way out
+    (their module is imported only by a command that made some)."""
+    made = sys.modules.get("graphmem.frontend.ort_optimize")
+    if made is not None:
+        made.cleanup()
 
 
 def entry() -> None:

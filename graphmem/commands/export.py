@@ -19,7 +19,8 @@ from graphmem.pipeline import DEFAULT_PASSES, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
-from graphmem.commands.common import (add_model_args, add_pass_args, chosen_passes,
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      chosen_passes,
                                       inplace_table_key, input_paths, model_path,
                                       model_stem, parse_dims, plan_size_limit)
 
@@ -33,6 +34,7 @@ def add_parser(sub) -> None:
                     "annotated model.")
     add_model_args(p, optional=True)
     add_pass_args(p)
+    add_runtime_args(p)
     add_plan_arg(p)
     p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
     p.add_argument("--raise-ir-version", action="store_true", dest="raise_ir_version",
@@ -126,8 +128,8 @@ def planned_view(args) -> tuple[PlanView, Graph]:
         return build(plan, graph), graph
     graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None))
     passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
-    name = Path(model_path(args)).name if Path(args.model).exists() else \
-        model_stem(args) + ".onnx"
+    name = Path(model_path(args)).name if Path(args.model).exists() or \
+        getattr(args, "ort_optimize", None) else model_stem(args) + ".onnx"
     result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
                         placement=getattr(args, "placement", "best"), model_name=name,
                         bindings=graph.bindings, provider=inplace_table_key(args))

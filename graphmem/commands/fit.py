@@ -9,8 +9,8 @@ from argparse import Namespace
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
-from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      model_path, parse_dims, plan_options)
 from graphmem.commands.progress import Progress
 
 
@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
                                    "--recompute.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--budget", required=True, metavar="SIZE",
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
     p.add_argument("--dtype", metavar="TYPE",
@@ -54,7 +55,7 @@ def search(args) -> dict:
     budget = parse_bytes(args.budget, "--budget")
     if args.train:
         return search_training(args, budget)
-    path = resolve(args.model, quiet=args.json)
+    path = model_path(args)
     batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
                       dim_default=args.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)

@@ -5,8 +5,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from graphmem.pipeline import Result
-from graphmem.commands.common import (add_model_args, add_pass_args, console, input_paths,
-                                      load_graph, model_stem, plan_from_args, shown)
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args, console,
+                                      exported_arena, input_paths, load_graph, model_stem,
+                                      plan_from_args, shown)
 from graphmem.plan.io import check_output
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ def add_parser(sub) -> None:
                        description="Plan every tensor of MODEL at an offset in one arena.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("-o", "--output", metavar="PATH",
                    help="plan file to write (default: <model>.plan.json; '-' prints it)")
     p.add_argument("--quiet", "-q", action="store_true", help="print no summary")
@@ -34,13 +36,14 @@ def run(args) -> int:
         check_output(out, inputs)  # before the work: a bad output fails at once
     graph, load_seconds = load_graph(args)
     result = plan_from_args(args, graph)
+    runtime = runtime_summary(args)
     if out == "-":
         sys.stdout.write(result.plan.to_json())
     else:
         result.plan.save(out, inputs=inputs)
     if not args.quiet:
         print_summary(console(stderr=out == "-"), result, load_seconds,
-                      None if out == "-" else out)
+                      None if out == "-" else out, runtime)
     if args.verify:
         from argparse import Namespace
         from graphmem.commands.verify import Heartbeat, print_report, run_verify
@@ -59,7 +62,21 @@ def mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def print_summary(console: Console, result: Result, load_seconds: float, written: str | None):
+def runtime_summary(args) -> dict | None:
+    """With ``--ort-optimize``: the level, provider, what ONNX Runtime took to optimize,
+    and the arena of the model as exported (planned with the same options)."""
+    optimized = getattr(args, "optimized", None)
+    if optimized is None:
+        return None
+    exported = exported_arena(args)
+    return {"level": optimized.level, "provider": optimized.provider,
+            "optimize_seconds": optimized.seconds,
+            "exported_arena_bytes": exported["arena_bytes"],
+            "exported_nodes": exported["nodes"], "exported_error": exported.get("error")}
+
+
+def print_summary(console: Console, result: Result, load_seconds: float, written: str | None,
+                  runtime: dict | None = None):
     plan, graph = result.plan, result.graph
     s = plan.stats
     from rich.table import Table
@@ -85,7 +102,20 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
                   "order and these aliases can be smaller")
     frag = (plan.arena_bytes / s["aliased_peak_bytes"] - 1) * 100 if s["aliased_peak_bytes"] else 0
     table.add_row("[green]arena", f"[green]{plan.arena_bytes:,}", f"[green]{mib(plan.arena_bytes)}",
-                  f"{frag:+.2f}% over the aliased peak")
+                  f"{frag:+.2f}% over the aliased peak"
+                  + (f"; as the runtime runs it (ONNX Runtime, level {runtime['level']}, "
+                     f"{runtime['provider']})" if runtime else ""))
+    if runtime:
+        exported = runtime["exported_arena_bytes"]
+        took = f"optimizing took ONNX Runtime {runtime['optimize_seconds']:.2f} s"
+        if exported is None:
+            table.add_row("arena as exported", "", "",
+                          f"the model as given does not plan: {shown(runtime['exported_error'])}"
+                          f"; {took}")
+        else:
+            table.add_row("arena as exported", f"{exported:,}", mib(exported),
+                          f"the model as given, {runtime['exported_nodes']} running nodes, "
+                          f"planned the same way; {took}")
     for r in result.reports:
         # a pass's row is what it took off the arena: both columns negative (or 0)
         saved = f"-{r.bytes_saved:,}" if r.bytes_saved else "0"

@@ -13,7 +13,8 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, batch_axis, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import (add_model_args, add_pass_args, console, input_paths,
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      console, exported_arena, input_paths, model_path,
                                       parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
 from graphmem.commands.footprint_text import print_footprints
@@ -32,6 +33,7 @@ def add_parser(sub) -> None:
                                    "--dtype re-plan the model at other sizes.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--batch", metavar="LIST",
                    help="what-if batch sizes, e.g. 1,8,32 (each one re-planned); a symbolic "
                         "batch dimension no --dim binds is bound to the first, as fit and "
@@ -93,6 +95,18 @@ def build(args) -> dict:
         dev = device_from_args(args, graph)
         out = analysis.report(graph, view.plan, dev)
         out["dtype"] = float_dtype(graph)
+        optimized = getattr(args, "optimized", None)
+        if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
+            progress("the model as exported, for comparison")
+            exported = exported_arena(args, plan_options(args))
+            out["runtime"] = {"ort_optimize": optimized.level, "provider": optimized.provider,
+                              "optimize_seconds": round(optimized.seconds, 3),
+                              "arena_bytes": view.plan.arena_bytes,
+                              "exported_arena_bytes": exported["arena_bytes"],
+                              "exported_nodes": exported["nodes"],
+                              "nodes": len(view.plan.order)}
+            if "error" in exported:
+                out["runtime"]["exported_error"] = exported["error"]
         batch = model_batch(args)
         if batch is not None:
             out["batch"] = batch
@@ -102,7 +116,7 @@ def build(args) -> dict:
         if budget is not None:
             out["budget_bytes"] = budget
         if batches or dtypes:
-            path = resolve(args.model, quiet=True)  # load_graph has said which file it is
+            path = model_path(args)  # planned_view has said which file it is
             batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
                               dim_default=args.dim_default)
             out["batch"] = batcher.axis.size
@@ -207,6 +221,19 @@ def print_breakdown(console: Console, data: dict) -> None:
                   f"[green]{mib(t['arena_bytes'])}",
                   f"planned; {t['activation_bytes_naive'] / max(t['arena_bytes'], 1):.1f}x "
                   "smaller than naive")
+    rt = data.get("runtime")
+    if rt:
+        above = (f"the one above is the graph ONNX Runtime runs ({rt['nodes']} nodes, level "
+                 f"{rt['ort_optimize']}, {rt['provider']}, made in "
+                 f"{rt['optimize_seconds']:.2f} s)")
+        if rt["exported_arena_bytes"] is None:
+            table.add_row("  as exported", "", "", f"the model as given does not plan "
+                          f"({shown(rt['exported_error'])}); {above}")
+        else:
+            table.add_row("  as exported", f"{rt['exported_arena_bytes']:,}",
+                          mib(rt["exported_arena_bytes"]),
+                          f"the arena of the model as given ({rt['exported_nodes']} nodes); "
+                          f"{above}")
     where = "no convolution needs one" if t["workspace_node"] is None else \
         "largest at " + next((layer_label(r["op"], r["name"], r["step"], r["node"])
                               for r in data["layers"] if r["node"] == t["workspace_node"]),

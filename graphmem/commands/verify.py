@@ -10,8 +10,8 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
 from graphmem.commands.progress import Heartbeat
-from graphmem.commands.common import (add_model_args, add_pass_args, console, load_graph,
-                                      model_path,
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      console, load_graph, model_path,
                                       non_negative_int, parse_dims, plan_from_args, read_plan,
                                       shown)
 
@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
                     "Exit 0 on PASS, 1 when the plan is wrong, 2 on unusable input.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--plan", metavar="PATH", help="verify this plan file instead of planning")
     add_verify_args(p)
     p.set_defaults(func=run)

@@ -75,6 +75,23 @@ ELEMENTWISE.update({"ScatterND": [(0, 0)], "ScatterElements": [(0, 0)]})
 # MayInplace(0, 0): see the evidence file; graphmem leaves Gelu out there too.)
 PROBE_CANDIDATES: dict[str, list[tuple[int, int]]] = {"Gelu": [(0, 0)]}
 
+# The fused ops of ONNX Runtime's optimizers (contrib domains, keyed "domain:op") whose
+# kernels may write an output over an input: a Conv's fused "sum" (the residual add)
+# into its output, a past key/value buffer into the present one, QuickGelu's input.
+# Candidates as ELEMENTWISE's are: a pair enters a table only with evidence.
+FUSED: dict[str, list[tuple[int, int]]] = {
+    "com.microsoft:FusedConv": [(3, 0)],
+    "com.microsoft.nchwc:Conv": [(3, 0)],
+    "com.microsoft:QuickGelu": [(0, 0)],
+    "com.microsoft:Attention": [(4, 1)],
+    "com.microsoft:GroupQueryAttention": [(3, 1), (4, 2)],
+    "com.microsoft:SparseAttention": [(3, 1), (4, 2)],
+}
+# ... and the element type a FUSED op's pairs are for, where its kernels differ by type:
+# CPU FusedConv declares MayInplace(3, 0) for float only (its MLFloat16 kernel, built
+# with MLAS's fp16 vector intrinsics, declares none and adds the sum after writing).
+FUSED_DTYPE: dict[str, str] = {"com.microsoft:FusedConv": "float32"}
+
 PROVIDERS = ("cpu", "cuda")
 PROBED = "probed"  # the suffix of the probed tables: "cpu-probed", "cuda-probed"
 _EVIDENCE_FILE = Path(__file__).with_name("inplace_evidence.json")
@@ -112,9 +129,10 @@ def evidence(provider: str, op: str) -> list[dict]:
 
 
 def _default_table(provider: str) -> dict[str, list[tuple[int, int]]]:
-    """The candidates of :data:`ELEMENTWISE` with evidence for ``provider``'s kernels."""
+    """The candidates of :data:`ELEMENTWISE` and :data:`FUSED` with evidence for
+    ``provider``'s kernels."""
     table = {}
-    for op, pairs in ELEMENTWISE.items():
+    for op, pairs in {**ELEMENTWISE, **FUSED}.items():
         backed = {tuple(e["pair"]) for e in evidence(provider, op)}
         kept = [p for p in pairs if p in backed]
         if kept:
@@ -127,7 +145,9 @@ def _default_table(provider: str) -> dict[str, list[tuple[int, int]]]:
 INPLACE_TABLES: dict[str, dict[str, list[tuple[int, int]]]] = {}
 for _p in PROVIDERS:
     INPLACE_TABLES[_p] = _default_table(_p)
-    INPLACE_TABLES[f"{_p}-{PROBED}"] = {op: list(pairs) for op, pairs in ELEMENTWISE.items()}
+    INPLACE_TABLES[f"{_p}-{PROBED}"] = {
+        **{op: list(pairs) for op, pairs in ELEMENTWISE.items()},
+        **{op: pairs for op, pairs in INPLACE_TABLES[_p].items() if op in FUSED}}
 DEFAULT_TABLE = "cpu"
 # The CPU provider's default table (kept under its old name).
 OVERWRITE = INPLACE_TABLES["cpu"]
@@ -206,7 +226,7 @@ def _past_table(ident: str) -> str | None:
     INPLACE_TABLES[key] = {op: [tuple(p) for p in pairs]
                            for op, pairs in entry["entries"].items()}
     _PAST_IDS[key] = ident
-    _TABLE_OPS = _TABLE_OPS | frozenset(INPLACE_TABLES[key])
+    _TABLE_OPS = _TABLE_OPS | frozenset(_op_types(INPLACE_TABLES[key]))
     return key
 
 
@@ -258,12 +278,15 @@ def _pairs_of(op_type: str, domain: str, given_in: tuple[bool, ...], given_out: 
     """(view pairs, overwrite pairs) of a node with this signature, the overwrite pairs
     from the provider's ``table`` (:data:`INPLACE_TABLES`): the one rule.
 
-    Standard domain only; pairs between given inputs and outputs only. Dropout with a
+    A contrib op is looked up as "domain:op" (:data:`FUSED`); views are standard
+    domain only. Pairs between given inputs and outputs only. Dropout with a
     ``training_mode`` input may be training (its output is not its input);
     BatchNormalization with more than one output is training (it also writes running
     statistics), so neither aliases then."""
     if not standard_domain(domain):
-        return (), ()
+        op_type = f"{domain}:{op_type}"
+        if op_type not in FUSED:
+            return (), ()
 
     def pairs(table):
         return tuple((i, o) for i, o in table.get(op_type, ())
@@ -354,8 +377,25 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
     if not parts:
         return _EMPTY
     pos, overwrite, rank, src, out = (np.concatenate(c) for c in zip(*parts))
+    if any(op.rsplit(":", 1)[-1] in codes for op in FUSED_DTYPE):
+        keep = _typed(graph, rows, index, pos, overwrite, src)
+        pos, overwrite, rank, src, out = pos[keep], overwrite[keep], rank[keep], src[keep], out[keep]
     by = np.lexsort((rank, overwrite, pos))
     return AliasEdges(pos[by], overwrite[by], src[by], out[by])
+
+
+def _typed(graph: Graph, rows, index: GraphIndex, pos, overwrite, src) -> np.ndarray:
+    """Which pairs stand once :data:`FUSED_DTYPE` is applied: an overwrite pair of such an
+    op holds only when its input has the element type its kernel declares it for."""
+    keep = np.ones(len(pos), dtype=bool)
+    for k in np.flatnonzero(overwrite).tolist():
+        node = graph.nodes[int(rows[int(pos[k])])]
+        dtype = FUSED_DTYPE.get(f"{node.domain}:{node.op_type}")
+        if dtype is not None:
+            name = index.names[int(src[k])] if src[k] >= 0 else None
+            tensor = graph.tensors.get(name) if name is not None else None
+            keep[k] = tensor is not None and tensor.dtype == dtype
+    return keep
 
 
 def _odd(mask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -366,6 +406,13 @@ def _odd(mask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 _OP_TYPE, _DOMAIN = attrgetter("op_type"), attrgetter("domain")
 _INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
-_TABLE_OPS = frozenset([*VIEW, *(op for t in INPLACE_TABLES.values() for op in t)])
+def _op_types(table) -> list[str]:
+    """The op types a table names ("com.microsoft:FusedConv" names FusedConv)."""
+    return [op.rsplit(":", 1)[-1] for op in table]
+
+
+# every op type some table names (a contrib op by its op type: its domain is checked
+# in _pairs_of)
+_TABLE_OPS = frozenset([*VIEW, *(op for t in INPLACE_TABLES.values() for op in _op_types(t))])
 _NONE = np.zeros(0, dtype=np.int64)
 _EMPTY = AliasEdges(_NONE, _NONE.astype(bool), _NONE, _NONE)

@@ -14,7 +14,6 @@ place in the order where it should run: cheap and exact ones before broad ones.
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from graphmem import wire
@@ -190,6 +189,28 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
     state.missing = unknown(state.g, state.order, state.tensors, state.folded)
 
 
+def has_contrib_ops(state: LoadState) -> bool:
+    return any(not standard_domain(n.domain) for n in state.g["nodes"])
+
+
+def contrib_rules(state: LoadState) -> None:
+    """The ops ONNX Runtime's optimizers write (FusedConv, the NCHWc ops, QLinear*,
+    SkipLayerNormalization, ...): their rules (:mod:`graphmem.frontend.contrib_shapes`)
+    in one pass with onnx's per-node inference between them, then onnx's inference with
+    data propagation downstream of what they sized, round after round while a round
+    sizes more. Before the constant-value rounds: on a graph ORT saved, nothing else is
+    left open."""
+    from graphmem.frontend.contrib_shapes import propagate
+    while True:
+        known = propagate(state.model_proto())
+        found = {name: v for name, v in known.items() if name not in state.tensors}
+        if not found:
+            return
+        add_types(state, found)
+        if not state.missing:
+            return
+
+
 def constant_values(state: LoadState) -> None:
     """onnx's inference again with the values of small constants (shape arithmetic)
     as initializers, round after round while a round sizes more: a constant computed
@@ -236,12 +257,17 @@ STRATEGIES: tuple[Strategy, ...] = (
              summary="If/Loop/Scan bodies inferred on their own; their outputs sized"),
     Strategy("dropout-mask", dropout_mask,
              summary="Dropout's mask, which opsets 7-9 leave untyped (cheap, first)"),
+    Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
+             summary="the shape rules of the ops ONNX Runtime's optimizers write"),
     Strategy("constant-values", constant_values,
              summary="inference again with small computed constants as initializers"),
     Strategy("dropout-mask", dropout_mask,
              summary="the masks of Dropouts whose data the constant values sized"),
+    Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
+             summary="the contrib rules again, past the shapes the constant values sized"),
     Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
-             summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention)"),
+             summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
+                     "with the contrib rules in front of its handlers"),
 )
 
 
@@ -307,8 +333,10 @@ def unknown_shape_message(state: LoadState) -> str:
             if len(state.missing) > 1 else "")
     hint = ""
     if not standard_domain(node.domain):
-        hint = (f"; {node.op_type!r} is from domain {node.domain!r}, which graphmem runs "
-                "as an opaque op: give the shapes of its outputs in the model's value_info")
+        hint = (f"; {node.op_type!r} is from domain {node.domain!r} and graphmem has no "
+                "shape rule for it: pass --infer-by-running to take the shapes from one "
+                "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
+                "in the model's value_info")
     hint = hint or data_dependence(state.g, name, state.tensors)
     caught = f" (on the way: {state.notes[0]})" if state.notes else ""
     return f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}{caught}"
@@ -400,23 +428,14 @@ def infer_with_constant_values(model, order, tensors, folded, constants, base_di
 
 
 def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
-    """ONNX Runtime's symbolic shape inference on ``model`` (``model`` itself when it
-    gives up; ``notes`` then says why)."""
-    import tempfile
-    cwd = os.getcwd()
-    # It saves "sym_shape_infer_temp.onnx" into the working folder when it gives up:
-    # run it inside a temp folder so that nothing is left behind.
-    with tempfile.TemporaryDirectory(prefix="graphmem-") as scratch:
-        try:
-            os.chdir(scratch)
-            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-            out = SymbolicShapeInference.infer_shapes(model, auto_merge=True,
-                                                      guess_output_rank=False)
-            return out if out is not None else model
-        except Exception as exc:  # it raises anything (asserts, KeyError) on ops it lacks
-            if notes is not None:
-                notes.append(f"ONNX Runtime's symbolic shape inference stopped: "
-                             f"{type(exc).__name__}: {one_line(exc)}")
-            return model  # the caller names the tensor that stays unknown
-        finally:
-            os.chdir(cwd)
+    """ONNX Runtime's symbolic shape inference on ``model``, with the contrib rules in
+    front of its handlers (:func:`graphmem.frontend.contrib_shapes.infer`): what it sizes
+    before it gives up is kept, and ``notes`` then says why it stopped."""
+    from graphmem.frontend.contrib_shapes import infer
+    try:
+        return infer(model, notes=notes)
+    except Exception as exc:  # it raises anything (asserts, KeyError) on ops it lacks
+        if notes is not None:
+            notes.append(f"ONNX Runtime's symbolic shape inference stopped: "
+                         f"{type(exc).__name__}: {one_line(exc)}")
+        return model  # the caller names the tensor that stays unknown
