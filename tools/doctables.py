@@ -123,6 +123,9 @@ SECTIONS = (
     Section("deployment", "docs/corpus.md", "python tools/deployment_corpus.py run DIR --write",
             (), None, why_unchecked="the deployment forms are built with ONNX Runtime's "
                                     "optimizers and quantizers into a folder first"),
+    Section("deploy", "docs/corpus.md", "python tools/deploy_forms.py run --write", (), None,
+            why_unchecked="the forms are optimized and quantized by ONNX Runtime into a "
+                          "folder first, and ORT's own pattern is measured beside them"),
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),
