@@ -9,6 +9,8 @@ right entries and tile the graph.
 from __future__ import annotations
 
 import mmap
+import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -587,15 +589,41 @@ def test_random_byte_flips_never_crash(flips):
     agree(data)
 
 
+def _tool(name: str):
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed_model, count", [("small", 400), ("squeezenet", 100),
+                                               ("rnn_loop_ts", 60)])
+def test_mutants_are_read_as_protobuf_reads_them(seed_model, count):
+    """The differential campaign of tools/fuzz_reader.py, a few hundred mutants of a
+    model each (truncations at field boundaries, varints that overflow, lengths past the
+    end, wrong wire types, groups, floods, swapped values): protobuf and wire accept the
+    same mutants with the same content and refuse the same ones."""
+    import random
+    fuzz = _tool("fuzz_reader")
+    mutator = fuzz.Mutator(fuzz.seeds()[seed_model])
+    rng = random.Random(seed_model)
+    verdicts = Counter()
+    for _ in range(count):
+        what, data = mutator.mutant(rng)
+        verdict = agree(data)
+        verdicts[verdict] += 1
+    assert verdicts["both"] > count // 4 and verdicts["neither"] > count // 20, verdicts
+
+
 def test_the_schema_in_wire_c_is_the_installed_onnx_s():
     """wire.c knows every message and field of onnx-ml.proto from a table that
     tools/wire_schema.py writes from onnx's descriptors: it must be that of this onnx
     (a newer onnx with new fields: run the tool)."""
-    import importlib.util
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("wire_schema", root / "tools/wire_schema.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _tool("wire_schema")
     assert tool.current_block((root / "graphmem/wire.c").read_text()) == tool.schema_block()
 
 
