@@ -421,8 +421,9 @@ def seeds() -> dict[str, bytes]:
     return out
 
 
-def generated() -> dict[str, bytes]:
-    """Cases a mutation of a small file cannot reach: deep nesting, floods."""
+def generated(scale: float = 1.0) -> dict[str, bytes]:
+    """Cases a mutation of a small file cannot reach: deep nesting, floods (``scale``
+    shrinks the floods' millions of entries)."""
     import onnx
     from onnx import TensorProto, helper
     F = TensorProto.FLOAT
@@ -437,24 +438,34 @@ def generated() -> dict[str, bytes]:
     def entry(number: int, payload: bytes) -> bytes:
         return varint(number << 3 | 2) + varint(len(payload)) + payload
 
+    def nest(core: bytes, levels: int, wrapper: list[tuple[int, bytes]]) -> bytes:
+        """``core`` wrapped ``levels`` times in entry(n1, h1 + entry(n2, h2 + ... core)),
+        written in linear time (each level's prefix from the length inside it)."""
+        prefixes, inner = [], len(core)
+        for _ in range(levels):
+            for number, head in reversed(wrapper):
+                inner += len(head)
+                p = varint(number << 3 | 2) + varint(inner) + head
+                inner += len(p) - len(head)
+                prefixes.append(p)
+        return b"".join(reversed(prefixes)) + core
+
     # 20,000 nested sequence types on an input (messages the loader does not keep)
-    t = entry(1, b"\x08\x01")  # TypeProto{tensor_type{elem_type: FLOAT}}
-    for _ in range(20000):
-        t = entry(4, entry(1, t))
+    t = nest(entry(1, b"\x08\x01"), 20000, [(4, b""), (1, b"")])
     out["deep-types"] = model(entry(11, entry(1, b"x") + entry(2, t)))
     # 20,000 nested groups of an unknown field
     out["deep-groups"] = model(varint(99 << 3 | 3) * 20000 + varint(99 << 3 | 4) * 20000)
     # 20,000 nested If subgraphs (each a GraphProto in an AttributeProto in a NodeProto)
-    g = entry(1, entry(1, b"c") + entry(2, b"y") + entry(4, b"Identity"))
-    for _ in range(20000):
-        g = entry(1, entry(1, b"c") + entry(2, b"y") + entry(4, b"If")
-                  + entry(5, entry(1, b"then_branch") + varint(20 << 3) + b"\x05" + entry(6, g)))
-    out["deep-ifs"] = model(g)
-    # floods: 3 M dims on one initializer, 3 M inputs of one node, 1 M empty nodes
-    out["flood-dims"] = model(entry(5, entry(8, b"w") + b"\x10\x01" + entry(1, b"\x01" * 3_000_000)))
-    out["flood-inputs"] = model(entry(1, entry(1, b"x") * 3_000_000 + entry(2, b"y")
-                                      + entry(4, b"Sum")) + entry(11, entry(1, b"x") + entry(2, entry(1, b"\x08\x01"))))
-    out["flood-nodes"] = model(entry(1, b"") * 1_000_000)
+    leaf = entry(1, entry(1, b"c") + entry(2, b"y") + entry(4, b"Identity"))
+    node_head = entry(1, b"c") + entry(2, b"y") + entry(4, b"If")
+    attr_head = entry(1, b"then_branch") + varint(20 << 3) + b"\x05"
+    out["deep-ifs"] = model(nest(leaf, 20000, [(1, node_head), (5, attr_head), (6, b"")]))
+    million = int(1_000_000 * scale)
+    out["flood-dims"] = model(entry(5, entry(8, b"w") + b"\x10\x01" + entry(1, b"\x01" * 3 * million)))
+    out["flood-inputs"] = model(entry(1, entry(1, b"x") * 3 * million + entry(2, b"y")
+                                      + entry(4, b"Sum"))
+                                + entry(11, entry(1, b"x") + entry(2, entry(1, b"\x08\x01"))))
+    out["flood-nodes"] = model(entry(1, b"") * million)
     # a graph output typed with a dim of 2^62 and a Range whose limit is huge
     big = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "big",
                             [vi("x", F, [1 << 62, 1 << 62])], [vi("y", F, None)])
