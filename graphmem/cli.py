@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from graphmem import notes
+from graphmem import interrupts, notes
 from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
@@ -80,9 +80,12 @@ def entry() -> None:
     main() turns a Ctrl-C into 130 itself while it runs. One that lands after it
     returned (its outputs complete) would otherwise end the process by the signal
     (status -2 to a parent, -SIGINT) with a traceback, or pass unnoticed in the
-    interpreter's shutdown: from then on it ends the process at once with 130.
+    interpreter's shutdown: from then on it ends the process at once with 130. One that
+    lands while a compiled module loads waits until it has loaded (it could crash the
+    process there: :mod:`graphmem.interrupts`).
     """
     try:
+        interrupts.install()
         code = main()
         signal.signal(signal.SIGINT, _interrupted_late)
     except KeyboardInterrupt:  # between main's return and the handler
