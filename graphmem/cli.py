@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -49,7 +50,16 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+# ONNX Runtime's telemetry (1.2x on Linux and macOS) writes a device id and a database
+# under ~/.cache/Microsoft/DeveloperTools and a ".ses" file in $TMPDIR when its first
+# session is made: files outside a command's outputs. Its documented opt-out, read once
+# when the runtime starts, is set for graphmem's commands (a value already set wins).
+ORT_OPT_OUT = {"ORT_DISABLE_TELEMETRY": "1"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    for name, value in ORT_OPT_OUT.items():
+        os.environ.setdefault(name, value)
     argv = _negative_values(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     notes.clear()

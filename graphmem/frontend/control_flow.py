@@ -177,6 +177,12 @@ def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
                                     f"outputs, the node {outs}")
         return
     body = bodies["body"]
+    first = 2 if n.op_type == "Loop" else 0  # a Loop's M and cond may be left out
+    for i, name in enumerate(n.input[first:], first):
+        if not name:
+            kind = "loop-carried values" if n.op_type == "Loop" else "inputs"
+            raise GraphmemError(f"{label}: its input {i} has no name; a {n.op_type}'s {kind} "
+                                "cannot be left out")
     if n.op_type == "Loop":
         carried = max(len(n.input) - 2, 0)
         if len(n.input) < 2 or len(body.output) < 1 + carried or \
@@ -225,10 +231,13 @@ def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output:
     if why:
         raise GraphmemError(f"cannot size tensor {output!r}, a scan output of {label}: {why}; "
                             "graphmem needs a static shape for every tensor")
-    if np.asarray(trips).size != 1:
-        raise GraphmemError(f"{label}: its trip count holds {np.asarray(trips).size} values, "
-                            "not one")
-    return max(int(np.asarray(trips).reshape(-1)[0]), 0)
+    trips = np.asarray(trips)
+    if trips.size != 1:
+        raise GraphmemError(f"{label}: its trip count holds {trips.size} values, not one")
+    if trips.dtype.kind not in "iu":  # the spec's M is int64; a float has no count
+        raise GraphmemError(f"{label}: its trip count is of type {trips.dtype}, not an "
+                            "integer")
+    return max(int(trips.reshape(-1)[0]), 0)
 
 
 def _passes_condition(s: Scope) -> bool:

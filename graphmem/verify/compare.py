@@ -51,6 +51,7 @@ class OutputCheck:
     ok: bool
 
 
+@np.errstate(invalid="ignore", over="ignore")  # NaN and inf are handled below, not warned
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     """Largest |a - b|; NaN where exactly one side is NaN, 0 where both are."""
     if a.size == 0:
@@ -73,6 +74,7 @@ def identical(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b, equal_nan=np.asarray(a).dtype.kind in "fc"))
 
 
+@np.errstate(invalid="ignore", over="ignore")
 def close(a: np.ndarray, b: np.ndarray, dtype: str, provider: str = "cpu") -> bool:
     """Equal within the tolerance of ``dtype`` on ``provider``; integers exactly."""
     if a.shape != b.shape:
