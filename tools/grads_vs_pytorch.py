@@ -43,12 +43,12 @@ def main(argv=None) -> int:
         return 2
     import onnx
     import onnxruntime as ort
-    from export_corpus import _vision_models
+    from export_corpus import vision_models
 
     from graphmem.training.build import build_training, running_stat_outputs
 
     torch.manual_seed(0)
-    model = _vision_models()[0]()
+    model = vision_models()[0]()
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):

@@ -131,7 +131,7 @@ def graphmem_arenas(name: str, module, batch: int) -> tuple[int, int, int]:
 
 def main() -> None:
     import torch
-    from export_corpus import _vision_models
+    from export_corpus import vision_models
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=["resnet18", "mobilenet_v2"])
@@ -139,7 +139,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    ResNet18, MobileNetV2 = _vision_models()
+    ResNet18, MobileNetV2 = vision_models()
     print("| network | PyTorch saved MiB | PyTorch peak MiB | checkpoint_sequential "
           "(segments): peak MiB | graphmem plain arena MiB | graphmem --recompute sqrt "
           "(segments): arena MiB |")

@@ -55,7 +55,7 @@ def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
             feeds[name] = (rng.uniform(-1, 1, t.shape) + 1j * rng.uniform(-1, 1, t.shape)
                            ).astype(dtype)
         elif dtype.kind == "b":
-            feeds[name] = rng.random(t.shape) < 0.5
+            feeds[name] = np.asarray(rng.random(t.shape) < 0.5)  # a 0-d array, not np.bool
         else:
             high = _index_bound(graph, name, consumers.get(name, []))
             feeds[name] = rng.integers(0, high, t.shape).astype(dtype)
@@ -92,9 +92,10 @@ class Reference:
             m = onnx.ModelProto()
             m.CopyFrom(model)
             existing = {o.name for o in m.graph.output}
-            inputs = set(graph.inputs)
+            # a control-flow node's workspace (a planned tensor) is no ONNX value
+            skip = set(graph.inputs) | set(graph.workspaces.values())
             for t in graph.arena_tensors():
-                if t not in existing and t not in inputs:
+                if t not in existing and t not in skip:
                     info = graph.tensors[t]
                     m.graph.output.append(helper.make_tensor_value_info(
                         t, ENUM_BY_NAME[info.dtype], list(info.shape)))
