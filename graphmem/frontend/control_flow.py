@@ -137,6 +137,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     if opset < 9:
         raise GraphmemError(f"{label}: a Scan of opset {opset} (batched, with sequence_lens) "
                             "is not planned; graphmem plans the Scan of opset 9 and later")
+    _named(n, 0, label)
     m = int(attrs["num_scan_inputs"])
     states = [known[t] for t in n.input[:len(n.input) - m]]
     scanned = [known[t] for t in n.input[len(n.input) - m:]]
@@ -177,13 +178,8 @@ def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
                                     f"outputs, the node {outs}")
         return
     body = bodies["body"]
-    first = 2 if n.op_type == "Loop" else 0  # a Loop's M and cond may be left out
-    for i, name in enumerate(n.input[first:], first):
-        if not name:
-            kind = "loop-carried values" if n.op_type == "Loop" else "inputs"
-            raise GraphmemError(f"{label}: its input {i} has no name; a {n.op_type}'s {kind} "
-                                "cannot be left out")
     if n.op_type == "Loop":
+        _named(n, 2, label)  # (M and cond may be left out)
         carried = max(len(n.input) - 2, 0)
         if len(n.input) < 2 or len(body.output) < 1 + carried or \
                 outs != len(body.output) - 1:
@@ -197,6 +193,16 @@ def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
         raise GraphmemError(f"{label}: num_scan_inputs is {m}, for {len(n.input)} inputs")
     if len(body.output) != outs:
         raise GraphmemError(f"{label}: its body has {len(body.output)} outputs, the node {outs}")
+
+
+def _named(n: onnx.NodeProto, first: int, label: str) -> None:
+    """Refuse an input from ``first`` on that is left out (an empty name): a Loop's
+    carried values and a Scan's states and scanned inputs are not optional."""
+    for i, name in enumerate(n.input[first:], first):
+        if not name:
+            raise GraphmemError(f"{label}: its input {i} has no name; a {n.op_type}'s "
+                                f"{'loop-carried values' if n.op_type == 'Loop' else 'inputs'} "
+                                "cannot be left out")
 
 
 def _finals(names, states) -> dict[str, Tensor]:
