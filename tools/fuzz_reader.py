@@ -450,25 +450,50 @@ def generated(scale: float = 1.0) -> dict[str, bytes]:
                 prefixes.append(p)
         return b"".join(reversed(prefixes)) + core
 
-    # 20,000 nested sequence types on an input (messages the loader does not keep)
-    t = nest(entry(1, b"\x08\x01"), 20000, [(4, b""), (1, b"")])
-    out["deep-types"] = model(entry(11, entry(1, b"x") + entry(2, t)))
-    # 20,000 nested groups of an unknown field
-    out["deep-groups"] = model(varint(99 << 3 | 3) * 20000 + varint(99 << 3 | 4) * 20000)
-    # 20,000 nested If subgraphs (each a GraphProto in an AttributeProto in a NodeProto)
-    leaf = entry(1, entry(1, b"c") + entry(2, b"y") + entry(4, b"Identity"))
-    node_head = entry(1, b"c") + entry(2, b"y") + entry(4, b"If")
+    float_vi = entry(2, entry(1, b"\x08\x01" + entry(2, entry(1, b"\x08\x01"))))  # float[1]
+
+    def value(name: bytes) -> bytes:
+        return entry(1, name) + float_vi
+
+    def graph(body: bytes, inputs=(b"x",), outputs=(b"y",)) -> bytes:
+        return (body + entry(2, b"g") + b"".join(entry(11, value(i)) for i in inputs)
+                + b"".join(entry(12, value(o)) for o in outputs))
+
+    def node(op: bytes, ins, outs, extra: bytes = b"") -> bytes:
+        return entry(1, b"".join(entry(1, i) for i in ins) + b"".join(entry(2, o) for o in outs)
+                     + entry(4, op) + extra)
+
+    identity = node(b"Identity", [b"x"], [b"y"])
+    # nesting past protobuf's limit of 100: 20,000 sequence types on an input (messages
+    # the loader does not keep), 20,000 groups of an unknown field, 20,000 If subgraphs
+    seq = nest(entry(1, b"\x08\x01"), 20000, [(4, b""), (1, b"")])
+    out["deep-types"] = model(graph(identity, inputs=()) + entry(11, entry(1, b"x") + entry(2, seq)))
+    out["deep-groups"] = model(graph(identity) + varint(99 << 3 | 3) * 20000
+                               + varint(99 << 3 | 4) * 20000)
+    leaf = graph(node(b"Identity", [b"x"], [b"y"]), inputs=())
     attr_head = entry(1, b"then_branch") + varint(20 << 3) + b"\x05"
-    out["deep-ifs"] = model(nest(leaf, 20000, [(1, node_head), (5, attr_head), (6, b"")]))
+    else_attr = entry(5, entry(1, b"else_branch") + varint(20 << 3) + b"\x05" + entry(6, leaf))
+    if_head = entry(1, b"c") + entry(2, b"y") + entry(4, b"If") + else_attr
+    cond = entry(11, entry(1, b"c") + entry(2, entry(1, b"\x08\x09" + entry(2, b""))))  # bool[]
+    out["deep-ifs"] = model(nest(leaf, 20000, [(1, if_head), (5, attr_head), (6, b"")]))
+    # and just under it: sequence types 40 deep, Ifs nested 30 deep (valid files)
+    seq40 = nest(entry(1, b"\x08\x01"), 40, [(4, b""), (1, b"")])
+    out["seq-types-40"] = model(graph(identity, inputs=()) + entry(11, entry(1, b"x") + entry(2, seq40)))
+    ifs = leaf
+    for _ in range(30):
+        ifs = graph(entry(1, if_head + entry(5, attr_head + entry(6, ifs))), inputs=())
+    out["nested-ifs-30"] = model(ifs[:-len(entry(12, value(b"y")))] + entry(11, value(b"x"))
+                                 + cond + entry(12, value(b"y")))
+    # repeated-field floods of millions of entries
     million = int(1_000_000 * scale)
-    out["flood-dims"] = model(entry(5, entry(8, b"w") + b"\x10\x01" + entry(1, b"\x01" * 3 * million)))
-    out["flood-inputs"] = model(entry(1, entry(1, b"x") * 3 * million + entry(2, b"y")
-                                      + entry(4, b"Sum"))
-                                + entry(11, entry(1, b"x") + entry(2, entry(1, b"\x08\x01"))))
-    out["flood-nodes"] = model(entry(1, b"") * million)
-    # a graph output typed with a dim of 2^62 and a Range whose limit is huge
+    w = entry(5, entry(8, b"w") + b"\x10\x01" + entry(1, b"\x01" * 3 * million) + entry(9, b"\0" * 4))
+    out["flood-dims"] = model(graph(node(b"Identity", [b"w"], [b"y"]) + w, inputs=()))
+    out["flood-inputs"] = model(graph(node(b"Sum", [b"x"] * (3 * million), [b"y"])))
+    out["flood-nodes"] = model(graph(identity * million))
+    out["flood-outputs"] = model(graph(identity, outputs=[b"y"] * million))
+    # dims far past any memory: 2^62 x 2^62 floats
     big = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "big",
-                            [vi("x", F, [1 << 62, 1 << 62])], [vi("y", F, None)])
+                            [vi("x", F, [1 << 62, 1 << 62])], [vi("y", F, [1 << 62, 1 << 62])])
     out["huge-dims"] = helper.make_model(big, opset_imports=[helper.make_opsetid("", 17)]
                                          ).SerializeToString()
     return out
