@@ -65,12 +65,24 @@ def _scan_with_an_unnamed_input() -> bytes:
                   [vi("s0", F, [4]), vi("xs", F, [3, 4])], [vi("sf", F, [4]), vi("ys", F, [3, 4])])
 
 
+def _loop_of_a_constant_with_too_much_data() -> bytes:
+    m = onnx.ModelProto.FromString(_loop(numpy_helper.from_array(np.array(3, np.int64), "M")))
+    t = TensorProto(name="c", data_type=TensorProto.INT64, dims=[])
+    t.raw_data = np.array([3, 4], np.int64).tobytes()  # two values for a scalar
+    del m.graph.initializer[:]
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["M"], value=t))
+    return m.SerializeToString()
+
+
 REPRODUCERS = {
     # (model bytes, what the one line says, or None for a plan)
     "loop-trip-count-inf": (_loop(numpy_helper.from_array(np.array(np.inf, np.float32), "M")),
                             "its trip count is of type float32, not an integer"),
     "loop-trip-count-float8": (_loop(_float8_trip()),
                                "its trip count is of type float8_e5m2fnuz, not an integer"),
+    "loop-constant-data-past-its-shape": (
+        _loop_of_a_constant_with_too_much_data(),
+        "Constant 'M': its data does not fill its shape [] (cannot reshape array of size 2"),
     "scan-unnamed-input": (_scan_with_an_unnamed_input(),
                            "its input 1 has no name; a Scan's inputs cannot be left out"),
 }

@@ -315,6 +315,29 @@ class Mutator:
             x[0].children.append(Field(number, 0, rng.choice(HUGE + [5, 10, 13])))
             return True
 
+    def constant_values(self, rng, tree):
+        """A small constant's data (a shape, axes, a count: a Constant node's value or a
+        small initializer) replaced: random bytes, values near the int64 limits, one
+        byte more or less."""
+        x = _pick(rng, tree, lambda f: f.children is not None and f.message == "TensorProto"
+                  and any(c.number == 9 and c.children is None and 0 < len(c.value) <= 256
+                          for c in f.children))
+        if not x:
+            return None
+        raw = next(c for c in x[0].children if c.number == 9)
+        n = len(raw.value)
+        pick = rng.random()
+        if pick < 0.3:
+            raw.value = bytes(rng.getrandbits(8) for _ in range(n))
+        elif pick < 0.7:
+            values = [rng.choice([(1 << 62), (1 << 63) - 1, -(1 << 63), (1 << 31), -1, 0,
+                                  (1 << 40), 3_000_000_000, -2])
+                      for _ in range(max(n // 8, 1))]
+            raw.value = b"".join(v.to_bytes(8, "little", signed=True) for v in values)[:n]
+        else:
+            raw.value = raw.value + b"\xff" if rng.random() < 0.5 else raw.value[:-1]
+        return True
+
     # -- raw edits of the written bytes --
 
     def truncate(self, rng, tree):
@@ -343,7 +366,8 @@ class Mutator:
 KINDS = [Mutator.varint_value, Mutator.varint_encoding, Mutator.wire_type, Mutator.group,
          Mutator.swap_string, Mutator.swap_string, Mutator.flip_bytes, Mutator.resize_bytes,
          Mutator.duplicate, Mutator.delete, Mutator.move, Mutator.dims, Mutator.dims,
-         Mutator.enum, Mutator.truncate, Mutator.length_past_end, Mutator.splice_bytes]
+         Mutator.enum, Mutator.truncate, Mutator.length_past_end, Mutator.splice_bytes,
+         Mutator.constant_values, Mutator.constant_values, Mutator.constant_values]
 
 
 def _copy(fields):

@@ -336,13 +336,23 @@ def _attr(a: onnx.AttributeProto):
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
+def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    """A tensor's value; one line when its data does not fill its dims."""
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError) as exc:
+        raise GraphmemError(f"{what}: its data does not fill its shape {list(t.dims)} "
+                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                            ) from None
+
+
 def _constant_nodes(g: onnx.GraphProto) -> dict[str, np.ndarray]:
     out = {}
     for nd in g.node:
         if nd.op_type == "Constant" and standard_domain(nd.domain) and nd.output:
             for a in nd.attribute:
                 if a.name == "value":
-                    out[nd.output[0]] = numpy_helper.to_array(a.t)
+                    out[nd.output[0]] = _array(a.t, f"Constant {nd.output[0]!r}")
     return out
 
 
@@ -357,7 +367,7 @@ def graph_values(model: onnx.ModelProto) -> Values:
         init = local.get(name)
         if init is None or init.data_location == onnx.TensorProto.EXTERNAL:
             return None
-        return numpy_helper.to_array(init)
+        return _array(init, f"initializer {name!r}")
     return value
 
 
