@@ -718,11 +718,31 @@ def atheris_main(argv: list[str]) -> int:
         from graphmem import wire
     import onnx
 
+    # Coverage: atheris instruments Python code, not wire.c (that needs clang's
+    # -fsanitize=fuzzer-no-link); this tool's own Python reading of the wire format is
+    # instrumented instead, so libFuzzer keeps inputs of new structure (field kinds,
+    # nesting, truncations) and mutates those.
+    structure = atheris.instrument_func(parse)
+    atheris.instrument_func(read_varint)
+
     def one(data: bytes) -> None:
+        try:
+            structure(data)
+        except (ValueError, KeyError, RecursionError):
+            pass
         verdict = compare(data, onnx, wire)
         if verdict.startswith("DIFFER"):
             raise AssertionError(verdict)
 
+    # libFuzzer mutates the seed models (a corpus folder of them unless one is given)
+    if not any(not a.startswith("-") for a in argv):
+        corpus_dir = Path(tempfile.mkdtemp(prefix="fuzz-corpus-"))
+        for name, data in seeds().items():
+            if len(data) < 300_000:
+                (corpus_dir / f"{name}.onnx").write_bytes(data)
+        argv = [*argv, str(corpus_dir)]
+    if not any(a.startswith("-max_len") for a in argv):
+        argv = ["-max_len=300000", *argv]
     atheris.Setup([sys.argv[0], *argv], one)
     atheris.Fuzz()
     return 0
