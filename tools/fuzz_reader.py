@@ -547,6 +547,13 @@ def differential(args) -> int:
                 _keep(Path(args.keep), data, "differential")
     print(f"{args.count} mutants in {time.time() - start:.1f} s: "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if args.write:
+        lines = ["| protobuf and wire.parse_model | mutants |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in sorted(counts.items(), key=lambda x: -x[1])]
+        if not differ:
+            lines.append("| differ | 0 |")
+        _write_doc("differential", "python tools/fuzz_reader.py " + " ".join(sys.argv[1:]),
+                   lines)
     return 1 if differ else 0
 
 
@@ -691,11 +698,38 @@ def plan_campaign(args) -> int:
                           f"{o.peak_mb:.0f} MB {o.detail[-200:]!r}", flush=True)
                 if (k + 1) % 200 == 0:
                     print(f"... {k + 1}/{len(jobs)} in {time.time() - start:.0f} s", flush=True)
-    print(f"\n| outcome | runs |\n|---|---|")
-    for kind, n in sorted(table.items(), key=lambda x: -x[1]):
-        print(f"| {kind} | {n} |")
-    print(f"\n{len(jobs)} runs; slowest {slowest:.1f} s, largest peak RSS {heaviest:.0f} MB")
+    lines = ["| outcome | runs |", "|---|---|"]
+    lines += [f"| {kind} | {n} |" for kind, n in sorted(table.items(), key=lambda x: -x[1])]
+    for kind in ("traceback", "several lines", "signal", "timeout", "over 2 GB"):
+        if not any(k.startswith(kind) for k in table):
+            lines.append(f"| {kind} | 0 |")
+    lines.append("")
+    lines.append(f"{len(jobs)} runs ({args.count} mutants"
+                 + (f", {len(jobs) - args.count} generated" if args.generated else "")
+                 + f", seed {args.seed}); slowest {slowest:.1f} s, largest peak RSS "
+                 f"{heaviest:.0f} MB (limits: {LIMIT_SECONDS} s, "
+                 f"{LIMIT_BYTES >> 30} GB of address space).")
+    for name, what, kind, detail in failures:
+        lines.append(f"- {name} ({what}): {kind}: `{' '.join(detail.split())[-160:]}`")
+    print("\n" + "\n".join(lines))
+    if args.write:
+        _write_doc("plan", "python tools/fuzz_reader.py " + " ".join(sys.argv[1:]), lines)
     return 1 if failures else 0
+
+
+DOC = ROOT / "docs" / "hostile-input.md"
+
+
+def _write_doc(key: str, command: str, lines: list[str]) -> None:
+    """Rewrite this tool's section ``key`` of docs/hostile-input.md."""
+    import datetime
+    import platform
+    sys.path.insert(0, str(ROOT / "tools"))
+    from benchdoc import cpu_name, write_section
+    stamp = (f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+             f"by `{command}` on {cpu_name()}, {os.cpu_count()} CPUs, Python "
+             f"{platform.python_version()}.")
+    write_section(f"fuzz-{key}", stamp + "\n\n" + "\n".join(lines), doc=DOC)
 
 
 def _keep(folder: Path, data: bytes, kind: str) -> None:
@@ -766,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--count", type=int, default=2000)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--keep", help="write the mutants that differ here")
+    d.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     p = sub.add_parser("plan", help="graphmem plan on mutants, 2 GB and 20 s each")
     p.add_argument("--count", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
@@ -773,6 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generated", action="store_true", help="the generated cases too")
     p.add_argument("--keep", help="write the failing mutants here")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     c = sub.add_parser("corpus", help="write the generated cases to a folder")
     c.add_argument("folder")
     sub.add_parser("atheris", help="coverage-guided fuzzing of the reader (atheris)")
