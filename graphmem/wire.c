@@ -1,7 +1,8 @@
 /* graphmem.wire: a serialized ONNX ModelProto read straight from the protobuf wire format.
  *
  * parse_model(data) walks the bytes of a ModelProto (any object with the buffer protocol:
- * bytes, memoryview, mmap; it is not copied) and returns plain Python data: the opsets, and
+ * bytes, memoryview, mmap; it is not copied) and returns plain Python data (dicts, and named
+ * records: struct sequences, tuples whose items also have names): the opsets, and
  * for the main graph (and, recursively, for the subgraphs of GRAPH and GRAPHS attributes)
  * its nodes, initializers (without their data), value infos with their tensor types, and the
  * byte span of every top-level entry of the GraphProto, so that a caller can re-assemble a
@@ -901,6 +902,29 @@ static PyObject *pair(PyObject *a, PyObject *b) /* steals both */
     return untrack(t);
 }
 
+/* ---- the named records (struct sequences: tuples whose items also have names) ---- */
+
+static PyTypeObject *r_node, *r_attr, *r_init, *r_value, *r_type;
+
+/* a new record of type `type` holding items[0..n), which it steals (also on failure) */
+static PyObject *record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
+{
+    PyObject *r = NULL;
+    Py_ssize_t i;
+    for (i = 0; i < n && items[i] != NULL; i++)
+        ;
+    if (i == n)
+        r = PyStructSequence_New(type);
+    if (r == NULL) {
+        for (i = 0; i < n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        PyStructSequence_SET_ITEM(r, i, items[i]);
+    return untrack(r);
+}
+
 /* ---- the messages ---- */
 
 static PyObject *parse_graph(ctx_t *c, const uint8_t *p, const uint8_t *end);
@@ -1001,7 +1025,7 @@ static int get_ints(cur_t *r, const char *field, uint32_t num, int wt, stk_t *st
     return 0;
 }
 
-/* TensorProto -> (name, data_type, dims, data_location, raw_data_length, external_data) */
+/* TensorProto -> Initializer(name, data_type, dims, data_location, raw_bytes, external_data) */
 static PyObject *parse_tensor(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = cursor(M_TensorProto, p, end);
@@ -1010,7 +1034,7 @@ static PyObject *parse_tensor(ctx_t *c, const uint8_t *p, const uint8_t *end)
     int64_t location = 0;
     Py_ssize_t raw_len = 0;
     Py_ssize_t db = c->dims.n, eb = c->ext.n;
-    PyObject *res = NULL, *dims = NULL, *ext = NULL;
+    PyObject *dims = NULL, *ext = NULL;
     const uint8_t *s;
     Py_ssize_t n;
     uint64_t v;
@@ -1056,25 +1080,10 @@ static PyObject *parse_tensor(ctx_t *c, const uint8_t *p, const uint8_t *end)
         goto fail;
     if ((dims = stk_tuple(&c->dims, db)) == NULL || (ext = stk_tuple(&c->ext, eb)) == NULL)
         goto fail;
-    PyObject *o_name = sref_str(c, name), *o_type = PyLong_FromLong(data_type),
-             *o_loc = PyLong_FromLongLong(location), *o_raw = PyLong_FromSsize_t(raw_len);
-    if (o_name && o_type && o_loc && o_raw)
-        res = PyTuple_New(6);
-    if (res == NULL) {
-        Py_XDECREF(o_name);
-        Py_XDECREF(o_type);
-        Py_XDECREF(o_loc);
-        Py_XDECREF(o_raw);
-        goto fail;
-    }
-    PyTuple_SET_ITEM(res, 0, o_name);
-    PyTuple_SET_ITEM(res, 1, o_type);
-    PyTuple_SET_ITEM(res, 2, dims);
-    PyTuple_SET_ITEM(res, 3, o_loc);
-    PyTuple_SET_ITEM(res, 4, o_raw);
-    PyTuple_SET_ITEM(res, 5, ext);
+    PyObject *items[6] = {sref_str(c, name), PyLong_FromLong(data_type), dims,
+                          PyLong_FromLongLong(location), PyLong_FromSsize_t(raw_len), ext};
     c->depth--;
-    return untrack(res);
+    return record(r_init, items, 6);
 fail:
     Py_XDECREF(dims);
     Py_XDECREF(ext);
@@ -1156,12 +1165,12 @@ fail:
     return NULL;
 }
 
-/* TypeProto.Tensor, in one piece or more -> ("tensor", elem_type, shape or None) */
+/* TypeProto.Tensor, in one piece or more -> ValueType("tensor", elem_type, shape or None) */
 static PyObject *parse_tensor_type(ctx_t *c, const pieces_t *ps)
 {
     int32_t elem = 0;
     pieces_t shape_pieces;
-    PyObject *shape = NULL, *res = NULL;
+    PyObject *shape = NULL;
     const uint8_t *s, *p, *end;
     Py_ssize_t n;
     uint64_t v;
@@ -1189,17 +1198,11 @@ static PyObject *parse_tensor_type(ctx_t *c, const pieces_t *ps)
     }
     if (shape_pieces.count && (shape = parse_shape(c, &shape_pieces)) == NULL)
         goto fail;
-    PyObject *o_elem = PyLong_FromLong(elem);
-    if (o_elem == NULL || (res = PyTuple_New(3)) == NULL) {
-        Py_XDECREF(o_elem);
-        goto fail;
-    }
-    PyTuple_SET_ITEM(res, 0, Py_NewRef(s_tensor));
-    PyTuple_SET_ITEM(res, 1, o_elem);
-    PyTuple_SET_ITEM(res, 2, shape ? shape : Py_NewRef(Py_None));
+    PyObject *items[3] = {Py_NewRef(s_tensor), PyLong_FromLong(elem),
+                          shape ? shape : Py_NewRef(Py_None)};
     pieces_free(&shape_pieces);
     c->depth--;
-    return untrack(res);
+    return record(r_type, items, 3);
 fail:
     Py_XDECREF(shape);
     pieces_free(&shape_pieces);
@@ -1207,7 +1210,8 @@ fail:
     return NULL;
 }
 
-/* TypeProto, in one piece or more -> ("tensor", ...), ("sequence",), ... or None */
+/* TypeProto, in one piece or more -> ValueType("tensor", ...), ValueType("sequence", 0,
+ * None), ... or None */
 static PyObject *parse_type(ctx_t *c, const pieces_t *ps)
 {
     pieces_t tensor;
@@ -1275,7 +1279,7 @@ fail:
     return NULL;
 }
 
-/* ValueInfoProto -> (name, type) */
+/* ValueInfoProto -> Value(name, type) */
 static PyObject *parse_value(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = cursor(M_ValueInfoProto, p, end);
@@ -1305,14 +1309,15 @@ static PyObject *parse_value(ctx_t *c, const uint8_t *p, const uint8_t *end)
         goto fail;
     pieces_free(&types);
     c->depth--;
-    return pair(sref_str(c, name), type ? type : Py_NewRef(Py_None));
+    PyObject *items[2] = {sref_str(c, name), type ? type : Py_NewRef(Py_None)};
+    return record(r_value, items, 2);
 fail:
     pieces_free(&types);
     c->depth--;
     return NULL;
 }
 
-/* AttributeProto -> (name, type, raw) or, for GRAPH and GRAPHS, (name, type, raw, [GRAPH]) */
+/* AttributeProto -> Attribute(name, type, raw, subgraphs: [GRAPH] for GRAPH and GRAPHS, else ()) */
 static PyObject *parse_attr(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = cursor(M_AttributeProto, p, end);
@@ -1320,7 +1325,7 @@ static PyObject *parse_attr(ctx_t *c, const uint8_t *p, const uint8_t *end)
     pieces_t g;
     int64_t type = 0;
     int n_graphs = 0;
-    PyObject *graphs = NULL, *res = NULL, *o = NULL;
+    PyObject *graphs = NULL, *o = NULL;
     const uint8_t *s, *gp, *ge;
     Py_ssize_t n;
     uint64_t v;
@@ -1395,24 +1400,12 @@ static PyObject *parse_attr(ctx_t *c, const uint8_t *p, const uint8_t *end)
         if (rc < 0)
             goto fail;
     }
-    PyObject *o_name = sref_str(c, name), *o_type = PyLong_FromLongLong(type),
-             *o_raw = PyBytes_FromStringAndSize((const char *)p, end - p);
-    if (o_name && o_type && o_raw)
-        res = PyTuple_New(graphs ? 4 : 3);
-    if (res == NULL) {
-        Py_XDECREF(o_name);
-        Py_XDECREF(o_type);
-        Py_XDECREF(o_raw);
-        goto fail;
-    }
-    PyTuple_SET_ITEM(res, 0, o_name);
-    PyTuple_SET_ITEM(res, 1, o_type);
-    PyTuple_SET_ITEM(res, 2, o_raw);
-    if (graphs)
-        PyTuple_SET_ITEM(res, 3, graphs);
+    PyObject *items[4] = {sref_str(c, name), PyLong_FromLongLong(type),
+                          PyBytes_FromStringAndSize((const char *)p, end - p),
+                          graphs ? graphs : PyTuple_New(0)};
     pieces_free(&g);
     c->depth--;
-    return untrack(res);
+    return record(r_attr, items, 4);
 fail:
     Py_XDECREF(o);
     Py_XDECREF(graphs);
@@ -1421,13 +1414,13 @@ fail:
     return NULL;
 }
 
-/* NodeProto -> (name, op_type, domain, inputs, outputs, attributes) */
+/* NodeProto -> Node(name, op_type, domain, inputs, outputs, attrs) */
 static PyObject *parse_node(ctx_t *c, const uint8_t *p, const uint8_t *end)
 {
     cur_t r = cursor(M_NodeProto, p, end);
     sref_t name = {NULL, 0}, op = {NULL, 0}, domain = {NULL, 0};
     Py_ssize_t ib = c->ins.n, ob = c->outs.n, ab = c->attrs.n;
-    PyObject *res = NULL, *ins = NULL, *outs = NULL, *attrs = NULL;
+    PyObject *ins = NULL, *outs = NULL, *attrs = NULL;
     const uint8_t *s;
     Py_ssize_t n;
     uint32_t f;
@@ -1472,24 +1465,10 @@ static PyObject *parse_node(ctx_t *c, const uint8_t *p, const uint8_t *end)
     if ((ins = stk_tuple(&c->ins, ib)) == NULL || (outs = stk_tuple(&c->outs, ob)) == NULL ||
         (attrs = stk_tuple(&c->attrs, ab)) == NULL)
         goto fail;
-    PyObject *o_name = sref_str(c, name), *o_op = sref_str(c, op),
-             *o_domain = sref_str(c, domain);
-    if (o_name && o_op && o_domain)
-        res = PyTuple_New(6);
-    if (res == NULL) {
-        Py_XDECREF(o_name);
-        Py_XDECREF(o_op);
-        Py_XDECREF(o_domain);
-        goto fail;
-    }
-    PyTuple_SET_ITEM(res, 0, o_name);
-    PyTuple_SET_ITEM(res, 1, o_op);
-    PyTuple_SET_ITEM(res, 2, o_domain);
-    PyTuple_SET_ITEM(res, 3, ins);
-    PyTuple_SET_ITEM(res, 4, outs);
-    PyTuple_SET_ITEM(res, 5, attrs);
+    PyObject *items[6] = {sref_str(c, name), sref_str(c, op), sref_str(c, domain),
+                          ins, outs, attrs};
     c->depth--;
-    return untrack(res);
+    return record(r_node, items, 6);
 fail:
     Py_XDECREF(ins);
     Py_XDECREF(outs);
@@ -1746,14 +1725,15 @@ static PyMethodDef wire_methods[] = {
      "A serialized ModelProto (any bytes-like object, not copied) as plain data:\n"
      "{'ir_version': int, 'opsets': [(domain, version)], 'graph': GRAPH or None,\n"
      " 'graph_span': (offset, length) of the graph's content in data, or None}.\n"
-     "GRAPH: {'name', 'nodes': [(name, op_type, domain, inputs, outputs, attributes)],\n"
-     " 'initializers': [(name, data_type, dims, data_location, raw_data_length,\n"
-     "   external_data)], 'inputs'/'outputs'/'value_info': [(name, type)],\n"
+     "GRAPH: {'name', 'nodes': [Node(name, op_type, domain, inputs, outputs, attrs)],\n"
+     " 'initializers': [Initializer(name, data_type, dims, data_location, raw_bytes,\n"
+     "   external_data)], 'inputs'/'outputs'/'value_info': [Value(name, type)],\n"
      " 'sparse_initializers': count, 'spans': {field number: [(offset, length)]} of every\n"
-     " whole top-level entry}. An attribute is (name, type, raw AttributeProto bytes), with\n"
-     " a fourth item, the list of parsed subgraphs, for GRAPH and GRAPHS. A type is None,\n"
-     " ('tensor', elem_type, shape or None) or ('sequence',), ('map',), ('optional',),\n"
-     " ('sparse_tensor',), ('opaque',); a dim is an int, a str or None. Strings that are\n"
+     " whole top-level entry}. An attrs item is Attribute(name, type, raw AttributeProto\n"
+     " bytes, subgraphs: the list of parsed GRAPHs for GRAPH and GRAPHS, else ()). A type is\n"
+     " None or ValueType(kind, elem_type, shape or None): kind 'tensor', or 'sequence',\n"
+     " 'map', 'optional', 'sparse_tensor', 'opaque' (elem_type 0, shape None); a dim is an\n"
+     " int, a str or None. The records are tuples with named items. Strings that are\n"
      " not UTF-8 come back as bytes, and 'not_utf8' counts them (0: none anywhere).\n"
      " Malformed data raises ValueError."},
     {"parse_values", wire_parse_values, METH_O,
@@ -1767,15 +1747,44 @@ static struct PyModuleDef wire_module = {
     "A serialized ONNX ModelProto parsed straight from the protobuf wire format.", -1,
     wire_methods};
 
+/* the ValueType of a value that is not a tensor: (kind, 0, None), one object per kind */
 static PyObject *kind_tuple(const char *kind)
 {
-    PyObject *s = PyUnicode_InternFromString(kind);
-    if (s == NULL)
-        return NULL;
-    PyObject *t = PyTuple_Pack(1, s);
-    Py_DECREF(s);
-    return t;
+    PyObject *items[3] = {PyUnicode_InternFromString(kind), PyLong_FromLong(0),
+                          Py_NewRef(Py_None)};
+    return record(r_type, items, 3);
 }
+
+#define FIELDS_END {NULL, NULL}
+static PyStructSequence_Field node_fields[] = {
+    {"name", NULL}, {"op_type", NULL}, {"domain", NULL},
+    {"inputs", "tuple of str ('' for an omitted optional input)"},
+    {"outputs", "tuple of str"}, {"attrs", "tuple of Attribute"}, FIELDS_END};
+static PyStructSequence_Field attr_fields[] = {
+    {"name", NULL}, {"type", "AttributeProto.AttributeType (5 GRAPH, 10 GRAPHS, ...)"},
+    {"raw", "the serialized AttributeProto"},
+    {"subgraphs", "list of GRAPH dicts for GRAPH and GRAPHS, else ()"}, FIELDS_END};
+static PyStructSequence_Field init_fields[] = {
+    {"name", NULL}, {"data_type", "TensorProto.DataType"}, {"dims", "tuple of int"},
+    {"data_location", "0 DEFAULT, 1 EXTERNAL"}, {"raw_bytes", "length of raw_data"},
+    {"external_data", "tuple of (key, value)"}, FIELDS_END};
+static PyStructSequence_Field value_fields[] = {
+    {"name", NULL}, {"type", "ValueType or None"}, FIELDS_END};
+static PyStructSequence_Field type_fields[] = {
+    {"kind", "'tensor', 'sequence', 'map', 'optional', 'sparse_tensor' or 'opaque'"},
+    {"elem_type", "TensorProto.DataType (0 unless a tensor)"},
+    {"shape", "tuple of dims (int, str or None), or None"}, FIELDS_END};
+static struct {
+    PyTypeObject **slot;
+    PyStructSequence_Desc desc;
+} records[] = {
+    {&r_node, {"graphmem.wire.Node", "A NodeProto.", node_fields, 6}},
+    {&r_attr, {"graphmem.wire.Attribute", "An AttributeProto.", attr_fields, 4}},
+    {&r_init, {"graphmem.wire.Initializer", "An initializer's TensorProto, without its data.",
+               init_fields, 6}},
+    {&r_value, {"graphmem.wire.Value", "A ValueInfoProto.", value_fields, 2}},
+    {&r_type, {"graphmem.wire.ValueType", "A TypeProto.", type_fields, 3}}};
+static const char *record_names[] = {"Node", "Attribute", "Initializer", "Value", "ValueType"};
 
 PyMODINIT_FUNC PyInit_wire(void)
 {
@@ -1793,11 +1802,22 @@ PyMODINIT_FUNC PyInit_wire(void)
         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
             if ((*keys[i].slot = PyUnicode_InternFromString(keys[i].text)) == NULL)
                 return NULL;
+        for (size_t i = 0; i < sizeof(records) / sizeof(records[0]); i++)
+            if ((*records[i].slot = PyStructSequence_NewType(&records[i].desc)) == NULL)
+                return NULL;
         if ((t_sequence = kind_tuple("sequence")) == NULL || (t_map = kind_tuple("map")) == NULL ||
             (t_optional = kind_tuple("optional")) == NULL ||
             (t_sparse = kind_tuple("sparse_tensor")) == NULL ||
             (t_opaque = kind_tuple("opaque")) == NULL)
             return NULL;
     }
-    return PyModule_Create(&wire_module);
+    PyObject *m = PyModule_Create(&wire_module);
+    if (m == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(records) / sizeof(records[0]); i++)
+        if (PyModule_AddObjectRef(m, record_names[i], (PyObject *)*records[i].slot) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    return m;
 }

@@ -25,8 +25,9 @@ from models import generate, transformer
 
 F = TensorProto.FLOAT
 LIGHT = sorted((Path(onnx.__file__).parent / "backend/test/data/light").glob("*.onnx"))
-KINDS = {"sequence_type": ("sequence",), "map_type": ("map",), "optional_type": ("optional",),
-         "sparse_tensor_type": ("sparse_tensor",), "opaque_type": ("opaque",)}
+KINDS = {"sequence_type": ("sequence", 0, None), "map_type": ("map", 0, None),
+         "optional_type": ("optional", 0, None),
+         "sparse_tensor_type": ("sparse_tensor", 0, None), "opaque_type": ("opaque", 0, None)}
 
 
 # ---- the specification: the same data through the onnx API ----
@@ -54,7 +55,7 @@ def expect_attr(a: onnx.AttributeProto):
         return item + ([expect_graph(a.g)] if a.HasField("g") else [],)
     if a.type == onnx.AttributeProto.GRAPHS:
         return item + ([expect_graph(g) for g in a.graphs],)
-    return item
+    return item + ((),)
 
 
 def expect_graph(g: onnx.GraphProto):
@@ -86,10 +87,8 @@ def comparable(g):
     for name, op, domain, ins, outs, attrs in g["nodes"]:
         got = []
         for a in attrs:
-            item = (a[0], a[1], onnx.AttributeProto.FromString(a[2]))
-            if len(a) == 4:
-                item += ([comparable(s) for s in a[3]],)
-            got.append(item)
+            subs = [comparable(s) for s in a.subgraphs] if a.type in (5, 10) else a.subgraphs
+            got.append((a.name, a.type, onnx.AttributeProto.FromString(a.raw), subs))
         nodes.append((name, op, domain, ins, outs, tuple(got)))
     out["nodes"] = nodes
     return out
@@ -153,10 +152,10 @@ def check_spans(data: bytes, parsed: dict, proto: onnx.GraphProto, content: byte
         if field in repeated:
             assert len(entries) == len(repeated[field])
     for node, pnode in zip(parsed["nodes"], proto.node):
-        for attr, pattr in zip(node[5], pnode.attribute):
-            if len(attr) == 4:
+        for attr, pattr in zip(node.attrs, pnode.attribute):
+            if attr.type in (5, 10):
                 subs = [pattr.g] if pattr.type == onnx.AttributeProto.GRAPH else list(pattr.graphs)
-                for sub, psub in zip(attr[3], subs):
+                for sub, psub in zip(attr.subgraphs, subs):
                     check_spans(data, sub, psub)
 
 
@@ -172,13 +171,13 @@ def names_are_interned(parsed):
             for s in (name, op, domain, *ins, *outs):
                 see(s)
             for a in attrs:
-                see(a[0])
-                for sub in (a[3] if len(a) == 4 else ()):
+                see(a.name)
+                for sub in a.subgraphs:
                     walk(sub)
         for t in g["initializers"]:
-            see(t[0])
+            see(t.name)
         for v in g["inputs"] + g["outputs"] + g["value_info"]:
-            see(v[0])
+            see(v.name)
 
     if parsed["graph"] is not None:
         walk(parsed["graph"])
@@ -191,8 +190,8 @@ def check(data: bytes):
     assert set(got) == {"ir_version", "opsets", "graph", "graph_span", "not_utf8"}
     if got["graph"] is not None and got["not_utf8"] == 0:
         # the loader skips its scan for names that are not text when the count is 0
-        from graphmem.frontend.reader import _invalid_name
-        assert _invalid_name(got["graph"]) is None
+        from graphmem.frontend.structure import invalid_name
+        assert invalid_name(got["graph"]) is None
     assert got["ir_version"] == want["ir_version"]
     assert got["opsets"] == want["opsets"]
     if want["graph"] is None:
@@ -289,9 +288,11 @@ def test_types_and_shapes():
         value_info=[sparse, opaque, untyped, empty_type, no_shape, scalar_shape])
     got = check(helper.make_model(graph).SerializeToString())["graph"]
     assert got["inputs"][0] == ("dims", ("tensor", F, ("batch", 3, None, -1)))
-    assert [v[1] for v in got["inputs"][1:]] == [("sequence",), ("map",), ("optional",)]
-    assert [v[1] for v in got["value_info"]] == [
-        ("sparse_tensor",), ("opaque",), None, None, ("tensor", F, None), ("tensor", F, ())]
+    assert [v.type.kind for v in got["inputs"][1:]] == ["sequence", "map", "optional"]
+    assert [v.type for v in got["value_info"]] == [
+        ("sparse_tensor", 0, None), ("opaque", 0, None), None, None, ("tensor", F, None),
+        ("tensor", F, ())]
+    assert got["inputs"][0].type.shape == ("batch", 3, None, -1)
 
 
 def test_subgraphs_if_loop_and_graphs_attribute():
@@ -317,14 +318,14 @@ def test_subgraphs_if_loop_and_graphs_attribute():
                               [helper.make_tensor_value_info("x", F, [4])],
                               [helper.make_tensor_value_info("out", F, [None, 4])])
     got = check(helper.make_model(graph).SerializeToString())["graph"]
-    loop_attr = got["nodes"][0][5][0]
-    assert loop_attr[:2] == ("body", onnx.AttributeProto.GRAPH)
-    (parsed_body,) = loop_attr[3]
+    loop_attr = got["nodes"][0].attrs[0]
+    assert (loop_attr.name, loop_attr.type) == ("body", onnx.AttributeProto.GRAPH)
+    (parsed_body,) = loop_attr.subgraphs
     assert parsed_body["name"] == "body"
-    assert [len(a) for a in parsed_body["nodes"][1][5]] == [4, 4]
-    assert [g["name"] for g in got["nodes"][1][5][0][3]] == ["body", "empty"]
-    assert all(len(a) == 3 for a in got["nodes"][2][5])
-    assert got["nodes"][0][3] == ("n", "")
+    assert [len(a.subgraphs) for a in parsed_body["nodes"][1].attrs] == [1, 1]
+    assert [g["name"] for g in got["nodes"][1].attrs[0].subgraphs] == ["body", "empty"]
+    assert all(a.subgraphs == () for a in got["nodes"][2].attrs)
+    assert got["nodes"][0].inputs == ("n", "")
 
 
 def test_external_data_and_initializers():
@@ -352,8 +353,8 @@ def test_non_utf8_names_come_back_as_bytes_and_interned():
     data = model.SerializeToString().replace(b"@@bad@@", b"\xff\xfe\x80bad\xc3")
     parsed = check(data)
     got = parsed["graph"]
-    assert got["nodes"][1][3][0] == b"\xff\xfe\x80bad\xc3"
-    assert got["nodes"][1][3][0] is got["nodes"][0][4][0] is got["nodes"][1][0]
+    assert got["nodes"][1].inputs[0] == b"\xff\xfe\x80bad\xc3"
+    assert got["nodes"][1].inputs[0] is got["nodes"][0].outputs[0] is got["nodes"][1].name
     assert parsed["not_utf8"] == 1  # one distinct string; the loader scans names only then
     assert wire.parse_model(small_model().SerializeToString())["not_utf8"] == 0
 
@@ -394,10 +395,10 @@ def test_protobuf_semantics_later_wins_oneofs_closed_enums_unknown_fields():
     g = got["graph"]
     assert g["name"] == "g2" and g["sparse_initializers"] == 2
     assert g["nodes"][0][:5] == ("second", "Relu", "", ("x",), ("y",))
-    assert g["nodes"][0][5][0][:2] == ("axis", 2)
+    assert g["nodes"][0].attrs[0][:2] == ("axis", 2)
     assert g["initializers"][0] == ("t", 0, (), 1, 1, ())
-    assert g["inputs"][0][1] == ("tensor", F, ("p", 5))
-    assert g["value_info"][0][1] == ("sequence",)
+    assert g["inputs"][0].type == ("tensor", F, ("p", 5))
+    assert g["value_info"][0].type == ("sequence", 0, None)
     assert set(g["spans"]) == {1, 2, 5, 11, 13, 15, 96, 97, 98, 99}
 
 
@@ -637,3 +638,21 @@ def test_parse_values_is_parse_model_without_the_main_graphs_nodes():
         full["graph"]["nodes"] = []
         del full["graph"]["spans"][1]
         assert values == full
+
+
+def test_records_are_named():
+    """Every record the parser returns is a tuple whose items also have names."""
+    got = check(small_model().SerializeToString())["graph"]
+    node, vi = got["nodes"][0], got["inputs"][0]
+    assert isinstance(node, wire.Node) and isinstance(node, tuple)
+    assert (node.name, node.op_type, node.domain, node.inputs, node.outputs) == node[:5]
+    assert node.attrs is node[5]
+    assert isinstance(vi, wire.Value) and isinstance(vi.type, wire.ValueType)
+    assert (vi.name, vi.type.kind) == (vi[0], "tensor")
+    assert vi.type.elem_type == vi.type[1] and vi.type.shape == vi.type[2]
+    for init in got["initializers"]:
+        assert isinstance(init, wire.Initializer)
+        assert (init.name, init.data_type, init.dims, init.data_location, init.raw_bytes,
+                init.external_data) == tuple(init)
+    for a in (a for n in got["nodes"] for a in n.attrs):
+        assert isinstance(a, wire.Attribute) and (a.name, a.type, a.raw, a.subgraphs) == tuple(a)

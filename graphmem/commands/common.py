@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from graphmem.errors import GraphmemError, printable
+from graphmem.frontend.dim_expressions import is_expression
 from graphmem.frontend.reader import load
 from graphmem.passes.registry import DEFAULT_PASSES, PASSES
 from graphmem.passes.placement.search import STRATEGIES
@@ -166,7 +167,9 @@ def load_graph(args):
     with stages(args) as stage:
         stage(f"loading {Path(path).name}")
         graph = load(path, dims, dim_default=default)
-    defaulted = [f"{k}={v}" for k, v in graph.bindings.items() if k not in dims]
+    # dims written as expressions (past_seq + 1) are computed, not defaulted
+    defaulted = [f"{k}={v}" for k, v in graph.bindings.items()
+                 if k not in dims and default is not None and not is_expression(k)]
     if defaulted:
         from graphmem.notes import note
         note(f"--dim-default {default} bound {', '.join(defaulted)}")

@@ -16,7 +16,8 @@ import html
 import json
 
 from graphmem import __version__
-from graphmem.analysis.breakdown import layer_table
+from graphmem.analysis.breakdown import dequantized_bytes, layer_table, weight_bytes
+from graphmem.analysis.macs import mac_totals
 from graphmem.core.ir import Graph
 from graphmem.plan.view import PlanView
 
@@ -55,13 +56,17 @@ def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
 
 
 def page(view: PlanView, graph: Graph) -> str:
-    """The report page of a plan for its graph, with the per-layer table: what
-    ``graphmem report --html`` and ``graphmem export --html`` write."""
-    return render(view, layer_table(graph, view.plan))
+    """The report page of a plan for its graph, with the per-layer table and the MAC
+    total: what ``graphmem report --html`` and ``graphmem export --html`` write."""
+    return render(view, layer_table(graph, view.plan), mac_totals(graph),
+                  (weight_bytes(graph), dequantized_bytes(graph)))
 
 
-def render(view: PlanView, layers: list[dict] | None = None) -> str:
-    """The whole report page as one HTML string (``layers``: see :func:`report_data`)."""
+def render(view: PlanView, layers: list[dict] | None = None,
+           macs: dict | None = None, weights: tuple[int, int] | None = None) -> str:
+    """The whole report page as one HTML string (``layers``: see :func:`report_data`;
+    ``macs``: :func:`~graphmem.analysis.macs.mac_totals`, ``weights``: the stored and the
+    dequantized weight bytes; each a card when given)."""
     plan, s = view.plan, view.plan.stats
     e = html.escape
     data = json.dumps(report_data(view, layers), separators=(",", ":")).translate(_ESC)
@@ -78,6 +83,22 @@ def render(view: PlanView, layers: list[dict] | None = None) -> str:
         f'<div class="card"><div class="k">{e(k)}</div><div class="v">{_mib(v)}</div>'
         f'<div class="n">{v:,} bytes</div><div class="n">{e(note)}</div></div>'
         for k, v, note in cards)
+    if weights is not None:
+        stored, dequantized = weights
+        note = (f"as stored; dequantized to {_mib(dequantized)} of float weights"
+                if dequantized else "as stored, read by the running nodes")
+        card_html += (f'<div class="card" id="weights"><div class="k">weights</div>'
+                      f'<div class="v">{_mib(stored)}</div><div class="n">{stored:,} bytes'
+                      f'</div><div class="n">{e(note)}</div></div>')
+    if macs is not None:
+        least = macs["macs_at_least"]
+        note = (f"at least: no MAC rule for {', '.join(macs['macs_unknown_ops'])}" if least
+                else "Conv, Gemm, MatMul, attention, ...")
+        card_html += (f'<div class="card" id="macs"><div class="k">MACs, matrix ops</div>'
+                      f'<div class="v">{"&ge; " if least else ""}'
+                      f'{macs["matrix_macs"] / 1e9:,.3f} G</div>'
+                      f'<div class="n">{macs["matrix_macs"]:,}</div>'
+                      f'<div class="n">{e(note)}</div></div>')
     saving = f"{(1 - plan.arena_bytes / naive) * 100:.1f}%" if naive else "n/a"
     pass_rows = "".join(
         f"<tr><td>{e(str(p.get('name')))}</td><td class=r>{int(p.get('bytes_saved') or 0):,}"

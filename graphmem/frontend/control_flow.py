@@ -329,7 +329,10 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
 def _attr(a: onnx.AttributeProto):
     try:
         v = helper.get_attribute_value(a)
-    except Exception:
+    except ValueError as exc:  # onnx's "Unsupported ONNX attribute": an unknown type
+        from graphmem.notes import note
+        note(f"attribute {a.name!r} of a control-flow body could not be decoded "
+             f"({' '.join(str(exc).split())[:200]}); its value is left out")
         return None
     if isinstance(v, onnx.TensorProto):
         return f"<tensor {list(v.dims)}>"

@@ -69,7 +69,7 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
     for init in model.graph.initializer:
         if init.name in values:
             continue
-        value = _initializer_value(init, base_dir, max_bytes)
+        value = _initializer_value(init, base_dir, max_bytes, failures)
         if value is not None:
             values[init.name] = value
 
@@ -95,8 +95,8 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
     try:
         values.update(_run_nodes(model, run, values, evaluators))
         return values
-    except Exception:
-        pass  # node by node below: keep what can be computed, name what cannot
+    except Exception:  # not dropped: every node is tried again alone below, and each
+        pass  # that fails again is named with its error in ``failures``
     for n in run:
         outs = [o for o in n.output if o]
         lost = next((t for t in n.input if t and t not in values), None)
@@ -133,7 +133,7 @@ def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
         try:
             results = evaluate(sub, wanted)
             break
-        except Exception:
+        except Exception:  # the next evaluator is tried; the last one's error is raised
             if i == len(evaluators) - 1:
                 raise
     return {name: np.asarray(v) for name, v in zip(wanted, results)}
@@ -163,8 +163,10 @@ def _on_reference(sub: onnx.ModelProto, wanted: list[str]) -> list:
     return ReferenceEvaluator(sub).run(wanted, {})
 
 
-def _initializer_value(init: onnx.TensorProto, base_dir: str,
-                       max_bytes: int | None) -> np.ndarray | None:
+def _initializer_value(init: onnx.TensorProto, base_dir: str, max_bytes: int | None,
+                       failures: dict[str, str] | None = None) -> np.ndarray | None:
+    """The value of an initializer (None: over ``max_bytes``, dropped by the loader, or
+    external data that cannot be read, which ``failures`` then names)."""
     if init.data_location == onnx.TensorProto.EXTERNAL:
         info = {e.key: e.value for e in init.external_data}
         if info.get("location") in (None, "graphmem-dropped"):
@@ -178,7 +180,11 @@ def _initializer_value(init: onnx.TensorProto, base_dir: str,
             from onnx.external_data_helper import load_external_data_for_tensor
             load_external_data_for_tensor(t, base_dir)
             return numpy_helper.to_array(t)
-        except Exception:
+        except Exception as exc:  # OSError, ValueError, onnx's ValidationError (a path):
+            # named in ``failures``, and the constants computed from it are left out
+            if failures is not None:
+                failures[init.name] = (f"its external data cannot be read "
+                                       f"({' '.join(str(exc).split())[:200]})")
             return None
     try:
         return numpy_helper.to_array(init)
