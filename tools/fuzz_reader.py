@@ -643,10 +643,10 @@ def run_plan(model: Path, extra: list[str], timeout: float = LIMIT_SECONDS,
         return Outcome("plan", seconds, peak_mb)
     if proc.returncode == 2:
         if len(lines) == 1 and lines[0].startswith("graphmem: "):
-            return Outcome("one line, exit 2", seconds, peak_mb, lines[0][:200])
+            return Outcome("one line, exit 2", seconds, peak_mb, lines[0])
         notes = [line for line in lines if line.startswith("graphmem: --dim-default")]
         if len(lines) == 2 and len(notes) == 1 and lines[1].startswith("graphmem: "):
-            return Outcome("one line, exit 2", seconds, peak_mb, lines[1][:200])
+            return Outcome("one line, exit 2", seconds, peak_mb, lines[1])
         return Outcome("several lines", seconds, peak_mb, stderr[-400:])
     return Outcome(f"exit {proc.returncode}", seconds, peak_mb, stderr[-300:])
 
