@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -167,9 +166,7 @@ def test_a_signal_as_the_temporary_file_is_made_still_removes_it(tmp_path, monke
 
     def open_then_interrupt(*args, **kwargs):
         fd = real_open(*args, **kwargs)
-        # to this thread: os.kill lets the kernel pick any thread, and one of the
-        # runtime's pool threads can take it too late (the test then failed under load)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # raised at the next bytecode
         return fd
     monkeypatch.setattr(io.os, "open", open_then_interrupt)
     target = io.check_output(tmp_path / "p.json")

@@ -18,7 +18,8 @@ from graphmem.frontend.zoo import zoo_path
 
 # graphmem's own entry point, once the interpreter has started (its site imports run
 # before any code of graphmem's and are not graphmem's to guard): it says so on stdout
-STARTED = ("import os, sys, runpy\n"
+STARTED = ("import os, signal, sys, runpy\n"
+           "signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignored\n"
            "os.write(1, b'R')\n"
            "sys.argv = ['graphmem'] + sys.argv[1:]\n"
            "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
@@ -61,6 +62,7 @@ def test_ctrl_c_while_onnx_s_compiled_core_loads_waits_until_it_has_loaded():
     process (SIGSEGV, SIGABRT): it is held back until the module is whole."""
     script = (
         "import importlib.machinery, os, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from graphmem.frontend import onnx_c\n"
         "real = importlib.machinery.ExtensionFileLoader.exec_module\n"
         "def interrupted(self, module):\n"
@@ -85,6 +87,7 @@ def test_a_ctrl_c_while_an_extension_module_loads_is_delivered_after_it():
     an ImportError and a traceback)."""
     script = (
         "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from graphmem import interrupts\n"
         "interrupts.install()\n"
         "import importlib.machinery as m\n"
