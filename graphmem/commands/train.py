@@ -64,7 +64,8 @@ def run(args) -> int:
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.offload import offload_plan
     from graphmem.training.recompute import fit_budget, recompute_planned
-    from graphmem.training.report import account, load_training, plan_training
+    from graphmem.training.report import account
+    from graphmem.training.selective import selective_planned
 
     if args.budget and args.recompute != "none":
         raise GraphmemError("--budget chooses its own recomputation: give --budget or "
@@ -79,22 +80,23 @@ def run(args) -> int:
     model = read_model(model_path(args), load_weights=True)
     args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
     tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
+    # cheap values recomputed in backward where that plans smaller (selective.py)
+    base, plain, selected = selective_planned(tg, args.optimizer, args.batch)
     baseline = None
     if args.recompute != "none" or budget is not None:
-        base_graph = load_training(tg)
-        baseline = account(tg, base_graph, *plan_training(base_graph), args.batch,
-                           args.optimizer)
+        baseline = plain[4]
         if budget is not None:
-            tg, graph, result, order, info = fit_budget(tg, budget, args.optimizer,
-                                                         args.batch)
+            tg, graph, result, order, info = fit_budget(base, budget, args.optimizer,
+                                                         args.batch, plain=plain)
         else:
             tg, graph, result, order, info = recompute_planned(
-                tg, args.optimizer, args.batch, optimal=args.recompute == "optimal")
+                base, args.optimizer, args.batch, optimal=args.recompute == "optimal",
+                plain=plain)
+        report = account(tg, graph, result, order, args.batch, args.optimizer)
     else:
         info = {}
-        graph = load_training(tg)
-        result, order = plan_training(graph)
-    report = account(tg, graph, result, order, args.batch, args.optimizer)
+        tg, graph, result, order, report = plain
+    report.extra.update(selected)
     report.extra.update(info)
     report.extra["bn"] = args.bn
     report.extra["running_stat_bytes"] = sum(graph.tensors[t].bytes for t in
@@ -176,6 +178,11 @@ def print_report(console: Console, model: str, r) -> None:
         t.add_row("  BatchNormalization", "", "inference form: frozen statistics (--bn inference)")
     t.add_row("[green]planned arena", f"[green]{mib(r.arena_bytes)}",
               f"{r.nodes} nodes, {r.order} order")
+    if e.get("selective") not in (None, "none"):
+        t.add_row("  cheap values recomputed", "",
+                  f"{e['selective_recomputed']} forward values of {e['selective']} ops "
+                  f"recomputed in backward from kept ones (arena without: "
+                  f"{mib(e['selective_arena_bytes']['none'])} MiB)")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
@@ -196,7 +203,11 @@ def print_report(console: Console, model: str, r) -> None:
         t.add_row("MACs recomputed", "", f"{r.recompute_macs:,} = "
                   f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
                   f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
-    if "checkpoints" in e:
+    if e.get("choice") == "none":
+        t.add_row("checkpoints", "", "none: every choice of cuts planned larger than no "
+                  f"checkpoints (Chen's {mib(e['chen_arena_bytes'])} MiB)"
+                  if "chen_arena_bytes" in e else "none: no checkpoints needed")
+    elif "checkpoints" in e:
         t.add_row("checkpoints", "", f"{e['checkpoints']} tensors kept at cuts "
                   f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
                   f"{e.get('whole_segments')} recomputed whole, "
