@@ -6,6 +6,6 @@
 strategies the ``place`` pass chooses among are in :mod:`graphmem.passes.placement`, one
 per file.
 
-May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.planning`, ``graphmem.fitloops``;
-never the pipeline, the plan file or the CLI.
+A pass imports neither the pipeline, the plan file nor the CLI: what this may import is
+the table of docs/architecture.md, which tests/test_architecture_contracts.py enforces.
 """

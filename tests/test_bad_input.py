@@ -298,16 +298,9 @@ def test_graph_too_large_to_plan_is_refused_by_name(capsys, tmp_path):
     assert "past the 2**62 bytes graphmem can plan" in line and "'x'" in line
 
 
-def verify_cli_or_skip():
-    from graphmem.cli import COMMANDS
-    if "verify" not in COMMANDS:
-        pytest.skip("`graphmem verify --plan` is not merged yet; the API-level tests cover it")
-
-
 @pytest.mark.parametrize("content", [json.dumps({"format": "someone.else/3"}), "[1, 2]",
                                      "{not json", ""])
 def test_verify_refuses_a_plan_file_of_another_format(capsys, tmp_path, content):
-    verify_cli_or_skip()
     a, _ = two_models(tmp_path)
     (tmp_path / "p.json").write_text(content)
     assert main(["verify", str(a), "--plan", str(tmp_path / "p.json")]) == 2
@@ -316,7 +309,6 @@ def test_verify_refuses_a_plan_file_of_another_format(capsys, tmp_path, content)
 
 
 def test_verify_refuses_a_plan_for_another_model(capsys, tmp_path):
-    verify_cli_or_skip()
     a, b = two_models(tmp_path)
     graphmem.plan_model(a).plan.save(tmp_path / "a.plan.json")
     assert main(["verify", str(b), "--plan", str(tmp_path / "a.plan.json")]) == 2

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from conftest import runtime_model
 import dataclasses
-import importlib.util
 from itertools import combinations
 from math import prod
 
@@ -202,8 +201,6 @@ def test_random_dags_through_the_json_file(model, tmp_path_factory):
     graphmem.validate(again, graph)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("graphmem.verify.verifier") is None,
-                    reason="graphmem.verify is not merged yet: planned and validated only")
 @settings(max_examples=max(10, settings.default.max_examples // 10), deadline=None)
 @given(model=dag_models(max_nodes=10), passes=st.sampled_from(PASS_SETS))
 def test_a_sample_of_random_plans_verifies_on_onnxruntime(model, passes, tmp_path_factory):

@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.cli import main
 from graphmem.training.build import build_training
-from graphmem.training.recompute import candidates, recompute_sqrt, rewrite
+from graphmem.training.cuts import cuts
+from graphmem.training.recompute import recompute_sqrt, rewrite
 from graphmem.training.report import load_training, plan_training, saved_activations
 
 RNG = np.random.default_rng(7)
@@ -144,7 +145,7 @@ def test_relu_gradient_equals_numpy():
 @pytest.mark.parametrize("segments", [2, 3])
 def test_recompute_gradients_equal_the_original(segments):
     tg = build_training(tiny_model("Relu", batch=3), 3, loss="sum")
-    assert {"a1", "s2", "a3"} <= set(candidates(tg))
+    assert {"a1", "s2", "a3"} <= {main for main, _ in cuts(tg)}
     rc, info = recompute_sqrt(tg, segments)
     assert any(n.name.startswith("r:") for n in rc.model.graph.node)
     feeds = tg.feeds({"x": RNG.standard_normal([3, 3, 6, 6]).astype(np.float32)})
@@ -409,8 +410,9 @@ def test_constant_nodes_are_not_activations_for_recompute():
     # for activations they made every tensor look live and left no checkpoint candidate
     # but the last ones (mobilenet_v2: 9 candidates, all in the last two blocks).
     tg = build_training(clip_chain_model(), 4, loss="sum")
-    assert {f"a{i}" for i in range(5)} <= set(candidates(tg))
-    assert not any(c.startswith(("lo", "hi")) for c in candidates(tg))
+    mains = [main for main, _ in cuts(tg)]
+    assert {f"a{i}" for i in range(5)} <= set(mains)
+    assert not any(c.startswith(("lo", "hi")) for c in mains)
     rc = rewrite(tg, ["a1", "a3"])
     assert not any(n.op_type == "Constant" for n in rc.model.graph.node
                    if n.name.startswith("r:"))
@@ -483,7 +485,7 @@ def test_trimmed_recompute_keeps_matrix_outputs_and_the_gradients():
 
 
 def test_balanced_cuts_are_cuts_and_keep_the_gradients():
-    from graphmem.training.recompute import choose_balanced, cuts, recompute_chosen
+    from graphmem.training.recompute import choose_balanced, recompute_chosen
     tg = build_training(clip_chain_model(depth=12, batch=16), 16, loss="sum")
     found = cuts(tg)
     chosen = choose_balanced(tg, found)
@@ -517,8 +519,8 @@ def test_the_program_finds_the_least_modelled_peak_then_the_fewest_macs():
     """Against every subset of the cuts, on the program's own model: the least peak
     (held cuts up to the segment plus the segment), and at that peak the fewest MACs."""
     import itertools
-    from graphmem.training.optimal import segment_model, solve
-    from graphmem.training.recompute import cuts
+    from graphmem.training.cuts import segment_model
+    from graphmem.training.optimal import solve
     tg = build_training(_widening_chain(), 8, loss="sum")
     found = cuts(tg)
     model = segment_model(tg, found)
@@ -551,7 +553,7 @@ def test_the_program_finds_the_least_modelled_peak_then_the_fewest_macs():
 
 def test_recompute_optimal_keeps_the_gradients_and_is_never_worse_than_sqrt():
     from graphmem.training.optimal import choose_optimal
-    from graphmem.training.recompute import cuts, recompute_chosen, recompute_planned
+    from graphmem.training.recompute import recompute_chosen, recompute_planned
     tg = build_training(_widening_chain(), 8, loss="sum")
     found = cuts(tg)
     chosen, info = choose_optimal(tg, found)

@@ -229,3 +229,66 @@ def test_cli_exit_1_names_the_node(tmp_path, capsys):
     assert main(["verify", "squeezenet", "--plan", str(path)]) == 1
     out = capsys.readouterr().out
     assert "breaks the rules" in out and f"tensor {tensor!r}: live" in out
+
+
+# ----------------------------------------------------------------- the mutation tool
+# tools/mutate_plans.py plants the four kinds of planner defect in correct plans of
+# real models and decides, by replaying the plan on bytes apart from the verifier,
+# whether each one's damage reaches a read (issue 35's bar: verify exits 1 on every
+# one that does).
+
+def _tool():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "tools" / "mutate_plans.py"
+    spec = importlib.util.spec_from_file_location("mutate_plans", path)
+    module = importlib.util.module_from_spec(spec)
+    import sys
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+MUTATION_MODELS = ("squeezenet", "shufflenet", "inception_v1", "bert-ts", "bert_opt_fp16",
+                   "bert_int8_qdq")
+
+
+def test_at_least_50_planted_defects_over_5_models_all_caught():
+    tool = _tool()
+    mutants = []
+    for name in MUTATION_MODELS:
+        mutants += tool.mutate(name, per_kind=3)
+    assert len(mutants) >= 50 and len({m.model for m in mutants}) >= 5
+    assert {m.kind for m in mutants} == set(tool.KINDS)
+    reaching = [m for m in mutants if m.reaches]
+    assert len(reaching) >= 50, tool.table(mutants)
+    missed = [(m.model, m.what, m.verdict) for m in reaching if m.verdict != "FAIL"]
+    assert not missed, missed
+
+
+@pytest.mark.slow
+def test_every_default_model_of_the_tool():
+    tool = _tool()
+    assert tool.main(["--per-kind", "4"]) == 0
+
+
+def test_the_byte_replay_sees_no_damage_in_a_correct_plan_or_a_harmless_defect(tmp_path):
+    """The replay is the judge of "reaches a read": a correct plan has no damaged read; a
+    tensor moved onto one whose bytes nobody reads again does no damage, and verify
+    passes it (exit 1 means the plan is wrong, not that it breaks a rule)."""
+    tool = _tool()
+    graph = graphmem.load(tiny_model(tmp_path))
+    plan = graphmem.plan_graph(graph, []).plan  # a, b, d, e, y: one buffer each
+    feeds, values = tool.true_values(graph, plan)
+    assert tool.first_damaged_read(graph, plan, feeds, values) is None
+    # d (Tanh of b) is last read by the Add at position 3; y is written at 4: y over d
+    # clobbers nothing anyone reads again
+    harmless = _with(plan, {"y": {"offset": plan.tensors["d"].offset}})
+    assert tool.first_damaged_read(graph, harmless, feeds, values) is None
+    assert verify(harmless, graph, runtime_only=True).passed
+    # y over b (read by y's own Mul, at 4, before y is written: in place, harmless too);
+    # e over b: b is read at 4 after e is written at 3 -- damage, and verify fails there
+    bad = _with(plan, {"e": {"offset": plan.tensors["b"].offset}})
+    assert tool.first_damaged_read(graph, bad, feeds, values) == (4, "b", tool.BYTES)
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and report.mismatch.position == 4 and "'b'" in report.mismatch.describe()

@@ -1,6 +1,6 @@
 """Every entry of the CPU in-place tables (the default one and the opt-in probed one, its
 superset) runs correctly in place on this machine's ONNX Runtime
-(graphmem.verify.probe), and every view op runs on its input's bytes."""
+(graphmem.commands.probe, graphmem.verify.probe), and every view op runs on its input's bytes."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 import graphmem
 from graphmem.verify.cuda import cuda_usable
 from graphmem.core import ops
-from graphmem.verify.probe import cases, in_place, probe
+from graphmem.commands.probe import probe
+from graphmem.verify.probe import cases, in_place
 from graphmem.verify.verifier import verify
 
 from conftest import make_model

@@ -16,7 +16,7 @@ file (no model here comes near 2 GB), and DIR/export.json saying what failed to 
 Every model is built from a small config with random weights: nothing is downloaded.
 resnet18, mobilenet_v2 and the ``tv-`` models are torchvision's own (``pip install
 torchvision`` matching the torch; a CUDA build of torchvision works too, see
-:func:`torchvision_module`). :func:`_vision_models` keeps resnet18 and mobilenet_v2 in
+:func:`torchvision_module`). :func:`vision_models` keeps resnet18 and mobilenet_v2 in
 plain ``torch.nn`` for tools/torch_checkpoint.py and the other PyTorch comparisons, which
 run without torchvision: the same state-dict keys and shapes as torchvision's, and the
 same outputs given the same weights.
@@ -85,7 +85,7 @@ SIZE = {"hidden": 128, "vocab": 1000, "ffn": 512, "positions": 128}
 # ====================================================================== export (torch side)
 
 
-def _vision_models():
+def vision_models():
     """(ResNet18, MobileNetV2) in plain torch.nn, for the PyTorch comparisons (no
     torchvision needed). Checked against torchvision 0.28's resnet18 and mobilenet_v2:
     the same state-dict keys and shapes, the same parameter counts (11,689,512 and

@@ -50,14 +50,14 @@ def main(argv=None) -> int:
         return 2
     import onnx
     import onnxruntime as ort
-    from export_corpus import _vision_models
+    from export_corpus import vision_models
 
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.selective import TIERS, recomputable, selective
 
     torch.manual_seed(0)
     if args.model == "resnet18":
-        model = _vision_models()[0]()
+        model = vision_models()[0]()
     else:
         import torchvision
         model = getattr(torchvision.models, args.model)(weights=None)

@@ -92,8 +92,8 @@ def resnet50_module():
 def torch_module(name):
     if name == "resnet50":
         return resnet50_module()
-    from export_corpus import _vision_models
-    return _vision_models()[0]()
+    from export_corpus import vision_models
+    return vision_models()[0]()
 
 
 def torch_counts(name, batch):

@@ -2,6 +2,6 @@
 (``breakdown``), MACs and workspace per node (``macs``), and re-planned batch and
 precision what-ifs (``whatif``).
 
-May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.frontend`, :mod:`graphmem.plan`,
-:mod:`graphmem.pipeline` (the what-ifs plan again), :mod:`graphmem.errors`.
+The what-ifs plan again (:mod:`graphmem.pipeline`). What this may import is the table of
+docs/architecture.md, which tests/test_architecture_contracts.py enforces.
 """

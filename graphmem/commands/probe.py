@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from graphmem.commands.common import shown
 from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:  # the CLI imports every command module at start: numpy and onnx wait
+    from graphmem.verify.probe import Case, Outcome
 
 
 def add_parser(sub) -> None:
@@ -31,7 +36,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from graphmem.core.ops import ELEMENTWISE, INPLACE_TABLES, PROBE_CANDIDATES, table_key
-    from graphmem.verify.probe import declared_by_runtime, declared_text, probe, summary
+    from graphmem.verify.probe import declared_by_runtime, declared_text, summary
     if args.provider == "cuda":  # before any case: one line where CUDA cannot run
         from graphmem.verify.cuda import cuda_problem
         if problem := cuda_problem():
@@ -79,3 +84,41 @@ def run(args) -> int:
             out.print(f"[red]FAIL[/]: in the table but not in place on this machine: "
                       f"{shown(', '.join(failed_entries))}")
     return 1 if failed_entries else 0
+
+
+def run_case(case: Case, provider: str = "cpu", folder: str | Path | None = None) -> Outcome:
+    """Run one case: its model written to ``folder`` (a temporary one if not given),
+    loaded, planned with one buffer per tensor (no passes) and checked in place
+    (:func:`graphmem.verify.probe.check_case`)."""
+    import tempfile
+
+    import onnx
+
+    from graphmem.frontend.reader import load
+    from graphmem.pipeline import plan_graph
+    from graphmem.verify.probe import case_model, check_case
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
+            return run_case(case, provider, tmp)
+    path = Path(folder) / f"{case.op}.onnx"
+    onnx.save(case_model(case), str(path))
+    graph = load(path)
+    return check_case(case, graph, plan_graph(graph, []).plan, provider)
+
+
+def probe(table: Mapping[str, Sequence[tuple[int, int]]], provider: str = "cpu",
+          shapes: Sequence[tuple[int, ...]] | None = None,
+          on_case: Callable[[int, int], None] | None = None) -> list[Outcome]:
+    """Run every case of ``table`` (op -> [(input, output)]) at ``shapes`` (default
+    :data:`graphmem.verify.probe.SHAPES`); ``on_case(done, total)`` reports progress."""
+    import tempfile
+
+    from graphmem.verify.probe import SHAPES, cases
+    todo = cases(table, SHAPES if shapes is None else shapes)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
+        for k, case in enumerate(todo):
+            out.append(run_case(case, provider, tmp))
+            if on_case:
+                on_case(k + 1, len(todo))
+    return out

@@ -38,12 +38,13 @@ def add_verify_args(p) -> None:
     p.add_argument("--runtime-only", action="store_true",
                    help="skip the plan-format rules and trust the plan: only the run decides")
     p.add_argument("--check-all", action="store_true",
-                   help="compare every intermediate tensor with the reference as it is produced")
+                   help="compare every output with the reference as soon as it is written "
+                        "(every read is compared in any case)")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the random inputs (default 0)")
-    p.add_argument("--inputs", metavar="DIR",
-                   help="use the inputs of an ONNX test-data folder (input_0.pb, ...) "
-                        "instead of random ones; every tensor is then compared")
+    p.add_argument("--inputs", metavar="DIR|FILE.npz",
+                   help="use these inputs instead of random ones: an ONNX test-data folder "
+                        "(input_0.pb, ...) or one .npz file with an array per input name")
 
 
 def run(args) -> int:
@@ -144,6 +145,32 @@ def _rows_shown(outputs: list) -> list:
     return rows
 
 
+def print_whole_model(console: Console, r: VerifyReport) -> None:
+    """The second line: the one-node sessions against the whole-model session. It warns;
+    the verdict is the comparison above."""
+    if r.whole_model_problem and r.whole_model_problem.startswith("skipped"):
+        console.print(f"whole model   not compared, {shown(r.whole_model_problem)}",
+                      highlight=False, soft_wrap=True)
+        return
+    if r.whole_model_problem:
+        console.print(f"[yellow]whole model[/]  not compared: {shown(r.whole_model_problem)} "
+                      "(this does not decide the verdict)", highlight=False, soft_wrap=True)
+        return
+    if not r.whole_model:
+        return
+    worst = max(r.whole_model, key=lambda o: (not o.ok, o.max_abs_diff))
+    if all(o.ok for o in r.whole_model):
+        console.print(f"whole model   agrees with the node-by-node run within per-dtype "
+                      f"tolerance (max abs diff {worst.max_abs_diff:.3g})")
+    else:
+        bad = sum(not o.ok for o in r.whole_model)
+        console.print(f"[yellow]whole model[/]  {bad} graph output(s) differ from the "
+                      f"node-by-node run past per-dtype tolerance ({shown(worst.name)}: max abs "
+                      f"diff {worst.max_abs_diff:.3g}): the one-node kernels differ from the "
+                      "whole model's; this warns, it does not decide the verdict",
+                      highlight=False, soft_wrap=True)
+
+
 def print_report(console: Console, r: VerifyReport) -> None:
     console.print(f"[bold]graphmem verify[/]: {shown(r.model)}")
     console.print(f"provider      {r.provider}")
@@ -157,8 +184,12 @@ def print_report(console: Console, r: VerifyReport) -> None:
                if r.nodes_skipped else "")
     console.print(f"nodes run     {r.nodes_run} of {r.nodes_total}{skipped}; "
                   f"{r.sessions_built} one-node sessions")
-    if r.intermediates_checked:
-        console.print(f"checked       {r.intermediates_checked} tensors as they were produced")
+    written = (f"; {r.intermediates_checked:,} outputs as they were written"
+               if r.intermediates_checked else "")
+    exact = ("bit for bit" if not r.spread_tensors else
+             f"bit for bit, {r.spread_tensors:,} within the spread of two reference runs")
+    console.print(f"compared      {r.reads_checked:,} reads{written}, with a run of the same "
+                  f"one-node sessions where every tensor has its own buffer ({exact})")
     table = Table(show_header=True, header_style="bold")
     for col in ("graph output", "type", "max abs diff", ""):
         table.add_column(col)
@@ -170,10 +201,7 @@ def print_report(console: Console, r: VerifyReport) -> None:
         console.print(table)
     if len(rows) < len(r.outputs):
         console.print(f"... and {len(r.outputs) - len(rows):,} more graph outputs, all ok")
-    if r.outputs_ignore_inputs:
-        console.print("[yellow]note[/]: the reference outputs are identical for two different "
-                      "input seeds (they ignore the input), so every tensor was compared "
-                      "as it was produced, as with --check-all")
+    print_whole_model(console, r)
     if r.mismatch:
         console.print("[red]FAIL[/]: " + shown(r.mismatch.describe()), highlight=False,
                       soft_wrap=True)

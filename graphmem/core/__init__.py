@@ -9,5 +9,6 @@
 - ``regions``: byte regions of storage groups; ``nogc``: planning without the cyclic
   garbage collector.
 
-May import: numpy, :mod:`graphmem.errors`. Nothing here knows of passes, plans or onnx.
+Nothing here knows of passes, plans or onnx. What this may import is the table of
+docs/architecture.md, which tests/test_architecture_contracts.py enforces.
 """

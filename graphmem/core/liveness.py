@@ -6,7 +6,6 @@ inputs) and ``len(order)`` is "after the last node" (graph outputs stay alive).
 from __future__ import annotations
 
 from functools import partial
-from operator import itemgetter
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -32,19 +31,6 @@ class Intervals(dict):
     read-only, as every planner stage does: the columns are not updated."""
 
     __slots__ = ("columns",)
-
-
-def live_columns(intervals) -> tuple[np.ndarray, np.ndarray]:
-    """(first, last) arrays of a ``{tensor: Interval}`` mapping, in its key order."""
-    cols = getattr(intervals, "columns", None)
-    if cols is not None and len(cols[0]) == len(intervals):
-        return cols
-    n = len(intervals)
-    return (np.fromiter(map(_FIRST, intervals.values()), np.int64, n),
-            np.fromiter(map(_LAST, intervals.values()), np.int64, n))
-
-
-_FIRST, _LAST = itemgetter(0), itemgetter(1)
 
 
 def liveness(graph: Graph, order: list[int], index: GraphIndex | None = None) -> Intervals:

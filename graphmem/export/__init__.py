@@ -2,6 +2,6 @@
 page (``html``) and GraphML (``graphml``), all drawn from one
 :class:`~graphmem.plan.view.PlanView` so that they cannot disagree.
 
-May import: onnx, numpy, :mod:`graphmem.core`, :mod:`graphmem.plan`,
-:mod:`graphmem.analysis`, :mod:`graphmem.errors`.
+What this may import is the table of docs/architecture.md, which
+tests/test_architecture_contracts.py enforces.
 """

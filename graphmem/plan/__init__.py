@@ -3,6 +3,7 @@
 rules), its statistics (``stats``), its columns and storage groups (``columns``) and the
 per-step, per-tensor view the exports share (``view``).
 
-May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.errors`. Knows nothing of how a
-plan was made: no pass and no planning module is imported here.
+Knows nothing of how a plan was made: no pass and no planning module is imported here.
+What this may import is the table of docs/architecture.md, which
+tests/test_architecture_contracts.py enforces.
 """

@@ -3,7 +3,7 @@ the assignment they refine, the storage groups and placement records made from i
 contract every pass declares, and the writer that turns a finished assignment into the
 plan file's data.
 
-May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.errors`, and for the writer
-:mod:`graphmem.plan` (the format and its statistics). The passes
-(:mod:`graphmem.passes`) import this; this imports no pass.
+The passes (:mod:`graphmem.passes`) import this; this imports no pass. What this may
+import is the table of docs/architecture.md, which tests/test_architecture_contracts.py
+enforces.
 """

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import TYPE_CHECKING, Mapping
 
-if TYPE_CHECKING:  # the group table is made from an Assignment (planning.groups)
-    from graphmem.planning.groups import GroupTable
+if TYPE_CHECKING:
+    from graphmem.planning.group_table import GroupTable
 
 # the fields whose change makes the storage groups another set
 _GROUPING = frozenset(("alias", "slice_of", "slice_offset"))

@@ -1,8 +1,8 @@
 """Storage groups (a root tensor and everything aliased or sliced into it) and the
 placement records made from them.
 
-A :class:`GroupTable` holds the groups of one assignment as int64 columns over the
-context's positions (tensor ids); the pipeline makes it once after the aliasing passes
+A :class:`~graphmem.planning.group_table.GroupTable` holds the groups of one assignment
+as int64 columns over the context's positions (tensor ids); the pipeline makes it once after the aliasing passes
 (``Assignment.groups``) and the layout passes and the plan writer read it.
 :class:`Record` is all placement sees of a buffer: its size and inclusive live range
 (TFLite GPU's ``TensorUsageRecord``).
@@ -18,6 +18,7 @@ import numpy as np
 
 from graphmem.planning.assignment import Assignment, linked_roots
 from graphmem.planning.context import Context, align_up, aligned_total
+from graphmem.planning.group_table import GroupTable
 
 
 class Record(NamedTuple):
@@ -39,25 +40,6 @@ class Group(NamedTuple):
     bytes: int  # the root's bytes; members lie inside it
     first: int
     last: int
-
-
-class GroupTable(NamedTuple):
-    """The storage groups of an assignment as arrays over the tensors' positions in
-    the context: what :func:`groups` lists, for numpy work on all of them. Groups are
-    in the order of their first member."""
-
-    root: np.ndarray  # per position: the position of its group's root
-    rel: np.ndarray  # per position: its byte offset inside the root's storage
-    member: np.ndarray  # positions grouped: group k is member[start[k]:stop[k]]
-    start: np.ndarray  # per group
-    stop: np.ndarray
-    group_first: np.ndarray  # per group: the first step of any member
-    group_last: np.ndarray  # per group: the last step of any member
-    group: np.ndarray  # per position: the index of its group
-
-    def group_root(self) -> np.ndarray:
-        """Per group: the position of its root."""
-        return self.root[self.member[self.start]]
 
 
 def group_table(ctx: Context, a: Assignment) -> GroupTable:

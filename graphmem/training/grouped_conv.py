@@ -23,7 +23,7 @@ def grouped_weight_adjoint(ctx, node, attrs, spatial, seeded):
     """The rule for ``group > 1`` (``seeded``: the output adjoint with its seed axis)."""
     from onnx_ad.rules import UnsupportedOperator
 
-    from graphmem.training.rules import _pad_or_crop, _tail_pads
+    from graphmem.training.conv_pads import pad_or_crop, tail_pads
 
     x, w = node.input[0], node.input[1]
     group = attrs["group"]
@@ -37,9 +37,9 @@ def grouped_weight_adjoint(ctx, node, attrs, spatial, seeded):
     mg = m // group
     rank = 2 + spatial
     begins = list(attrs["pads"][:spatial])
-    ends = [_tail_pads(begins[i], xs[2 + i], ys[2 + i], attrs["strides"][i],
-                       attrs["dilations"][i], kernel[2 + i]) for i in range(spatial)]
-    source, conv_pads = _pad_or_crop(ctx, x, 2, begins, ends, xs[2:], "g_crop_x")
+    ends = [tail_pads(begins[i], xs[2 + i], ys[2 + i], attrs["strides"][i],
+                      attrs["dilations"][i], kernel[2 + i]) for i in range(spatial)]
+    source, conv_pads = pad_or_crop(ctx, x, 2, begins, ends, xs[2:], "g_crop_x")
     sizes = [xs[2 + i] - max(0, -ends[i]) for i in range(spatial)]
     b = ctx.b
     if cg == 1:

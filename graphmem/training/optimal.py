@@ -5,7 +5,7 @@ computed or kept, with the memory at each stage summed over what is live. Our re
 (:func:`graphmem.training.recompute.rewrite`) builds the schedules that keep a set of
 activations and recompute every other one once, just before its first reader. This
 program chooses among one family of those, the segment schedules: the forward pass cut
-at some of its :func:`~graphmem.training.recompute.cuts`, the tensors live at a chosen
+at some of its :func:`~graphmem.training.cuts.cuts`, the tensors live at a chosen
 cut kept for backward, each segment between two chosen cuts recomputed once just
 before its backward (the last segment kept whole); so its answer is a graph we can
 build, plan and run. (A program over every keep set, on the training schedule's
@@ -40,7 +40,7 @@ import time
 from graphmem.core.highs import quiet_highs
 from graphmem.errors import GraphmemError
 from graphmem.training.build import TrainingGraph
-from graphmem.training.recompute import cuts, segment_model
+from graphmem.training.cuts import cuts, segment_model
 
 MIB = float(2 ** 20)
 GIGA = 1e9

@@ -12,71 +12,23 @@ its backward runs.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import onnx
 
 from graphmem.analysis.macs import MATRIX_OPS
+from graphmem.core.ir import Graph
 from graphmem.errors import GraphmemError
+from graphmem.pipeline import Result
 from graphmem.training.build import TrainingGraph
+from graphmem.training.cuts import cuts, forward_pass, segment_model
+from graphmem.training.optimal import choose_optimal
+from graphmem.training.report import TrainingReport, account, load_training, plan_training
 
 # MATRIX_OPS: ops whose outputs are costly to recompute. A trimmed segment keeps their
 # outputs and recomputes only the cheap ops between them (BatchNormalization, ReLU,
 # Add, ...): the ops the MAC count counts, so what it recomputes costs no MACs.
-
-
-def _forward(g: onnx.GraphProto):
-    """Forward nodes, and the activations they make: tensors computed from constants
-    only (the ``Constant`` nodes of a Clip's bounds) are not activations: they are
-    neither checkpoint candidates nor recomputed."""
-    fwd = [n for n in g.node if n.name.startswith("f:")]
-    static = {i.name for i in g.initializer}
-    for n in fwd:
-        if all(t in static for t in n.input if t):
-            static.update(t for t in n.output if t)
-    produced = {t: n for n in fwd for t in n.output if t not in static}
-    return fwd, produced
-
-
-# A cut may hold small tensors besides its main one (BERT's extended attention mask,
-# read by every layer): at most this fraction of the main tensor's bytes.
-CUT_SLACK = 1 / 8
-
-
-def cuts(tg: TrainingGraph) -> list[tuple[str, tuple[str, ...]]]:
-    """Where the forward pass can be cut: ``(main, live)`` after each node whose output
-    ``main`` is live with only small other activations (together at most
-    :data:`CUT_SLACK` of ``main``'s bytes), in forward order; ``live`` is everything
-    live there, ``main`` first. Keeping ``live`` lets backward recompute what follows.
-
-    Without the slack these are the articulation tensors (ResNet block outputs, not the
-    tensors inside a block); with it a transformer's layer outputs are cuts too, though
-    the attention mask made from the input before the first layer is read by all.
-    """
-    from graphmem.frontend.reader import from_model
-
-    g = tg.model.graph
-    fwd, produced = _forward(g)
-    tensors = from_model(tg.model, check=False).tensors
-    size = {t: tensors[t].bytes if t in tensors else 0 for t in produced}
-    last_read: dict[str, int] = {}
-    for i, n in enumerate(fwd):
-        for t in n.input:
-            if t in produced:
-                last_read[t] = i
-    out, live = [], set()
-    for i, n in enumerate(fwd):
-        live = {t for t in live if last_read.get(t, -1) > i}
-        live.update(t for t in n.output if last_read.get(t, -1) > i)
-        main = n.output[0]
-        if main in live and size[main] > 0 and \
-                sum(size[t] for t in live if t != main) <= CUT_SLACK * size[main]:
-            out.append((main, (main, *sorted(live - {main}))))
-    return out
-
-
-def candidates(tg: TrainingGraph) -> list[str]:
-    """The main tensors of :func:`cuts`, in forward order."""
-    return [main for main, _ in cuts(tg)]
 
 
 def choose_sqrt(tg: TrainingGraph, segments: int | None = None,
@@ -84,7 +36,7 @@ def choose_sqrt(tg: TrainingGraph, segments: int | None = None,
     """About ``segments`` (default sqrt(forward nodes)) evenly spaced cuts; returns what
     they keep, in forward order (each cut's small companions too). ``found``: the
     graph's :func:`cuts`, when already computed."""
-    fwd, _ = _forward(tg.model.graph)
+    fwd, _ = forward_pass(tg.model.graph)
     pos = {t: i for i, n in enumerate(fwd) for t in n.output}
     found = cuts(tg) if found is None else found
     if not found:
@@ -107,7 +59,7 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> Training
     m = onnx.ModelProto()
     m.CopyFrom(tg.model)
     g = m.graph
-    fwd, produced = _forward(g)
+    fwd, produced = forward_pass(g)
     keep = set(checkpoints) | set(also_keep)
     # The last segment (after the last checkpoint) is still in memory when backward
     # starts: Chen keeps it rather than recompute it.
@@ -179,30 +131,6 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> Training
                          tg.recomputable)
 
 
-def segment_model(tg: TrainingGraph, found: list) -> dict:
-    """What the segment models (Chen's, :func:`choose_balanced`; the program of
-    :mod:`.optimal`) see of the forward pass: ``p``, the forward position after which
-    each cut sits (index 0 the start, -1 the end); ``kept``, the bytes each cut keeps;
-    ``made`` and ``macs``, the activation bytes and matrix MACs made up to each
-    position (cumulative, ``[0]`` first); ``pos``, each forward tensor's position."""
-    from graphmem.analysis.macs import matrix_macs
-    from graphmem.frontend.reader import from_model
-
-    graph = from_model(tg.model, check=False)
-    fwd, produced = _forward(tg.model.graph)
-    size = {t: graph.tensors[t].bytes if t in graph.tensors else 0 for t in produced}
-    by_name = {n.name: n for n in graph.nodes}
-    pos = {t: i for i, n in enumerate(fwd) for t in n.output}
-    made, macs = [0], [0]
-    for n in fwd:
-        made.append(made[-1] + sum(size.get(t, 0) for t in n.output))
-        node = by_name.get(n.name)
-        macs.append(macs[-1] + (matrix_macs(node, graph.tensors) if node is not None else 0))
-    return {"p": [-1] + [pos[main] for main, _ in found] + [len(fwd) - 1],
-            "kept": [0] + [sum(size.get(t, 0) for t in live) for _, live in found] + [0],
-            "made": made, "macs": macs, "pos": pos}
-
-
 def choose_balanced(tg: TrainingGraph, found: list | None = None,
                     bounds_tried: int = 256) -> list[str]:
     """Cuts that minimize Chen's memory model exactly: the bytes kept at the chosen cuts
@@ -264,7 +192,7 @@ def recompute_chosen(tg: TrainingGraph, chosen: list[str], found: list,
     MACs. Default: every segment whole (Chen's rule).
     """
     mains = {main for main, _ in found}
-    fwd, produced = _forward(tg.model.graph)
+    fwd, produced = forward_pass(tg.model.graph)
     pos = {t: i for i, n in enumerate(fwd) for t in n.output}
     bounds = [pos[t] for t in chosen if t in mains]
     extra: list[str] = []
@@ -275,38 +203,51 @@ def recompute_chosen(tg: TrainingGraph, chosen: list[str], found: list,
     info = {"checkpoints": len(chosen), "candidates": len(found),
             "segments": len(bounds) + 1, "forward_nodes": len(fwd),
             "whole_segments": len(bounds) if full is None else min(full, len(bounds)),
-            "matrix_outputs_kept": len(extra), "_chosen": chosen}
+            "matrix_outputs_kept": len(extra)}
     return rewrite(tg, chosen, extra), info
 
 
-def _planned(tg, optimizer, batch):
-    from graphmem.training.report import account, load_training, plan_training
+@dataclass(frozen=True)
+class Attempt:
+    """One recomputation choice, planned."""
 
+    total: int  # the step's bytes: weights, optimizer state, folded constants, arena
+    report: TrainingReport
+    tg: TrainingGraph  # the (rewritten) step, its graph, plan and order: what the
+    graph: Graph  # commands get back
+    result: Result
+    order: str
+    chosen: Sequence[str] = ()  # the cuts' tensors it keeps (see recompute_chosen)
+    info: dict = field(default_factory=dict)  # what the command reports of it
+
+
+def _planned(tg: TrainingGraph, optimizer: str, batch: int, chosen: Sequence[str] = (),
+             info: dict | None = None) -> Attempt:
     graph = load_training(tg)
     result, order = plan_training(graph)
     rep = account(tg, graph, result, order, batch, optimizer)
     total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
-    return total, rep, (tg, graph, result, order)
+    return Attempt(total, rep, tg, graph, result, order, chosen, info or {})
 
 
-def _attempt(tg, chosen, found, optimizer, batch, full=None, **more):
+def _attempt(tg, chosen, found, optimizer, batch, full=None, **more) -> Attempt:
     t, info = recompute_chosen(tg, chosen, found, full)
-    total, rep, planned = _planned(t, optimizer, batch)
-    return total, rep, planned, {**info, **more}
+    return _planned(t, optimizer, batch, chosen, {**info, **more})
 
 
-def _trim(tg, found, optimizer, batch, limit, whole, key):
-    """The fewest whole segments (``full``) whose plan keeps ``key(total, report)`` at
-    most ``limit``, by binary search from ``whole`` (a plan known to meet it, and its
+def _trim(tg, found, optimizer, batch, limit, whole: Attempt,
+          key: Callable[[Attempt], int]) -> tuple[Attempt, int]:
+    """The fewest whole segments (``full``) whose plan keeps ``key(attempt)`` at most
+    ``limit``, by binary search from ``whole`` (a plan known to meet it, and its
     ``full``) down to 0; returns that attempt and the number of plans made."""
     best, plans = whole, 0
-    lo, hi = 0, whole[3]["whole_segments"] - 1
+    lo, hi = 0, whole.info["whole_segments"] - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        got = _attempt(tg, whole[3]["_chosen"], found, optimizer, batch, mid,
-                       choice=whole[3].get("choice"))
+        got = _attempt(tg, whole.chosen, found, optimizer, batch, mid,
+                       choice=whole.info.get("choice"))
         plans += 1
-        if key(got[0], got[1]) <= limit:
+        if key(got) <= limit:
             best = got
             hi = mid - 1
         else:
@@ -314,21 +255,16 @@ def _trim(tg, found, optimizer, batch, limit, whole, key):
     return best, plans
 
 
-def _public(info: dict) -> dict:
-    return {k: v for k, v in info.items() if not k.startswith("_")}
-
-
-def _unsegmented(tg, plain, optimizer, batch):
+def _unsegmented(tg: TrainingGraph, plain, optimizer: str, batch: int) -> Attempt:
     """The step without checkpoints as an attempt: ``plain`` (``(tg, graph, result,
-    order, report)`` of :func:`graphmem.training.selective.selective_planned`), or
-    that function's choice for ``tg``; and the ``tg`` the checkpoints build on."""
+    order, report)`` as :func:`graphmem.training.selective.selective_planned` returns
+    it, the step ``train`` plans), else ``tg`` planned as it is."""
+    info = {"choice": "none", "checkpoints": 0, "segments": 1, "whole_segments": 0}
     if plain is None:
-        from graphmem.training.selective import selective_planned
-        tg, plain, _ = selective_planned(tg, optimizer, batch)
-    rep = plain[4]
+        return _planned(tg, optimizer, batch, info=info)
+    t, graph, result, order, rep = plain
     total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
-    return tg, (total, rep, plain[:4], {"choice": "none", "checkpoints": 0, "segments": 1,
-                                        "whole_segments": 0})
+    return Attempt(total, rep, t, graph, result, order, (), info)
 
 
 def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
@@ -342,11 +278,11 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
     (:mod:`graphmem.training.optimal`) are planned beside those two, and the info says
     what the program's own choice planned to (``optimal_arena_bytes``).
 
-    The step without checkpoints (``plain``: ``selective_planned``'s planned step for
-    this ``tg``, else planned here) is a candidate too, so recomputation never plans
+    The step without checkpoints (``plain``: ``selective_planned``'s planned step, whose
+    marked ``tg`` the caller passes; else ``tg`` planned as it is) is a candidate too, so recomputation never plans
     larger than none (``choice`` ``none``: vgg19 at batch 32 planned 2,083.6 MiB with
     Chen's cuts against 2,045.6 without). Returns ``(tg, graph, result, order, info)``."""
-    tg, unsegmented = _unsegmented(tg, plain, optimizer, batch)
+    unsegmented = _unsegmented(tg, plain, optimizer, batch)
     found = cuts(tg)
     chen = _attempt(tg, choose_sqrt(tg, segments, found), found, optimizer, batch,
                     choice="sqrt")
@@ -356,24 +292,22 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
                               choice="balanced"))
     solver: dict = {}
     if optimal and found:
-        from graphmem.training.optimal import choose_optimal
         chosen, solver = choose_optimal(tg, found)
         tried.append(_attempt(tg, chosen, found, optimizer, batch, choice="optimal"))
-        solver = {**solver, "optimal_arena_bytes": tried[-1][1].arena_bytes,
-                  "optimal_recompute_macs": tried[-1][1].recompute_macs,
-                  **{f"{x[3]['choice']}_arena_bytes": x[1].arena_bytes
+        solver = {**solver, "optimal_arena_bytes": tried[-1].report.arena_bytes,
+                  "optimal_recompute_macs": tried[-1].report.recompute_macs,
+                  **{f"{x.info['choice']}_arena_bytes": x.report.arena_bytes
                      for x in tried[1:-1]}}
-    arena = min(x[1].arena_bytes for x in tried)
-    trimmed = [_trim(tg, found, optimizer, batch, arena, x, lambda total, r: r.arena_bytes)[0]
-               for x in tried if x[1].arena_bytes == arena]  # each tie is trimmed
-    best = min(trimmed, key=lambda x: (x[1].arena_bytes, x[1].recompute_macs))
-    total, rep, planned, info = best
-    info = {**_public(info), "chen_arena_bytes": chen[1].arena_bytes,
-            "chen_recompute_macs": chen[1].recompute_macs,
-            "unsegmented_arena_bytes": unsegmented[1].arena_bytes}
+    arena = min(x.report.arena_bytes for x in tried)
+    trimmed = [_trim(tg, found, optimizer, batch, arena, x, lambda y: y.report.arena_bytes)[0]
+               for x in tried if x.report.arena_bytes == arena]  # each tie is trimmed
+    best = min(trimmed, key=lambda x: (x.report.arena_bytes, x.report.recompute_macs))
+    info = {**best.info, "chen_arena_bytes": chen.report.arena_bytes,
+            "chen_recompute_macs": chen.report.recompute_macs,
+            "unsegmented_arena_bytes": unsegmented.report.arena_bytes}
     if solver:
         info["optimal"] = solver
-    return (*planned, info)
+    return best.tg, best.graph, best.result, best.order, info
 
 
 def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int, plain=None):
@@ -384,16 +318,15 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int, plain
     segment counts, each scored by a real plan; among those that fit the one with the
     fewest recomputed MACs, else the smallest step found. Then as few of its segments
     are recomputed whole as still fit (as in :func:`recompute_planned`)."""
-    tg, unsegmented = _unsegmented(tg, plain, optimizer, batch)
+    unsegmented = _unsegmented(tg, plain, optimizer, batch)
     found = cuts(tg)
     tried = [unsegmented]
-    if tried[0][0] > budget and found:
-        from graphmem.training.optimal import choose_optimal
+    if tried[0].total > budget and found:
         tried.append(_attempt(tg, choose_balanced(tg, found), found, optimizer, batch,
                               choice="balanced"))
         tried.append(_attempt(tg, choose_optimal(tg, found)[0], found, optimizer, batch,
                               choice="optimal"))
-        n = len(_forward(tg.model.graph)[0])
+        n = len(forward_pass(tg.model.graph)[0])
         # Between 2 and about sqrt(n) segments the step shrinks as segments are added
         # (shorter stretches recomputed at once); beyond that the checkpoints dominate.
         # Search that range for the fewest segments that fit (fewest recomputed MACs).
@@ -402,22 +335,21 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int, plain
             mid = (lo + hi) // 2
             tried.append(_attempt(tg, choose_sqrt(tg, mid, found), found, optimizer, batch,
                                   choice="sqrt"))
-            if tried[-1][0] <= budget:
+            if tried[-1].total <= budget:
                 hi = mid - 1
             else:
                 lo = mid + 1
-    tried_public = [{"choice": x[3].get("choice"), "segments": x[3].get("segments"),
-                     "step_bytes": x[0], "arena_bytes": x[1].arena_bytes} for x in tried]
-    fits = [x for x in tried if x[0] <= budget]
-    best = min(fits, key=lambda x: x[1].recompute_macs) if fits else \
-        min(tried, key=lambda x: x[0])
+    tried_public = [{"choice": x.info.get("choice"), "segments": x.info.get("segments"),
+                     "step_bytes": x.total, "arena_bytes": x.report.arena_bytes}
+                    for x in tried]
+    fits = [x for x in tried if x.total <= budget]
+    best = min(fits, key=lambda x: x.report.recompute_macs) if fits else \
+        min(tried, key=lambda x: x.total)
     trials = len(tried)
-    if best[3].get("whole_segments"):
-        limit = budget if fits else best[0]
-        best, plans = _trim(tg, found, optimizer, batch, limit, best,
-                            lambda total, r: total)
+    if best.info.get("whole_segments"):
+        limit = budget if fits else best.total
+        best, plans = _trim(tg, found, optimizer, batch, limit, best, lambda x: x.total)
         trials += plans
-    total, rep, planned, info = best
-    info = {**_public(info), "budget_bytes": budget, "fits_budget": total <= budget,
-            "step_bytes": total, "budget_trials": trials, "budget_tried": tried_public}
-    return (*planned, info)
+    info = {**best.info, "budget_bytes": budget, "fits_budget": best.total <= budget,
+            "step_bytes": best.total, "budget_trials": trials, "budget_tried": tried_public}
+    return best.tg, best.graph, best.result, best.order, info

@@ -48,26 +48,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-
-def _tail_pads(begin, in_size, out_size, stride, dilation, kernel):
-    """End padding for a convolution over ``in_size`` (padded ``begin`` in front) whose
-    ``out_size`` windows, ``stride`` apart, must yield exactly ``kernel`` outputs at
-    ``dilation``: the extent the windows reach minus what is there. Negative: crop."""
-    reach = stride * (out_size - 1) + dilation * (kernel - 1) + 1
-    return reach - in_size - begin
-
-
-def _pad_or_crop(ctx, value, axis_base, begins, ends, sizes, stem):
-    """Conv pads for ``begins``/``ends``; a negative end becomes a Slice of ``value``
-    (spatial axis ``axis_base + i``). Returns the value and the pads."""
-    crop = [max(0, -e) for e in ends]
-    if any(crop):
-        spatial = len(sizes)
-        value = ctx.b.op("Slice", [value, ctx.b.ints([0] * spatial),
-                                   ctx.b.ints([s - c for s, c in zip(sizes, crop)]),
-                                   ctx.b.ints([axis_base + i for i in range(spatial)])],
-                         stem=stem)
-    return value, list(begins) + [max(0, e) for e in ends]
+from graphmem.training.conv_pads import pad_or_crop, tail_pads
 
 
 def conv_weight_adjoint(ctx, node, attrs, spatial, seeded):
@@ -83,9 +64,9 @@ def conv_weight_adjoint(ctx, node, attrs, spatial, seeded):
     rank = 2 + spatial
     pads, strides, dilations = attrs["pads"], attrs["strides"], attrs["dilations"]
     begins = list(pads[:spatial])
-    ends = [_tail_pads(begins[i], xs[2 + i], ys[2 + i], strides[i], dilations[i],
-                       kernel[2 + i]) for i in range(spatial)]
-    source, conv_pads = _pad_or_crop(ctx, x, 2, begins, ends, xs[2:], "w_crop_x")
+    ends = [tail_pads(begins[i], xs[2 + i], ys[2 + i], strides[i], dilations[i],
+                      kernel[2 + i]) for i in range(spatial)]
+    source, conv_pads = pad_or_crop(ctx, x, 2, begins, ends, xs[2:], "w_crop_x")
     b = ctx.b
     # [batch, out, spatial..., nseed] -> [out*nseed, batch, spatial...]
     filters = _merge_leading(ctx, b.op("Transpose", [seeded],
@@ -130,14 +111,14 @@ def conv_transpose_reverse(ctx, node, grads):
         begins = list(pads[:spatial])
         # windows of the adjoint, one per input position, strides apart: taps at
         # i*s + k*d - begin for k < kernel
-        ends = [_tail_pads(begins[i], ys[2 + i], xs[2 + i], strides[i], dilations[i],
-                           kernel[2 + i]) for i in range(spatial)]
+        ends = [tail_pads(begins[i], ys[2 + i], xs[2 + i], strides[i], dilations[i],
+                          kernel[2 + i]) for i in range(spatial)]
         b = ctx.b
         # [batch, out, spatial..., nseed] -> [out*nseed, batch, spatial...]
         source = _merge_leading(ctx, b.op("Transpose", [seeded],
                                           perm=[1, rank, 0] + list(range(2, rank)),
                                           stem="ct_dy"), [ys[0]] + list(ys[2:]))
-        source, conv_pads = _pad_or_crop(ctx, source, 2, begins, ends, ys[2:], "ct_crop_dy")
+        source, conv_pads = pad_or_crop(ctx, source, 2, begins, ends, ys[2:], "ct_crop_dy")
         filters = b.op("Transpose", [x], perm=[1, 0] + list(range(2, rank)), stem="ct_xt")
         product = b.op("Conv", [source, filters], strides=dilations, dilations=strides,
                        pads=conv_pads, group=1, stem="a_convt_w")
@@ -191,7 +172,7 @@ def average_pool_reverse(ctx, node, grads):
     divided = ctx.b.op("Mul", [ctx.full(grads[0], y), scale], stem="avg_divided")
     ones, channels = _ones_kernel(ctx, node, attrs)
     # a transposed convolution over exactly the windows' extent gives back x's size
-    tail = [_tail_pads(begins[i], xs[2 + i], ys[2 + i], strides[i], dilations[i], kernel[i])
+    tail = [tail_pads(begins[i], xs[2 + i], ys[2 + i], strides[i], dilations[i], kernel[i])
             for i in range(spatial)]
     extra = {}
     if any(t < 0 for t in tail):  # trailing input no window reached: zeros there

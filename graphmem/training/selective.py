@@ -30,6 +30,9 @@ from __future__ import annotations
 import dataclasses
 
 from graphmem.training.build import TrainingGraph
+from graphmem.training.cuts import forward_pass
+from graphmem.training.recompute import rewrite
+from graphmem.training.report import account, load_training, plan_training
 
 # One output element from the same elements of the inputs (broadcasting allowed), or
 # data movement: recomputing them is one pass over memory.
@@ -50,10 +53,8 @@ TIERS = {"elementwise": ELEMENTWISE, "elementwise+normalization": ELEMENTWISE | 
 def recomputable(tg: TrainingGraph, cheap=ELEMENTWISE) -> frozenset[str]:
     """The forward values the rule of this module recomputes in backward (made by ops in
     ``cheap``); see the module docstring."""
-    from graphmem.training.recompute import _forward
-
     g = tg.model.graph
-    fwd, produced = _forward(g)
+    fwd, produced = forward_pass(g)
     read_back = {t for n in g.node if not n.name.startswith("f:") for t in n.input
                  if t in produced}
     kept = {t for t in read_back if produced[t].op_type not in cheap}
@@ -72,10 +73,8 @@ def selective(tg: TrainingGraph, cheap=ELEMENTWISE) -> TrainingGraph:
     """``tg`` with :func:`recomputable`'s values recomputed in backward and every other
     forward value kept; its ``recomputable`` says which, for the checkpointing passes
     (their last segment keeps all but those)."""
-    from graphmem.training.recompute import _forward, rewrite
-
     rec = recomputable(tg, cheap)
-    _, produced = _forward(tg.model.graph)
+    _, produced = forward_pass(tg.model.graph)
     marked = dataclasses.replace(tg, recomputable=rec)
     return rewrite(marked, [], [t for t in produced if t not in rec])
 
@@ -88,8 +87,6 @@ def selective_planned(tg: TrainingGraph, optimizer: str, batch: int):
     ``recomputable`` set (what the checkpointing passes build on), ``planned`` the
     winner's ``(tg, graph, result, order, report)``, ``info`` the tier chosen
     (``selective``), how many values it recomputes and each tier's arena."""
-    from graphmem.training.report import account, load_training, plan_training
-
     def planned(t):
         graph = load_training(t)
         result, order = plan_training(graph)

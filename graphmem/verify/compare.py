@@ -1,4 +1,5 @@
-"""Comparing the arena run with the reference: tolerances per dtype, NaN-aware diffs."""
+"""Comparing the plan's run with the reference: bit for bit (or within the spread of a
+provider that is not deterministic); the whole-model line at per-dtype tolerances."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,16 +9,18 @@ import numpy as np
 
 from graphmem.core.ir import Graph
 
-# (rtol, atol) per dtype; the one-node kernels are the whole-model kernels, so the
-# differences are rounding only. Integer and bool tensors must match exactly.
-TOLERANCES = {"float16": (1e-2, 1e-3), "float32": (1e-4, 1e-5), "float64": (1e-9, 1e-12),
+# (rtol, atol) per dtype for the whole-model line (one-node sessions against the whole
+# model, whose kernels and fusions may differ). Integer and bool tensors match exactly.
+# The plan's verdict uses none of these: see :func:`same`.
+TOLERANCES = {"float16": (1e-2, 1e-3), "bfloat16": (1e-1, 1e-2), "float32": (1e-4, 1e-5), "float64": (1e-9, 1e-12),
               "complex64": (1e-4, 1e-5), "complex128": (1e-9, 1e-12)}
 # cuDNN may pick other algorithms for a lone node than inside the whole model.
 CUDA_TOLERANCES = {"float16": (2e-2, 1e-2), "float32": (1e-3, 1e-4)}
 
 
 # float dtypes from the most precise to the least
-_PRECISION = {"float64": 0, "complex128": 0, "float32": 1, "complex64": 1, "float16": 2}
+_PRECISION = {"float64": 0, "complex128": 0, "float32": 1, "complex64": 1, "float16": 2,
+              "bfloat16": 3}
 
 
 def tolerance_dtypes(graph: Graph) -> dict[str, str]:
@@ -55,7 +58,7 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     """Largest |a - b|; NaN where exactly one side is NaN, 0 where both are."""
     if a.size == 0:
         return 0.0
-    if a.dtype.kind in "fc":
+    if _floaty(a.dtype):
         a64, b64 = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), \
             b.astype(np.complex128 if b.dtype.kind == "c" else np.float64)
         both = np.isnan(a64) & np.isnan(b64)
@@ -68,17 +71,40 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
 
 
+def _floaty(dtype: np.dtype) -> bool:
+    """Floating or complex, ml_dtypes' bfloat16 and 8-bit floats included."""
+    return dtype.kind in "fc" or dtype.name == "bfloat16" or dtype.name.startswith("float8")
+
+
 def identical(a: np.ndarray, b: np.ndarray) -> bool:
     """Bit-for-bit the same values (NaN equal to NaN)."""
     return bool(np.array_equal(a, b, equal_nan=np.asarray(a).dtype.kind in "fc"))
+
+
+def same(got: np.ndarray, want: np.ndarray, spread: float = 0.0,
+         values: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
+    """The plan's verdict on one tensor: ``got`` and ``want`` (raw bytes) equal bit for
+    bit; where the reference showed a ``spread`` between two runs, the values
+    (``values``: both as numbers) within twice that, NaN where NaN."""
+    if got.shape == want.shape and np.array_equal(got, want):
+        return True
+    if not spread or values is None:
+        return False
+    a, b = values
+    if np.isnan(spread):
+        return False
+    d = max_abs_diff(a, b)
+    return bool(d <= 2 * spread)
 
 
 def close(a: np.ndarray, b: np.ndarray, dtype: str, provider: str = "cpu") -> bool:
     """Equal within the tolerance of ``dtype`` on ``provider``; integers exactly."""
     if a.shape != b.shape:
         return False
-    if a.dtype.kind not in "fc":
+    if not _floaty(a.dtype):
         return bool(np.array_equal(a, b))
+    if a.dtype.kind not in "fc":  # bfloat16, float8 (ml_dtypes): compared as float64
+        a, b = a.astype(np.float64), b.astype(np.float64)
     table = CUDA_TOLERANCES if provider == "cuda" else {}
     rtol, atol = table.get(dtype, TOLERANCES.get(dtype, (1e-4, 1e-5)))
     return bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))

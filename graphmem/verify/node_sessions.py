@@ -18,10 +18,23 @@ from graphmem.core.dtypes import ENUM_BY_NAME
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Tensor
 
-# graphmem dtype names that numpy (and so IOBinding) can carry.
+# graphmem dtype names that numpy can carry; ml_dtypes (which onnx depends on) adds
+# bfloat16 and the 8-bit floats. IOBinding is given the ONNX element type itself
+# (:func:`element_type`), which it takes for every type, bfloat16 included.
 NUMPY_DTYPES = {name: np.dtype(name) for name in (
     "float32", "float64", "float16", "int8", "uint8", "int16", "uint16", "int32",
     "uint32", "int64", "uint64", "bool", "complex64", "complex128")}
+try:
+    import ml_dtypes
+    NUMPY_DTYPES.update({name: np.dtype(getattr(ml_dtypes, name)) for name in (
+        "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+        if hasattr(ml_dtypes, name)})
+    for ours, theirs in (("float8e4m3fn", "float8_e4m3fn"), ("float8e4m3fnuz", "float8_e4m3fnuz"),
+                         ("float8e5m2", "float8_e5m2"), ("float8e5m2fnuz", "float8_e5m2fnuz")):
+        if theirs in NUMPY_DTYPES:
+            NUMPY_DTYPES[ours] = NUMPY_DTYPES.pop(theirs)
+except ImportError:  # pragma: no cover - onnx requires ml_dtypes
+    pass
 
 
 def numpy_dtype(t: Tensor) -> np.dtype:
@@ -31,6 +44,18 @@ def numpy_dtype(t: Tensor) -> np.dtype:
     except KeyError:
         raise GraphmemError(f"tensor {t.name!r} is {t.dtype}, which the verifier cannot "
                             "bind through numpy") from None
+
+
+def element_type(t: Tensor) -> int:
+    """The ONNX element type of a tensor, as IOBinding takes it."""
+    return ENUM_BY_NAME[t.dtype]
+
+
+def bind_at(io, local: str, t: Tensor, device: str, ptr: int, *, output: bool = False) -> None:
+    """Bind ``local`` of a one-node session to ``t``'s bytes at address ``ptr``."""
+    numpy_dtype(t)  # refuses the types the verifier cannot read back
+    bind = io.bind_output if output else io.bind_input
+    bind(local, device, 0, element_type(t), list(t.shape), ptr)
 
 
 def session_options():
@@ -76,26 +101,30 @@ class NodeSessions:
     def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], provider: str):
         self.model, self.tensors, self.provider = model, tensors, provider
         self.opsets = list(model.opset_import)
-        self.ir_version = max(model.ir_version, 3)
+        from graphmem.verify.runtime import usable_ir_version
+        self.ir_version = usable_ir_version(model)
         self._cache: dict[tuple, object] = {}
         self.built = 0
 
-    def session(self, node_index: int):
+    def session(self, node_index: int, implicit: tuple[str, ...] = ()):
         """(session, input names, output names) for the node at ``node_index``.
 
         The names are positional (``in0``, ``out0``; ``""`` for an omitted optional
-        input or output), in the node's own input and output order.
+        input or output), in the node's own input and output order. ``implicit``: the
+        tensors a control-flow node's bodies read from this scope, inputs of the session
+        under their own names (the bodies name them), after the node's own.
         """
         proto = self.model.graph.node[node_index]
-        ins = [f"in{i}" if t else "" for i, t in enumerate(proto.input)]
+        ins = [f"in{i}" if t else "" for i, t in enumerate(proto.input)] + list(implicit)
         outs = [f"out{i}" if t else "" for i, t in enumerate(proto.output)]
         key = (proto.op_type, proto.domain,
                b"".join(a.SerializeToString() for a in proto.attribute),
                tuple(self._sig(t) for t in proto.input),
-               tuple(self._sig(t) for t in proto.output))
+               tuple(self._sig(t) for t in proto.output),
+               tuple((t, self._sig(t)) for t in implicit))
         sess = self._cache.get(key)
         if sess is None:
-            sess = self._build(proto, ins, outs)
+            sess = self._build(proto, ins, outs, [*proto.input, *implicit])
             self._cache[key] = sess
         return sess, ins, outs
 
@@ -105,9 +134,10 @@ class NodeSessions:
         t = self.tensors[name]
         return (t.dtype, t.shape)
 
-    def _build(self, proto: onnx.NodeProto, ins: list[str], outs: list[str]):
+    def _build(self, proto: onnx.NodeProto, ins: list[str], outs: list[str], sources: list[str]):
         import onnxruntime as ort
-        node = helper.make_node(proto.op_type, ins, outs, domain=proto.domain or None)
+        n_own = len(proto.input)
+        node = helper.make_node(proto.op_type, ins[:n_own], outs, domain=proto.domain or None)
         node.attribute.extend(proto.attribute)
 
         def info(local: str, name: str):
@@ -116,7 +146,7 @@ class NodeSessions:
 
         graph = helper.make_graph(
             [node], f"node_{proto.op_type}",
-            [info(a, b) for a, b in zip(ins, proto.input) if a],
+            [info(a, b) for a, b in zip(ins, sources) if a],
             [info(a, b) for a, b in zip(outs, proto.output) if a])
         m = helper.make_model(graph, opset_imports=self.opsets)
         m.ir_version = self.ir_version

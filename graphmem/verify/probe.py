@@ -6,24 +6,28 @@ Whether an op may write its output over an input is a property of the runtime's
 kernel on this machine and provider, not of the op: ``graphmem probe`` asks the
 runtime, and the test suite asks it for every default entry of the CPU table.
 
-For each case a tiny model ``x_k -> Identity -> p_k; y = op(p_0, ...)`` is planned with
-one buffer per tensor; then ``y`` is moved onto ``p_i`` exactly as the in-place pass
-would place it, and :func:`~graphmem.verify.verifier.verify` runs it with every tensor
-checked as it is produced and poison in every free byte (the plan rules, which ask
-the table under trial, are skipped: ``runtime_only``).
+For each case a tiny model ``x_k -> Identity -> p_k; y = op(p_0, ...)``
+(:func:`case_model`), planned with one buffer per tensor by the caller
+(:func:`graphmem.commands.probe.probe`: verify never imports the planner whose plans it
+checks), has ``y`` moved onto ``p_i`` exactly as the in-place pass would place it, and
+:func:`~graphmem.verify.verifier.verify` runs it with every tensor checked as it is
+produced and poison in every free byte (the plan rules, which ask the table under
+trial, are skipped: ``runtime_only``).
 """
 from __future__ import annotations
 
 import dataclasses
-import tempfile
-from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.errors import GraphmemError
+
+if TYPE_CHECKING:
+    from graphmem.core.ir import Graph
+    from graphmem.plan.format import Plan
 
 # Element counts and shapes a case runs at: below, at and past a vector width, and a
 # tensor of several blocks.
@@ -72,17 +76,12 @@ def cases(table: Mapping[str, Sequence[tuple[int, int]]],
     return out
 
 
-def run_case(case: Case, provider: str = "cpu", folder: str | Path | None = None) -> Outcome:
-    """Run one case; ``folder`` holds its model file (a temporary one if not given)."""
-    import graphmem
+def check_case(case: Case, graph: Graph, plan: Plan, provider: str = "cpu") -> Outcome:
+    """Run one case: ``graph`` is its model (:func:`case_model`) as loaded, ``plan`` that
+    graph planned with one buffer per tensor (no passes); ``y`` is moved onto its input
+    (:func:`in_place`) and the arena run checks every tensor."""
     from graphmem.verify.verifier import verify
-    if folder is None:
-        with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
-            return run_case(case, provider, tmp)
-    path = Path(folder) / f"{case.op}.onnx"
-    onnx.save(case_model(case), str(path))
-    graph = graphmem.load(path)
-    plan = in_place(graphmem.plan_graph(graph, []).plan, "y", f"p{case.index}")
+    plan = in_place(plan, "y", f"p{case.index}")
     # the kernel is on trial, not the table: the plan rules (which ask the table) are
     # skipped, the arena run is not
     try:
@@ -95,21 +94,7 @@ def run_case(case: Case, provider: str = "cpu", folder: str | Path | None = None
                    else "an output differs")
 
 
-def probe(table: Mapping[str, Sequence[tuple[int, int]]], provider: str = "cpu",
-          shapes: Sequence[tuple[int, ...]] = SHAPES,
-          on_case: Callable[[int, int], None] | None = None) -> list[Outcome]:
-    """Run every case of ``table``; ``on_case(done, total)`` reports progress."""
-    todo = cases(table, shapes)
-    out = []
-    with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
-        for k, case in enumerate(todo):
-            out.append(run_case(case, provider, tmp))
-            if on_case:
-                on_case(k + 1, len(todo))
-    return out
-
-
-def in_place(plan, out: str, src: str):
+def in_place(plan: Plan, out: str, src: str) -> Plan:
     """``plan`` with ``out`` written over ``src`` as the in-place pass would place it:
     same offset, ``alias_of``/``alias``, the arena ending at its last tensor."""
     from graphmem.plan.stats import plan_stats

@@ -1,4 +1,19 @@
-"""The verifier's inputs and its reference: weights, constants, seeded inputs, a whole-model run."""
+"""The verifier's reference: the same one-node sessions as the plan's run, every tensor in
+a buffer of its own; and the whole-model session, a second opinion.
+
+The plan's run and the reference run the same nodes on the same sessions (the same
+kernels, provider and options), in the same order, on the same inputs; they differ only
+in where tensors live. The reference gives every tensor bytes no other tensor shares,
+each at an address congruent modulo 64 to the one the plan gives it (so a kernel that
+picks its code path by alignment picks the same one). A deterministic kernel then gives
+the same bits in both runs, and any difference is the plan's doing. A provider that
+is not deterministic (CUDA's atomics) runs the reference twice: the spread of the two
+is the tolerance.
+
+The whole-model ``InferenceSession`` (graph outputs only) is compared with the
+reference at per-dtype tolerances: a line of the report that can warn (the one-node
+kernels differ from the whole model's), never decide the plan's verdict.
+"""
 from __future__ import annotations
 
 from typing import Mapping
@@ -8,9 +23,12 @@ import onnx
 
 from graphmem.frontend.folding import evaluate_constants
 from graphmem.errors import GraphmemError
-from graphmem.core.ir import Graph, Node
+from graphmem.core.ir import Graph
 from graphmem.frontend.reader import read_model
-from graphmem.verify.node_sessions import numpy_dtype, session_options
+from graphmem.verify.compare import OutputCheck, close, max_abs_diff, tolerance_dtypes
+from graphmem.verify.execute import NodeRunner, raw, typed
+from graphmem.verify.inputs import feeding, random_inputs  # noqa: F401 (re-exported)
+from graphmem.verify.node_sessions import bind_at, runtime_message, session_options
 
 
 def model_with_weights(graph: Graph) -> onnx.ModelProto:
@@ -41,81 +59,163 @@ def constant_values(model: onnx.ModelProto, graph: Graph) -> dict[str, np.ndarra
     return values
 
 
-def random_inputs(graph: Graph, seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs: floats uniform in [-1, 1), integers in a range valid as indices."""
-    rng = np.random.default_rng(seed)
-    consumers = graph.consumers()
-    feeds = {}
-    for name in graph.inputs:
-        t = graph.tensors[name]
-        dtype = numpy_dtype(t)
-        if dtype.kind == "f":
-            feeds[name] = rng.uniform(-1.0, 1.0, t.shape).astype(dtype)
-        elif dtype.kind == "c":
-            feeds[name] = (rng.uniform(-1, 1, t.shape) + 1j * rng.uniform(-1, 1, t.shape)
-                           ).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[name] = rng.random(t.shape) < 0.5
-        else:
-            high = _index_bound(graph, name, consumers.get(name, []))
-            feeds[name] = rng.integers(0, high, t.shape).astype(dtype)
-    return feeds
+# Each tensor of the reference sits at an address congruent to its planned one modulo
+# this (a cache line, the widest vector a CPU kernel loads).
+CONGRUENCE = 64
 
 
-def _index_bound(graph: Graph, name: str, readers: list[Node]) -> int:
-    """An exclusive upper bound for integer inputs: within every indexed axis."""
-    high = 4
-    for n in readers:
-        if n.op_type in ("Gather", "GatherElements") and n.inputs[1:2] == (name,):
-            data = graph.tensors[n.inputs[0]].shape
-            axis = n.attrs.get("axis", 0)
-            if data:
-                high = min(high, data[axis])
-        elif n.op_type == "OneHot" and n.inputs[:1] == (name,):
-            high = min(high, 2)
-    return max(high, 1)
+def separate_layout(sizes: Mapping[str, int], planned: Mapping[str, int]) -> tuple[dict[str, int], int]:
+    """(offset of every tensor, bytes in all): each tensor after the previous one, no two
+    sharing a byte, each offset congruent to its ``planned`` one modulo CONGRUENCE."""
+    out, end = {}, 0
+    for name, nbytes in sizes.items():
+        want = planned.get(name, 0) % CONGRUENCE
+        at = end + (want - end) % CONGRUENCE
+        out[name] = at
+        end = at + nbytes
+    return out, end
 
 
-class Reference:
-    """A whole-model session, made once and run for each input set; with ``everything``
-    every arena tensor is an output too. (ONNX Runtime takes seconds to open a model
-    with tens of thousands of outputs: the verifier's second input set reuses it.)"""
+class RefValues:
+    """The reference run's tensors, on the host: raw bytes and values by name; with
+    ``spread``, the largest difference between two runs per tensor (0: deterministic)."""
 
-    def __init__(self, model: onnx.ModelProto, graph: Graph, provider: str, *,
-                 everything: bool = False):
-        import onnxruntime as ort
-        from onnx import helper
-        from graphmem.core.dtypes import ENUM_BY_NAME
-        self.names = list(graph.outputs)
-        m = model
-        if everything:
-            m = onnx.ModelProto()
-            m.CopyFrom(model)
-            existing = {o.name for o in m.graph.output}
-            inputs = set(graph.inputs)
-            for t in graph.arena_tensors():
-                if t not in existing and t not in inputs:
-                    info = graph.tensors[t]
-                    m.graph.output.append(helper.make_tensor_value_info(
-                        t, ENUM_BY_NAME[info.dtype], list(info.shape)))
-                    self.names.append(t)
+    def __init__(self, graph: Graph, data: np.ndarray, offsets: Mapping[str, int],
+                 spread: Mapping[str, float] | None = None):
+        self.graph, self.data, self.offsets = graph, data, offsets
+        self.spread = spread or {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.offsets
+
+    def raw(self, name: str) -> np.ndarray:
+        o = self.offsets[name]
+        return self.data[o:o + self.graph.tensors[name].bytes]
+
+    def value(self, name: str) -> np.ndarray:
+        return typed(self.raw(name), self.graph, name)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.value(name)
+
+
+class ReferenceRun:
+    """The plan's nodes, in its order, on ``runner``'s sessions, every tensor (of
+    ``graph``, the plan's graph) in bytes of its own. A control-flow node runs whole on
+    ONNX Runtime (its If/Loop/Scan kernel runs the body), the tensors its bodies read
+    from outside bound as inputs of its session; its workspace is not needed."""
+
+    def __init__(self, graph: Graph, order: list[int], planned: Mapping[str, int],
+                 runner: NodeRunner, new_arena, deterministic: bool):
+        self.graph, self.order, self.runner = graph, order, runner
+        self.by_index = {n.index: n for n in graph.nodes}
+        spaces = set(graph.workspaces.values())
+        sizes = {name: graph.tensors[name].bytes for name in planned if name not in spaces}
+        self.offsets, self.nbytes = separate_layout(sizes, planned)
+        self.new_arena, self.deterministic = new_arena, deterministic
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> RefValues:
+        first = self._once(feeds)
+        if self.deterministic:
+            return first
+        second = self._once(feeds)
+        spread = {}
+        for name in self.offsets:
+            a, b = first.raw(name), second.raw(name)
+            if not np.array_equal(a, b):
+                spread[name] = max_abs_diff(first.value(name), second.value(name))
+        return RefValues(self.graph, first.data, self.offsets, spread)
+
+    def _once(self, feeds: Mapping[str, np.ndarray]) -> RefValues:
+        arena = self.new_arena(self.nbytes)
+        arena.poison([(0, self.nbytes)])  # bytes a kernel leaves unwritten: as in the plan's run
+        for name, value in feeds.items():
+            if name in self.offsets and value.nbytes:
+                arena.write(self.offsets[name], value)
+        scopes = self.graph.scopes
+        for idx in self.order:
+            node = self.by_index[idx]
+            self.runner.run(arena, node, self.offsets, implicit=idx in scopes,
+                            what=" in the reference run (every tensor in its own buffer)")
+        data = raw(arena, 0, self.nbytes)
+        return RefValues(self.graph, data, self.offsets)
+
+
+def refused_inputs_message(graph: Graph, node, error: str, given: bool) -> str:
+    """One line for a node ONNX Runtime refuses on the verifier's inputs: which graph
+    inputs reach it, and how to pass real ones."""
+    names = feeding(graph, node)
+    shown = ", ".join(f"{n!r} ({graph.tensors[n].dtype}{list(graph.tensors[n].shape)})"
+                      for n in names[:4]) + (" ..." if len(names) > 4 else "")
+    if given:
+        return f"{error} (on the inputs given with --inputs)"
+    return (f"{error}; on the random inputs (--seed) from graph input{'s' if len(names) > 1 else ''} "
+            f"{shown}: pass values the model accepts with --inputs FILE.npz (one array "
+            "per input name) or --inputs DIR (an ONNX test-data folder)")
+
+
+class WholeModel:
+    """The model as one ``InferenceSession`` (graph outputs only), the report's second
+    line: compared with the reference at per-dtype tolerances, it warns, never decides."""
+
+    def __init__(self, model: onnx.ModelProto, graph: Graph, provider: str):
+        from graphmem.verify.runtime import open_session
+        self.graph = graph
         try:
-            self.session = ort.InferenceSession(m.SerializeToString(), session_options(),
-                                                providers=[provider])
+            self.session = open_session(model, session_options(), [provider])
+        except GraphmemError:
+            raise
         except Exception as exc:
-            raise _runtime_error(exc) from None
+            raise GraphmemError(f"ONNX Runtime cannot open the whole model: "
+                                f"{runtime_message(exc)}") from None
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def compare(self, feeds: Mapping[str, np.ndarray], reference: RefValues,
+                provider: str) -> list[OutputCheck]:
+        graph = self.graph
+        names = list(dict.fromkeys(graph.outputs))
         try:
-            values = self.session.run(self.names, dict(feeds))
+            if all(graph.tensors[n].dtype in PLAIN for n in (*graph.inputs, *names)):
+                # (IOBinding finds each bound output by a linear search: quadratic for
+                # the 40,000 outputs of a fan-out)
+                got = dict(zip(names, self.session.run(names, dict(feeds))))
+            else:
+                got = self._run_bound(feeds, names)
         except Exception as exc:
-            raise _runtime_error(exc) from None
-        out = dict(zip(self.names, values))
-        out.update(feeds)
-        return out
+            raise GraphmemError(f"ONNX Runtime cannot run the whole model: "
+                                f"{runtime_message(exc)}") from None
+        tolerance = tolerance_dtypes(graph)
+        checks = []
+        for name in graph.outputs:
+            t = graph.tensors[name]
+            value, want = np.asarray(got[name]), reference.value(name)
+            if value.shape == want.shape and np.array_equal(
+                    np.ascontiguousarray(value).view(np.uint8), reference.raw(name)):
+                checks.append(OutputCheck(name, t.dtype, t.shape, 0.0, True))
+                continue
+            ok = close(value, want, tolerance.get(name, t.dtype), provider)
+            diff = max_abs_diff(value, want) if value.shape == want.shape else float("inf")
+            checks.append(OutputCheck(name, t.dtype, t.shape, diff, ok))
+        return checks
+
+    def _run_bound(self, feeds: Mapping[str, np.ndarray], names: list[str]) -> dict:
+        """The run through IOBinding, by ONNX element type: for bfloat16 and the 8-bit
+        floats, which ``session.run`` cannot take or give as numpy arrays."""
+        graph = self.graph
+        io = self.session.io_binding()
+        keep = []
+        for name in graph.inputs:
+            value = np.ascontiguousarray(feeds[name])
+            keep.append(value)
+            bind_at(io, name, graph.tensors[name], "cpu", value.ctypes.data)
+        outs = {}
+        for name in names:
+            buf = np.empty(graph.tensors[name].bytes, np.uint8)
+            outs[name] = buf
+            bind_at(io, name, graph.tensors[name], "cpu", buf.ctypes.data, output=True)
+        self.session.run_with_iobinding(io)
+        return {name: typed(buf, graph, name) for name, buf in outs.items()}
 
 
-def _runtime_error(exc: BaseException) -> GraphmemError:
-    from graphmem.verify.node_sessions import runtime_message
-    return GraphmemError(f"ONNX Runtime cannot run the whole model: {runtime_message(exc)}")
-
+# dtypes session.run takes and gives as numpy arrays
+PLAIN = frozenset(("float32", "float64", "float16", "int8", "uint8", "int16", "uint16",
+                   "int32", "uint32", "int64", "uint64", "bool", "complex64", "complex128"))
