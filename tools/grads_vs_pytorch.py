@@ -5,7 +5,9 @@
 
 Needs torch (and torchvision for ``--model`` other than resnet18). resnet18 in
 ``torch.nn`` (tools/export_corpus.py), or ``torchvision.models.<model>(weights=None)``,
-with random BatchNorm scales, biases and running statistics is exported with torch's
+with random BatchNorm scales, biases and running statistics (and a little noise on any
+parameter whose entries are all equal: the exporter would share one initializer among
+equal parameters) is exported with torch's
 TorchScript exporter (BatchNormalization kept, not folded into the convs), its training
 step built by graphmem (cross-entropy against a one-hot label) and run on ONNX Runtime's
 CPU provider, as built and with the cheap values recomputed in backward
@@ -68,6 +70,14 @@ def main(argv=None) -> int:
                 m.bias.uniform_(-0.2, 0.2)
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.9, 1.1)
+        # The TorchScript exporter writes one initializer for parameters of equal value
+        # (every fresh LayerNorm's ones, convnext's layer scales): graphmem would then
+        # give one gradient for all of them. A parameter whose entries are all equal
+        # gets a little noise, so each is its own initializer.
+        for p in model.parameters():
+            flat = p.flatten()
+            if bool((flat == flat[0]).all()):
+                p.add_(torch.randn_like(p) * 0.1 * (float(flat[0].abs()) or 0.1))
     model.eval()
     f = io.BytesIO()
     torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), f, dynamo=False,
