@@ -26,6 +26,7 @@ from graphmem.core.ir import Graph
 from graphmem.analysis.macs import im2col_bytes, mac_totals, node_macs
 from graphmem.plan.columns import group_roots
 from graphmem.plan.format import Plan
+from graphmem.plan.view import layer_label
 
 # Peak dense throughput (no structured sparsity) per element class, and memory bandwidth.
 # Sources: the vendors' datasheets.
@@ -190,7 +191,8 @@ def totals(graph: Graph, plan: Plan) -> dict:
 def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dict]:
     """One row per node in plan order: shapes, params, bytes, MACs, roofline.
 
-    Fields: ``node`` (index in the file), ``name``, ``op``, ``output_shapes``,
+    Fields: ``step`` (position in the plan's order), ``node`` (index in the file),
+    ``name``, ``op``, ``output_shapes``,
     ``params``, ``param_bytes`` (weights and constants the node reads),
     ``activation_bytes`` (its outputs), ``workspace_bytes`` (its im2col buffer),
     ``live_bytes`` (arena bytes in use while it runs), ``macs`` (None for an op without a cost rule), ``bytes_moved``,
@@ -220,7 +222,7 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
         bound = ("none" if not macs and not moved else
                  "compute" if compute_s > memory_s else "bandwidth")
         rows.append({
-            "node": idx, "name": n.name, "op": n.op_type,
+            "step": pos, "node": idx, "name": n.name, "op": n.op_type,
             "output_shapes": [list(graph.tensors[o].shape) for o in outs],
             "params": sum(graph.tensors[t].numel for t in params if is_param(graph, t)),
             "param_bytes": param_bytes,
@@ -306,7 +308,8 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
     """
     layers = layers if layers is not None else layer_table(graph, plan)
     if not layers:
-        return {"node": None, "op": None, "live_bytes": 0, "tensors": []}
+        return {"node": None, "step": None, "op": None, "name": None, "layer": None,
+                "live_bytes": 0, "tensors": []}
     pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
     roots = group_roots(plan)
     groups: dict[str, list[str]] = {}
@@ -322,8 +325,10 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
                         "bytes": _union(ranges), "offset": ranges[0][0],
                         "shape": list(graph.tensors[main].shape)})
     entries.sort(key=lambda d: (-d["bytes"], d["offset"]))
-    return {"node": layers[pos]["node"], "op": layers[pos]["op"],
-            "live_bytes": layers[pos]["live_bytes"], "tensors": entries}
+    at = layers[pos]
+    return {"node": at["node"], "step": pos, "op": at["op"], "name": at["name"],
+            "layer": layer_label(at["op"], at["name"], pos, at["node"]),
+            "live_bytes": at["live_bytes"], "tensors": entries}
 
 
 def _union(ranges: list[tuple[int, int]]) -> int:

@@ -244,12 +244,16 @@ def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: i
 
 
 def sweep(batcher: Batcher, batches: Sequence[int], dtypes: Sequence[str],
-          **plan_options) -> list[dict]:
-    """One footprint per (batch, dtype), each from its own plan."""
+          progress: Callable[[str], None] | None = None, **plan_options) -> list[dict]:
+    """One footprint per (batch, dtype), each from its own plan; ``progress`` is told
+    which it plans."""
     rows = []
     for b in batches:
         g = batcher.graph(b)
         for dt in dtypes:
+            if progress is not None:
+                progress(f"what-if batch {b}, {dt} ({len(rows) + 1} of "
+                         f"{len(batches) * len(dtypes)})")
             rows.append({"batch": b, "dtype": dt,
                          **footprint(with_float_dtype(g, dt), **plan_options)})
     return rows

@@ -27,6 +27,19 @@ def shown(text) -> str:
     return escape(printable(text).replace("\n", "\\x0a").replace("\r", "\\x0d"))
 
 
+# Columns of a table written to a file or a pipe: rich assumes 80 there and cuts cells
+# ("BatchNormaliz..."); a file keeps every column whole.
+FILE_WIDTH = 1000
+
+
+def console(stderr: bool = False):
+    """A rich Console for a command's tables: a terminal's own width, else
+    :data:`FILE_WIDTH` (``graphmem probe > probe.txt`` keeps whole columns)."""
+    from rich.console import Console
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=FILE_WIDTH)
+
+
 def add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
     """The model and its dimension options: every command that loads a model takes these."""
     p.add_argument("model", nargs="?" if optional else None,
@@ -193,7 +206,13 @@ def model_stem(args) -> str:
 def stages(args) -> Iterator[Callable[[str], None]]:
     """A callback naming the stage under way, shown as a transient line on stderr while
     it runs: only on a terminal, and not with --quiet or --json (pipes and tests see
-    nothing). Loading and planning a large graph take seconds."""
+    nothing). Loading and planning a large graph take seconds. Inside a command's own
+    :class:`~graphmem.commands.progress.Progress` the stages are reported there."""
+    from graphmem.commands.progress import active
+    shown_now = active()
+    if shown_now is not None:
+        yield shown_now.callback()
+        return
     if getattr(args, "quiet", False) or getattr(args, "json", False):
         yield lambda stage: None
         return
@@ -203,6 +222,8 @@ def stages(args) -> Iterator[Callable[[str], None]]:
     if not console.is_terminal:
         yield lambda stage: None
         return
+    from graphmem.commands.progress import clear_early
+    clear_early()
     with console.status("graphmem") as status:
         yield lambda stage: status.update(f"graphmem: {escape(stage)}")
 

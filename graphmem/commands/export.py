@@ -72,20 +72,25 @@ def run(args) -> int:
     inputs = input_paths(args)
     for _, path in outputs:  # before the work: a bad output fails at once, none written
         check_output(path, inputs)
-    view, graph = planned_view(args)
-    # everything is rendered before anything is written: bad input leaves no files
-    texts = []
-    for flag, path in outputs:
-        if flag == "annotated":
-            model = annotate_model(view, graph, args.raise_ir_version)
-            _check_external_data(model, graph.model_path, path)
-            texts.append((path, model.SerializeToString()))
-        elif flag == "html":
-            from graphmem.export.html import page
-            texts.append((path, page(view, graph)))
-        else:
-            from graphmem.export.graphml import graphml_text
-            texts.append((path, graphml_text(view, graph)))
+    from graphmem.commands.progress import Progress
+    with Progress("export") as progress:
+        progress("planning" if not getattr(args, "plan", None) else "reading the plan")
+        view, graph = planned_view(args)
+        # everything is rendered before anything is written: bad input leaves no files
+        texts = []
+        for flag, path in outputs:
+            progress(f"rendering {flag} ({path})")
+            if flag == "annotated":
+                model = annotate_model(view, graph, args.raise_ir_version)
+                _check_external_data(model, graph.model_path, path)
+                texts.append((path, model.SerializeToString()))
+            elif flag == "html":
+                from graphmem.export.html import page
+                from graphmem.export.html_parts import inference_sections
+                texts.append((path, page(view, graph, inference_sections(view, graph))))
+            else:
+                from graphmem.export.graphml import graphml_text
+                texts.append((path, graphml_text(view, graph)))
     write_all(texts, inputs=inputs)  # all or none
     for path, _ in texts:
         print(f"wrote {path}")

@@ -16,8 +16,9 @@ Deny by default: an op not listed here never shares storage with its inputs.
   written after the reads it depends on (:func:`evidence`). The "probed" tables
   ("cpu-probed", "cuda-probed") add every other candidate: entries no kernel declares,
   which ``graphmem probe`` checks on this machine; a user opts in with
-  ``--inplace-table probed``, never by default. An overwrite is allowed only when the op
-  is the last reader of that storage, the sizes match in bytes and the dtypes match.
+  ``--inplace-table probed``, never by default. A pair of these tables is a candidate
+  only: when a plan may use it (the dtype and shape, the lives of the storage group) is
+  the in-place rule of docs/plan-format.md.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from graphmem.core.index import GraphIndex
 from graphmem.core.ir import Graph, Node, standard_domain
+from graphmem.errors import GraphmemError
 
 # op_type -> list of (input index, output index); standard ONNX domain only.
 VIEW: dict[str, list[tuple[int, int]]] = {
@@ -98,12 +100,23 @@ _EVIDENCE_FILE = Path(__file__).with_name("inplace_evidence.json")
 @lru_cache(maxsize=1)
 def evidence_file() -> dict:
     """The evidence file (``inplace_evidence.json``): the ONNX Runtime source it was read
-    from, and per provider and op the evidence of each pair."""
+    from, and per provider and op the evidence of each pair. A file that is missing or
+    unreadable is an error, not an empty table: every default table is made from it."""
     try:
         with open(_EVIDENCE_FILE, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:  # only while tools/inplace_evidence.py makes it: no evidence
-        return {"providers": {}}
+            data = json.load(f)
+    except OSError as exc:
+        raise GraphmemError(f"cannot read the in-place evidence file {_EVIDENCE_FILE} "
+                            f"({exc.strerror or exc}): graphmem's install is incomplete "
+                            "(the file is part of the package, made by "
+                            "tools/inplace_evidence.py)") from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} is not valid "
+                            f"JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("providers"), dict):
+        raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} has no "
+                            "\"providers\" object")
+    return data
 
 
 def evidence(provider: str, op: str) -> list[dict]:
@@ -236,7 +249,8 @@ def concat_axis(shape: tuple[int, ...], axis: int) -> tuple[int, bool]:
     whether its slices are contiguous in memory (every dimension before the axis is 1),
     so that each input may be written straight into its slice of the output."""
     axis = axis + len(shape) if axis < 0 else axis
-    return axis, all(d == 1 for d in shape[:axis])
+    before = shape[:axis]
+    return axis, before.count(1) == len(before)
 
 
 def view_pairs(node: Node) -> list[tuple[int, int]]:
@@ -326,7 +340,10 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
               np.fromiter(map({d: k for k, d in enumerate(domain_names)}.__getitem__, domains),
                           np.int64, len(nodes))[rows])
     parts = []  # (pos, overwrite, rank, src, out) arrays
-    candidates = np.isin(code, aliasing) & regular
+    of_table = np.zeros(len(codes), dtype=bool)
+    of_table[aliasing] = True
+    aliases = of_table[code]  # per position: an op of the tables
+    candidates = aliases & regular
     # one integer per signature of a regular node: (domain, input count, output count)
     wide_in, wide_out = int(n_in.max(initial=0)) + 1, int(n_out.max(initial=0)) + 1
     signature = (domain * wide_in + n_in) * wide_out + n_out
@@ -349,7 +366,7 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
                                   index.writes[write_start[pos_all] + o]))
     get = index.ids.get
     extra = []
-    for pos, row in zip(*(a.tolist() for a in _odd(np.isin(code, aliasing) & ~regular, rows))):
+    for pos, row in zip(*(a.tolist() for a in _odd(aliases & ~regular, rows))):
         node = nodes[row]
         for overwrite, pairs in zip((False, True), _pairs_of(*_signature(node), table)):
             extra += [(pos, overwrite, rank, get(node.inputs[i], -1), get(node.outputs[o], -1))

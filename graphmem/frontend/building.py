@@ -51,9 +51,12 @@ def ir_nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]],
 
 def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
           model_path: str | None, bindings, scopes=None, sizing: tuple[Sizing, ...] = (),
-          notes: list[str] | None = None) -> Graph:
+          notes: list[str] | None = None,
+          sparse: dict[str, tuple[str, ...]] | None = None) -> Graph:
     """The Graph of the model's running nodes (``order`` less ``folded``); ``notes``
-    gains a line for attributes no reader could decode (their values are None)."""
+    gains a line for attributes no reader could decode (their values are None).
+    ``sparse``: each densified sparse initializer's stored values and indices
+    (:mod:`graphmem.frontend.sparse`), which the weights count instead of it."""
     nodes_in = g["nodes"]
     inits = frozenset(t.name for t in g["initializers"])
     indices = [idx for idx in order if idx not in folded] if folded else list(order)
@@ -71,6 +74,8 @@ def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
     stored_as = dequantized_sources((n.op_type, n.domain, n.inputs, n.outputs)
                                     for n in folded_rows) \
         if any(n.op_type in DEQUANTIZE_OPS for n in folded_rows) else {}
+    if sparse:
+        stored_as = {**stored_as, **sparse}
     return Graph(
         name=g["name"] or (Path(model_path).stem if model_path else "model"),
         nodes=tuple(nodes), tensors=tensors,

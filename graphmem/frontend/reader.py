@@ -156,6 +156,11 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
                             f"({one_line(exc)})") from None
     g = parsed["graph"]
+    stored: dict[str, tuple[str, ...]] = {}
+    if g is not None and g["sparse_initializers"]:
+        from graphmem.frontend.sparse import densify
+        data, parsed, stored = densify(data, parsed)
+        g = parsed["graph"]
     if source is not None:
         if g is None or (not g["nodes"] and not g["outputs"]):
             raise GraphmemError(f"{source}: not an ONNX model (no graph in the file)")
@@ -182,7 +187,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
     sizing = run_strategies(state)
     graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,
-                  model_path, bindings, state.scopes, sizing, state.notes)
+                  model_path, bindings, state.scopes, sizing, state.notes, stored)
     if graph.load_notes:
         from graphmem.notes import note
         for line in graph.load_notes:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 from graphmem import wire
 from graphmem.core.ir import CONTROL_FLOW, Node, Sizing, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
-from graphmem.frontend import annotations, inference
+from graphmem.frontend import annotations, bounds, inference
 from graphmem.frontend.building import ir_node
 from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
 from graphmem.frontend.lazy import helper, onnx as _onnx
@@ -392,6 +392,10 @@ def infer_with_constant_values(model, order, tensors, folded, constants, base_di
         notes.append(failure_note(failures))
     if not values:
         return model
+    # the values may size an output past anything plannable (a Reshape's target of
+    # 2.3e18 made onnx's inference grow without bound): named here, before inference
+    bounds.check(((i, model.graph.node[i]) for i in order), values, tensors.get,
+                 lambda i, n: f"node {i} ({n.op_type}{' ' + repr(n.name) if n.name else ''})")
     work = onnx.ModelProto()
     work.CopyFrom(model)
     del work.graph.node[:]

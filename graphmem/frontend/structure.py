@@ -39,6 +39,11 @@ def invalid_name(g: dict, where: str = "graph") -> str | None:
         for entry in g[kind]:
             if entry.name.__class__ is bytes:
                 return f"the name of {where} {kind.rstrip('s')} {entry.name!r}"
+            shape = entry.type[2] if kind != "initializers" and entry.type else None
+            for axis, dim in enumerate(shape or ()):
+                if dim.__class__ is bytes:  # a dim_param, bound by name with --dim
+                    return (f"dim_param {dim!r} (axis {axis} of {where} "
+                            f"{kind.rstrip('s')} {entry.name!r})")
     for idx, n in enumerate(g["nodes"]):
         if (n.name.__class__ is bytes or n.op_type.__class__ is bytes
                 or n.domain.__class__ is bytes):
