@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
 
-from graphmem import notes
+from graphmem import interrupts, notes
 from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
@@ -49,10 +50,21 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+# ONNX Runtime's telemetry (1.2x on Linux and macOS) writes a device id and a database
+# under ~/.cache/Microsoft/DeveloperTools and a ".ses" file in $TMPDIR when its first
+# session is made: files outside a command's outputs. Its documented opt-out, read once
+# when the runtime starts, is set for graphmem's commands (a value already set wins).
+ORT_OPT_OUT = {"ORT_DISABLE_TELEMETRY": "1"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    for name, value in ORT_OPT_OUT.items():
+        os.environ.setdefault(name, value)
     argv = _negative_values(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     notes.clear()
+    from graphmem.commands.progress import clear_early, early
+    early(next((a for a in argv if not a.startswith("-")), None))
     try:
         args = _parse(argv)
         code = int(args.func(args) or 0)
@@ -69,8 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         print("graphmem: terminated", file=sys.stderr)
         return 143
     finally:
+        clear_early()
+        _remove_temporaries()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _remove_temporaries() -> None:
+    """The folders --ort-optimize and --infer-by-running made, removed on every way out
+    (their module is imported only by a command that made some)."""
+    made = sys.modules.get("graphmem.frontend.ort_optimize")
+    if made is not None:
+        made.cleanup()
 
 
 def entry() -> None:
@@ -80,9 +102,12 @@ def entry() -> None:
     main() turns a Ctrl-C into 130 itself while it runs. One that lands after it
     returned (its outputs complete) would otherwise end the process by the signal
     (status -2 to a parent, -SIGINT) with a traceback, or pass unnoticed in the
-    interpreter's shutdown: from then on it ends the process at once with 130.
+    interpreter's shutdown: from then on it ends the process at once with 130. One that
+    lands while a compiled module loads waits until it has loaded (it could crash the
+    process there: :mod:`graphmem.interrupts`).
     """
     try:
+        interrupts.install()
         code = main()
         signal.signal(signal.SIGINT, _interrupted_late)
     except KeyboardInterrupt:  # between main's return and the handler

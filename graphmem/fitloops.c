@@ -17,9 +17,15 @@
  *     (a sweep over the forbidden base intervals sorted by start).
  *
  * All arrays are C-contiguous int64, but for the part owners and the overlapping
- * pairs (int32, as numpy builds them) and the Tied flags (one byte per item). The
- * caller keeps every value far from 2^63 (a planning context refuses larger graphs,
- * best_fit refuses larger records).
+ * pairs (int32, as numpy builds them) and the Tied flags (one byte per item).
+ *
+ * Both entry points are importable (graphmem.fitloops), so they trust nothing they are
+ * given: every index and count is checked before a loop uses it (a plain item has
+ * exactly one part, each part's owner is the item whose range holds it), sizes and
+ * relative offsets must not be negative, and every sum is computed with the compiler's
+ * overflow builtins: a value near 2^63 is refused with ValueError, never wrapped. (A
+ * planning context refuses graphs that large long before; best_fit refuses such
+ * records too.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -42,10 +48,14 @@ static int cmp_span(const void *x, const void *y)
     return 0;
 }
 
-static int64_t align_up(int64_t n, int64_t alignment)
+/* n rounded up to a multiple of alignment (n >= 0, alignment > 0); 0 on overflow */
+static int align_up(int64_t n, int64_t alignment, int64_t *out)
 {
-    /* n >= 0 here, or a negative forbidden bound that align_up never sees */
-    return (n + alignment - 1) / alignment * alignment;
+    int64_t t;
+    if (__builtin_add_overflow(n, alignment - 1, &t))
+        return 0;
+    *out = t / alignment * alignment;
+    return 1;
 }
 
 /* Sort a short run by insertion (most neighbour lists are a few dozen spans). */
@@ -136,9 +146,21 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "fitloops.run: start is not ascending");
             goto done;
         }
+    for (Py_ssize_t k = 0; k < n_items; k++) {
+        if (!tied[k] && start[k + 1] - start[k] != 1) {
+            PyErr_SetString(PyExc_ValueError, "fitloops.run: a plain item has not exactly one part");
+            goto done;
+        }
+        for (int64_t p = start[k]; p < start[k + 1]; p++)
+            if (owner[p] != k) {
+                PyErr_SetString(PyExc_ValueError,
+                                "fitloops.run: a part's owner is not the item whose range holds it");
+                goto done;
+            }
+    }
     for (Py_ssize_t p = 0; p < n_parts; p++)
-        if (owner[p] < 0 || owner[p] >= n_items) {
-            PyErr_SetString(PyExc_ValueError, "fitloops.run: a part owner is out of range");
+        if (nbytes[p] < 0 || rel[p] < 0) {
+            PyErr_SetString(PyExc_ValueError, "fitloops.run: a part size or offset is negative");
             goto done;
         }
     for (Py_ssize_t e = 0; e < n_pairs; e++)
@@ -171,6 +193,12 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
     }
 
     int64_t total = 0;
+    int overflowed = 0;
+#define FAIL_OVERFLOW                                                                        \
+    do {                                                                                     \
+        overflowed = 1;                                                                      \
+        goto loop_end;                                                                       \
+    } while (0)
     Py_BEGIN_ALLOW_THREADS
     /* each pair, oriented (later part, earlier part) by placement rank, grouped by the
        later part with a counting sort: part p sees earlier[bound[p]:bound[p + 1]] */
@@ -200,11 +228,14 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
             if (tied[k]) { /* the lowest base where every part fits */
                 Py_ssize_t m = 0;
                 for (int64_t p = p0; p < p1; p++) {
-                    int64_t r = rel[p], reach = r + nbytes[p] - 1;
+                    int64_t r = rel[p], reach;
+                    if (__builtin_add_overflow(r, nbytes[p] - 1, &reach))
+                        FAIL_OVERFLOW;
                     for (int64_t e = bound[p]; e < bound[p + 1]; e++) {
                         int32_t q = earlier[e];
-                        scratch[m].lo = span_off[q] - reach;
-                        scratch[m].hi = span_end[q] - r;
+                        if (__builtin_sub_overflow(span_off[q], reach, &scratch[m].lo) ||
+                            __builtin_sub_overflow(span_end[q], r, &scratch[m].hi))
+                            FAIL_OVERFLOW;
                         m++;
                     }
                 }
@@ -213,12 +244,13 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
                 for (Py_ssize_t j = 0; j < m; j++) {
                     if (scratch[j].lo > base)
                         break; /* every later interval starts above base too */
-                    if (scratch[j].hi > base)
-                        base = align_up(scratch[j].hi, alignment);
+                    if (scratch[j].hi > base && !align_up(scratch[j].hi, alignment, &base))
+                        FAIL_OVERFLOW;
                 }
                 for (int64_t p = p0; p < p1; p++) {
-                    span_off[p] = base + rel[p];
-                    span_end[p] = span_off[p] + nbytes[p];
+                    if (__builtin_add_overflow(base, rel[p], &span_off[p]) ||
+                        __builtin_add_overflow(span_off[p], nbytes[p], &span_end[p]))
+                        FAIL_OVERFLOW;
                     if (span_end[p] > total)
                         total = span_end[p];
                 }
@@ -236,7 +268,7 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
             sort_spans(scratch, m);
             int64_t best_gap = -1, best_off = 0, top = 0;
             for (Py_ssize_t j = 0; j < m; j++) {
-                int64_t gap = scratch[j].lo - top;
+                int64_t gap = scratch[j].lo - top; /* both in [0, 2^63): no overflow */
                 if (gap >= size && (best_gap < 0 || gap < best_gap)) {
                     best_gap = gap;
                     best_off = top;
@@ -244,15 +276,24 @@ static PyObject *fit_run(PyObject *self, PyObject *args)
                 if (scratch[j].hi > top)
                     top = scratch[j].hi;
             }
-            int64_t offset = best_gap >= 0 ? best_off : align_up(top, alignment);
+            int64_t offset = best_off;
+            if (best_gap < 0 && !align_up(top, alignment, &offset))
+                FAIL_OVERFLOW;
             base_out[k] = offset;
             span_off[p0] = offset;
-            span_end[p0] = offset + size;
-            if (offset + size > total)
-                total = offset + size;
+            if (__builtin_add_overflow(offset, size, &span_end[p0]))
+                FAIL_OVERFLOW;
+            if (span_end[p0] > total)
+                total = span_end[p0];
         }
     }
+loop_end:
     Py_END_ALLOW_THREADS
+    if (overflowed) {
+        PyErr_SetString(PyExc_ValueError,
+                        "fitloops.run: an offset does not fit in 64 bits (records too large)");
+        goto done;
+    }
     if (!scratch) {
         PyErr_NoMemory();
         goto done;

@@ -20,11 +20,12 @@ def clear() -> None:
 
 
 def note(text: str) -> None:
-    """``graphmem: text`` on stderr, now or when the command ends."""
+    """``graphmem: text`` on stderr, now or when the command ends (a held note said
+    twice is printed once: a command may resolve its model in several places)."""
     line = printable(f"graphmem: {text}")
     if _held is None:
         print(line, file=sys.stderr)
-    else:
+    elif line not in _held:
         _held.append(line)
 
 

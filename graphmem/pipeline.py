@@ -1,9 +1,13 @@
 """One planning run: load -> index -> order check and liveness -> passes -> plan -> validation.
 
 The pipeline knows the passes only by their contract
-(:class:`~graphmem.planning.contract.Pass`): it runs the chosen ones stage by stage,
-reports what each saved, and lets an order pass choose the order by planning the
-rest for both orders and keeping the smaller arena.
+(:class:`~graphmem.planning.contract.Pass`): it resolves the chosen names to passes in
+stage order and checks that their contracts fit together before anything runs
+(:func:`~graphmem.planning.contract.check_pipeline`), plans the bodies of control-flow
+nodes first (:mod:`graphmem.planning.scopes`), runs the passes
+(:func:`~graphmem.planning.loop.run_passes`: the loop, the reports, the smaller of two
+plans where an order or trial pass chose), writes the plan and validates it from the
+graph alone.
 """
 from __future__ import annotations
 
@@ -11,14 +15,13 @@ import dataclasses
 import functools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from graphmem.core.ir import Graph
 from graphmem.core.nogc import gc_paused
-from graphmem.core.ops import (DEFAULT_TABLE, INPLACE_TABLES, provider_of, table_id,
-                               table_key)
+from graphmem.core.ops import DEFAULT_TABLE
 from graphmem.core.order import file_order
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
@@ -27,22 +30,14 @@ from graphmem.plan.format import Plan
 from graphmem.plan.validate import validate_built
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
-from graphmem.planning.contract import Pass, PassOptions
-from graphmem.planning.groups import layout_bytes
+from graphmem.planning.contract import Pass, PassOptions, check_pipeline
+from graphmem.planning.loop import PassReport, Planned, run_passes
 from graphmem.planning.scopes import plan_scopes
-from graphmem.planning.writer import finish_layout, write_plan
+from graphmem.planning.target import inplace_table as table_for, target
+from graphmem.planning.writer import write_plan
 
 __all__ = ["DEFAULT_PASSES", "PassReport", "Result", "plan_graph", "plan_model",
            "resolve_passes"]
-
-
-@dataclass(frozen=True)
-class PassReport:
-    name: str
-    bytes_saved: int  # arena before the pass minus after it (one buffer per group if unplaced)
-    bytes_after: int
-    seconds: float
-    detail: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,11 +50,14 @@ class Result:
 
 
 def resolve_passes(names: Sequence[str]) -> list[Pass]:
-    """The passes of these names, in pipeline order (stage by stage)."""
+    """The passes of these names, in pipeline order (stage by stage), their contracts
+    checked (:func:`~graphmem.planning.contract.check_pipeline`)."""
     for n in names:
         if n not in PASSES:
             raise GraphmemError(f"unknown pass {n!r}; choose from {', '.join(PASSES)}")
-    return [p for n, p in PASSES.items() if n in set(names)]
+    chosen = [p for n, p in PASSES.items() if n in set(names)]
+    check_pipeline(chosen, PASSES.values())
+    return chosen
 
 
 def _quiet(stage: str) -> None:
@@ -89,120 +87,41 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     """
     stage = progress or _quiet
     start = time.perf_counter()
-    if provider in INPLACE_TABLES and provider not in PROVIDER_NAMES \
-            and inplace_table == "default":
-        table = provider  # a table's own key, "cpu-probed": what plan_options passes
-    elif provider not in PROVIDER_NAMES:
-        raise GraphmemError(f"no execution provider {provider!r}; choose "
-                            f"{', '.join(PROVIDER_NAMES)}")
-    else:
-        try:
-            table = table_key(provider, inplace_table)
-        except ValueError as exc:
-            raise GraphmemError(str(exc)) from None
-    options = PassOptions(placement, time_limit)
+    table = table_for(provider, inplace_table)
     chosen = resolve_passes(passes)
+    model_name = model_name or _model_name(graph)
+    bindings = bindings if bindings is not None else graph.bindings
     scope_plans = ()
     if graph.scopes:  # each body planned on its own, into its node's workspace
         stage("bodies of control-flow nodes")
         scope_plans, graph = plan_scopes(graph, functools.partial(
             plan_graph, passes=passes, alignment=alignment, placement=placement,
-            time_limit=time_limit, model_name=model_name or _model_name(graph),
-            bindings=bindings if bindings is not None else graph.bindings, check=check,
+            time_limit=time_limit, model_name=model_name, bindings=bindings, check=check,
             provider=provider, inplace_table=inplace_table))
     ctx = Context.for_order(graph, order if order is not None else file_order(graph),
                             alignment, stage=stage, table=table)
-    order_passes = [p for p in chosen if p.stage == "order"]
-    rest = [p for p in chosen if p.stage != "order"]
-    a, reports = _run_passes(ctx, rest, options, stage)
-    for p in order_passes:
-        stage(f"pass {p.name}")
-        t0 = time.perf_counter()
-        chose, detail = p(ctx, Assignment(), options)
-        saved = 0
-        if chose.order is not None and chose.order != ctx.order:
-            cand = Context.for_order(graph, chose.order, alignment, ctx.index, table=table)
-            cand_a, cand_reports = _run_passes(
-                cand, rest, options, lambda s: stage(f"{s} (the order {p.name} found)"))
-            saved = a.arena_bytes - cand_a.arena_bytes
-            if saved > 0:
-                ctx, a, reports = cand, cand_a, cand_reports
-            detail["arena_file_order"] = a.arena_bytes + max(saved, 0)
-        detail["reordered"] = saved > 0
-        reports.insert(0, PassReport(p.name, max(saved, 0), a.arena_bytes,
-                                     time.perf_counter() - t0, detail))
+    planned = run_passes(ctx, chosen, PassOptions(placement, time_limit), stage)
+    plan = _written(planned, model_name, bindings, scope_plans, check, stage)
+    return Result(plan, graph, planned.assignment, planned.reports,
+                  time.perf_counter() - start)
+
+
+def _written(planned: Planned, model_name: str, bindings: Mapping[str, int],
+             scope_plans: tuple, check: bool, stage: Callable[[str], None]) -> Plan:
+    """The plan file's data of the passes' result, validated from the graph alone if
+    ``check``."""
+    ctx = planned.ctx
     stage("writing the plan")
-    plan, cols = write_plan(ctx, a, [{"name": r.name, "bytes_saved": r.bytes_saved}
-                                     for r in reports], model_name or _model_name(graph),
-                            bindings if bindings is not None else graph.bindings,
-                            target(table))
+    passes = [{"name": r.name, "bytes_saved": r.bytes_saved} for r in planned.reports]
+    plan, cols = write_plan(ctx, planned.assignment, passes, model_name, bindings,
+                            target(ctx.table))
     if scope_plans:
         plan = dataclasses.replace(plan, scopes=scope_plans)
     if check:
         stage("validation")
-        validate_built(plan, graph, cols, ctx.index, ctx.intervals, lambda: ctx.edges)
-    return Result(plan, graph, a, tuple(reports), time.perf_counter() - start)
-
-
-# The most arena tensors for which a trial pass is also planned away (see _run_passes)
-TRIAL_TENSORS = 250_000
-
-
-def _run_passes(ctx: Context, passes: list[Pass], options: PassOptions,
-                stage: Callable[[str], None]) -> tuple[Assignment, list[PassReport]]:
-    """Run the passes in order for one execution order; the layout is finished.
-
-    A ``trial`` pass that changed the assignment is tried away too: the rest is
-    planned without it and the smaller arena kept (a tie keeps the pass). Its report
-    says which (``kept``) and both arenas; dropped, it saved nothing. On graphs of more
-    than ``TRIAL_TENSORS`` arena tensors the trial is not made (it doubles the
-    planning: a 1M-node random DAG took 62 s instead of about 35), and the report
-    says ``"tried": false``.
-    """
-    a, reports, changed = _run_chain(ctx, passes, options, stage)
-    at = next((i for i, p in enumerate(passes) if p.trial and changed[i]), None)
-    if at is None:
-        return a, reports
-    if len(ctx.intervals) > TRIAL_TENSORS:
-        reports[at].detail["tried"] = False
-        return a, reports
-    name = passes[at].name
-    t0 = time.perf_counter()
-    without, others = _run_passes(ctx, passes[:at] + passes[at + 1:], options,
-                                  lambda s: stage(f"{s} (without {name})"))
-    first = reports[at]
-    detail = dict(first.detail, **{f"arena_with_{name}": a.arena_bytes,
-                                   f"arena_without_{name}": without.arena_bytes})
-    seconds = first.seconds + time.perf_counter() - t0
-    if without.arena_bytes < a.arena_bytes:
-        detail["kept"] = False
-        before = others[at - 1].bytes_after if at else layout_bytes(ctx, Assignment())
-        others.insert(at, PassReport(name, 0, before, seconds, detail))
-        return without, others
-    detail["kept"] = True
-    reports[at] = PassReport(name, first.bytes_saved, first.bytes_after, seconds, detail)
-    return a, reports
-
-
-def _run_chain(ctx: Context, passes: list[Pass], options: PassOptions,
-               stage: Callable[[str], None]
-               ) -> tuple[Assignment, list[PassReport], list[bool]]:
-    """The passes one after another, the layout finished; and whether each trial pass
-    changed the assignment."""
-    a = Assignment()
-    reports, changed = [], []
-    before = layout_bytes(ctx, a)
-    for p in passes:
-        stage(f"pass {p.name}")
-        t0 = time.perf_counter()
-        new, detail = p(ctx, a, options)
-        changed.append(p.trial and new is not a and new != a)  # asked of trials only
-        a = new
-        after = layout_bytes(ctx, a)
-        reports.append(PassReport(p.name, before - after, after, time.perf_counter() - t0,
-                                  detail))
-        before = after
-    return finish_layout(ctx, a), reports, changed
+        validate_built(plan, ctx.graph, ctx.index, cols,
+                       edges=(ctx.order, ctx.table, lambda: ctx.edges))
+    return plan
 
 
 def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
@@ -211,43 +130,6 @@ def plan_model(path: str | os.PathLike, dims: Mapping[str, int] | None = None,
     graph = load(path, dims)
     options.setdefault("model_name", Path(path).name)
     return plan_graph(graph, bindings=dims, **options)
-
-
-@functools.cache
-def _runtime() -> str:
-    """"onnxruntime VERSION" of the installed ONNX Runtime (either wheel: both install the
-    package ``onnxruntime``), read from its ``__init__.py`` where it is written as text:
-    importing onnxruntime, or importlib.metadata's scan of every installed package, would
-    cost more than planning a small model."""
-    import importlib.util
-    import re
-    try:
-        spec = importlib.util.find_spec("onnxruntime")
-        if spec is not None and spec.origin:
-            with open(spec.origin, encoding="utf-8") as f:
-                found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", f.read(), re.M)
-            if found:
-                return f"onnxruntime {found.group(1)}"
-    except (OSError, ImportError, ValueError):
-        pass
-    from importlib.metadata import PackageNotFoundError, version
-    for dist in ("onnxruntime", "onnxruntime-gpu"):
-        try:
-            return f"onnxruntime {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return "onnxruntime"
-
-
-def target(table: str) -> dict[str, str]:
-    """The plan's ``target``: the runtime, its provider and the in-place table trusted
-    (``table``: an :data:`~graphmem.core.ops.INPLACE_TABLES` key, "cpu", "cpu-probed", ...)."""
-    return {"runtime": _runtime(), "provider": PROVIDER_NAMES[provider_of(table)],
-            "inplace_table": table_id(table)}
-
-
-# The ONNX Runtime execution provider of each in-place table
-PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
 def _model_name(graph: Graph) -> str:

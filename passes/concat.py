@@ -1,7 +1,8 @@
 """Zero-copy concatenation: Concat inputs are written straight into their slices.
 
-For a Concat whose slices are contiguous in memory (``ops.concat_axis``), each input
-that qualifies gets ``slice_of`` = the Concat output and its byte offset inside it, so
+For a Concat whose axis is in range for its output's rank and whose slices are
+contiguous in memory (``ops.concat_axis``; the slice rule of docs/plan-format.md, "The
+in-place rule", which the validator implements apart), each input that qualifies gets ``slice_of`` = the Concat output and its byte offset inside it, so
 the Concat copies nothing. An input qualifies when it is an arena activation (not a
 graph input or output, not a weight or folded constant), it is not empty, it appears
 once among the Concat's inputs, it is not already a slice of another Concat, and its

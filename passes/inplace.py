@@ -1,19 +1,21 @@
-"""In-place and view aliasing, driven by the op tables in ``graphmem.core.ops``.
+"""In-place and view aliasing, driven by the op tables in ``graphmem.core.ops``, under the
+in-place rule of docs/plan-format.md ("The in-place rule"), which the validator
+(``graphmem/plan/links.py``) implements apart; tests/test_inplace_rule.py gives both the
+same cases.
 
 Walks the order's view and overwrite pairs once (``Context.edges``: the pairs of every
 node, in order, as one table, the overwrites from the table of the context's provider).
-A view output joins its input's storage group. An element-wise output overwrites an
-input's storage when every tensor of that group is read for the last time at this step,
-the group holds no graph input, and the sizes and dtypes match exactly.
+A view output of the input's bytes joins its input's storage group. An element-wise
+output overwrites an input's storage when it has the input's dtype and shape (and more
+than zero bytes), the group holds no graph input, and no member of the group whose
+bytes overlap the input's is live across the write (produced before it, read after it).
 
-A storage group can hold Concat slices (the ``concat`` pass runs first). The plan's
-in-place rule is per byte range: at the step of every in-place write, no member of the
-group whose bytes overlap the overwritten input's may be live across it (produced
-before and read after), so each Concat branch may run its own in-place op inside its
-own slice while the other slices wait. Each join checks that rule for the merged
-group, every member's byte range kept relative to the group's root, so no in-place op
-can overwrite bytes of a Concat output while a slice over them or the output is still
-to be read. A join never puts two Concat slices into one alias group, nor a graph input
+A storage group can hold Concat slices (the ``concat`` pass runs first), so the rule is
+kept per byte range: each Concat branch may run its own in-place op inside its own
+slice while the other slices wait. Each join checks that rule for the merged group,
+every member's byte range kept relative to the group's root, so no in-place op can
+overwrite bytes of a Concat output while a slice over them or the output is still to
+be read. A join never puts two Concat slices into one alias group, nor a graph input
 into a group with slices.
 """
 from __future__ import annotations
@@ -214,13 +216,14 @@ def _general(ctx: Context, a: Assignment, candidates) -> tuple[Assignment, dict]
                 slice_in_alias.add(as_)
 
     def _read_later(g: int, src: int, pos: int) -> bool:
-        """Is a member of group ``g`` made by ``pos`` whose bytes overlap ``src``'s read
-        after ``pos``? In a group without Concat slices every member covers src's
-        bytes: its last use decides."""
+        """Is a member of group ``g`` whose bytes overlap ``src``'s live across ``pos``
+        (produced before it, read after it)? In a group without Concat slices every
+        member covers src's bytes and was produced before ``pos`` (the writer, made at
+        ``pos``, is not in it yet): its last use decides."""
         if g not in sliced or g not in lives:
             return group_last.get(g, last[g]) > pos
         lo, hi = off.get(src, 0), off.get(src, 0) + nb[src]
-        return any(f <= pos < l and a < hi and lo < b and a < b for f, l, a, b in lives[g])
+        return any(f < pos < l and a < hi and lo < b and a < b for f, l, a, b in lives[g])
 
     tensors = graph.tensors
     for pos, overwrite, src, out in candidates:
@@ -234,7 +237,7 @@ def _general(ctx: Context, a: Assignment, candidates) -> tuple[Assignment, dict]
                 views += 1
             continue
         s, d = tensors[names[src]], tensors[names[out]]
-        if s.dtype != d.dtype or s.shape != d.shape:
+        if s.dtype != d.dtype or s.shape != d.shape:  # the rule: the same dtype and shape
             continue
         if (gs in pinned or _read_later(gs, src, pos)
                 or not allowed(out, src, go, gs, pos)):
@@ -284,5 +287,5 @@ def _crosses(members, writes, member_shift: int, write_shift: int) -> bool:
 
 
 
-PASS = Pass("inplace", "alias", reads=("slices",), provides=("aliases",), run=run,
+PASS = Pass("inplace", "alias", reads=(), uses=("slices",), provides=("aliases",), run=run,
             summary="views share their input's storage; element-wise ops overwrite a dying input")

@@ -62,19 +62,24 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
 
 def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int
                     ) -> tuple[Assignment, dict]:
-    """The storage blocks one above another (see the module docstring)."""
+    """The storage blocks one above another (see the module docstring); the blocks of
+    ``share``, or, where it did not run, blocks made here for the stacking alone (this
+    pass provides the offsets, not the storage)."""
+    blocks = a
     if a.storage is None:
         recs = group_records(ctx, a.groups)[0]
         block_of, block_bytes = share_blocks(recs, DEFAULT_MATCH_RANGE)
         roots = group_roots(ctx, a.groups)
-        a = a.with_(storage={roots[r.id]: block_of[r.id] for r in recs},
-                    storage_bytes=tuple(block_bytes))
-    placed = finish_layout(ctx, a.with_(offsets=None, arena_bytes=None))
+        blocks = a.with_(storage={roots[r.id]: block_of[r.id] for r in recs},
+                         storage_bytes=tuple(block_bytes))
+    placed = finish_layout(ctx, blocks.with_(offsets=None, arena_bytes=None))
     detail = {"strategy": "storage_blocks", "tried": {"storage_blocks": placed.arena_bytes},
               "reason": f"{parts:,} buffers overlap in time in more than {limit:,} pairs"}
-    return placed.with_(strategy="storage_blocks"), detail
+    return a.with_(offsets=placed.offsets, arena_bytes=placed.arena_bytes,
+                   strategy="storage_blocks"), detail
 
 
-PASS = Pass("place", "layout", reads=("groups", "storage"), provides=("offsets",), run=run,
+PASS = Pass("place", "layout", reads=("groups",), uses=("storage",), provides=("offsets",),
+            run=run,
             summary="offsets in one arena: the best of five best-fit orderings, then "
                     "hill climbing (or the exact CP-SAT placement with --placement optimal)")

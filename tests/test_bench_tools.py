@@ -63,7 +63,7 @@ def test_ort_log_parse_takes_the_repeated_first_extension_of_run_one():
 
 
 def test_zoo_tables_say_where_graphmem_is_not_smallest():
-    row = {"model": "m", "nodes": 3, "naive": 10, "lower": 5, "aliased": 4, "graphmem": 6,
+    row = {"model": "m", "nodes": 3, "naive": 10, "unaliased": 5, "aliased": 4, "graphmem": 6,
            "optimal": 4, "optimal_proven": True, "optimal_gap": 0.0, "share": 7, "onnx_tool": 8,
            "graphmem_io": 5, "ort_off": 6, "ort_on": 4, "load_s": 0.1}
     row.update({s: 6 for s in bench.STRATEGIES})

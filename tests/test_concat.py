@@ -70,8 +70,8 @@ def test_concat_is_dropped_when_it_costs(seed):
 def test_no_trial_past_the_budget(monkeypatch):
     """Past TRIAL_TENSORS arena tensors the plan keeps the slices without planning the
     graph a second time, and says so."""
-    import graphmem.pipeline
-    monkeypatch.setattr(graphmem.pipeline, "TRIAL_TENSORS", 0)
+    import graphmem.planning.loop
+    monkeypatch.setattr(graphmem.planning.loop, "TRIAL_TENSORS", 0)
     model = _random_concat_model(128)
     result = plan_of(model, ("concat",) + NO_CONCAT)
     report = next(r for r in result.reports if r.name == "concat")

@@ -43,7 +43,7 @@ def test_view_timeline_matches_plan_stats(zoo):
     name, graph, view, _ = zoo
     stats = view.plan.stats
     assert max(view.live) == stats["aliased_peak_bytes"]
-    assert max(view.live_unaliased) == stats["lower_bound_bytes"]
+    assert max(view.live_unaliased) == stats["unaliased_peak_bytes"]
     assert view.live[view.peak_step + 1] == stats["aliased_peak_bytes"]
     assert len(view.live) == len(view.plan.order) + 2
     live_at_peak = {r.name for r in view.tensors if r.first <= view.peak_step <= r.last}
@@ -76,7 +76,7 @@ def test_annotated_model_round_trips_and_checks(zoo, raise_ir):
     meta = props(back)
     assert meta["graphmem.format"] == "graphmem.plan/1"
     assert int(meta["graphmem.arena_bytes"]) == plan.arena_bytes
-    assert int(meta["graphmem.lower_bound_bytes"]) == plan.stats["lower_bound_bytes"]
+    assert int(meta["graphmem.unaliased_peak_bytes"]) == plan.stats["unaliased_peak_bytes"]
     assert int(meta["graphmem.aliased_peak_bytes"]) == plan.stats["aliased_peak_bytes"]
     assert meta["graphmem.passes"] == ",".join(p["name"] for p in plan.passes)
     assert json.loads(meta["graphmem.pass_savings"]) == \
@@ -132,6 +132,21 @@ def test_doc_fields_quote_names():
     mark_doc(vi, False, "(note)", bytes=4, alias_of='a b="c"=d', alias="view")
     assert vi.doc_string.startswith("kept\n[graphmem] ")
     assert doc_fields(vi.doc_string) == {"bytes": "4", "alias_of": 'a b="c"=d', "alias": "view"}
+
+
+def test_doc_lines_wrap_for_netron():
+    """Netron shows a description as written: the fields come a few to a line and the
+    note on a line of its own, every line tagged (so annotating again replaces them)."""
+    from graphmem.export.annotate import DOC_LINE, mark_doc
+    vi = onnx.ValueInfoProto()
+    fields = dict(bytes=3211264, offset=6422528, live="12..15", storage=7, kind="activation",
+                  alias_of="a_rather_long_tensor_name/with/a/path", alias="inplace")
+    mark_doc(vi, False, "(3.06 MiB)", **fields)
+    lines = vi.doc_string.split("\n")
+    assert len(lines) >= 3 and all(ln.startswith("[graphmem] ") for ln in lines)
+    assert lines[-1] == "[graphmem] (3.06 MiB)"
+    assert all(len(ln) <= len("[graphmem] ") + DOC_LINE for ln in lines[:-1])
+    assert doc_fields(vi.doc_string) == {k: str(v) for k, v in fields.items()}
 
 
 def _ort_outputs(model, graph, level=None):
@@ -203,7 +218,7 @@ def test_html_report_content(zoo):
         assert f"<td>{htmllib.escape(t)}</td>" in peak_section, t
     # the headline numbers are in the page
     assert f"{plan.arena_bytes:,} bytes" in page
-    assert f"{plan.stats['lower_bound_bytes']:,} bytes" in page
+    assert f"{plan.stats['unaliased_peak_bytes']:,} bytes" in page
     for p in plan.passes:
         assert f"<td>{p['name']}</td><td class=r>{p['bytes_saved']:,}</td>" in page
     data = embedded(page)
@@ -242,7 +257,7 @@ def test_graphml_loads_back_with_attributes(zoo, tmp_path):
     g = nx.read_graphml(path, force_multigraph=True)
     assert g.is_directed()
     assert g.graph["arena_bytes"] == plan.arena_bytes
-    assert g.graph["lower_bound_bytes"] == plan.stats["lower_bound_bytes"]
+    assert g.graph["unaliased_peak_bytes"] == plan.stats["unaliased_peak_bytes"]
     steps = {s.node: s for s in view.steps}
     for idx in plan.order:
         attrs = g.nodes[f"n{idx}"]
@@ -432,4 +447,4 @@ def test_export_without_passes(tmp_cwd):
     assert b.arena_bytes < plan.arena_bytes
     model_b = onnx.load("b.onnx")
     assert [p.key for p in model_b.metadata_props].count("graphmem.plan") == 1
-    assert all(n.doc_string.count("[graphmem]") <= 1 for n in model_b.graph.node)
+    assert all(n.doc_string.count(" step=") <= 1 for n in model_b.graph.node)

@@ -70,6 +70,42 @@ def test_external_data_through_a_link_out_of_the_folder_is_refused(tmp_path, mon
                    "outside the model's folder; refused"]
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+@pytest.mark.parametrize("command", [["plan", "-o", "p.json"], ["report"], ["verify"]])
+def test_an_external_location_written_as_a_huge_enum_is_checked(tmp_path, monkeypatch, capsys,
+                                                                command):
+    """issue 38: data_location 2^32 + 1 is EXTERNAL to protobuf (an enum keeps the low 32
+    bits of its varint); graphmem's reader read it as inline and skipped the location
+    check. The weight names a link out of the folder: refused, in one line."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "outside.bin").write_bytes(np.ones(64, np.float32).tobytes())
+    (tmp_path / "m" / "w.bin").symlink_to(tmp_path / "outside.bin")
+    monkeypatch.chdir(tmp_path / "m")
+    _external_model("ext.onnx", "w.bin", 256)
+    model = onnx.load("ext.onnx", load_external_data=False)
+    tensor = model.graph.initializer[0].SerializeToString()
+    assert tensor.count(b"\x70\x01") == 1  # data_location = EXTERNAL, as onnx writes it
+    tensor = tensor.replace(b"\x70\x01", b"\x70" + _varint((1 << 32) + 1))
+    del model.graph.initializer[:]
+    graph = model.graph.SerializeToString() + b"\x2a" + _varint(len(tensor)) + tensor
+    model.ClearField("graph")
+    data = model.SerializeToString() + b"\x3a" + _varint(len(graph)) + graph
+    assert onnx.ModelProto.FromString(data).graph.initializer[0].data_location == 1
+    (tmp_path / "m" / "ext.onnx").write_bytes(data)
+    assert main([command[0], "ext.onnx", *command[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["graphmem: ext.onnx: tensor 'w' keeps its data at 'w.bin', "
+                   "outside the model's folder; refused"]
+
+
 def test_external_data_shorter_than_its_shape_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "w.bin").write_bytes(np.ones(16, np.float32).tobytes())

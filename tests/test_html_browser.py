@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 import graphmem
-from graphmem.export.html import render
 from graphmem.plan.view import build
 from graphmem.frontend.zoo import zoo_path
 
@@ -48,10 +47,13 @@ def run_chromium(url: str, *extra: str, timeout: float = 90) -> subprocess.Compl
 
 
 def write_page(name: str, folder: Path) -> tuple[Path, object]:
+    """The page `graphmem export --html` writes for a zoo model (with its footprint)."""
+    from graphmem.export.html import page as report_page
+    from graphmem.export.html_parts import inference_sections
     graph = graphmem.load(zoo_path(name))
     view = build(graphmem.plan_graph(graph, model_name=f"{name}.onnx").plan, graph)
     path = folder / f"{name}.html"
-    path.write_text(render(view))
+    path.write_text(report_page(view, graph, inference_sections(view, graph)))
     return path, view
 
 
@@ -95,7 +97,7 @@ def test_report_draws_in_headless_chromium(name, tmp_path):
     # the delegated handlers, driven once by the page's #selftest hook
     result = json.loads(htmllib.unescape(re.search(r'<pre id="selftest">(.*?)</pre>', dom,
                                                    re.S).group(1)))
-    assert result["status"].startswith(f"step {view.peak_step} ")
+    assert f"(step {view.peak_step}, node " in result["status"].split(":")[0]
     tip_row = next(r for r in view.tensors if r.name == result["tip_for"])
     assert tip_row.name in result["tip"] and tip_row.producer_op in result["tip"]
     assert f"{tip_row.bytes:,} bytes" in result["tip"]
@@ -105,6 +107,57 @@ def test_report_draws_in_headless_chromium(name, tmp_path):
     # every tensor live at the peak is in the drawn page
     for t in view.peak_tensors:
         assert htmllib.escape(t) in dom
+
+
+def rendered_text(page: Path) -> str:
+    """The page's text as the browser renders it (tags dropped, entities read)."""
+    proc = run_chromium(page.as_uri(), "--dump-dom", "--window-size=1400,1000")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", proc.stdout, flags=re.S)
+    return " ".join(htmllib.unescape(re.sub(r"<[^>]+>", " ", text)).split())
+
+
+def test_report_page_shows_the_whole_footprint(tmp_path, monkeypatch):
+    """`graphmem report resnet50 --html`: weights, workspace and arena with the total,
+    in the text the browser renders, the numbers `report --json` gives."""
+    from graphmem.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "resnet50", "--html", "r.html", "--batch", "1,4",
+                 "--budget", "200MiB", "--json"]) == 0
+    text = rendered_text(tmp_path / "r.html")
+    t = {"weights": 102_440_624, "workspace": 7_375_872, "arena": 7_225_344}
+    total = sum(t.values())
+    section = text[text.index("Whole footprint"):text.index("Memory timeline")]
+    for label, key in (("weights (as stored)", "weights"), ("workspace (im2col)", "workspace"),
+                       ("activation arena", "arena")):
+        assert f"{label} {t[key] / 2**20:,.2f} MiB {t[key]:,}" in section, label
+    assert f"total {total / 2**20:,.2f} MiB {total:,}" in section
+    assert "fits the budget of 200.00 MiB" in section
+    whatif = text[text.index("What-ifs"):]
+    assert "budget 200.00 MiB" in whatif and "(log scale)" not in whatif
+    assert "unaliased peak" in text and "lower bound" not in text
+
+
+def test_training_page_shows_gradients_and_optimizer_state(tmp_path, monkeypatch):
+    """`graphmem train --html --inference`: the step's footprint (weights, optimizer
+    state, what the arena holds at its peak) beside inference, and the gradients."""
+    import onnx
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_training import tiny_model
+    from graphmem.cli import main
+    monkeypatch.chdir(tmp_path)
+    onnx.save(tiny_model("Relu"), "tiny.onnx")
+    assert main(["train", "tiny.onnx", "--batch", "4", "--loss", "sum", "--html", "t.html",
+                 "--inference", "--json"]) == 0
+    text = rendered_text(tmp_path / "t.html")
+    weights = 4 * (4 * 3 * 9 + 4 + 4 * 4 * 9 + 4 * 4 + 2 * 4 * 9)
+    section = text[text.index("Whole footprint"):text.index("Memory timeline")]
+    assert "inference, batch 4, float32" in section and "training step, batch 4" in section
+    assert f"optimizer state (adam) {2 * weights / 2**20:,.2f} MiB {2 * weights:,}" in section
+    assert f"gradients {weights / 2**20:,.2f} MiB {weights:,}" in section
+    assert "kept for backward" in section and "step total" in section
+    assert not re.search(r"'[fbr]:\d+'", text)  # layers by name, not onnx-ad's node names
 
 
 def test_screenshot_is_not_blank(tmp_path):

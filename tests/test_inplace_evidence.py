@@ -14,6 +14,7 @@ import graphmem
 from graphmem.core import ops
 
 from conftest import make_model
+from graphmem.frontend.reader import from_model
 
 F = TensorProto.FLOAT
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +37,8 @@ def test_every_default_entry_has_evidence_with_a_file_and_line(provider):
         for pair in pairs:
             e = found[pair]
             assert e["kind"] in ("declared", "source")
-            assert e["file"].startswith(f"onnxruntime/core/providers/{provider}/")
+            assert e["file"].startswith((f"onnxruntime/core/providers/{provider}/",
+                                         f"onnxruntime/contrib_ops/{provider}/"))
             assert isinstance(e["line"], int) and e["line"] > 0
             if e["kind"] == "declared":
                 assert "MayInplace" in e["text"] or "Alias" in e["text"]
@@ -47,9 +49,10 @@ def test_every_default_entry_has_evidence_with_a_file_and_line(provider):
 def test_the_default_tables_are_the_candidates_with_evidence():
     for provider in ops.PROVIDERS:
         probed = ops.INPLACE_TABLES[ops.table_key(provider, "probed")]
-        assert probed == ops.ELEMENTWISE
+        fused = {op: p for op, p in ops.INPLACE_TABLES[provider].items() if op in ops.FUSED}
+        assert probed == {**ops.ELEMENTWISE, **fused}  # no fused pair is probed
         for op, pairs in ops.INPLACE_TABLES[provider].items():
-            assert set(pairs) <= set(ops.ELEMENTWISE[op])
+            assert set(pairs) <= set({**ops.ELEMENTWISE, **ops.FUSED}[op])
     # the runtime's own declarations the zoo relies on
     assert ops.INPLACE_TABLES["cpu"]["Relu"] == [(0, 0)]
     assert ops.evidence("cpu", "Relu")[0]["kind"] == "declared"
@@ -57,6 +60,38 @@ def test_the_default_tables_are_the_candidates_with_evidence():
     # read from source: Sum's inputs 0 and 1 only (Sum-6 writes before it reads input 2)
     assert ops.INPLACE_TABLES["cpu"]["Sum"] == [(0, 0), (1, 0)]
     assert "Exp" not in ops.INPLACE_TABLES["cpu"] and "Add" not in ops.INPLACE_TABLES["cuda"]
+    # the fused ops ORT's optimizers write: a Conv's fused sum into its output (CPU)
+    assert ops.INPLACE_TABLES["cpu"]["com.microsoft:FusedConv"] == [(3, 0)]
+    assert ops.INPLACE_TABLES["cpu"]["com.microsoft.nchwc:Conv"] == [(3, 0)]
+    assert ops.evidence("cpu", "com.microsoft:FusedConv")[0]["file"] == \
+        "onnxruntime/contrib_ops/cpu/fused_conv.cc"
+    assert ops.INPLACE_TABLES["cuda"]["com.microsoft:GroupQueryAttention"] == [(3, 1), (4, 2)]
+    assert "com.microsoft:FusedConv" not in ops.INPLACE_TABLES["cuda"]  # declares none
+
+
+def _fused_conv_graph(elem):
+    """x -> Conv -> a; FusedConv(x, w, b, sum=a) -> y: the sum dies at the FusedConv."""
+    import numpy as np
+    from onnx import numpy_helper
+    dtype = np.float32 if elem == F else np.float16
+    w = numpy_helper.from_array(np.ones((4, 4, 1, 1), dtype), "w")
+    b = numpy_helper.from_array(np.zeros(4, dtype), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["a"]),
+             helper.make_node("FusedConv", ["x", "w", "b", "a"], ["y"], domain="com.microsoft",
+                              activation="Relu")]
+    model = make_model(nodes, [("x", elem, [1, 4, 8, 8])], [("y", elem, [1, 4, 8, 8])], [w, b],
+                       value_info=[("y", elem, [1, 4, 8, 8])])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return from_model(model)
+
+
+def test_fused_conv_writes_over_its_sum_for_float_only():
+    """CPU FusedConv declares MayInplace(3, 0) on its float kernel; the MLFloat16 one
+    declares none (ops.FUSED_DTYPE)."""
+    plan = graphmem.plan_graph(_fused_conv_graph(F)).plan
+    assert plan.tensors["y"].alias_of == "a"
+    plan16 = graphmem.plan_graph(_fused_conv_graph(TensorProto.FLOAT16)).plan
+    assert plan16.tensors["y"].alias_of is None
 
 
 def test_gelu_is_in_no_default_table_and_probed_tables_are_opt_in():

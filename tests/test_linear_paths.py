@@ -92,4 +92,4 @@ def test_a_fan_out_of_graph_outputs_places_without_its_pairs(monkeypatch):
     assert result.assignment.strategy == "storage_blocks"
     assert "overlap in time in more than 1,000 pairs" in result.reports[-1].detail["reason"]
     # all live at once: one block each, stacked, is the smallest arena
-    assert result.plan.arena_bytes == result.plan.stats["lower_bound_bytes"] == 301 * 64
+    assert result.plan.arena_bytes == result.plan.stats["unaliased_peak_bytes"] == 301 * 64

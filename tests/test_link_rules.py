@@ -79,13 +79,15 @@ def test_a_slice_read_twice_by_its_concat_is_broken():
 
 
 def test_an_in_place_output_larger_than_its_source_is_broken():
-    # Add broadcasts s (16 bytes) to y (1 KiB): y may not be written over s
+    # Add broadcasts s (16 bytes) to y (1 KiB): y may not be written over s (the in-place
+    # rule asks for the same shape; tests/test_inplace_rule.py has the other cases)
     nodes = [helper.make_node("Neg", ["x"], ["b"]), helper.make_node("Neg", ["s0"], ["s"]),
              helper.make_node("Add", ["s", "b"], ["y"])]
     graph = graph_of(make_model(nodes, [("x", F, [1, 4, 8, 8]), ("s0", F, [1, 4, 1, 1])],
                                 [("y", F, [1, 4, 8, 8])]))
     plan = graphmem.plan_graph(graph, ["inplace"]).plan
-    _broken(plan, graph, "larger than 's'", y=_in_place_over(plan, "s"))
+    _broken(plan, graph, "over 's' of shape [1, 4, 1, 1], but its shape is [1, 4, 8, 8]",
+            y=_in_place_over(plan, "s"))
 
 
 def test_a_view_of_other_bytes_is_broken():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import subprocess
 import sys
 
@@ -166,7 +167,9 @@ def test_a_signal_as_the_temporary_file_is_made_still_removes_it(tmp_path, monke
 
     def open_then_interrupt(*args, **kwargs):
         fd = real_open(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)  # raised at the next bytecode
+        # to the main thread itself: a signal to the process may land on another of its
+        # threads (ONNX Runtime's pools from earlier tests), and reach Python later
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         return fd
     monkeypatch.setattr(io.os, "open", open_then_interrupt)
     target = io.check_output(tmp_path / "p.json")

@@ -343,8 +343,9 @@ def test_progress_lines_without_a_terminal(tmp_path, capsys, monkeypatch):
     """stderr not a terminal (a CI log): a progress line every PROGRESS_EVERY seconds,
     here every step, and the report as usual on stdout."""
     import time
+    from graphmem.commands import progress
     from graphmem.commands import verify as verify_command
-    monkeypatch.setattr(verify_command, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
     real = verify_command.verify
 
     def slow_verify(*args, **kwargs):  # long enough for the heartbeat to beat
@@ -368,8 +369,9 @@ def test_the_heartbeat_names_the_stage_under_way(capsys, monkeypatch):
     """A stage inside ONNX Runtime calls nothing back: the heartbeat's own thread
     prints what is under way (a 200k-node chain showed nothing for minutes)."""
     import time
+    from graphmem.commands import progress
     from graphmem.commands import verify as verify_command
-    monkeypatch.setattr(verify_command, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
     with verify_command.Heartbeat() as beat:
         beat.status = "the reference run on ONNX Runtime"
         time.sleep(0.2)

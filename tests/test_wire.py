@@ -1,13 +1,16 @@
 """graphmem.wire (graphmem/wire.c) against its specification, the onnx Python API.
 
 parse_model reads a serialized ModelProto straight from the protobuf wire format; every
-test here parses the same bytes with onnx (protobuf) and compares, checks that the byte
-spans it reports re-parse as the right entries and tile the graph, and that malformed
-data raises ValueError instead of crashing.
+test here parses the same bytes with onnx (protobuf) and compares: both accept with the
+same content, or both refuse (:func:`agree`), on hand-built data and on thousands of
+mutants of real models. It also checks that the byte spans it reports re-parse as the
+right entries and tile the graph.
 """
 from __future__ import annotations
 
 import mmap
+import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +25,9 @@ from models import generate, transformer
 
 F = TensorProto.FLOAT
 LIGHT = sorted((Path(onnx.__file__).parent / "backend/test/data/light").glob("*.onnx"))
-KINDS = {"sequence_type": ("sequence",), "map_type": ("map",), "optional_type": ("optional",),
-         "sparse_tensor_type": ("sparse_tensor",), "opaque_type": ("opaque",)}
+KINDS = {"sequence_type": ("sequence", 0, None), "map_type": ("map", 0, None),
+         "optional_type": ("optional", 0, None),
+         "sparse_tensor_type": ("sparse_tensor", 0, None), "opaque_type": ("opaque", 0, None)}
 
 
 # ---- the specification: the same data through the onnx API ----
@@ -51,7 +55,7 @@ def expect_attr(a: onnx.AttributeProto):
         return item + ([expect_graph(a.g)] if a.HasField("g") else [],)
     if a.type == onnx.AttributeProto.GRAPHS:
         return item + ([expect_graph(g) for g in a.graphs],)
-    return item
+    return item + ((),)
 
 
 def expect_graph(g: onnx.GraphProto):
@@ -83,10 +87,8 @@ def comparable(g):
     for name, op, domain, ins, outs, attrs in g["nodes"]:
         got = []
         for a in attrs:
-            item = (a[0], a[1], onnx.AttributeProto.FromString(a[2]))
-            if len(a) == 4:
-                item += ([comparable(s) for s in a[3]],)
-            got.append(item)
+            subs = [comparable(s) for s in a.subgraphs] if a.type in (5, 10) else a.subgraphs
+            got.append((a.name, a.type, onnx.AttributeProto.FromString(a.raw), subs))
         nodes.append((name, op, domain, ins, outs, tuple(got)))
     out["nodes"] = nodes
     return out
@@ -105,6 +107,9 @@ def _varint(data, pos):
             return value, pos
 
 
+# (field, wire type) pairs protobuf reads as GraphProto's own fields
+KNOWN_IN_GRAPH = {(1, 2), (2, 2), (5, 2), (10, 2), (11, 2), (12, 2), (13, 2), (14, 2), (15, 2),
+                  (16, 2)}
 ENTRY_TYPES = {1: onnx.NodeProto, 5: onnx.TensorProto, 11: onnx.ValueInfoProto,
                12: onnx.ValueInfoProto, 13: onnx.ValueInfoProto, 15: onnx.SparseTensorProto}
 
@@ -129,6 +134,11 @@ def check_spans(data: bytes, parsed: dict, proto: onnx.GraphProto, content: byte
         for i, (off, n) in enumerate(entries):
             entry = data[off:off + n]
             tag, pos = _varint(entry, 0)
+            if field == 0:  # a known field number with another wire type: unknown to protobuf
+                number = tag >> 3
+                assert number in onnx.GraphProto.DESCRIPTOR.fields_by_number
+                assert (number, tag & 7) not in KNOWN_IN_GRAPH
+                continue
             assert tag >> 3 == field
             if field in ENTRY_TYPES:
                 assert tag & 7 == 2
@@ -142,10 +152,10 @@ def check_spans(data: bytes, parsed: dict, proto: onnx.GraphProto, content: byte
         if field in repeated:
             assert len(entries) == len(repeated[field])
     for node, pnode in zip(parsed["nodes"], proto.node):
-        for attr, pattr in zip(node[5], pnode.attribute):
-            if len(attr) == 4:
+        for attr, pattr in zip(node.attrs, pnode.attribute):
+            if attr.type in (5, 10):
                 subs = [pattr.g] if pattr.type == onnx.AttributeProto.GRAPH else list(pattr.graphs)
-                for sub, psub in zip(attr[3], subs):
+                for sub, psub in zip(attr.subgraphs, subs):
                     check_spans(data, sub, psub)
 
 
@@ -161,13 +171,13 @@ def names_are_interned(parsed):
             for s in (name, op, domain, *ins, *outs):
                 see(s)
             for a in attrs:
-                see(a[0])
-                for sub in (a[3] if len(a) == 4 else ()):
+                see(a.name)
+                for sub in a.subgraphs:
                     walk(sub)
         for t in g["initializers"]:
-            see(t[0])
+            see(t.name)
         for v in g["inputs"] + g["outputs"] + g["value_info"]:
-            see(v[0])
+            see(v.name)
 
     if parsed["graph"] is not None:
         walk(parsed["graph"])
@@ -180,8 +190,8 @@ def check(data: bytes):
     assert set(got) == {"ir_version", "opsets", "graph", "graph_span", "not_utf8"}
     if got["graph"] is not None and got["not_utf8"] == 0:
         # the loader skips its scan for names that are not text when the count is 0
-        from graphmem.frontend.reader import _invalid_name
-        assert _invalid_name(got["graph"]) is None
+        from graphmem.frontend.structure import invalid_name
+        assert invalid_name(got["graph"]) is None
     assert got["ir_version"] == want["ir_version"]
     assert got["opsets"] == want["opsets"]
     if want["graph"] is None:
@@ -278,9 +288,11 @@ def test_types_and_shapes():
         value_info=[sparse, opaque, untyped, empty_type, no_shape, scalar_shape])
     got = check(helper.make_model(graph).SerializeToString())["graph"]
     assert got["inputs"][0] == ("dims", ("tensor", F, ("batch", 3, None, -1)))
-    assert [v[1] for v in got["inputs"][1:]] == [("sequence",), ("map",), ("optional",)]
-    assert [v[1] for v in got["value_info"]] == [
-        ("sparse_tensor",), ("opaque",), None, None, ("tensor", F, None), ("tensor", F, ())]
+    assert [v.type.kind for v in got["inputs"][1:]] == ["sequence", "map", "optional"]
+    assert [v.type for v in got["value_info"]] == [
+        ("sparse_tensor", 0, None), ("opaque", 0, None), None, None, ("tensor", F, None),
+        ("tensor", F, ())]
+    assert got["inputs"][0].type.shape == ("batch", 3, None, -1)
 
 
 def test_subgraphs_if_loop_and_graphs_attribute():
@@ -306,14 +318,14 @@ def test_subgraphs_if_loop_and_graphs_attribute():
                               [helper.make_tensor_value_info("x", F, [4])],
                               [helper.make_tensor_value_info("out", F, [None, 4])])
     got = check(helper.make_model(graph).SerializeToString())["graph"]
-    loop_attr = got["nodes"][0][5][0]
-    assert loop_attr[:2] == ("body", onnx.AttributeProto.GRAPH)
-    (parsed_body,) = loop_attr[3]
+    loop_attr = got["nodes"][0].attrs[0]
+    assert (loop_attr.name, loop_attr.type) == ("body", onnx.AttributeProto.GRAPH)
+    (parsed_body,) = loop_attr.subgraphs
     assert parsed_body["name"] == "body"
-    assert [len(a) for a in parsed_body["nodes"][1][5]] == [4, 4]
-    assert [g["name"] for g in got["nodes"][1][5][0][3]] == ["body", "empty"]
-    assert all(len(a) == 3 for a in got["nodes"][2][5])
-    assert got["nodes"][0][3] == ("n", "")
+    assert [len(a.subgraphs) for a in parsed_body["nodes"][1].attrs] == [1, 1]
+    assert [g["name"] for g in got["nodes"][1].attrs[0].subgraphs] == ["body", "empty"]
+    assert all(a.subgraphs == () for a in got["nodes"][2].attrs)
+    assert got["nodes"][0].inputs == ("n", "")
 
 
 def test_external_data_and_initializers():
@@ -341,8 +353,8 @@ def test_non_utf8_names_come_back_as_bytes_and_interned():
     data = model.SerializeToString().replace(b"@@bad@@", b"\xff\xfe\x80bad\xc3")
     parsed = check(data)
     got = parsed["graph"]
-    assert got["nodes"][1][3][0] == b"\xff\xfe\x80bad\xc3"
-    assert got["nodes"][1][3][0] is got["nodes"][0][4][0] is got["nodes"][1][0]
+    assert got["nodes"][1].inputs[0] == b"\xff\xfe\x80bad\xc3"
+    assert got["nodes"][1].inputs[0] is got["nodes"][0].outputs[0] is got["nodes"][1].name
     assert parsed["not_utf8"] == 1  # one distinct string; the loader scans names only then
     assert wire.parse_model(small_model().SerializeToString())["not_utf8"] == 0
 
@@ -383,10 +395,10 @@ def test_protobuf_semantics_later_wins_oneofs_closed_enums_unknown_fields():
     g = got["graph"]
     assert g["name"] == "g2" and g["sparse_initializers"] == 2
     assert g["nodes"][0][:5] == ("second", "Relu", "", ("x",), ("y",))
-    assert g["nodes"][0][5][0][:2] == ("axis", 2)
+    assert g["nodes"][0].attrs[0][:2] == ("axis", 2)
     assert g["initializers"][0] == ("t", 0, (), 1, 1, ())
-    assert g["inputs"][0][1] == ("tensor", F, ("p", 5))
-    assert g["value_info"][0][1] == ("sequence",)
+    assert g["inputs"][0].type == ("tensor", F, ("p", 5))
+    assert g["value_info"][0].type == ("sequence", 0, None)
     assert set(g["spans"]) == {1, 2, 5, 11, 13, 15, 96, 97, 98, 99}
 
 
@@ -408,33 +420,100 @@ def test_buffer_objects_are_read_in_place(tmp_path):
         wire.parse_model("not bytes")
 
 
-# ---- malformed data ----
+# ---- malformed and unusual data: as protobuf reads it ----
+
+def agree(data: bytes) -> str:
+    """parse_model and protobuf on the same bytes: both accept with the same content
+    ("both"), or both refuse ("neither"), or the one documented exception: a graph in two
+    pieces (ModelProto.graph or a GRAPH attribute's g written twice), which protobuf
+    merges and the loader, which edits graphs by their entries' byte spans, refuses."""
+    try:
+        onnx.ModelProto.FromString(data)
+    except Exception:  # DecodeError
+        with pytest.raises(ValueError):
+            wire.parse_model(data)
+        return "neither"
+    try:
+        check(data)
+    except ValueError as exc:
+        assert "appears twice (a graph in pieces" in str(exc), str(exc)
+        return "graph in pieces"
+    return "both"
+
 
 @pytest.mark.parametrize("data, message", [
     (model_bytes(entry(1, varint(1 << 3 | 2) + varint(50) + b"x")),
      "NodeProto.input: length past the end of the data"),
-    (model_bytes(entry(1, scalar(1, 5))), "NodeProto.input: wrong wire type 0"),
-    (scalar(7, 1), "ModelProto.graph: wrong wire type 0"),
     (varint(1 << 3) + b"\xff\xff", "ModelProto.ir_version: truncated varint"),
     (varint(1 << 3) + b"\xff" * 11, "ModelProto.ir_version: varint longer than 10 bytes"),
-    (model_bytes(b"") + entry(7, b""), "ModelProto.graph: appears twice"),
-    (model_bytes(entry(11, entry(2, b"") + entry(2, b""))), "ValueInfoProto.type: appears twice"),
-    (model_bytes(entry(11, entry(2, entry(1, b"") + entry(1, b"")))),
-     "TypeProto.tensor_type: appears twice"),
-    (model_bytes(entry(11, entry(2, entry(1, entry(2, b"") + entry(2, b""))))),
-     "TypeProto.Tensor.shape: appears twice"),
-    (model_bytes(entry(5, scalar(1, 3) + varint(1 << 3 | 5) + b"\0\0\0\0")),
-     "TensorProto.dims: wrong wire type 5"),
     (model_bytes(entry(5, entry(1, b"\x80"))), "TensorProto.dims: truncated varint"),
-    (model_bytes(varint(3 << 3 | 3) + varint(3 << 3 | 4)), "GraphProto field 3: groups"),
-    (model_bytes(varint(3 << 3 | 6)), "GraphProto field 3: wrong wire type 6"),
+    (model_bytes(varint(3 << 3 | 3) + varint(4 << 3 | 4)),
+     "GraphProto field 3: group ended by another field's end-group tag"),
+    (model_bytes(varint(3 << 3 | 3) + scalar(5, 1)), "GraphProto field 3: group without its end"),
+    (model_bytes(varint(3 << 3 | 4)), "GraphProto field 3: end of a group that was not started"),
+    (model_bytes(varint(3 << 3 | 6)), "GraphProto: invalid tag"),
     (model_bytes(b"\x00"), "GraphProto: invalid tag"),
+    (model_bytes(b"\x8a\x80\x80\x80\x80\x00"), "GraphProto: invalid tag"),  # 6 bytes for 10
     (model_bytes(varint(9 << 3 | 1) + b"\0\0"), "GraphProto field 9: fixed-size value past"),
     (model_bytes(b"") + b"\x3a", "ModelProto.graph: truncated varint"),
+    # what the loader reads nothing of is parsed all the same
+    (model_bytes(entry(15, entry(1, entry(1, b"\x80")))), "TensorProto field 1: truncated"),
+    (model_bytes(b"", head=entry(25, entry(7, entry(5, b"\xff")))), "AttributeProto.tag: truncated varint"),
+    (model_bytes(entry(5, entry(4, b"\0\0\0"))), "TensorProto field 4: packed run not a whole"),
+    (model_bytes(entry(11, entry(2, entry(4, entry(1, entry(1, b"\x08")))))),
+     "TypeProto.Tensor field 1: truncated varint"),
+    (model_bytes(b"") + entry(7, b""), "ModelProto.graph: appears twice"),
 ])
-def test_malformed_data_raises(data, message):
+def test_malformed_data_is_refused_as_protobuf_refuses_it(data, message):
     with pytest.raises(ValueError, match="^" + message.replace(".", r"\.")):
         wire.parse_model(data)
+    assert agree(data) == ("graph in pieces" if "appears twice" in message else "neither")
+
+
+@pytest.mark.parametrize("data", [
+    model_bytes(entry(1, scalar(1, 5))),  # NodeProto.input as a varint: an unknown field
+    scalar(7, 1),  # ModelProto.graph as a varint
+    model_bytes(entry(5, scalar(1, 3) + varint(1 << 3 | 5) + b"\0\0\0\0")),  # dims as fixed32
+    model_bytes(varint(3 << 3 | 3) + varint(3 << 3 | 4)),  # an empty group of an unknown field
+    model_bytes(varint(3 << 3 | 3) + scalar(1, 4) + varint(7 << 3 | 3) + entry(2, b"x")
+                + varint(7 << 3 | 4) + varint(3 << 3 | 4)),  # nested groups
+    model_bytes(varint(1 << 3 | 3) + varint(1 << 3 | 4)),  # GraphProto.node as a group
+    model_bytes(entry(1, entry(1, b"x") + varint(1 << 3 | 3) + varint(1 << 3 | 4))),
+    # merged, as protobuf merges a message field written twice
+    model_bytes(entry(11, entry(1, b"x") + entry(2, entry(1, scalar(1, 1)))
+                      + entry(2, entry(1, entry(2, entry(1, scalar(1, 3))))))),
+    model_bytes(entry(11, entry(2, entry(1, entry(2, entry(1, scalar(1, 3))))
+                                + entry(4, b"") + entry(1, scalar(1, 7))))),  # oneof: fresh
+    model_bytes(entry(11, entry(2, entry(1, entry(2, entry(1, scalar(1, 2)))
+                                          + entry(2, entry(1, entry(2, b"n"))))))),
+    # the attribute's g, when its type is not GRAPH, is parsed and may be in pieces
+    model_bytes(entry(1, entry(5, entry(1, b"a") + scalar(20, 2) + entry(6, b"") + entry(6, b"")))),
+    # a closed enum keeps the low 32 bits of its varint: 2^32 + 1 is EXTERNAL
+    model_bytes(entry(5, entry(8, b"w") + scalar(14, (1 << 32) + 1))),
+    model_bytes(entry(5, entry(8, b"w") + scalar(14, 1) + scalar(14, 2))),  # 2: kept aside
+    model_bytes(entry(1, entry(5, entry(1, b"g") + scalar(20, (1 << 32) + 5)))),  # GRAPH
+    model_bytes(entry(1, entry(5, entry(1, b"g") + scalar(20, -1)))),
+    model_bytes(entry(5, entry(8, b"t") + scalar(2, (1 << 40) + 7))),  # int32: low 32 bits
+    # a varint's 10th byte: only its lowest bit is kept
+    varint(1 << 3) + b"\xff" * 9 + b"\x7f",
+    varint(5 << 3) + b"\x80" * 9 + b"\x01",
+    # a length of 5 and more bytes, and a tag of 5
+    model_bytes(b"\x12\x81\x80\x80\x80\x00x"),
+    model_bytes(b"\x92\x80\x80\x80\x00\x01x"),
+    model_bytes(b"", head=entry(25, entry(1, b"f") + entry(7, entry(4, b"Relu")))),
+])
+def test_unusual_data_is_read_as_protobuf_reads_it(data):
+    assert agree(data) == "both"
+
+
+def test_the_external_location_of_a_huge_enum_is_seen():
+    """issue 38: a data_location of 2^32 + 1 is EXTERNAL to onnx, so its location is
+    checked like any other (the loader refuses a location outside the model's folder)."""
+    data = model_bytes(entry(5, entry(8, b"w") + scalar(14, (1 << 32) + 1)
+                             + entry(13, entry(1, b"location") + entry(2, b"../x"))))
+    (init,) = wire.parse_model(data)["graph"]["initializers"]
+    assert init[3] == onnx.TensorProto.EXTERNAL == onnx.ModelProto.FromString(
+        data).graph.initializer[0].data_location
 
 
 def _nested_ifs(depth: int) -> bytes:
@@ -447,11 +526,39 @@ def _nested_ifs(depth: int) -> bytes:
     return helper.make_model(graph).SerializeToString()
 
 
-def test_nesting_depth_is_limited():
+def test_nesting_depth_is_limited_as_protobuf_limits_it():
     got = check(_nested_ifs(8))
     assert got["graph"]["name"] == "level7"
-    with pytest.raises(ValueError, match="nesting deeper than 64"):
-        wire.parse_model(_nested_ifs(25))
+    # each If is three messages deeper (graph, node, attribute), and the innermost output's
+    # shape four more: protobuf's limit of 100 below the ModelProto falls after 31 levels
+    assert agree(_nested_ifs(31)) == "both"
+    assert agree(_nested_ifs(32)) == "neither"
+    with pytest.raises(ValueError, match="nesting deeper than 100"):
+        wire.parse_model(_nested_ifs(32))
+
+
+def _nested_types(depth: int) -> bytes:
+    """A graph input whose type is a sequence of sequences ``depth`` deep: messages the
+    loader does not read, parsed all the same."""
+    t = onnx.TypeProto()
+    cur = t
+    for _ in range(depth):
+        cur = cur.sequence_type.elem_type
+    cur.tensor_type.elem_type = F
+    m = onnx.ModelProto()
+    m.graph.input.add(name="x").type.CopyFrom(t)
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("depth", [47, 48, 49, 50])
+def test_depth_in_messages_the_loader_skips(depth):
+    agree(_nested_types(depth))
+
+
+def test_groups_nest_as_deep_as_messages():
+    def groups(k):
+        return model_bytes(varint(3 << 3 | 3) * k + varint(3 << 3 | 4) * k)
+    assert [agree(groups(k)) for k in (98, 99, 100)] == ["both", "both", "neither"]
 
 
 def _outcome(data):
@@ -464,17 +571,8 @@ def _outcome(data):
 def test_every_prefix_of_a_small_model():
     data = small_model().SerializeToString()
     assert 200 <= len(data) <= 600
-    complete = 0
-    for n in range(len(data) + 1):
-        got = _outcome(data[:n])
-        if got is not None:
-            complete += 1
-            try:
-                onnx.ModelProto.FromString(data[:n])
-            except Exception:
-                continue
-            check(data[:n])
-    assert _outcome(data) is not None and complete < len(data)
+    outcomes = [agree(data[:n]) for n in range(len(data) + 1)]
+    assert outcomes[-1] == "both" and "neither" in outcomes
 
 
 SMALL = small_model().SerializeToString()
@@ -489,14 +587,45 @@ def test_random_byte_flips_never_crash(flips):
     for pos, value in flips:
         data[pos] = value
     data = bytes(data)
-    got = _outcome(data)
-    if got is None:
-        return
-    try:
-        onnx.ModelProto.FromString(data)
-    except Exception:
-        return  # protobuf refuses what wire skips (e.g. a broken sub-message it does not parse)
-    check(data)  # both accept it: they agree
+    agree(data)
+
+
+def _tool(name: str):
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed_model, count", [("small", 400), ("squeezenet", 100),
+                                               ("rnn_loop_ts", 60)])
+def test_mutants_are_read_as_protobuf_reads_them(seed_model, count):
+    """The differential campaign of tools/fuzz_reader.py, a few hundred mutants of a
+    model each (truncations at field boundaries, varints that overflow, lengths past the
+    end, wrong wire types, groups, floods, swapped values): protobuf and wire accept the
+    same mutants with the same content and refuse the same ones."""
+    import random
+    fuzz = _tool("fuzz_reader")
+    mutator = fuzz.Mutator(fuzz.seeds()[seed_model])
+    rng = random.Random(seed_model)
+    verdicts = Counter()
+    for _ in range(count):
+        what, data = mutator.mutant(rng)
+        verdict = agree(data)
+        verdicts[verdict] += 1
+    assert verdicts["both"] > count // 4 and verdicts["neither"] > count // 20, verdicts
+
+
+def test_the_schema_in_wire_c_is_the_installed_onnx_s():
+    """wire.c knows every message and field of onnx-ml.proto from a table that
+    tools/wire_schema.py writes from onnx's descriptors: it must be that of this onnx
+    (a newer onnx with new fields: run the tool)."""
+    root = Path(__file__).resolve().parent.parent
+    tool = _tool("wire_schema")
+    assert tool.current_block((root / "graphmem/wire.c").read_text()) == tool.schema_block()
 
 
 def test_parse_values_is_parse_model_without_the_main_graphs_nodes():
@@ -509,3 +638,21 @@ def test_parse_values_is_parse_model_without_the_main_graphs_nodes():
         full["graph"]["nodes"] = []
         del full["graph"]["spans"][1]
         assert values == full
+
+
+def test_records_are_named():
+    """Every record the parser returns is a tuple whose items also have names."""
+    got = check(small_model().SerializeToString())["graph"]
+    node, vi = got["nodes"][0], got["inputs"][0]
+    assert isinstance(node, wire.Node) and isinstance(node, tuple)
+    assert (node.name, node.op_type, node.domain, node.inputs, node.outputs) == node[:5]
+    assert node.attrs is node[5]
+    assert isinstance(vi, wire.Value) and isinstance(vi.type, wire.ValueType)
+    assert (vi.name, vi.type.kind) == (vi[0], "tensor")
+    assert vi.type.elem_type == vi.type[1] and vi.type.shape == vi.type[2]
+    for init in got["initializers"]:
+        assert isinstance(init, wire.Initializer)
+        assert (init.name, init.data_type, init.dims, init.data_location, init.raw_bytes,
+                init.external_data) == tuple(init)
+    for a in (a for n in got["nodes"] for a in n.attrs):
+        assert isinstance(a, wire.Attribute) and (a.name, a.type, a.raw, a.subgraphs) == tuple(a)

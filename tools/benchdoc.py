@@ -55,6 +55,17 @@ def write_section(key: str, body: str, doc: Path = DOC) -> None:
     write_atomic(doc, text)
 
 
+def replace_marked(doc: Path, name: str, body: str) -> None:
+    """Write ``body`` between ``<!-- name -->`` and ``<!-- /name -->`` in ``doc``, keeping
+    the rest (tools/doctables.py lists every such section and checks it)."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    text = doc.read_text()
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise SystemExit(f"{doc}: no {begin} ... {end} markers to write between")
+    write_atomic(doc, text[:start + len(begin)] + "\n" + body.strip() + "\n" + text[stop:])
+
+
 def cpu_name() -> str:
     """The processor's model name (Linux's /proc/cpuinfo), else what platform knows."""
     cpu = platform.processor() or platform.machine()

@@ -4,12 +4,15 @@ For each model: the arena with every body planned into its node's workspace (the
 default), with each body opaque (its workspace as large as all its tensors one buffer
 each, what a planner that does not look inside must reserve), and the arena of the
 top-level tensors alone (the bodies invisible, as graphmem planned before: too small
-to run). Prints a Markdown table (docs/plan-format.md quotes it).
+to run). Prints a Markdown table; ``--doc`` writes it (without the times) into
+docs/plan-format.md, where tools/doctables.py checks it.
 
     python tools/control_flow_table.py
+    python tools/control_flow_table.py --doc
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import time
@@ -23,19 +26,39 @@ from graphmem.planning.scopes import opaque_graph  # noqa: E402
 from models.control_flow import MODELS  # noqa: E402
 
 
+HEADER = ["| model | arena, bodies planned | arena, bodies opaque | saved | "
+          "top level only (bodies invisible) |", "|---|---:|---:|---:|---:|"]
+
+
+def row(name: str, seconds: list | None = None) -> str:
+    """The table's row of one model of models/control_flow.py (its plan time appended
+    to ``seconds`` when given)."""
+    graph = from_model(MODELS[name](), model_path=f"{name}.onnx")
+    t0 = time.perf_counter()
+    nested = plan_graph(graph).plan.arena_bytes
+    if seconds is not None:
+        seconds.append(time.perf_counter() - t0)
+    opaque = plan_graph(opaque_graph(graph)).plan.arena_bytes
+    invisible = plan_graph(dataclasses.replace(graph, scopes={})).plan.arena_bytes
+    return (f"| {name} | {nested:,} | {opaque:,} | {1 - nested / opaque:.1%} | "
+            f"{invisible:,} |")
+
+
 def main() -> None:
-    print("| model | arena, bodies planned | arena, bodies opaque | saved | "
-          "top level only (bodies invisible) | plan time |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, build in MODELS.items():
-        graph = from_model(build(), model_path=f"{name}.onnx")
-        t0 = time.perf_counter()
-        nested = plan_graph(graph).plan.arena_bytes
-        seconds = time.perf_counter() - t0
-        opaque = plan_graph(opaque_graph(graph)).plan.arena_bytes
-        invisible = plan_graph(dataclasses.replace(graph, scopes={})).plan.arena_bytes
-        print(f"| {name} | {nested:,} | {opaque:,} | {1 - nested / opaque:.1%} | "
-              f"{invisible:,} | {seconds * 1000:.0f} ms |")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", action="store_true",
+                    help="write the table into docs/plan-format.md")
+    args = ap.parse_args()
+    lines, seconds = list(HEADER), []
+    print(HEADER[0] + " plan time |")
+    print(HEADER[1] + "---:|")
+    for name in MODELS:
+        lines.append(row(name, seconds))
+        print(f"{lines[-1]} {seconds[-1] * 1000:.0f} ms |")
+    if args.doc:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from benchdoc import ROOT, replace_marked
+        replace_marked(ROOT / "docs" / "plan-format.md", "control-flow-table", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def main(names: list[str]) -> int:
             dom = run_chromium(page.as_uri(), "--dump-dom").stdout
             ms = re.search(r'data-draw-ms="([\d.]+)"', dom)
             shot = docs / f"{name}-report.png"
-            proc = run_chromium(page.as_uri(), f"--screenshot={shot}", "--window-size=1400,1650")
+            proc = run_chromium(page.as_uri(), f"--screenshot={shot}", "--window-size=1400,2000")
             if proc.returncode or not shot.is_file():
                 print(proc.stderr[-2000:], file=sys.stderr)
                 return 1

@@ -6,7 +6,12 @@ over its input, find what the runtime's own kernels say: the ``MayInplace(i, o)`
 ``Alias(i, o)`` calls on the ``KernelDefBuilder`` of the op's newest standard-domain
 registration, with the file and line of the call (through a helper macro: the macro's
 ``#define`` line, and the line of the registration that expands it). A pair is
-*declared* only when every typed registration of the newest opset declares it.
+*declared* only when every typed registration of the newest opset declares it. The
+contrib kernels (``onnxruntime/contrib_ops/<provider>``: the com.microsoft and
+com.microsoft.nchwc ops ORT's optimizers write) are read the same way, keyed
+``domain:op`` (``com.microsoft:FusedConv``); an index written as a named constant
+(``MayInplace(kPastInputIndex, kPresentOutputIndex)``) is resolved from the
+``constexpr int`` definitions of the registering file.
 
 Where a kernel declares nothing but its source shows that each output element is
 written only after every read of the input elements it depends on, a hand-written,
@@ -33,35 +38,42 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROVIDER_DIRS = {"cpu": "onnxruntime/core/providers/cpu",
-                 "cuda": "onnxruntime/core/providers/cuda"}
+PROVIDER_DIRS = {"cpu": ("onnxruntime/core/providers/cpu", "onnxruntime/contrib_ops/cpu"),
+                 "cuda": ("onnxruntime/core/providers/cuda", "onnxruntime/contrib_ops/cuda")}
 PROVIDER_CONSTS = {"kCpuExecutionProvider": "cpu", "kCudaExecutionProvider": "cuda"}
 STANDARD_DOMAINS = {"kOnnxDomain", "kOnnxDomainAlias", '""'}
+# The contrib domains graphmem plans ops of: the registration's constant -> the domain
+CONTRIB_DOMAINS = {"kMSDomain": "com.microsoft", "kMSNchwcDomain": "com.microsoft.nchwc"}
+MS = "com.microsoft"
 
 # The registration macros of onnxruntime/core/framework/op_kernel.h that graphmem reads:
-# name -> (standard domain?, versioned?). The CPU shorthands fix domain and provider;
-# the _EX forms name both.
+# name -> (domain, versioned?): "" the standard domain, None one graphmem does not plan
+# (ai.onnx.ml), "ex" named by the macro's second argument. The CPU shorthands fix domain
+# and provider; the _EX forms name both.
 BASE_MACROS = {
-    "ONNX_CPU_OPERATOR_KERNEL": (True, False),
-    "ONNX_CPU_OPERATOR_VERSIONED_KERNEL": (True, True),
-    "ONNX_CPU_OPERATOR_TYPED_KERNEL": (True, False),
-    "ONNX_CPU_OPERATOR_VERSIONED_TYPED_KERNEL": (True, True),
-    "ONNX_CPU_OPERATOR_ML_KERNEL": (False, False),
-    "ONNX_CPU_OPERATOR_VERSIONED_ML_KERNEL": (False, True),
-    "ONNX_CPU_OPERATOR_TYPED_ML_KERNEL": (False, False),
-    "ONNX_CPU_OPERATOR_VERSIONED_TYPED_ML_KERNEL": (False, True),
-    "ONNX_CPU_OPERATOR_MS_KERNEL": (False, False),
-    "ONNX_CPU_OPERATOR_TYPED_MS_KERNEL": (False, False),
-    "ONNX_CPU_OPERATOR_VERSIONED_TYPED_MS_KERNEL": (False, True),
-    "ONNX_OPERATOR_KERNEL_EX": (None, False),
-    "ONNX_OPERATOR_VERSIONED_KERNEL_EX": (None, True),
-    "ONNX_OPERATOR_TYPED_KERNEL_EX": (None, False),
-    "ONNX_OPERATOR_VERSIONED_TYPED_KERNEL_EX": (None, True),
-    "ONNX_OPERATOR_TWO_TYPED_KERNEL_EX": (None, False),
-    "ONNX_OPERATOR_VERSIONED_TWO_TYPED_KERNEL_EX": (None, True),
-    "ONNX_OPERATOR_THREE_TYPED_KERNEL_EX": (None, False),
+    "ONNX_CPU_OPERATOR_KERNEL": ("", False),
+    "ONNX_CPU_OPERATOR_VERSIONED_KERNEL": ("", True),
+    "ONNX_CPU_OPERATOR_TYPED_KERNEL": ("", False),
+    "ONNX_CPU_OPERATOR_VERSIONED_TYPED_KERNEL": ("", True),
+    "ONNX_CPU_OPERATOR_ML_KERNEL": (None, False),
+    "ONNX_CPU_OPERATOR_VERSIONED_ML_KERNEL": (None, True),
+    "ONNX_CPU_OPERATOR_TYPED_ML_KERNEL": (None, False),
+    "ONNX_CPU_OPERATOR_VERSIONED_TYPED_ML_KERNEL": (None, True),
+    "ONNX_CPU_OPERATOR_MS_KERNEL": (MS, False),
+    "ONNX_CPU_OPERATOR_TYPED_MS_KERNEL": (MS, False),
+    "ONNX_CPU_OPERATOR_VERSIONED_TYPED_MS_KERNEL": (MS, True),
+    "ONNX_OPERATOR_KERNEL_EX": ("ex", False),
+    "ONNX_OPERATOR_VERSIONED_KERNEL_EX": ("ex", True),
+    "ONNX_OPERATOR_TYPED_KERNEL_EX": ("ex", False),
+    "ONNX_OPERATOR_VERSIONED_TYPED_KERNEL_EX": ("ex", True),
+    "ONNX_OPERATOR_TWO_TYPED_KERNEL_EX": ("ex", False),
+    "ONNX_OPERATOR_VERSIONED_TWO_TYPED_KERNEL_EX": ("ex", True),
+    "ONNX_OPERATOR_THREE_TYPED_KERNEL_EX": ("ex", False),
 }
 DECL = re.compile(r"\.\s*(MayInplace|Alias)\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+# A declaration whose indices are named constants or sums of them
+NAMED_DECL = re.compile(r"\.\s*(MayInplace|Alias)\s*\(\s*([\w\s+]+?)\s*,\s*([\w\s+]+?)\s*\)")
+CONSTANT = re.compile(r"\bconstexpr\s+(?:int|size_t|int64_t)\s+(\w+)\s*=\s*(\d+)\s*;")
 
 # Hand-written, reviewed evidence from the kernels' source, for pairs their registration
 # does not declare. Each entry was read at the revision recorded in the evidence file
@@ -243,7 +255,7 @@ _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 @dataclass
 class Registration:
     provider: str
-    op: str
+    op: str  # "Relu"; a contrib op as "domain:op" ("com.microsoft:FusedConv")
     since: int
     end: int | None
     builder: str
@@ -253,9 +265,8 @@ class Registration:
 
 
 def registrations(src: Source, provider: str) -> list[Registration]:
-    under = PROVIDER_DIRS[provider]
-    names = [n for n in src.files(under) if n.endswith((".cc", ".h", ".cu"))
-             and "/test" not in n]
+    names = [n for under in PROVIDER_DIRS[provider] for n in src.files(under)
+             if n.endswith((".cc", ".h", ".cu")) and "/test" not in n]
     shared: dict[str, Macro] = {}
     parsed = {}
     for name in names:
@@ -268,8 +279,34 @@ def registrations(src: Source, provider: str) -> list[Registration]:
         if not name.endswith((".cc", ".cu")):
             continue
         known = {**shared, **macros}
+        before = len(found)
         _expand(body, known, name, provider, found, chain=[], line=None, depth=0)
+        constants = dict(CONSTANT.findall(body))
+        for reg in found[before:]:
+            reg.builder = _resolved(reg.builder, constants)
     return found
+
+
+def _resolved(builder: str, constants: dict[str, str]) -> str:
+    """``builder`` with each declaration's named indices (``kPastInputIndex + 1``)
+    replaced by their numbers, from the file's ``constexpr`` constants; one that names
+    an unknown constant is left as written (and so is not read as a declaration)."""
+    def value(expr: str) -> str | None:
+        total = 0
+        for term in expr.split("+"):
+            term = term.strip()
+            if term.isdigit():
+                total += int(term)
+            elif term in constants:
+                total += int(constants[term])
+            else:
+                return None
+        return str(total)
+
+    def repl(m):
+        i, o = value(m.group(2)), value(m.group(3))
+        return m.group(0) if i is None or o is None else f".{m.group(1)}({i}, {o})"
+    return NAMED_DECL.sub(repl, builder)
 
 
 def _expand(text: str, macros: dict[str, Macro], file: str, provider: str,
@@ -307,29 +344,38 @@ def _expand(text: str, macros: dict[str, Macro], file: str, provider: str,
 
 def _registration(name: str, args: list[str], provider: str, file: str, line: int,
                   chain: list[Macro]) -> Registration | None:
-    standard, versioned = BASE_MACROS[name]
+    domain, versioned = BASE_MACROS[name]
     builder = next((a for a in args if "KernelDefBuilder" in a), None)
     if builder is None or not args:
         return None
-    if standard is None:  # an _EX form: (op, domain, versions..., provider, builder, class)
-        standard = len(args) > 1 and args[1] in STANDARD_DOMAINS
+    if domain == "ex":  # an _EX form: (op, domain, versions..., provider, builder, class)
+        named_domain = args[1] if len(args) > 1 else ""
+        domain = "" if named_domain in STANDARD_DOMAINS else CONTRIB_DOMAINS.get(named_domain)
         named = next((PROVIDER_CONSTS[a] for a in args if a in PROVIDER_CONSTS), None)
         if named is not None and named != provider:
             return None
-    if not standard:
+    if domain is None:
         return None
     numbers = [int(a) for a in args[1:args.index(builder)] if re.fullmatch(r"\d+", a)]
     if not numbers:
         return None
     since = numbers[0]
     end = numbers[1] if versioned and len(numbers) > 1 else None
-    return Registration(provider, args[0], since, end, builder, file, line, chain)
+    op = args[0] if not domain else f"{domain}:{args[0]}"
+    return Registration(provider, op, since, end, builder, file, line, chain)
 
 
 def _where(src: Source, reg: Registration, call: str, i: int, o: int) -> dict:
     """Where the declaration's text sits: in a macro's body (its line, and the
-    registration that expands it) or at the registration itself."""
-    pattern = re.compile(rf"\.\s*{call}\s*\(\s*{i}\s*,\s*{o}\s*\)")
+    registration that expands it) or at the registration itself. Indices written as
+    named constants are matched by their values."""
+    literal = re.compile(rf"\.\s*{call}\s*\(\s*{i}\s*,\s*{o}\s*\)")
+    constants = dict(CONSTANT.findall(strip_comments(src.read(reg.file))))
+
+    class pattern:  # noqa: N801  (a literal match, or one through the constants)
+        @staticmethod
+        def search(text: str) -> bool:
+            return bool(literal.search(text) or literal.search(_resolved(text, constants)))
     for macro in reversed(reg.chain):
         for n, text in macro.body_lines:
             if pattern.search(text):
@@ -340,18 +386,23 @@ def _where(src: Source, reg: Registration, call: str, i: int, o: int) -> dict:
     for n in range(reg.line - 1, min(reg.line + 40, len(lines))):
         if pattern.search(lines[n]):
             return {"file": reg.file, "line": n + 1, "text": lines[n].strip()}
-    return {"file": reg.file, "line": reg.line, "text": pattern.pattern}
+    return {"file": reg.file, "line": reg.line, "text": literal.pattern}
 
 
 def declared(src: Source, regs: list[Registration]) -> dict[str, dict]:
     """op -> its newest opset, its registrations there, and the pairs all of them declare."""
     by_op: dict[str, list[Registration]] = {}
+    from graphmem.core.ops import FUSED_DTYPE
     for r in regs:
         by_op.setdefault(r.op, []).append(r)
     out = {}
     for op, rs in sorted(by_op.items()):
         newest = max(r.since for r in rs)
         top = [r for r in rs if r.since == newest]
+        typed = FUSED_DTYPE.get(op)
+        if typed is not None:  # graphmem uses these pairs for one element type only
+            kernel_type = f"GetTensorType<{KERNEL_TYPES[typed]}>()"
+            top = [r for r in top if kernel_type in r.builder.replace(" ", "")] or top
         sets = [{(c, int(i), int(o)) for c, i, o in DECL.findall(r.builder)} for r in top]
         common = set.intersection(*sets) if sets else set()
         evidence = []
@@ -366,7 +417,13 @@ def declared(src: Source, regs: list[Registration]) -> dict[str, dict]:
         partial = sorted(set.union(*sets) - common) if sets else []
         if partial:
             out[op]["declared_by_some_types_only"] = [f"{c}({i}, {o})" for c, i, o in partial]
+        if typed is not None:
+            out[op]["for_element_type"] = typed
     return out
+
+
+# graphmem's element type names -> the C++ type of ORT's kernel registrations
+KERNEL_TYPES = {"float32": "float", "float16": "MLFloat16", "float64": "double"}
 
 
 def source_entries(src: Source) -> list[dict]:
@@ -391,8 +448,8 @@ def source_entries(src: Source) -> list[dict]:
 
 
 def build(src: Source) -> dict:
-    from graphmem.core.ops import ELEMENTWISE, PROBE_CANDIDATES
-    candidates = {**ELEMENTWISE, **PROBE_CANDIDATES}
+    from graphmem.core.ops import ELEMENTWISE, FUSED, PROBE_CANDIDATES
+    candidates = {**ELEMENTWISE, **PROBE_CANDIDATES, **FUSED}
     providers = {}
     for provider in PROVIDER_DIRS:
         decl = declared(src, registrations(src, provider))
@@ -432,6 +489,8 @@ def markdown(data: dict) -> str:
         out += [f"## {provider}", "", "| op | pair | evidence |", "| --- | --- | --- |"]
         for op, d in ops.items():
             note = "" if d["candidate"] else " (not a candidate)"
+            if d.get("for_element_type"):
+                note += f" ({d['for_element_type']} only)"
             if not d["evidence"]:
                 where = (f"registered at {d['registered'][0]['file']}:"
                          f"{d['registered'][0]['line']} (opset {d['newest_opset']}), "

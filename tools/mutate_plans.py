@@ -354,12 +354,19 @@ def main(argv=None) -> int:
     ap.add_argument("--per-kind", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per defect")
+    ap.add_argument("--doc", action="store_true",
+                    help="write the table into docs/verify-mutations.md (its marked section)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     mutants = []
     for name in args.models:
         mutants += mutate(name, args.per_kind, args.seed)
     print(table(mutants))
+    if args.doc:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from benchdoc import ROOT, replace_marked
+        replace_marked(ROOT / "docs" / "verify-mutations.md", "verify-mutations",
+                       table(mutants))
     missed = [m for m in mutants if m.reaches and m.verdict != "FAIL"]
     extra = [m for m in mutants if not m.reaches and m.verdict != "PASS" or m.kernel]
     for m in (mutants if args.verbose else missed + extra):

@@ -1,6 +1,7 @@
 """Measure ONNX Runtime CPU's own memory-pattern block for one model (run in a subprocess).
 
     python tools/ort_pattern.py MODEL.onnx on|off      # prints one JSON object
+    python tools/ort_pattern.py MODEL.onnx basic|extended|all   # at one level (on = all)
 
 Method: ORT's allocation planner gives every intermediate tensor an offset in one
 block (the memory pattern); the BFC arena allocates that block with one request.
@@ -51,8 +52,12 @@ def _numpy_type(ort_type: str):
     return names[ort_type[len("tensor("):-1]]
 
 
-def worker(path: str, optimize: bool) -> dict:
-    """Run the model three times with logging on; the log goes to fd 2."""
+LEVELS = ("off", "basic", "extended", "all")
+
+
+def worker(path: str, optimize: bool | str) -> dict:
+    """Run the model three times with logging on; the log goes to fd 2. ``optimize``:
+    True (ORT_ENABLE_ALL), False (off), or a level name of :data:`LEVELS`."""
     import numpy as np
     import onnxruntime as ort
 
@@ -65,8 +70,12 @@ def worker(path: str, optimize: bool) -> dict:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.enable_cpu_mem_arena = True
     so.enable_mem_pattern = True
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    level = optimize if isinstance(optimize, str) else ("all" if optimize else "off")
+    so.graph_optimization_level = {
+        "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
                              ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(info, ort.OrtArenaCfg({"arena_extend_strategy": 1}))
@@ -95,10 +104,11 @@ def worker(path: str, optimize: bool) -> dict:
     return {"session_seconds": session_s, "version": ort.__version__}
 
 
-def measure(path: str, optimize: bool, timeout: float = 300) -> dict:
-    """Run :func:`worker` in a subprocess and parse its log."""
+def measure(path: str, optimize: bool | str, timeout: float = 300) -> dict:
+    """Run :func:`worker` in a subprocess and parse its log (``optimize`` as there)."""
     import subprocess
-    proc = subprocess.run([sys.executable, __file__, str(path), "on" if optimize else "off"],
+    level = optimize if isinstance(optimize, str) else ("on" if optimize else "off")
+    proc = subprocess.run([sys.executable, __file__, str(path), level],
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -109,6 +119,6 @@ def measure(path: str, optimize: bool, timeout: float = 300) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[2] not in ("on", "off"):
-        sys.exit("usage: ort_pattern.py MODEL.onnx on|off")
-    print(json.dumps(worker(sys.argv[1], sys.argv[2] == "on")))
+    if len(sys.argv) != 3 or sys.argv[2] not in ("on", *LEVELS):
+        sys.exit("usage: ort_pattern.py MODEL.onnx on|off|basic|extended|all")
+    print(json.dumps(worker(sys.argv[1], "all" if sys.argv[2] == "on" else sys.argv[2])))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,6 @@ sys.path.insert(0, str(ROOT))
 
 import graphmem  # noqa: E402
 from graphmem.frontend.reader import from_model  # noqa: E402
-from graphmem.plan.io import write_atomic  # noqa: E402
 from models.generate import randwire  # noqa: E402
 
 KIB = 1024
@@ -71,13 +69,8 @@ def main() -> None:
     text = section(lines)
     print(text)
     if args.write:
-        path = ROOT / "docs" / "benchmarks.md"
-        path.parent.mkdir(exist_ok=True)
-        old = path.read_text() if path.exists() else "# Benchmarks\n"
-        pattern = re.compile(re.escape(HEADING) + r"\n.*?(?=\n## |\Z)", re.S)
-        new = pattern.sub(lambda _: text.rstrip("\n"), old) if pattern.search(old) \
-            else old.rstrip("\n") + "\n\n" + text
-        write_atomic(path, new if new.endswith("\n") else new + "\n")
+        from benchdoc import write_section
+        write_section("reorder", text)
 
 
 if __name__ == "__main__":

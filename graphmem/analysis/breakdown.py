@@ -5,7 +5,9 @@ Pure functions: nothing here loads or plans; callers hand in a loaded
 
 - Weights are the initializers and folded constants that running nodes read (a weight
   only feeding a folded node, e.g. the shape of a ``ConstantOfShape``, is not counted;
-  the folded result is). ``params`` counts their elements, leaving out int64 constants
+  the folded result is), at the size the file stores them: a folded dequantization
+  (a QDQ model's weight ``DequantizeLinear``) counts as the int8 (int4, ...) tensor, scale
+  and zero point it reads; the float bytes it makes are ``weight_bytes_dequantized``. ``params`` counts their elements, leaving out int64 constants
   (Reshape shapes, axes, indices), which are arguments rather than parameters.
 - Activations: ``naive`` is one buffer per arena tensor; ``arena`` is the planned arena.
 - Workspace: the largest im2col buffer over the convolutions (see :mod:`graphmem.analysis.macs`);
@@ -21,9 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
-from graphmem.analysis.macs import im2col_bytes, matrix_macs, node_macs
+from graphmem.analysis.macs import im2col_bytes, mac_totals, node_macs
 from graphmem.plan.columns import group_roots
 from graphmem.plan.format import Plan
+from graphmem.plan.view import layer_label
 
 # Peak dense throughput (no structured sparsity) per element class, and memory bandwidth.
 # Sources: the vendors' datasheets.
@@ -70,13 +73,10 @@ class Device:
 def compute_class(graph: Graph) -> str:
     """Which peak of a device applies to this graph: "float16", "int8" or "float32".
 
-    Decided by the weights read by running nodes, the bulk of what the kernels compute on.
+    Decided by the weights read by running nodes, as stored (a QDQ model's int8), the bulk
+    of what the kernels compute on.
     """
-    counts: dict[str, int] = {}
-    for name in static_reads(graph):
-        t = graph.tensors.get(name)
-        if t is not None:
-            counts[t.dtype] = counts.get(t.dtype, 0) + t.bytes
+    counts = weight_dtypes(graph)
     dtype = max(counts, key=counts.get) if counts else "float32"
     return "float16" if dtype in _HALF else "int8" if dtype in _EIGHT_BIT else "float32"
 
@@ -113,9 +113,37 @@ def static_reads(graph: Graph) -> list[str]:
     return [t for t in seen if t in graph.tensors]
 
 
+def stored_reads(graph: Graph, names: list[str] | None = None) -> list[str]:
+    """``names`` (default :func:`static_reads`) with each dequantized constant replaced by
+    the tensors the file stores it as (``graph.stored_as``), each once."""
+    names = static_reads(graph) if names is None else names
+    if not graph.stored_as:
+        return names
+    out: dict[str, None] = {}
+    for t in names:
+        out.update(dict.fromkeys(s for s in graph.stored_as.get(t, (t,)) if s in graph.tensors))
+    return list(out)
+
+
 def weight_bytes(graph: Graph) -> int:
-    """Bytes of the weights and folded constants running nodes read, each once."""
-    return sum(graph.tensors[t].bytes for t in static_reads(graph))
+    """Bytes of the weights and folded constants running nodes read, each once, as the
+    file stores them: a dequantized weight counts as its int8 (int4, ...) tensor, scale
+    and zero point."""
+    return sum(graph.tensors[t].bytes for t in stored_reads(graph))
+
+
+def dequantized_bytes(graph: Graph) -> int:
+    """Bytes of the float weights that dequantizing the stored ones makes (0 when no
+    weight is quantized): what a runtime holds if it dequantizes them ahead of time."""
+    return sum(graph.tensors[t].bytes for t in static_reads(graph) if t in graph.stored_as)
+
+
+def weight_dtypes(graph: Graph) -> dict[str, int]:
+    """Stored weight bytes per element type, largest first."""
+    out: dict[str, int] = {}
+    for t in stored_reads(graph):
+        out[graph.tensors[t].dtype] = out.get(graph.tensors[t].dtype, 0) + graph.tensors[t].bytes
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def is_param(graph: Graph, name: str) -> bool:
@@ -140,19 +168,18 @@ def workspace(graph: Graph) -> tuple[int, int | None]:
 
 def totals(graph: Graph, plan: Plan) -> dict:
     """The breakdown: weights, params, naive and planned activations, MACs, workspace."""
-    macs = [node_macs(n, graph.tensors) for n in graph.nodes]
     ws, ws_node = workspace(graph)
     weights = weight_bytes(graph)
     return {
         "weight_bytes": weights,
+        "weight_bytes_by_dtype": weight_dtypes(graph),
+        "weight_bytes_dequantized": dequantized_bytes(graph),
         "params": param_count(graph),
         "activation_bytes_naive": plan.stats.get("naive_bytes",
                                                  sum(t.bytes for t in plan.tensors.values())),
         "arena_bytes": plan.arena_bytes,
         "aliased_peak_bytes": plan.stats.get("aliased_peak_bytes"),
-        "matrix_macs": sum(matrix_macs(n, graph.tensors) for n in graph.nodes),
-        "macs": sum(m for m in macs if m is not None),
-        "macs_unknown_ops": sorted({n.op_type for n, m in zip(graph.nodes, macs) if m is None}),
+        **mac_totals(graph),
         "workspace_bytes": ws,
         "workspace_node": ws_node,
         "total_bytes": weights + plan.arena_bytes + ws,
@@ -164,7 +191,8 @@ def totals(graph: Graph, plan: Plan) -> dict:
 def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dict]:
     """One row per node in plan order: shapes, params, bytes, MACs, roofline.
 
-    Fields: ``node`` (index in the file), ``name``, ``op``, ``output_shapes``,
+    Fields: ``step`` (position in the plan's order), ``node`` (index in the file),
+    ``name``, ``op``, ``output_shapes``,
     ``params``, ``param_bytes`` (weights and constants the node reads),
     ``activation_bytes`` (its outputs), ``workspace_bytes`` (its im2col buffer),
     ``live_bytes`` (arena bytes in use while it runs), ``macs`` (None for an op without a cost rule), ``bytes_moved``,
@@ -181,7 +209,7 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
         reads = list(dict.fromkeys(n.reads))
         outs = [o for o in n.outputs if o]
         params = [t for t in reads if t in static and t in graph.tensors]
-        param_bytes = sum(graph.tensors[t].bytes for t in params)
+        param_bytes = sum(graph.tensors[t].bytes for t in stored_reads(graph, params))
         act_bytes = sum(graph.tensors[o].bytes for o in outs)
         views = [o for o in outs if o in plan.tensors and plan.tensors[o].alias == "view"]
         if outs and len(views) == len(outs):
@@ -194,7 +222,7 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
         bound = ("none" if not macs and not moved else
                  "compute" if compute_s > memory_s else "bandwidth")
         rows.append({
-            "node": idx, "name": n.name, "op": n.op_type,
+            "step": pos, "node": idx, "name": n.name, "op": n.op_type,
             "output_shapes": [list(graph.tensors[o].shape) for o in outs],
             "params": sum(graph.tensors[t].numel for t in params if is_param(graph, t)),
             "param_bytes": param_bytes,
@@ -280,7 +308,8 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
     """
     layers = layers if layers is not None else layer_table(graph, plan)
     if not layers:
-        return {"node": None, "op": None, "live_bytes": 0, "tensors": []}
+        return {"node": None, "step": None, "op": None, "name": None, "layer": None,
+                "live_bytes": 0, "tensors": []}
     pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
     roots = group_roots(plan)
     groups: dict[str, list[str]] = {}
@@ -296,8 +325,10 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
                         "bytes": _union(ranges), "offset": ranges[0][0],
                         "shape": list(graph.tensors[main].shape)})
     entries.sort(key=lambda d: (-d["bytes"], d["offset"]))
-    return {"node": layers[pos]["node"], "op": layers[pos]["op"],
-            "live_bytes": layers[pos]["live_bytes"], "tensors": entries}
+    at = layers[pos]
+    return {"node": at["node"], "step": pos, "op": at["op"], "name": at["name"],
+            "layer": layer_label(at["op"], at["name"], pos, at["node"]),
+            "live_bytes": at["live_bytes"], "tensors": entries}
 
 
 def _union(ranges: list[tuple[int, int]]) -> int:
@@ -327,12 +358,15 @@ def report(graph: Graph, plan: Plan, dev: Device | None = None) -> dict:
 
 
 def by_op(layers: list[dict]) -> dict[str, dict]:
-    """MACs, bytes moved and time summed per op type, largest MAC share first."""
+    """MACs, bytes moved and time summed per op type, largest MAC share first; ``unknown``
+    counts the nodes without a MAC rule."""
     out: dict[str, dict] = {}
     for r in layers:
-        s = out.setdefault(r["op"], {"count": 0, "macs": 0, "bytes_moved": 0, "time_s": 0.0})
+        s = out.setdefault(r["op"], {"count": 0, "macs": 0, "unknown": 0, "bytes_moved": 0,
+                                     "time_s": 0.0})
         s["count"] += 1
         s["macs"] += r["macs"] or 0
+        s["unknown"] += r["macs"] is None  # nodes without a MAC rule: "macs" a lower bound
         s["bytes_moved"] += r["bytes_moved"]
         s["time_s"] += r["time_s"]
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["macs"]))

@@ -18,6 +18,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphmem.analysis.breakdown import FLOAT_TYPES, param_count, weight_bytes, workspace
+from graphmem.analysis.macs import mac_totals
 from graphmem.core.dtypes import BITS_BY_NAME
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Tensor
@@ -228,24 +229,31 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
 def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: int = 64,
               placement: str = "best", time_limit: float = 10.0,
               provider: str = "cpu") -> dict:
-    """Plan ``graph`` and return weights, activations, workspace and their total."""
+    """Plan ``graph`` and return weights, activations, workspace and their total, and the
+    matrix MACs (``macs_at_least``: a lower bound, an op has no rule)."""
     result = plan_graph(graph, passes, alignment=alignment, placement=placement,
                         time_limit=time_limit, provider=provider)
     ws, _ = workspace(graph)
     weights = weight_bytes(graph)
+    macs = mac_totals(graph)  # matrix MACs, a lower bound where an op has no rule
     return {"weight_bytes": weights, "params": param_count(graph),
             "activation_bytes_naive": result.plan.stats["naive_bytes"],
             "arena_bytes": result.plan.arena_bytes, "workspace_bytes": ws,
-            "total_bytes": weights + result.plan.arena_bytes + ws}
+            "total_bytes": weights + result.plan.arena_bytes + ws,
+            **{k: macs[k] for k in ("matrix_macs", "macs_at_least")}}
 
 
 def sweep(batcher: Batcher, batches: Sequence[int], dtypes: Sequence[str],
-          **plan_options) -> list[dict]:
-    """One footprint per (batch, dtype), each from its own plan."""
+          progress: Callable[[str], None] | None = None, **plan_options) -> list[dict]:
+    """One footprint per (batch, dtype), each from its own plan; ``progress`` is told
+    which it plans."""
     rows = []
     for b in batches:
         g = batcher.graph(b)
         for dt in dtypes:
+            if progress is not None:
+                progress(f"what-if batch {b}, {dt} ({len(rows) + 1} of "
+                         f"{len(batches) * len(dtypes)})")
             rows.append({"batch": b, "dtype": dt,
                          **footprint(with_float_dtype(g, dt), **plan_options)})
     return rows

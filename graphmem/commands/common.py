@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from graphmem.errors import GraphmemError, printable
+from graphmem.frontend.dim_expressions import is_expression
 from graphmem.frontend.reader import load
 from graphmem.passes.registry import DEFAULT_PASSES, PASSES
 from graphmem.passes.placement.search import STRATEGIES
@@ -24,6 +25,19 @@ def shown(text) -> str:
     NUL) written as ``\\xNN``, so a name is shown, never obeyed."""
     from rich.markup import escape
     return escape(printable(text).replace("\n", "\\x0a").replace("\r", "\\x0d"))
+
+
+# Columns of a table written to a file or a pipe: rich assumes 80 there and cuts cells
+# ("BatchNormaliz..."); a file keeps every column whole.
+FILE_WIDTH = 1000
+
+
+def console(stderr: bool = False):
+    """A rich Console for a command's tables: a terminal's own width, else
+    :data:`FILE_WIDTH` (``graphmem probe > probe.txt`` keeps whole columns)."""
+    from rich.console import Console
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=FILE_WIDTH)
 
 
 def add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -123,8 +137,57 @@ def chosen_passes(args) -> list[str]:
     return [n for n in names if not getattr(args, f"no_{n}", False)]
 
 
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """``--ort-optimize`` and ``--infer-by-running``: plan the graph ONNX Runtime runs."""
+    from graphmem.frontend.ort_optimize import LEVELS
+    p.add_argument("--ort-optimize", choices=LEVELS, default=None, metavar="LEVEL",
+                   help="plan the graph ONNX Runtime runs: the model optimized offline by "
+                        "ONNX Runtime at this level (basic, extended, all) for --provider, "
+                        "in a temporary folder removed afterwards (docs/ort-graphs.md)")
+    p.add_argument("--infer-by-running", action="store_true",
+                   help="take the shapes graphmem has no rule for from one ONNX Runtime "
+                        "run of the model at the bound dims (seeded inputs)")
+
+
 def model_path(args) -> Path:
-    return resolve(args.model)
+    """The file the command plans: the model as given, or (``--ort-optimize``,
+    ``--infer-by-running``) the copy of it made once for this command."""
+    found = getattr(args, "runtime_model", None)
+    if found is None:
+        found = _runtime_model(args)
+        args.runtime_model = found
+    return found
+
+
+def _runtime_model(args) -> Path:
+    path = resolve(args.model, quiet=getattr(args, "json", False))
+    level = getattr(args, "ort_optimize", None)
+    if level:
+        from graphmem.frontend.ort_optimize import optimize
+        if not path.is_file():
+            raise GraphmemError(f"{path}: no such file")
+        args.optimized = optimize(path, level, getattr(args, "provider", "cpu"))
+        path = args.optimized.path
+    if getattr(args, "infer_by_running", False):
+        from graphmem.frontend.ort_run_shapes import annotated_by_running
+        path = annotated_by_running(path, parse_dims(args.dim),
+                                    getattr(args, "dim_default", None))
+    return path
+
+
+def exported_arena(args, options: dict | None = None) -> dict:
+    """With ``--ort-optimize``, for the "as exported" line: the arena of the model as
+    given (not optimized) planned with the command's options and its running nodes, or
+    why it does not plan (``error``: the graph ONNX Runtime runs may plan where the
+    model as given does not)."""
+    try:
+        graph = load(resolve(args.model, quiet=True), parse_dims(args.dim),
+                     dim_default=getattr(args, "dim_default", None))
+        result = plan_graph(graph, **(options if options is not None else plan_options(args)),
+                            model_name=Path(args.model).name, bindings=graph.bindings)
+    except GraphmemError as exc:
+        return {"arena_bytes": None, "nodes": None, "error": str(exc)}
+    return {"arena_bytes": result.plan.arena_bytes, "nodes": len(result.plan.order)}
 
 
 def input_paths(args) -> list[Path]:
@@ -143,7 +206,13 @@ def model_stem(args) -> str:
 def stages(args) -> Iterator[Callable[[str], None]]:
     """A callback naming the stage under way, shown as a transient line on stderr while
     it runs: only on a terminal, and not with --quiet or --json (pipes and tests see
-    nothing). Loading and planning a large graph take seconds."""
+    nothing). Loading and planning a large graph take seconds. Inside a command's own
+    :class:`~graphmem.commands.progress.Progress` the stages are reported there."""
+    from graphmem.commands.progress import active
+    shown_now = active()
+    if shown_now is not None:
+        yield shown_now.callback()
+        return
     if getattr(args, "quiet", False) or getattr(args, "json", False):
         yield lambda stage: None
         return
@@ -153,6 +222,8 @@ def stages(args) -> Iterator[Callable[[str], None]]:
     if not console.is_terminal:
         yield lambda stage: None
         return
+    from graphmem.commands.progress import clear_early
+    clear_early()
     with console.status("graphmem") as status:
         yield lambda stage: status.update(f"graphmem: {escape(stage)}")
 
@@ -166,7 +237,9 @@ def load_graph(args):
     with stages(args) as stage:
         stage(f"loading {Path(path).name}")
         graph = load(path, dims, dim_default=default)
-    defaulted = [f"{k}={v}" for k, v in graph.bindings.items() if k not in dims]
+    # dims written as expressions (past_seq + 1) are computed, not defaulted
+    defaulted = [f"{k}={v}" for k, v in graph.bindings.items()
+                 if k not in dims and default is not None and not is_expression(k)]
     if defaulted:
         from graphmem.notes import note
         note(f"--dim-default {default} bound {', '.join(defaulted)}")
@@ -214,7 +287,8 @@ def plan_from_args(args, graph=None) -> Result:
     with stages(args) as stage:
         return plan_graph(graph, **plan_options(args),
                           model_name=Path(model_path(args)).name
-                          if Path(args.model).exists() else model_stem(args) + ".onnx",
+                          if Path(args.model).exists() or getattr(args, "ort_optimize", None)
+                          else model_stem(args) + ".onnx",
                           bindings=graph.bindings, progress=stage)
 
 

@@ -19,7 +19,8 @@ from graphmem.pipeline import DEFAULT_PASSES, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
-from graphmem.commands.common import (add_model_args, add_pass_args, chosen_passes,
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      chosen_passes,
                                       inplace_table_key, input_paths, model_path,
                                       model_stem, parse_dims, plan_size_limit)
 
@@ -33,6 +34,7 @@ def add_parser(sub) -> None:
                     "annotated model.")
     add_model_args(p, optional=True)
     add_pass_args(p)
+    add_runtime_args(p)
     add_plan_arg(p)
     p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
     p.add_argument("--raise-ir-version", action="store_true", dest="raise_ir_version",
@@ -70,20 +72,25 @@ def run(args) -> int:
     inputs = input_paths(args)
     for _, path in outputs:  # before the work: a bad output fails at once, none written
         check_output(path, inputs)
-    view, graph = planned_view(args)
-    # everything is rendered before anything is written: bad input leaves no files
-    texts = []
-    for flag, path in outputs:
-        if flag == "annotated":
-            model = annotate_model(view, graph, args.raise_ir_version)
-            _check_external_data(model, graph.model_path, path)
-            texts.append((path, model.SerializeToString()))
-        elif flag == "html":
-            from graphmem.export.html import page
-            texts.append((path, page(view, graph)))
-        else:
-            from graphmem.export.graphml import graphml_text
-            texts.append((path, graphml_text(view, graph)))
+    from graphmem.commands.progress import Progress
+    with Progress("export") as progress:
+        progress("planning" if not getattr(args, "plan", None) else "reading the plan")
+        view, graph = planned_view(args)
+        # everything is rendered before anything is written: bad input leaves no files
+        texts = []
+        for flag, path in outputs:
+            progress(f"rendering {flag} ({path})")
+            if flag == "annotated":
+                model = annotate_model(view, graph, args.raise_ir_version)
+                _check_external_data(model, graph.model_path, path)
+                texts.append((path, model.SerializeToString()))
+            elif flag == "html":
+                from graphmem.export.html import page
+                from graphmem.export.html_parts import inference_sections
+                texts.append((path, page(view, graph, inference_sections(view, graph))))
+            else:
+                from graphmem.export.graphml import graphml_text
+                texts.append((path, graphml_text(view, graph)))
     write_all(texts, inputs=inputs)  # all or none
     for path, _ in texts:
         print(f"wrote {path}")
@@ -121,8 +128,8 @@ def planned_view(args) -> tuple[PlanView, Graph]:
         return build(plan, graph), graph
     graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None))
     passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
-    name = Path(model_path(args)).name if Path(args.model).exists() else \
-        model_stem(args) + ".onnx"
+    name = Path(model_path(args)).name if Path(args.model).exists() or \
+        getattr(args, "ort_optimize", None) else model_stem(args) + ".onnx"
     result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
                         placement=getattr(args, "placement", "best"), model_name=name,
                         bindings=graph.bindings, provider=inplace_table_key(args))

@@ -1,29 +1,51 @@
-"""``graphmem fit MODEL --budget 12GiB``: the largest batch whose planned memory fits."""
+"""``graphmem fit MODEL --budget 12GiB``: the largest batch whose planned memory fits;
+``--train``: the largest batch whose planned training step fits."""
 from __future__ import annotations
 
 import json
 import sys
+from argparse import Namespace
 
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
-from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import add_model_args, add_pass_args, parse_dims, plan_options
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      model_path, parse_dims, plan_options)
+from graphmem.commands.progress import Progress
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("fit", help="the largest batch whose weights + arena (+ workspace) fit",
-                       description="Binary search over real plans: each probed batch is "
+    p = sub.add_parser("fit", help="the largest batch whose weights + arena (+ workspace) "
+                                   "fit; --train: whose training step fits",
+                       description="Search over real plans: each probed batch is "
                                    "re-planned. The total is weights + planned arena + the "
-                                   "im2col workspace estimate (--no-workspace leaves it out).")
+                                   "im2col workspace estimate (--no-workspace leaves it out). "
+                                   "With --train the total is `graphmem train`'s step total "
+                                   "at each batch (weights, optimizer state, folded "
+                                   "constants, arena), for --optimizer, --precision and "
+                                   "--recompute.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--budget", required=True, metavar="SIZE",
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
     p.add_argument("--dtype", metavar="TYPE",
                    help="element type for the floating tensors (default: the model's own)")
     p.add_argument("--no-workspace", action="store_true",
                    help="leave the im2col workspace estimate out of the total")
+    t = p.add_argument_group("training (--train)")
+    t.add_argument("--train", action="store_true",
+                   help="fit the training step (`graphmem train` at each batch): the "
+                        "largest batch whose step total fits")
+    from graphmem.commands.train import add_step_args
+    add_step_args(t)
+    t.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default="none",
+                   help="recomputation of the step at each batch, as `train --recompute`")
+    t.add_argument("--loss", default="auto", choices=["auto", "xent", "sum", "mean"],
+                   help="loss, as `train --loss`")
+    t.add_argument("--bn", default="training", choices=["training", "inference"],
+                   help="BatchNormalization form, as `train --bn`")
+    t.add_argument("--output", metavar="NAME", help="the output the loss is taken of")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -31,19 +53,23 @@ def add_parser(sub) -> None:
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
     budget = parse_bytes(args.budget, "--budget")
-    path = resolve(args.model, quiet=args.json)
+    if args.train:
+        return search_training(args, budget)
+    path = model_path(args)
     batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
                       dim_default=args.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)
     options = plan_options(args)
     parts: dict[int, dict] = {}
 
-    def total_at(batch: int) -> int:
-        parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
-        p = parts[batch]
-        return p["total_bytes"] - (p["workspace_bytes"] if args.no_workspace else 0)
+    with Progress("fit") as progress:
+        def total_at(batch: int) -> int:
+            progress(f"planning batch {batch} (plan {len(parts) + 1})")
+            parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
+            p = parts[batch]
+            return p["total_bytes"] - (p["workspace_bytes"] if args.no_workspace else 0)
 
-    answer = fit(total_at, budget)
+        answer = fit(total_at, budget)
     at = parts[max(answer["batch"], 1)]
     return {"batch": answer["batch"], "total_bytes": answer["total_bytes"],
             "budget_bytes": budget, "next_total_bytes": answer["next_total_bytes"],
@@ -53,10 +79,56 @@ def search(args) -> dict:
             "probed": answer["probed"]}
 
 
+def search_training(args, budget: int) -> dict:
+    """The largest training batch whose step total (``train``'s, at that batch, with the
+    same options) fits ``budget``: :func:`~graphmem.analysis.fitsearch.largest_fitting`
+    over real training plans. ``tried`` lists every batch planned and its total."""
+    from graphmem.analysis.fitsearch import largest_fitting
+    from graphmem.commands.train import step_total, train_step
+    from graphmem.errors import GraphmemError
+    if args.dtype:
+        raise GraphmemError("--dtype is for inference; with --train give --precision")
+    reports: dict[int, object] = {}
+    with Progress("fit") as progress:
+        def total_at(batch: int) -> int:
+            step_args = Namespace(**{**vars(args), "batch": batch, "offload": False})
+            # the step's own stages are named in this command's progress line
+            step = train_step(step_args, _Prefixed(progress, f"batch {batch} "
+                                                   f"(plan {len(reports) + 1}): "), None, 0)
+            reports[batch] = step["report"]
+            return step_total(step["report"])
+
+        answer = largest_fitting(total_at, budget)
+    r = reports[max(answer["batch"], 1)]
+    return {"train": True, "batch": answer["batch"], "total_bytes": answer["total_bytes"],
+            "budget_bytes": budget, "next_total_bytes": answer["next_total_bytes"],
+            "optimizer": args.optimizer, "precision": args.precision,
+            "recompute": args.recompute, "loss": r.extra.get("loss"),
+            "weight_bytes": r.weight_bytes, "master_weight_bytes": r.master_weight_bytes,
+            "optimizer_bytes": r.optimizer_bytes, "constant_bytes": r.constant_bytes,
+            "arena_bytes": r.arena_bytes,
+            "tried": [{"batch": b, "step_bytes": t, "fits": t <= budget}
+                      for b, t in answer["probed"]],
+            "probed": [b for b, _ in answer["probed"]]}
+
+
+class _Prefixed:
+    """A progress callback that puts ``prefix`` before every stage it is told."""
+
+    def __init__(self, progress, prefix: str):
+        self.progress, self.prefix = progress, prefix
+
+    def __call__(self, stage: str) -> None:
+        self.progress(self.prefix + stage)
+
+
 def run(args) -> int:
     out = search(args)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")
+        return 0
+    if out.get("train"):
+        print_training(out)
         return 0
     gib = 2 ** 30
     parts = "weights + arena" + (" + im2col workspace" if out["includes_workspace"] else "")
@@ -74,3 +146,25 @@ def run(args) -> int:
     print(f"batch {out['batch'] + 1} would need {out['next_total_bytes']:,} bytes "
                   f"({out['next_total_bytes'] / gib:.3f} GiB); {len(out['probed'])} plans made")
     return 0
+
+
+def print_training(out: dict) -> None:
+    mib = 2 ** 20
+    what = (f"{out['optimizer']}, {out['precision']}, recompute {out['recompute']}, "
+            f"loss {out['loss']}")
+    print("tried (each batch a planned training step):")
+    for t in out["tried"]:
+        print(f"  batch {t['batch']:>6}: step total {t['step_bytes']:>16,} bytes "
+              f"({t['step_bytes'] / mib:,.2f} MiB) {'fits' if t['fits'] else 'over'}")
+    if out["batch"] == 0:
+        print(f"even batch 1 does not fit ({what}): step total {out['total_bytes']:,} bytes "
+              f"({out['total_bytes'] / mib:,.2f} MiB) > budget {out['budget_bytes']:,} bytes")
+        return
+    master = f" + {out['master_weight_bytes']:,}" if out["master_weight_bytes"] else ""
+    print(f"training batch {out['batch']} fits ({what}): weights{' + master weights' if master else ''}"
+          f" + optimizer state + constants + arena = {out['weight_bytes']:,}{master} + "
+          f"{out['optimizer_bytes']:,} + {out['constant_bytes']:,} + {out['arena_bytes']:,} "
+          f"= {out['total_bytes']:,} bytes ({out['total_bytes'] / mib:,.2f} MiB) <= "
+          f"{out['budget_bytes']:,}")
+    print(f"batch {out['batch'] + 1} would need {out['next_total_bytes']:,} bytes "
+          f"({out['next_total_bytes'] / mib:,.2f} MiB); {len(out['tried'])} steps planned")

@@ -1,8 +1,9 @@
 """``graphmem models``: list the Model Zoo graphs shipped with onnx; ``--write DIR``."""
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
+
+from graphmem.commands.common import console as wide_console
 
 from graphmem.frontend.reader import onnx_opset
 from graphmem.frontend.zoo import ZOO, write_all, zoo_path
@@ -15,14 +16,23 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+# What the zoo graphs are: onnx's backend test data keeps "light" copies of the Model Zoo
+# networks (onnx/backend/test/data/light), each weight replaced by a ConstantOfShape node.
+LIGHT_NOTE = ("These are onnx's \"light\" copies of the Model Zoo networks: every weight is "
+              "a constant (a ConstantOfShape fill), folded at plan time. Shapes, arenas, "
+              "parameters and MACs are the real networks'; the weight values are not, so "
+              "the outputs do not depend on the input.")
+
+
 def run(args) -> int:
-    console = Console()
+    console = wide_console()
     if args.write:
         for path in write_all(args.write):
             console.print(f"wrote {path}")
         return 0
     import onnx
-    table = Table(title="Model Zoo graphs shipped with onnx", header_style="bold")
+    table = Table(title="Model Zoo graphs shipped with onnx", header_style="bold",
+                  caption=LIGHT_NOTE)
     for col in ("name", "nodes", "opset", "file"):
         table.add_column(col)
     for name in ZOO:

@@ -5,8 +5,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from graphmem.pipeline import Result
-from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, load_graph,
-                                      model_stem, plan_from_args, shown)
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args, console,
+                                      exported_arena, input_paths, load_graph, model_stem,
+                                      plan_from_args, shown)
 from graphmem.plan.io import check_output
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ def add_parser(sub) -> None:
                        description="Plan every tensor of MODEL at an offset in one arena.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("-o", "--output", metavar="PATH",
                    help="plan file to write (default: <model>.plan.json; '-' prints it)")
     p.add_argument("--quiet", "-q", action="store_true", help="print no summary")
@@ -34,14 +36,14 @@ def run(args) -> int:
         check_output(out, inputs)  # before the work: a bad output fails at once
     graph, load_seconds = load_graph(args)
     result = plan_from_args(args, graph)
+    runtime = runtime_summary(args)
     if out == "-":
         sys.stdout.write(result.plan.to_json())
     else:
         result.plan.save(out, inputs=inputs)
     if not args.quiet:
-        from rich.console import Console
-        console = Console(stderr=out == "-")
-        print_summary(console, result, load_seconds, None if out == "-" else out)
+        print_summary(console(stderr=out == "-"), result, load_seconds,
+                      None if out == "-" else out, runtime)
     if args.verify:
         from argparse import Namespace
         from graphmem.commands.verify import Heartbeat, print_report, run_verify
@@ -51,7 +53,7 @@ def run(args) -> int:
             report = run_verify(result.plan, graph, Namespace(
                 provider=args.provider, runtime_only=False, check_all=False, seed=0,
                 force=False), beat)
-        print_report(Console(stderr=out == "-"), report)
+        print_report(console(stderr=out == "-"), report)
         return 0 if report.passed else 1
     return 0
 
@@ -60,7 +62,21 @@ def mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def print_summary(console: Console, result: Result, load_seconds: float, written: str | None):
+def runtime_summary(args) -> dict | None:
+    """With ``--ort-optimize``: the level, provider, what ONNX Runtime took to optimize,
+    and the arena of the model as exported (planned with the same options)."""
+    optimized = getattr(args, "optimized", None)
+    if optimized is None:
+        return None
+    exported = exported_arena(args)
+    return {"level": optimized.level, "provider": optimized.provider,
+            "optimize_seconds": optimized.seconds,
+            "exported_arena_bytes": exported["arena_bytes"],
+            "exported_nodes": exported["nodes"], "exported_error": exported.get("error")}
+
+
+def print_summary(console: Console, result: Result, load_seconds: float, written: str | None,
+                  runtime: dict | None = None):
     plan, graph = result.plan, result.graph
     s = plan.stats
     from rich.table import Table
@@ -77,17 +93,34 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
                   f"({len(graph.constants)} folded constants)")
     table.add_row("naive activations", f"{s['naive_bytes']:,}", mib(s["naive_bytes"]),
                   f"{len(plan.tensors)} tensors, one buffer each")
-    table.add_row("lower bound", f"{s['lower_bound_bytes']:,}", mib(s["lower_bound_bytes"]),
-                  "largest total live at one step, no aliasing")
+    table.add_row("unaliased peak", f"{s['unaliased_peak_bytes']:,}",
+                  mib(s["unaliased_peak_bytes"]),
+                  "most bytes live at one step, every tensor counted alone (views and "
+                  "in-place outputs too): no bound; the arena is smaller where they alias")
     table.add_row("aliased peak", f"{s['aliased_peak_bytes']:,}", mib(s["aliased_peak_bytes"]),
-                  "the same, aliased tensors counted once")
+                  "the same, storage shared by aliases counted once: no arena for this "
+                  "order and these aliases can be smaller")
     frag = (plan.arena_bytes / s["aliased_peak_bytes"] - 1) * 100 if s["aliased_peak_bytes"] else 0
     table.add_row("[green]arena", f"[green]{plan.arena_bytes:,}", f"[green]{mib(plan.arena_bytes)}",
-                  f"{frag:+.2f}% over the aliased peak")
+                  f"{frag:+.2f}% over the aliased peak"
+                  + (f"; as the runtime runs it (ONNX Runtime, level {runtime['level']}, "
+                     f"{runtime['provider']})" if runtime else ""))
+    if runtime:
+        exported = runtime["exported_arena_bytes"]
+        took = f"optimizing took ONNX Runtime {runtime['optimize_seconds']:.2f} s"
+        if exported is None:
+            table.add_row("arena as exported", "", "",
+                          f"the model as given does not plan: {shown(runtime['exported_error'])}"
+                          f"; {took}")
+        else:
+            table.add_row("arena as exported", f"{exported:,}", mib(exported),
+                          f"the model as given, {runtime['exported_nodes']} running nodes, "
+                          f"planned the same way; {took}")
     for r in result.reports:
-        note = ", ".join(f"{k} {v}" for k, v in r.detail.items() if not isinstance(v, dict))
-        table.add_row(f"  pass {r.name}", f"-{r.bytes_saved:,}", mib(r.bytes_saved),
-                      f"{shown(note)}; {r.seconds * 1000:.0f} ms")
+        # a pass's row is what it took off the arena: both columns negative (or 0)
+        saved = f"-{r.bytes_saved:,}" if r.bytes_saved else "0"
+        table.add_row(f"  pass {r.name}", saved, mib(-r.bytes_saved) if r.bytes_saved else
+                      mib(0), f"{shown(pass_note(r, plan))}; {r.seconds * 1000:.0f} ms")
     if plan.scopes:
         bodies = list(_bodies(plan))
         sizes = ", ".join(f"{s.attr} of node {s.node}: {s.plan.arena_bytes:,} B"
@@ -101,6 +134,51 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
     console.print(table)
     if written:
         console.print(f"wrote {shown(written)}")
+
+
+def pass_note(report, plan) -> str:
+    """What a pass's report says, as ``key value`` pairs; the exact placement's bound and
+    gap are those of the arena the plan reports (:func:`placement_bound`)."""
+    detail = dict(report.detail)
+    extra = ""
+    if "proven_optimal" in detail:
+        bound = placement_bound(detail, plan)
+        for key in ("proven_optimal", "lower_bound", "gap"):
+            detail.pop(key, None)
+        extra = (f"; {bound['words']}: arena {plan.arena_bytes:,} >= bound "
+                 f"{bound['bound_bytes']:,}, gap {100 * bound['gap']:.2f}%")
+    note = ", ".join(f"{k} {v}" for k, v in detail.items() if not isinstance(v, dict))
+    return note + extra
+
+
+def placement_bound(detail: dict, plan) -> dict:
+    """The bound under the arena ``--placement optimal`` reports, and the gap to it.
+
+    The exact solver places the storage groups as plain records (a group with Concat
+    slices as one block for its whole life); its bound is a bound on that problem. When
+    the solver's placement is kept, it bounds the arena; when the best heuristic with
+    the Concat slices planned smaller (``strategy`` is not ``optimal``), the solver's
+    bound is of a more constrained problem and may exceed the arena, and the bound that
+    holds is the aliased peak (no arena for this order and these aliases is smaller).
+    Returns ``proven`` (the arena meets its bound), ``bound_bytes``, ``gap`` (arena -
+    bound) / arena and ``words`` (what it is, for the summary)."""
+    floor = plan.stats.get("aliased_peak_bytes", 0)
+    arena = plan.arena_bytes
+    if detail.get("strategy") == "optimal":
+        bound = max(int(detail.get("lower_bound", 0)), floor)
+        proven = bool(detail.get("proven_optimal")) or bound >= arena
+        words = "exact placement, " + ("proven optimal" if proven else
+                                       "best found in the time limit")
+    else:
+        bound = floor
+        proven = floor >= arena
+        words = (f"the best heuristic with Concat slices kept (the exact placement, each "
+                 f"Concat group whole, planned {detail.get('tried', {}).get('optimal', 0):,}"
+                 f" with its own bound {int(detail.get('lower_bound', 0)):,}); the bound "
+                 f"here is the aliased peak")
+    bound = min(bound, arena)
+    return {"proven": proven, "bound_bytes": bound,
+            "gap": 0.0 if proven or not arena else (arena - bound) / arena, "words": words}
 
 
 def _bodies(plan):

@@ -66,7 +66,8 @@ def run(args) -> int:
                          "declared": declared[op]} for op, s in rows.items()},
             "table_holds": not failed_entries}, indent=1) + "\n")
     else:
-        out = Console()
+        from graphmem.commands.common import console
+        out = console()
         t = Table(title=f"graphmem probe: in-place kernels on {args.provider}",
                   header_style="bold")
         for col in ("op", "in table", "declared by the runtime", "cases passed",

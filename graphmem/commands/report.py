@@ -8,15 +8,22 @@ from rich.console import Console
 from rich.table import Table
 
 from graphmem.analysis import breakdown as analysis
+from graphmem.analysis import footprint
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
-from graphmem.analysis.whatif import Batcher, float_dtype, sweep
+from graphmem.analysis.whatif import Batcher, batch_axis, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
-from graphmem.commands.common import (add_model_args, add_pass_args, input_paths, parse_dims,
-                                      plan_options, shown)
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      console, exported_arena, input_paths, model_path,
+                                      parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
+from graphmem.commands.footprint_text import print_footprints
+from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
+from graphmem.export.html_parts import page_sections
+from graphmem.commands.sizes import parse_bytes
 from graphmem.plan.io import check_output
+from graphmem.plan.view import layer_label
 
 
 def add_parser(sub) -> None:
@@ -26,11 +33,17 @@ def add_parser(sub) -> None:
                                    "--dtype re-plan the model at other sizes.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--batch", metavar="LIST",
-                   help="what-if batch sizes, e.g. 1,8,32 (each one re-planned)")
+                   help="what-if batch sizes, e.g. 1,8,32 (each one re-planned); a symbolic "
+                        "batch dimension no --dim binds is bound to the first, as fit and "
+                        "train bind it")
     p.add_argument("--dtype", metavar="LIST",
                    help="what-if element types for the floating tensors, e.g. "
                         "float32,float16,int8 (each one re-planned)")
+    p.add_argument("--budget", metavar="SIZE",
+                   help="a memory budget (12GiB, 4GB, 512MiB, bytes) drawn on the footprint "
+                        "and the what-if plot, each what-if marked fits or over")
     add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
@@ -67,26 +80,85 @@ def parse_list(text: str, what: str, convert=str) -> list:
 
 def build(args) -> dict:
     """The report object (what ``--json`` prints)."""
+    budget = parse_bytes(args.budget, "--budget") if args.budget else None
     if args.html:  # before the work: a bad output fails at once
         check_output(args.html, input_paths(args))
-    view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
-    if args.html:
-        write_page(args.html, view, graph, input_paths(args))
-    dev = device_from_args(args, graph)
-    out = analysis.report(graph, view.plan, dev)
-    out["dtype"] = float_dtype(graph)
-    if args.batch or args.dtype:
-        batches = parse_list(args.batch, "batch", int) if args.batch else None
-        dtypes = parse_list(args.dtype, "dtype") if args.dtype else [out["dtype"]]
-        if batches and min(batches) < 1:
-            raise GraphmemError("--batch: every batch must be at least 1")
-        path = resolve(args.model, quiet=True)  # load_graph has said which file it is
-        batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                      dim_default=args.dim_default)
-        out["batch"] = batcher.axis.size
-        out["whatif"] = sweep(batcher, batches or [batcher.axis.size], dtypes,
-                              **plan_options(args))
+    batches = parse_list(args.batch, "batch", int) if args.batch else None
+    if batches and min(batches) < 1:
+        raise GraphmemError("--batch: every batch must be at least 1")
+    dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
+    with Progress("report") as progress:
+        progress("reading the model")
+        bind_batch(args, batches)
+        view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
+        progress("the breakdown per layer")
+        dev = device_from_args(args, graph)
+        out = analysis.report(graph, view.plan, dev)
+        out["dtype"] = float_dtype(graph)
+        optimized = getattr(args, "optimized", None)
+        if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
+            progress("the model as exported, for comparison")
+            exported = exported_arena(args, plan_options(args))
+            out["runtime"] = {"ort_optimize": optimized.level, "provider": optimized.provider,
+                              "optimize_seconds": round(optimized.seconds, 3),
+                              "arena_bytes": view.plan.arena_bytes,
+                              "exported_arena_bytes": exported["arena_bytes"],
+                              "exported_nodes": exported["nodes"],
+                              "nodes": len(view.plan.order)}
+            if "error" in exported:
+                out["runtime"]["exported_error"] = exported["error"]
+        batch = model_batch(args)
+        if batch is not None:
+            out["batch"] = batch
+        out["footprint"] = footprint.inference(
+            out["totals"], title=f"{view.plan.model}, inference"
+                                 f"{'' if batch is None else f', batch {batch}'}, {out['dtype']}")
+        if budget is not None:
+            out["budget_bytes"] = budget
+        if batches or dtypes:
+            path = model_path(args)  # planned_view has said which file it is
+            batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
+                              dim_default=args.dim_default)
+            out["batch"] = batcher.axis.size
+            out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
+                                  dtypes or [out["dtype"]], progress=progress.callback(),
+                                  **plan_options(args))
+        if args.html:
+            progress("writing the page")
+            write_page(args.html, view, graph, input_paths(args), sections=page_sections(
+                out["footprint"], out.get("whatif"), out.get("batch"), budget))
     return out
+
+
+def bind_batch(args, batches: list[int] | None) -> None:
+    """Bind a symbolic batch dimension that no ``--dim`` binds, as ``fit`` and ``train``
+    do: to the first ``--batch`` (without one, to 1 unless ``--dim-default`` binds
+    it). A model without a batch axis is left as it is."""
+    if getattr(args, "plan", None):
+        return  # a saved plan carries its bindings
+    dims = parse_dims(args.dim)
+    try:
+        axis = batch_axis(read_model(resolve(args.model, quiet=True)), dims)
+    except GraphmemError:
+        return  # no batch axis: nothing to bind (the what-ifs say so themselves)
+    if axis.symbol is None or axis.symbol in dims:
+        return
+    if batches:
+        args.dim = [*args.dim, f"{axis.symbol}={batches[0]}"]
+    elif args.dim_default is None:
+        args.dim = [*args.dim, f"{axis.symbol}=1"]
+
+
+def model_batch(args) -> int | None:
+    """The batch the report's plan is at: its batch axis's bound or fixed size (None for
+    a model without one, or for a saved --plan)."""
+    if getattr(args, "plan", None):
+        return None
+    try:
+        return batch_axis(read_model(resolve(args.model, quiet=True)),
+                          parse_dims(args.dim)).size
+    except GraphmemError:
+        return None
 
 
 def run(args) -> int:
@@ -96,14 +168,15 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
         return 0
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    print_breakdown(console, data)
-    print_peak(console, data)
-    print_by_op(console, data)
+    out = console()
+    print_breakdown(out, data)
+    print_footprints(out, [data["footprint"]], data.get("budget_bytes"))
+    print_peak(out, data)
+    print_by_op(out, data)
     if not args.no_layers:
-        print_layers(console, data)
+        print_layers(out, data)
     if "whatif" in data:
-        print_whatif(console, data)
+        print_whatif(out, data)
     return 0
 
 
@@ -119,36 +192,71 @@ def count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+# What the runtime makes of quantized weights: measured with ONNX Runtime 1.31's CPU
+# provider on a QDQ network (its optimized model saved at each level): from level
+# extended on (the default is all) QDQ Conv/MatMul become QLinearConv/QLinearMatMul on
+# the int8 weights, and no float weight is made; at level basic every DequantizeLinear
+# stays and runs at each inference.
+DEQUANTIZED_NOTE = ("the float weights the stored ones dequantize to; not in the total: "
+                    "ONNX Runtime CPU (default level) runs QDQ Conv/MatMul on the int8 "
+                    "weights; at level basic each DequantizeLinear runs per inference")
+
+
 def print_breakdown(console: Console, data: dict) -> None:
     t = data["totals"]
     table = Table(title=f"graphmem report: {shown(data['model'])} ({data['dtype']})",
                   header_style="bold")
     for col, justify in (("", "left"), ("bytes", "right"), ("MiB", "right"), ("note", "left")):
         table.add_column(col, justify=justify)
+    kinds = ", ".join(f"{dtype} {mib(n)} MiB" for dtype, n in t["weight_bytes_by_dtype"].items())
     table.add_row("weights", f"{t['weight_bytes']:,}", mib(t["weight_bytes"]),
-                  f"{t['params']:,} parameters read by the running nodes")
+                  f"{t['params']:,} parameters read by the running nodes, as stored"
+                  + (f" ({kinds})" if len(t["weight_bytes_by_dtype"]) > 1 else ""))
+    if t["weight_bytes_dequantized"]:
+        table.add_row("  dequantized", f"{t['weight_bytes_dequantized']:,}",
+                      mib(t["weight_bytes_dequantized"]), DEQUANTIZED_NOTE)
     table.add_row("activations, naive", f"{t['activation_bytes_naive']:,}",
                   mib(t["activation_bytes_naive"]), "one buffer per tensor")
     table.add_row("[green]activations, arena", f"[green]{t['arena_bytes']:,}",
                   f"[green]{mib(t['arena_bytes'])}",
                   f"planned; {t['activation_bytes_naive'] / max(t['arena_bytes'], 1):.1f}x "
                   "smaller than naive")
-    where = f"largest at node {t['workspace_node']}" if t["workspace_node"] is not None else \
-        "no convolution needs one"
+    rt = data.get("runtime")
+    if rt:
+        above = (f"the one above is the graph ONNX Runtime runs ({rt['nodes']} nodes, level "
+                 f"{rt['ort_optimize']}, {rt['provider']}, made in "
+                 f"{rt['optimize_seconds']:.2f} s)")
+        if rt["exported_arena_bytes"] is None:
+            table.add_row("  as exported", "", "", f"the model as given does not plan "
+                          f"({shown(rt['exported_error'])}); {above}")
+        else:
+            table.add_row("  as exported", f"{rt['exported_arena_bytes']:,}",
+                          mib(rt["exported_arena_bytes"]),
+                          f"the arena of the model as given ({rt['exported_nodes']} nodes); "
+                          f"{above}")
+    where = "no convolution needs one" if t["workspace_node"] is None else \
+        "largest at " + next((layer_label(r["op"], r["name"], r["step"], r["node"])
+                              for r in data["layers"] if r["node"] == t["workspace_node"]),
+                             f"node {t['workspace_node']}")
     table.add_row("workspace (im2col)", f"{t['workspace_bytes']:,}", mib(t["workspace_bytes"]),
                   f"one unfolded image of one conv, reused; {where}")
     table.add_row("[bold]total", f"[bold]{t['total_bytes']:,}", f"[bold]{mib(t['total_bytes'])}",
                   "weights + arena + workspace")
-    unknown = f"; no MAC rule for {', '.join(map(shown, t['macs_unknown_ops']))}" \
-        if t["macs_unknown_ops"] else ""
-    table.add_row("MACs", f"{t['matrix_macs']:,}", "",
-                  f"{count(t['matrix_macs'])}MAC in matrix ops (Conv, Gemm, MatMul, ...: "
-                  "PyTorch's FlopCounterMode / 2)")
-    table.add_row("  all ops", f"{t['macs']:,}", "",
-                  f"{count(t['macs'])}MAC with element-wise, pooling, normalisation{unknown}")
+    # an op without a MAC rule makes every MAC total, and the roofline time, a lower bound
+    least = "at least " if t.get("macs_at_least") else ""
+    table.add_row("MACs", f"{'>= ' if least else ''}{t['matrix_macs']:,}", "",
+                  f"{least}{count(t['matrix_macs'])}MAC in matrix ops (Conv, Gemm, MatMul, "
+                  "attention, ...: PyTorch's FlopCounterMode / 2)")
+    table.add_row("  all ops", f"{'>= ' if least else ''}{t['macs']:,}", "",
+                  f"{least}{count(t['macs'])}MAC with element-wise, pooling, normalisation")
+    if t["macs_unknown_ops"]:
+        table.add_row("  no MAC rule", "", "",
+                      f"{', '.join(map(shown, t['macs_unknown_ops']))}: the MACs and the "
+                      "roofline time are lower bounds")
     d = data["device"]
     table.add_row("roofline time", "", "",
-                  f"{t['time_s'] * 1e3:.3g} ms on {d['name']} ({d['flops'] / 1e12:g} TFLOP/s, "
+                  f"{least}{t['time_s'] * 1e3:.3g} ms on {d['name']} "
+                  f"({d['flops'] / 1e12:g} TFLOP/s, "
                   f"{d['bandwidth'] / 1e9:g} GB/s, ridge {d['ridge_macs_per_byte']:.1f} MAC/B)")
     console.print(table)
 
@@ -157,8 +265,8 @@ def print_peak(console: Console, data: dict, most: int = 8) -> None:
     p = data["peak"]
     if p["node"] is None:
         return
-    table = Table(title=f"peak: {mib(p['live_bytes'])} MiB live at node {p['node']} "
-                        f"({shown(p['op'])})", header_style="bold")
+    title = f"peak: {mib(p['live_bytes'])} MiB live at {shown(p['layer'])}"
+    table = Table(title=title, header_style="bold", min_width=len(title))
     for col in ("tensor", "shape", "MiB", "offset"):
         table.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
     for t in p["tensors"][:most]:
@@ -179,7 +287,9 @@ def print_by_op(console: Console, data: dict) -> None:
     for col in ("op", "nodes", "MACs", "% MACs", "MiB moved", "% time"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for op, s in analysis.by_op(layers).items():
-        table.add_row(shown(op), str(s["count"]), count(s["macs"]),
+        macs = ("?" if not s["macs"] else f">= {count(s['macs'])}") if s["unknown"] else \
+            count(s["macs"])
+        table.add_row(shown(op), str(s["count"]), macs,
                       f"{100 * s['macs'] / total_macs:.1f}",
                       mib(s["bytes_moved"]), f"{100 * s['time_s'] / total_time:.1f}")
     console.print(table)
@@ -199,13 +309,15 @@ def print_layers(console: Console, data: dict) -> None:
         title = (f"per layer (plan order): the {MAX_LAYER_ROWS} slowest of "
                  f"{len(data['layers'])}; --json lists all")
     table = Table(title=title, header_style="bold")
-    cols = ("node", "op", "output shape", "params", "param MiB", "act MiB", "live MiB", "MACs",
-            "MiB moved", "MAC/B", "bound")
+    cols = ("step", "node", "layer", "op", "output shape", "params", "param MiB", "act MiB",
+            "live MiB", "MACs", "MiB moved", "MAC/B", "bound")
     for col in cols:
-        table.add_column(col, justify="left" if col in ("op", "output shape", "bound") else "right")
+        table.add_column(col, justify="left" if col in ("layer", "op", "output shape", "bound")
+                         else "right")
     for r in layers:
         shapes = " ".join("x".join(map(str, s)) for s in r["output_shapes"])
-        table.add_row(str(r["node"]), shown(r["op"]), shapes, count(r["params"]),
+        table.add_row(str(r["step"]), str(r["node"]), shown(r["name"]), shown(r["op"]), shapes,
+                      count(r["params"]),
                       mib(r["param_bytes"]),
                       mib(r["activation_bytes"]), mib(r["live_bytes"]),
                       "?" if r["macs"] is None else count(r["macs"]), mib(r["bytes_moved"]),
@@ -216,11 +328,15 @@ def print_layers(console: Console, data: dict) -> None:
 def print_whatif(console: Console, data: dict) -> None:
     table = Table(title=f"what-if: re-planned per batch and dtype (the model's batch is "
                         f"{data['batch']})", header_style="bold")
+    budget = data.get("budget_bytes")
     for col in ("batch", "dtype", "weights MiB", "naive act MiB", "arena MiB", "workspace MiB",
-                "total MiB"):
+                "total MiB", "MACs") + (("budget",) if budget else ()):
         table.add_column(col, justify="right")
     for r in data["whatif"]:
         table.add_row(str(r["batch"]), r["dtype"], mib(r["weight_bytes"]),
                       mib(r["activation_bytes_naive"]), mib(r["arena_bytes"]),
-                      mib(r["workspace_bytes"]), mib(r["total_bytes"]))
+                      mib(r["workspace_bytes"]), mib(r["total_bytes"]),
+                      (">= " if r["macs_at_least"] else "") + count(r["matrix_macs"]),
+                      *((("fits" if r["total_bytes"] <= budget else "[red]over"),)
+                        if budget else ()))
     console.print(table)

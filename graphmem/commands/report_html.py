@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from graphmem.commands.common import input_paths
 from graphmem.commands.export import add_plan_arg, planned_view
+from graphmem.export.html_parts import inference_sections
 from graphmem.plan.io import check_output, write_atomic
 
 
@@ -20,11 +21,13 @@ def add_html_args(parser) -> None:
         add_plan_arg(parser)
 
 
-def write_page(path: str, view, graph, inputs=()) -> str:
+def write_page(path: str, view, graph, inputs=(), sections: str = "",
+               title: str | None = None) -> str:
     """Write the report page of ``view`` (a plan of ``graph``) to ``path``; ``inputs``:
-    the files the command read, which ``path`` must not be."""
+    the files the command read, which ``path`` must not be; ``sections``, ``title``: see
+    :func:`graphmem.export.html.page`."""
     from graphmem.export.html import page
-    write_atomic(path, page(view, graph), inputs=inputs)
+    write_atomic(path, page(view, graph, sections, title), inputs=inputs)
     return path
 
 
@@ -32,4 +35,5 @@ def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
     check_output(args.html, input_paths(args))
     view, graph = planned_view(args)
-    return write_page(args.html, view, graph, input_paths(args))
+    return write_page(args.html, view, graph, input_paths(args),
+                      sections=inference_sections(view, graph))

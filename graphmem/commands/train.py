@@ -4,14 +4,21 @@ from __future__ import annotations
 import json
 import sys
 
+from dataclasses import replace
+
 from rich.console import Console
 from rich.table import Table
 
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
-from graphmem.commands.common import add_model_args, model_path, parse_dims
+from graphmem.commands.common import add_model_args, console, model_path, parse_dims, shown
+from graphmem.commands.footprint_text import print_footprints
+from graphmem.commands.progress import Progress
 from graphmem.plan.io import check_output
+from graphmem.plan.view import layer_label
+
+PRECISIONS = ("fp32", "fp16", "bf16", "mixed")  # graphmem.training.precision.PRECISIONS
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -34,8 +41,7 @@ def add_parser(sub) -> None:
                    help="BatchNormalization: training (default) normalizes with the batch's "
                         "statistics and outputs the updated running mean and variance; "
                         "inference keeps the frozen running statistics")
-    p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"],
-                   help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
+    add_step_args(p)
     p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default="none",
                    help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, or the "
                         "balanced cuts, whichever plans smaller, the rest recomputed in "
@@ -56,17 +62,29 @@ def add_parser(sub) -> None:
     p.add_argument("--offload-min", default="64KiB", metavar="BYTES",
                    help="offload only saved activations at least this big (default 64KiB)")
     p.add_argument("--save", metavar="PATH", help="write the built training model (.onnx)")
+    p.add_argument("--html", metavar="PATH",
+                   help="write the self-contained HTML report of the step: the whole "
+                        "footprint, the arena's timeline and layout, the layers")
+    p.add_argument("--inference", action="store_true",
+                   help="also plan inference at the same batch (and precision) and show "
+                        "its footprint beside the step's (text, JSON and --html)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from graphmem.training.build import build_training, running_stat_outputs
-    from graphmem.training.offload import offload_plan
-    from graphmem.training.recompute import fit_budget, recompute_planned
-    from graphmem.training.report import account
-    from graphmem.training.selective import selective_planned
+def add_step_args(p) -> None:
+    """What a training step is counted with: the optimizer and the precision (``train``
+    and ``fit --train``)."""
+    p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"],
+                   help="optimizer whose state is counted: 0, 1 or 2 copies of the weights")
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+                   help="fp32 (default); fp16 or bf16: every floating tensor of the step "
+                        "and the optimizer state in half; mixed: the step in float16 "
+                        "(activations, gradients, a weight copy) with float32 master "
+                        "weights and float32 optimizer state")
 
+
+def run(args) -> int:
     if args.budget and args.recompute != "none":
         raise GraphmemError("--budget chooses its own recomputation: give --budget or "
                             "--recompute, not both")
@@ -75,20 +93,69 @@ def run(args) -> int:
     budget = parse_bytes(args.budget) if args.budget else None
     if args.host_bw <= 0 or args.device_flops <= 0:
         raise GraphmemError("--host-bw and --device-flops must be positive")
-    if args.save:  # before the work: a bad output fails at once
-        check_output(args.save, [model_path(args)])
+    offload_min = parse_bytes(args.offload_min, "--offload-min")
+    for out in (args.save, args.html):  # before the work: a bad output fails at once
+        if out:
+            check_output(out, [model_path(args)])
+    if args.save and args.html and args.save == args.html:
+        raise GraphmemError("--save and --html name the same file")
+    with Progress("train") as progress:
+        step = train_step(args, progress, budget, offload_min)
+        report = step["report"]
+        inference = None
+        if args.inference:
+            progress(f"planning inference at batch {args.batch}")
+            inference = inference_footprint(args, args.batch, args.precision)
+        if args.html:
+            progress("writing the page")
+            write_training_page(args.html, args, step, inference)
+    if args.save:
+        from graphmem.plan.io import write_atomic
+        write_atomic(args.save, step["tg"].model.SerializeToString(),
+                     inputs=[model_path(args)])
+    data = training_json(report, step)
+    if inference is not None:
+        data["inference_footprint"] = inference
+    if args.html:
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+    else:
+        out = console()
+        print_report(out, args.model, report, step["names"])
+        print_footprints(out, [f for f in (inference, data["footprint"]) if f], budget)
+    return 0
+
+
+def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
+    """Build, plan (with the recomputation asked for) and account for the step:
+    ``report`` (a TrainingReport), ``tg``, ``graph``, ``result``, ``names`` (node name
+    -> the name a user reads) and ``layers``."""
+    from graphmem.training.build import build_training, running_stat_outputs
+    from graphmem.training.names import layer_names, loss_kind, node_names
+    from graphmem.training.offload import offload_plan
+    from graphmem.training.recompute import fit_budget, recompute_planned
+    from graphmem.training.report import account
+    from graphmem.training.selective import selective_planned
+
+    progress("reading the model")
     model = read_model(model_path(args), load_weights=True)
     args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
+    progress(f"building the training step (onnx-ad), batch {args.batch}")
     tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
+    tg = replace(tg, precision=args.precision)
     # cheap values recomputed in backward where that plans smaller (selective.py)
+    progress("planning the step, with and without cheap values recomputed in backward")
     base, plain, selected = selective_planned(tg, args.optimizer, args.batch)
     baseline = None
     if args.recompute != "none" or budget is not None:
         baseline = plain[4]
         if budget is not None:
+            progress("choosing recomputation to fit the budget (each choice planned)")
             tg, graph, result, order, info = fit_budget(base, budget, args.optimizer,
                                                          args.batch, plain=plain)
         else:
+            progress(f"planning --recompute {args.recompute} (each choice planned)")
             tg, graph, result, order, info = recompute_planned(
                 base, args.optimizer, args.batch, optimal=args.recompute == "optimal",
                 plain=plain)
@@ -103,18 +170,105 @@ def run(args) -> int:
                                              running_stat_outputs(tg.model).values())
     if baseline is not None:
         report.extra["baseline_saved_activation_bytes"] = baseline.saved_activation_bytes
+        report.extra["baseline_kept_for_backward_bytes"] = \
+            baseline.extra["kept_for_backward_bytes"]
         report.extra["baseline_arena_bytes"] = baseline.arena_bytes
     if args.offload:
+        progress("planning with the saved activations offloaded")
         report.extra.update(offload_plan(graph, result, args.host_bw, args.device_flops,
-                                         parse_bytes(args.offload_min, "--offload-min")))
-    if args.save:
-        from graphmem.plan.io import write_atomic
-        write_atomic(args.save, tg.model.SerializeToString(), inputs=[model_path(args)])
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=1) + "\n")
-    else:
-        print_report(Console(), args.model, report)
-    return 0
+                                         offload_min))
+    report.extra["loss"] = loss_kind(tg)
+    peak = report.extra.get("peak") or {}
+    if peak.get("position") is not None:
+        peak["node_index"] = result.plan.order[peak["position"]]
+    names = node_names(graph, layer_names(tg, model))
+    return {"report": report, "tg": tg, "graph": graph, "result": result, "names": names}
+
+
+def step_total(r) -> int:
+    """The step total as the device holds it: with ``--offload``, the arena is the one
+    planned with the offloaded activations away."""
+    e = r.extra
+    if "offload_arena_bytes" in e:
+        return r.step_bytes - r.arena_bytes + e["offload_arena_bytes"]
+    return r.step_bytes
+
+
+def training_json(r, step: dict) -> dict:
+    """``train --json``: the report's figures, the step total, what it counted (the
+    optimizer, the loss, the precision), the order in words and the footprint."""
+    from graphmem.training.footprint import training
+    from graphmem.training.names import LOSS_WORDS, ORDER_WORDS
+    d = r.to_json()
+    d["step_bytes"] = step_total(r)
+    if "offload_arena_bytes" in r.extra:
+        d["step_bytes_without_offload"] = r.step_bytes
+    d["loss_words"] = LOSS_WORDS.get(d.get("loss"), d.get("loss"))
+    d["order_words"] = ORDER_WORDS.get(r.order, r.order)
+    peak = d.get("peak") or {}
+    if peak.get("node") is not None:
+        peak["layer"] = _peak_layer(peak, step["names"])
+        for h in peak.get("helpers", []):
+            h["layer"] = _named(h["op"], h["node"], step["names"])
+    d["footprint"] = training(r, title=_title(step))
+    return d
+
+
+def _title(step: dict) -> str:
+    r = step["report"]
+    return f"training step, batch {r.batch}, {r.precision}, {r.optimizer}"
+
+
+def _named(op, node, names: dict) -> str:
+    return layer_label(op or "?", names.get(node, node) if node else "")
+
+
+def _peak_layer(peak: dict, names: dict) -> str:
+    return layer_label(peak["op"], names.get(peak["node"], peak["node"]), peak["position"],
+                       peak.get("node_index"))
+
+
+def inference_footprint(args, batch: int, precision: str) -> dict:
+    """The inference footprint of the model at ``batch`` (in half for a half or mixed
+    precision), planned with the default passes."""
+    from graphmem.analysis.footprint import inference
+    from graphmem.analysis.whatif import Batcher, footprint, with_float_dtype
+    from graphmem.training.precision import STEP_DTYPE
+    path = model_path(args)
+    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
+                      dim_default=args.dim_default)
+    graph = with_float_dtype(batcher.graph(batch), STEP_DTYPE[precision])
+    return inference(footprint(graph),
+                     title=f"inference, batch {batch}, {STEP_DTYPE[precision]}")
+
+
+def write_training_page(path: str, args, step: dict, inference: dict | None) -> None:
+    """The HTML report of the step: the whole footprint (inference beside it when
+    asked), the figures, then the arena's timeline, layout and layers, every node under
+    the name a user reads."""
+    from graphmem.export.html import page
+    from graphmem.export.html_parts import footprint_section, training_section
+    from graphmem.plan.io import write_atomic
+    from graphmem.plan.view import build
+    from graphmem.training.footprint import training
+    from graphmem.training.names import with_names
+    r = step["report"]
+    graph = with_names(step["graph"], step["names"])
+    view = build(step["result"].plan, graph)
+    fps = [f for f in (inference, training(r, title=_title(step))) if f]
+    budget = parse_bytes(args.budget) if args.budget else None
+    sections = footprint_section(
+        fps, budget, "The step holds its weights, the optimizer's state and the folded "
+        "constants beside one planned arena; the arena is split where it is fullest, "
+        "into the activations kept for backward, the gradients made by then, backward's "
+        "own tensors and the bytes left free." + (
+            " Inference at the same batch is planned on its own, drawn to the same scale."
+            if inference else ""))
+    sections += training_section(report_rows(r, step["names"]),
+                                 f"Training step, batch {r.batch}")
+    write_atomic(path, page(view, graph, sections,
+                            title=f"{args.model} training step, batch {r.batch}"),
+                 inputs=[model_path(args)])
 
 
 def bind_training_dims(model, dims: dict[str, int], batch: int | None,
@@ -151,77 +305,112 @@ def mib(n: int) -> str:
     return f"{n / 2**20:,.2f}"
 
 
-def print_report(console: Console, model: str, r) -> None:
-    t = Table(title=f"graphmem train: {model}, batch {r.batch}", header_style="bold")
-    t.add_column("")
-    t.add_column("MiB", justify="right")
-    t.add_column("note")
-    t.add_row("weights (trainable)", mib(r.weight_bytes), "")
-    t.add_row("gradients", mib(r.gradient_bytes), "graph outputs: inside the arena")
-    t.add_row("optimizer state", mib(r.optimizer_bytes), "")
-    t.add_row("activations kept for backward", mib(r.saved_activation_bytes),
-              f"{r.saved_activations} forward tensors read by backward")
+def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
+    """The step's figures as (label, bytes or None, note) rows: the text table and the
+    HTML page print the same."""
+    from graphmem.training.names import LOSS_WORDS, ORDER_WORDS
+    from graphmem.training.precision import STEP_DTYPE
     e = r.extra
-    if "plan_saved_activation_bytes" in e:
-        t.add_row("  held across the boundary (plan)", mib(e["plan_saved_activation_bytes"]),
-                  f"{e['plan_saved_activations']} tensors made before backward starts in "
-                  "the plan's order and read after")
-    if "baseline_saved_activation_bytes" in e:
-        b = e["baseline_saved_activation_bytes"]
-        t.add_row("  without recomputation", mib(b),
-                  f"{b / max(r.saved_activation_bytes, 1):.2f}x more")
-        t.add_row("  arena without recomputation", mib(e["baseline_arena_bytes"]), "")
+    rows: list[tuple[str, int | None, str]] = []
+    add = lambda label, b, note="": rows.append((label, b, note))  # noqa: E731
+    half = r.precision != "fp32"
+    add("weights (trainable)", r.weight_bytes,
+        f"{STEP_DTYPE[r.precision]}, as the step reads them" if half else "")
+    if r.master_weight_bytes:
+        add("master weights", r.master_weight_bytes,
+            "float32 copy the optimizer updates (mixed precision)")
+    add("gradients", r.gradient_bytes, "graph outputs: inside the arena")
+    copies = {"sgd": 0, "momentum": 1, "adam": 2}.get(r.optimizer, 0)
+    add("optimizer state", r.optimizer_bytes,
+        f"{r.optimizer}: {copies} cop{'y' if copies == 1 else 'ies'} of the "
+        f"{'master ' if r.master_weight_bytes else ''}weights")
+    if "kept_for_backward_bytes" in e:
+        add("kept for backward", e["kept_for_backward_bytes"],
+            f"{e['kept_for_backward']} tensors made before backward starts in the plan's "
+            f"order and read after it (inside the arena, live together there)")
+    over = r.saved_activation_bytes > r.arena_bytes
+    add("  forward tensors backward reads", r.saved_activation_bytes,
+        f"{r.saved_activations} tensors, each counted alone wherever the plan runs it"
+        + (": more than the arena, as tensors sharing storage (an in-place op over its "
+           "input, a view) count once each and some are freed before others are made"
+           if over else ""))
+    if "baseline_kept_for_backward_bytes" in e:
+        b = e["baseline_kept_for_backward_bytes"]
+        kept = e.get("kept_for_backward_bytes", 0)
+        add("  kept without recomputation", b, f"{b / max(kept, 1):.2f}x more")
+        add("  arena without recomputation", e["baseline_arena_bytes"])
     if e.get("bn") == "training" and e.get("running_stat_bytes"):
-        t.add_row("  BN running statistics", mib(e["running_stat_bytes"]),
-                  "updated mean and variance: graph outputs in the arena (--bn training)")
+        add("  BN running statistics", e["running_stat_bytes"],
+            "updated mean and variance: graph outputs in the arena (--bn training)")
     elif e.get("bn") == "inference":
-        t.add_row("  BatchNormalization", "", "inference form: frozen statistics (--bn inference)")
-    t.add_row("[green]planned arena", f"[green]{mib(r.arena_bytes)}",
-              f"{r.nodes} nodes, {r.order} order")
+        add("  BatchNormalization", None, "inference form: frozen statistics (--bn inference)")
+    add("planned arena", r.arena_bytes,
+        f"{r.nodes} nodes; order: {ORDER_WORDS.get(r.order, r.order)}")
     if e.get("selective") not in (None, "none"):
-        t.add_row("  cheap values recomputed", "",
-                  f"{e['selective_recomputed']} forward values of {e['selective']} ops "
-                  f"recomputed in backward from kept ones (arena without: "
-                  f"{mib(e['selective_arena_bytes']['none'])} MiB)")
+        add("  cheap values recomputed", None,
+            f"{e['selective_recomputed']} forward values of {e['selective']} ops "
+            f"recomputed in backward from kept ones (arena without: "
+            f"{mib(e['selective_arena_bytes']['none'])} MiB)")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
-        t.add_row("  at the peak", mib(peak["live_bytes"]),
-                  f"step {peak['position']} ({peak['op']} {peak['node']}; backward starts at "
-                  f"{peak['first_backward_position']}): saved {mib(kinds['saved'])}, gradients "
-                  f"{mib(kinds['gradients'])}, backward {mib(kinds['backward'])} MiB")
+        add("  at the peak", peak["live_bytes"],
+            f"{_peak_layer(peak, names)}; backward starts at step "
+            f"{peak['first_backward_position']}: kept {mib(kinds['saved'])}, gradients "
+            f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])} MiB")
         for h in peak["helpers"]:
-            t.add_row(f"    {h['name']}", mib(h["bytes"]),
-                      f"{h['op']} {h['node']} {'x'.join(map(str, h['shape']))}")
-    t.add_row("folded constants", mib(r.constant_bytes),
-              "computed from weights/constants only (transposes, zero fills)")
-    total = r.weight_bytes + r.optimizer_bytes + r.constant_bytes + r.arena_bytes
-    t.add_row("step total", mib(total), "weights + optimizer state + constants + arena")
+            add(f"    {_named(h['op'], h['node'], names)}", h["bytes"],
+                f"output {'x'.join(map(str, h['shape']))}")
+    add("folded constants", r.constant_bytes,
+        "computed from weights/constants only (transposes, zero fills)")
+    if "offload_bytes" in e:
+        add("arena with offload", e["offload_arena_bytes"],
+            f"{e['offloaded']} activations copied to the host after their last forward use "
+            f"and back before backward: {mib(e['offload_bytes'])} MiB each way")
+        add("transfer stalls", None, f"{e['stall_seconds'] * 1e3:.3f} ms over "
+            f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
+    parts = ["weights"] + (["master weights"] if r.master_weight_bytes else []) + \
+        ["optimizer state", "constants", "arena with offload" if "offload_bytes" in e
+         else "arena"]
+    add("step total", step_total(r), " + ".join(parts) + f"; {r.optimizer}, loss: "
+        f"{LOSS_WORDS.get(e.get('loss'), e.get('loss'))}, {r.precision}")
     fb = r.forward_macs + r.backward_macs
-    t.add_row("MACs forward / backward", "", f"{r.forward_macs:,} / {r.backward_macs:,}")
+    add("MACs forward / backward", None, f"{r.forward_macs:,} / {r.backward_macs:,}")
     if r.recompute_macs:
-        t.add_row("MACs recomputed", "", f"{r.recompute_macs:,} = "
-                  f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
-                  f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
+        add("MACs recomputed", None, f"{r.recompute_macs:,} = "
+            f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
+            f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
     if e.get("choice") == "none":
-        t.add_row("checkpoints", "", "none: every choice of cuts planned larger than no "
-                  f"checkpoints (Chen's {mib(e['chen_arena_bytes'])} MiB)"
-                  if "chen_arena_bytes" in e else "none: no checkpoints needed")
+        add("checkpoints", None, "none: every choice of cuts planned larger than no "
+            f"checkpoints (Chen's {mib(e['chen_arena_bytes'])} MiB)"
+            if "chen_arena_bytes" in e else "none: no checkpoints needed")
     elif "checkpoints" in e:
-        t.add_row("checkpoints", "", f"{e['checkpoints']} tensors kept at cuts "
-                  f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
-                  f"{e.get('whole_segments')} recomputed whole, "
-                  f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept"
-                  + (f"; {e['choice']} cuts" if e.get("choice") else ""))
+        add("checkpoints", None, f"{e['checkpoints']} tensors kept at cuts "
+            f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
+            f"{e.get('whole_segments')} recomputed whole, "
+            f"{e.get('matrix_outputs_kept', 0)} matrix-op outputs kept"
+            + (f"; {e['choice']} cuts" if e.get("choice") else ""))
     if "optimal" in e:
         o = e["optimal"]
-        t.add_row("  mixed-integer program", mib(o["optimal_arena_bytes"]),
-                  f"its cuts' planned arena (balanced cuts "
-                  f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak {mib(o['modelled_peak_bytes'])} MiB over "
-                  f"{o['cuts_modelled']} cuts, {o['solve_seconds']} s, {o['status']}")
-    if "offload_bytes" in e:
-        t.add_row("offloaded each way", mib(e["offload_bytes"]),
-                  f"{e['offloaded']} tensors; arena with offload {mib(e['offload_arena_bytes'])}")
-        t.add_row("transfer stalls", "", f"{e['stall_seconds'] * 1e3:.3f} ms over "
-                  f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
+        add("  mixed-integer program", o["optimal_arena_bytes"],
+            f"its cuts' planned arena (balanced cuts "
+            f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak "
+            f"{mib(o['modelled_peak_bytes'])} MiB over {o['cuts_modelled']} cuts, "
+            f"{o['solve_seconds']} s, {o['status']}")
+    if "budget_bytes" in e:
+        add("budget", e["budget_bytes"], ("fits" if e.get("fits_budget") else "does not fit")
+            + f" after {e.get('budget_trials')} plans")
+    return rows
+
+
+def print_report(console: Console, model: str, r, names: dict | None = None) -> None:
+    t = Table(title=f"graphmem train: {shown(model)}, batch {r.batch}", header_style="bold")
+    t.add_column("")
+    t.add_column("MiB", justify="right")
+    t.add_column("note")
+    for label, b, note in report_rows(r, names or {}):
+        style = "[green]" if label == "planned arena" else \
+            "[bold]" if label == "step total" else ""
+        t.add_row(f"{style}{shown(label)}", "" if b is None else f"{style}{mib(b)}",
+                  shown(note))
     console.print(t)

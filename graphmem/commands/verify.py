@@ -9,7 +9,9 @@ from rich.table import Table
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
-from graphmem.commands.common import (add_model_args, add_pass_args, load_graph, model_path,
+from graphmem.commands.progress import Heartbeat
+from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
+                                      console, load_graph, model_path,
                                       non_negative_int, parse_dims, plan_from_args, read_plan,
                                       shown)
 
@@ -22,6 +24,7 @@ def add_parser(sub) -> None:
                     "Exit 0 on PASS, 1 when the plan is wrong, 2 on unusable input.")
     add_model_args(p)
     add_pass_args(p)
+    add_runtime_args(p)
     p.add_argument("--plan", metavar="PATH", help="verify this plan file instead of planning")
     add_verify_args(p)
     p.set_defaults(func=run)
@@ -48,6 +51,8 @@ def add_verify_args(p) -> None:
 
 
 def run(args) -> int:
+    from graphmem.commands.progress import clear_early
+    clear_early()  # the stages and the bar over the nodes show from here
     with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"
@@ -66,48 +71,8 @@ def run(args) -> int:
             plan = plan_from_args(args, graph).plan
         beat.status = "checking the plan, then the reference run on ONNX Runtime"
         report = run_verify(plan, graph, args, beat)
-    print_report(Console(), report)
+    print_report(console(), report)
     return 0 if report.passed else 1
-
-
-# Without a terminal (a CI log, a pipe), a progress line on stderr this often, in seconds
-PROGRESS_EVERY = 10.0
-
-
-class Heartbeat:
-    """Without a terminal, a ``graphmem: verify: <status>, S s`` line on stderr every
-    ``PROGRESS_EVERY`` seconds while the command runs, from a thread, so that a stage
-    spent inside ONNX Runtime (a 200k-node model's reference session takes minutes)
-    shows too. ``status`` is whatever the command is doing now."""
-
-    def __init__(self, enabled: bool = True):
-        import threading
-        self.enabled = enabled
-        self.status = "starting"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True)
-
-    def __enter__(self) -> "Heartbeat":
-        import time
-        self._start = time.monotonic()
-        if self.enabled:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _beat(self) -> None:
-        import sys
-        import time
-        while not self._stop.wait(PROGRESS_EVERY if PROGRESS_EVERY > 0 else 0.01):
-            print(f"graphmem: verify: {self.status}, {time.monotonic() - self._start:.0f} s",
-                  file=sys.stderr, flush=True)
-
-    def on_step(self, done: int, total: int) -> None:
-        self.status = f"{done:,} of {total:,} nodes"
 
 
 def run_verify(plan, graph, args, beat: Heartbeat | None = None) -> VerifyReport:

@@ -5,7 +5,7 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from itertools import repeat
 from math import prod
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 # The standard ONNX operator domain, by either of its names.
 STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
@@ -86,6 +86,13 @@ class Node:
         return f"node {self.index} ({self.op_type}{' ' + repr(self.name) if self.name else ''})"
 
 
+class Sizing(NamedTuple):
+    """One shape strategy that ran at load (graphmem/frontend/shape_strategies.py)."""
+    strategy: str
+    count: int  # the tensors it newly sized
+    tensors: tuple[str, ...]  # their names; () for the first (it sizes them all)
+
+
 @dataclass(frozen=True)
 class Graph:
     """A loaded model: the nodes that run, and every tensor's static type.
@@ -114,6 +121,14 @@ class Graph:
     # node index -> the name of the workspace tensor it writes, once the workspaces are
     # added (graphmem/core/scopes.py); empty in a graph as loaded
     workspaces: Mapping[int, str] = field(default_factory=dict, compare=False, hash=False)
+    # a folded constant computed through a weight's dequantization -> the stored tensors
+    # it is made from (graphmem/frontend/stored_weights.py): weights count as stored
+    stored_as: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False,
+                                                    hash=False)
+    # how the loader sized the tensors: each shape strategy that ran, in order
+    sizing: tuple[Sizing, ...] = field(default=(), compare=False, hash=False)
+    # what the loader caught and went on past (printed as notes when it loads)
+    load_notes: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}
@@ -154,9 +169,25 @@ class Graph:
             names += [t for t in self.body_weights() if t not in set(names)]
         return names
 
+    def stored_weight_names(self) -> list[str]:
+        """:meth:`weight_names` with each dequantized constant replaced by the tensors the
+        file stores it as (``stored_as``: an int8 weight, its scale and zero point)."""
+        names = self.weight_names()
+        if not self.stored_as:
+            return names
+        out: dict[str, None] = {}
+        for t in names:
+            out.update(dict.fromkeys(self.stored_as.get(t, (t,))))
+        return list(out)
+
     def weight_bytes(self) -> int:
+        """Bytes of the weights running nodes read, as the file stores them."""
         body = self.body_weights() if self.scopes else {}
-        return sum((self.tensors.get(t) or body[t]).bytes for t in self.weight_names())
+        return sum((self.tensors.get(t) or body[t]).bytes for t in self.stored_weight_names())
+
+    def dequantized_bytes(self) -> int:
+        """Bytes of the float weights folding dequantizes (0 without quantized weights)."""
+        return sum(self.tensors[t].bytes for t in self.weight_names() if t in self.stored_as)
 
     def body_weights(self) -> dict[str, "Tensor"]:
         """The initializers of the control-flow bodies (nested ones too) that their nodes

@@ -26,3 +26,41 @@ def release_freed() -> None:
     trim = _trim()
     if trim is not None:
         trim(0)
+
+
+def available_bytes() -> int | None:
+    """How many more bytes this process can take, where the system says: the least of
+    the memory the kernel counts available (``MemAvailable``), what its address-space
+    limit (``RLIMIT_AS``) leaves, and what its cgroup's memory limit leaves. None where
+    none of them is known (not Linux). An allocation past it would end in a
+    MemoryError, or in the kernel's out-of-memory killer once its pages are touched."""
+    import os
+    known = []
+    try:
+        with open("/proc/meminfo") as f:
+            known += [int(line.split()[1]) * 1024 for line in f
+                      if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/status") as f:
+                size = next(int(line.split()[1]) * 1024 for line in f
+                            if line.startswith("VmSize:"))
+            known.append(soft - size)
+    except (ImportError, OSError, ValueError, StopIteration):
+        pass
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next(line.strip()[3:] for line in f if line.startswith("0::"))
+        folder = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+        with open(os.path.join(folder, "memory.max")) as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open(os.path.join(folder, "memory.current")) as f:
+                known.append(int(limit) - int(f.read().strip()))
+    except (OSError, ValueError, StopIteration):
+        pass
+    return max(min(known), 0) if known else None

@@ -16,8 +16,9 @@ Deny by default: an op not listed here never shares storage with its inputs.
   written after the reads it depends on (:func:`evidence`). The "probed" tables
   ("cpu-probed", "cuda-probed") add every other candidate: entries no kernel declares,
   which ``graphmem probe`` checks on this machine; a user opts in with
-  ``--inplace-table probed``, never by default. An overwrite is allowed only when the op
-  is the last reader of that storage, the sizes match in bytes and the dtypes match.
+  ``--inplace-table probed``, never by default. A pair of these tables is a candidate
+  only: when a plan may use it (the dtype and shape, the lives of the storage group) is
+  the in-place rule of docs/plan-format.md.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from graphmem.core.index import GraphIndex
 from graphmem.core.ir import Graph, Node, standard_domain
+from graphmem.errors import GraphmemError
 
 # op_type -> list of (input index, output index); standard ONNX domain only.
 VIEW: dict[str, list[tuple[int, int]]] = {
@@ -73,6 +75,23 @@ ELEMENTWISE.update({"ScatterND": [(0, 0)], "ScatterElements": [(0, 0)]})
 # MayInplace(0, 0): see the evidence file; graphmem leaves Gelu out there too.)
 PROBE_CANDIDATES: dict[str, list[tuple[int, int]]] = {"Gelu": [(0, 0)]}
 
+# The fused ops of ONNX Runtime's optimizers (contrib domains, keyed "domain:op") whose
+# kernels may write an output over an input: a Conv's fused "sum" (the residual add)
+# into its output, a past key/value buffer into the present one, QuickGelu's input.
+# Candidates as ELEMENTWISE's are: a pair enters a table only with evidence.
+FUSED: dict[str, list[tuple[int, int]]] = {
+    "com.microsoft:FusedConv": [(3, 0)],
+    "com.microsoft.nchwc:Conv": [(3, 0)],
+    "com.microsoft:QuickGelu": [(0, 0)],
+    "com.microsoft:Attention": [(4, 1)],
+    "com.microsoft:GroupQueryAttention": [(3, 1), (4, 2)],
+    "com.microsoft:SparseAttention": [(3, 1), (4, 2)],
+}
+# ... and the element type a FUSED op's pairs are for, where its kernels differ by type:
+# CPU FusedConv declares MayInplace(3, 0) for float only (its MLFloat16 kernel, built
+# with MLAS's fp16 vector intrinsics, declares none and adds the sum after writing).
+FUSED_DTYPE: dict[str, str] = {"com.microsoft:FusedConv": "float32"}
+
 PROVIDERS = ("cpu", "cuda")
 PROBED = "probed"  # the suffix of the probed tables: "cpu-probed", "cuda-probed"
 _EVIDENCE_FILE = Path(__file__).with_name("inplace_evidence.json")
@@ -81,12 +100,23 @@ _EVIDENCE_FILE = Path(__file__).with_name("inplace_evidence.json")
 @lru_cache(maxsize=1)
 def evidence_file() -> dict:
     """The evidence file (``inplace_evidence.json``): the ONNX Runtime source it was read
-    from, and per provider and op the evidence of each pair."""
+    from, and per provider and op the evidence of each pair. A file that is missing or
+    unreadable is an error, not an empty table: every default table is made from it."""
     try:
         with open(_EVIDENCE_FILE, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:  # only while tools/inplace_evidence.py makes it: no evidence
-        return {"providers": {}}
+            data = json.load(f)
+    except OSError as exc:
+        raise GraphmemError(f"cannot read the in-place evidence file {_EVIDENCE_FILE} "
+                            f"({exc.strerror or exc}): graphmem's install is incomplete "
+                            "(the file is part of the package, made by "
+                            "tools/inplace_evidence.py)") from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} is not valid "
+                            f"JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("providers"), dict):
+        raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} has no "
+                            "\"providers\" object")
+    return data
 
 
 def evidence(provider: str, op: str) -> list[dict]:
@@ -99,9 +129,10 @@ def evidence(provider: str, op: str) -> list[dict]:
 
 
 def _default_table(provider: str) -> dict[str, list[tuple[int, int]]]:
-    """The candidates of :data:`ELEMENTWISE` with evidence for ``provider``'s kernels."""
+    """The candidates of :data:`ELEMENTWISE` and :data:`FUSED` with evidence for
+    ``provider``'s kernels."""
     table = {}
-    for op, pairs in ELEMENTWISE.items():
+    for op, pairs in {**ELEMENTWISE, **FUSED}.items():
         backed = {tuple(e["pair"]) for e in evidence(provider, op)}
         kept = [p for p in pairs if p in backed]
         if kept:
@@ -114,7 +145,9 @@ def _default_table(provider: str) -> dict[str, list[tuple[int, int]]]:
 INPLACE_TABLES: dict[str, dict[str, list[tuple[int, int]]]] = {}
 for _p in PROVIDERS:
     INPLACE_TABLES[_p] = _default_table(_p)
-    INPLACE_TABLES[f"{_p}-{PROBED}"] = {op: list(pairs) for op, pairs in ELEMENTWISE.items()}
+    INPLACE_TABLES[f"{_p}-{PROBED}"] = {
+        **{op: list(pairs) for op, pairs in ELEMENTWISE.items()},
+        **{op: pairs for op, pairs in INPLACE_TABLES[_p].items() if op in FUSED}}
 DEFAULT_TABLE = "cpu"
 # The CPU provider's default table (kept under its old name).
 OVERWRITE = INPLACE_TABLES["cpu"]
@@ -193,7 +226,7 @@ def _past_table(ident: str) -> str | None:
     INPLACE_TABLES[key] = {op: [tuple(p) for p in pairs]
                            for op, pairs in entry["entries"].items()}
     _PAST_IDS[key] = ident
-    _TABLE_OPS = _TABLE_OPS | frozenset(INPLACE_TABLES[key])
+    _TABLE_OPS = _TABLE_OPS | frozenset(_op_types(INPLACE_TABLES[key]))
     return key
 
 
@@ -216,7 +249,8 @@ def concat_axis(shape: tuple[int, ...], axis: int) -> tuple[int, bool]:
     whether its slices are contiguous in memory (every dimension before the axis is 1),
     so that each input may be written straight into its slice of the output."""
     axis = axis + len(shape) if axis < 0 else axis
-    return axis, all(d == 1 for d in shape[:axis])
+    before = shape[:axis]
+    return axis, before.count(1) == len(before)
 
 
 def view_pairs(node: Node) -> list[tuple[int, int]]:
@@ -244,12 +278,15 @@ def _pairs_of(op_type: str, domain: str, given_in: tuple[bool, ...], given_out: 
     """(view pairs, overwrite pairs) of a node with this signature, the overwrite pairs
     from the provider's ``table`` (:data:`INPLACE_TABLES`): the one rule.
 
-    Standard domain only; pairs between given inputs and outputs only. Dropout with a
+    A contrib op is looked up as "domain:op" (:data:`FUSED`); views are standard
+    domain only. Pairs between given inputs and outputs only. Dropout with a
     ``training_mode`` input may be training (its output is not its input);
     BatchNormalization with more than one output is training (it also writes running
     statistics), so neither aliases then."""
     if not standard_domain(domain):
-        return (), ()
+        op_type = f"{domain}:{op_type}"
+        if op_type not in FUSED:
+            return (), ()
 
     def pairs(table):
         return tuple((i, o) for i, o in table.get(op_type, ())
@@ -303,7 +340,10 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
               np.fromiter(map({d: k for k, d in enumerate(domain_names)}.__getitem__, domains),
                           np.int64, len(nodes))[rows])
     parts = []  # (pos, overwrite, rank, src, out) arrays
-    candidates = np.isin(code, aliasing) & regular
+    of_table = np.zeros(len(codes), dtype=bool)
+    of_table[aliasing] = True
+    aliases = of_table[code]  # per position: an op of the tables
+    candidates = aliases & regular
     # one integer per signature of a regular node: (domain, input count, output count)
     wide_in, wide_out = int(n_in.max(initial=0)) + 1, int(n_out.max(initial=0)) + 1
     signature = (domain * wide_in + n_in) * wide_out + n_out
@@ -326,7 +366,7 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
                                   index.writes[write_start[pos_all] + o]))
     get = index.ids.get
     extra = []
-    for pos, row in zip(*(a.tolist() for a in _odd(np.isin(code, aliasing) & ~regular, rows))):
+    for pos, row in zip(*(a.tolist() for a in _odd(aliases & ~regular, rows))):
         node = nodes[row]
         for overwrite, pairs in zip((False, True), _pairs_of(*_signature(node), table)):
             extra += [(pos, overwrite, rank, get(node.inputs[i], -1), get(node.outputs[o], -1))
@@ -337,8 +377,25 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
     if not parts:
         return _EMPTY
     pos, overwrite, rank, src, out = (np.concatenate(c) for c in zip(*parts))
+    if any(op.rsplit(":", 1)[-1] in codes for op in FUSED_DTYPE):
+        keep = _typed(graph, rows, index, pos, overwrite, src)
+        pos, overwrite, rank, src, out = pos[keep], overwrite[keep], rank[keep], src[keep], out[keep]
     by = np.lexsort((rank, overwrite, pos))
     return AliasEdges(pos[by], overwrite[by], src[by], out[by])
+
+
+def _typed(graph: Graph, rows, index: GraphIndex, pos, overwrite, src) -> np.ndarray:
+    """Which pairs stand once :data:`FUSED_DTYPE` is applied: an overwrite pair of such an
+    op holds only when its input has the element type its kernel declares it for."""
+    keep = np.ones(len(pos), dtype=bool)
+    for k in np.flatnonzero(overwrite).tolist():
+        node = graph.nodes[int(rows[int(pos[k])])]
+        dtype = FUSED_DTYPE.get(f"{node.domain}:{node.op_type}")
+        if dtype is not None:
+            name = index.names[int(src[k])] if src[k] >= 0 else None
+            tensor = graph.tensors.get(name) if name is not None else None
+            keep[k] = tensor is not None and tensor.dtype == dtype
+    return keep
 
 
 def _odd(mask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -349,6 +406,13 @@ def _odd(mask: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 _OP_TYPE, _DOMAIN = attrgetter("op_type"), attrgetter("domain")
 _INPUTS, _OUTPUTS = attrgetter("inputs"), attrgetter("outputs")
-_TABLE_OPS = frozenset([*VIEW, *(op for t in INPLACE_TABLES.values() for op in t)])
+def _op_types(table) -> list[str]:
+    """The op types a table names ("com.microsoft:FusedConv" names FusedConv)."""
+    return [op.rsplit(":", 1)[-1] for op in table]
+
+
+# every op type some table names (a contrib op by its op type: its domain is checked
+# in _pairs_of)
+_TABLE_OPS = frozenset([*VIEW, *(op for t in INPLACE_TABLES.values() for op in _op_types(t))])
 _NONE = np.zeros(0, dtype=np.int64)
 _EMPTY = AliasEdges(_NONE, _NONE.astype(bool), _NONE, _NONE)

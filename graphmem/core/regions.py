@@ -30,17 +30,17 @@ def byte_regions(cut_group: np.ndarray, cuts: np.ndarray, span_group: np.ndarray
     """
     order = np.lexsort((cuts, cut_group))
     cg, cv = cut_group[order], cuts[order]
-    distinct = np.r_[True, (cg[1:] != cg[:-1]) | (cv[1:] != cv[:-1])]
+    distinct = np.concatenate(([True], (cg[1:] != cg[:-1]) | (cv[1:] != cv[:-1])))
     cg, cv = cg[distinct], cv[distinct]
     inner = cg[1:] == cg[:-1]  # cut k and cut k + 1 bound a region
-    region_at = np.r_[0, np.cumsum(inner)]  # index of the region starting at cut k
+    region_at = np.concatenate(([0], np.cumsum(inner)))  # the region starting at cut k
     n_regions = int(region_at[-1])
     # the cut at or below each span's first byte and last byte: one merged sort of
     # cuts and queries by (group, position), cuts first on ties
     n, s = len(cv), len(lo)
-    keys_g = np.r_[cg, span_group, span_group]
-    keys_v = np.r_[cv, lo, hi - 1]
-    is_query = np.r_[np.zeros(n, dtype=np.int8), np.ones(2 * s, dtype=np.int8)]
+    keys_g = np.concatenate((cg, span_group, span_group))
+    keys_v = np.concatenate((cv, lo, hi - 1))
+    is_query = np.concatenate((np.zeros(n, dtype=np.int8), np.ones(2 * s, dtype=np.int8)))
     merged = np.lexsort((is_query, keys_v, keys_g))
     cut_below = np.cumsum(is_query[merged] == 0) - 1  # per merged position
     where = np.empty_like(merged)

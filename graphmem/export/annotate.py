@@ -13,9 +13,11 @@ with IR version 10: a model at IR >= 10 (or any model with ``raise_ir_version``)
 them as ``graphmem.<field>`` entries. An older model (the zoo's are IR 3) keeps its IR
 version, because raising it changes which graph optimisations ONNX Runtime applies (on
 densenet121 the outputs then differ in the last bit); its tensors and nodes carry the
-fields in a ``[graphmem] key=value ...`` doc_string line (:func:`doc_fields` reads it).
-Either way the model's own ``metadata_props`` (every IR version has them) hold
-``graphmem.format``, ``.arena_bytes``, ``.lower_bound_bytes``, ``.aliased_peak_bytes``,
+fields in ``[graphmem] key=value ...`` doc_string lines, a few fields to a line and the
+note in words on a line of its own, so that Netron's description wraps
+(:func:`doc_fields` reads them). Either way the model's own ``metadata_props`` (every IR
+version has them) hold ``graphmem.format``, ``.arena_bytes``, ``.unaliased_peak_bytes``
+(``.lower_bound_bytes`` before 2026-11-25), ``.aliased_peak_bytes``,
 ``.naive_bytes``, ``.alignment``, ``.passes``, ``.pass_savings``, ``.peak_step`` and
 ``graphmem.plan``, the whole plan file text, so :func:`read_plan` gets back exactly the
 plan that was written.
@@ -102,7 +104,7 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph, *,
     # model level (model metadata_props exist in every IR version)
     s = plan.stats
     _props(out, format=FORMAT, arena_bytes=plan.arena_bytes,
-           lower_bound_bytes=s.get("lower_bound_bytes", ""),
+           unaliased_peak_bytes=s.get("unaliased_peak_bytes", ""),
            aliased_peak_bytes=s.get("aliased_peak_bytes", ""),
            naive_bytes=s.get("naive_bytes", ""), alignment=plan.alignment,
            passes=",".join(p.get("name", "?") for p in plan.passes) or "none",
@@ -113,12 +115,14 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph, *,
 
 
 def doc_fields(doc_string: str) -> dict[str, str]:
-    """The ``key=value`` fields of the graphmem line of a doc_string (names unquoted)."""
+    """The ``key=value`` fields of the graphmem lines of a doc_string (names unquoted);
+    the note line, in words, has none."""
+    out: dict[str, str] = {}
     for line in doc_string.split("\n"):
         if line.startswith(_DOC_TAG):
-            return {k: json.loads(v) if v.startswith('"') else v
-                    for k, v in _FIELD.findall(line[len(_DOC_TAG):])}
-    return {}
+            out.update((k, json.loads(v) if v.startswith('"') else v)
+                       for k, v in _FIELD.findall(line[len(_DOC_TAG):]))
+    return out
 
 
 def read_plan(path: str | os.PathLike) -> Plan:
@@ -165,16 +169,28 @@ def _props(msg, **fields) -> None:
         entry.value = str(value)
 
 
+# Characters of fields on one doc_string line before the next field starts a new one:
+# Netron shows a description as it is written, one long line running off the panel.
+DOC_LINE = 60
+
+
 def mark_doc(msg, props: bool, note: str, **fields) -> None:
-    """Fields as metadata_props (IR >= 10) and as one ``[graphmem] k=v ...`` doc line."""
+    """Fields as metadata_props (IR >= 10) and as ``[graphmem] k=v ...`` doc lines (a few
+    fields to a line), then the note on a ``[graphmem]`` line of its own."""
     if props:
         _props(msg, **fields)
     # names are JSON-quoted so that spaces or '=' in them cannot break the line apart
-    text = " ".join(f"{k}={json.dumps(v) if k in _NAME_FIELDS else v}"
-                    for k, v in fields.items())
-    line = f"{_DOC_TAG}{text} {note}"
+    lines, current = [], []
+    for k, v in fields.items():
+        item = f"{k}={json.dumps(v) if k in _NAME_FIELDS else v}"
+        if current and len(" ".join(current + [item])) > DOC_LINE:
+            lines.append(" ".join(current))
+            current = []
+        current.append(item)
+    lines += [" ".join(current)] if current else []
+    text = "\n".join(f"{_DOC_TAG}{line}" for line in lines + [note])
     # appended, so a doc_string the model already had is kept
-    msg.doc_string = f"{msg.doc_string}\n{line}" if msg.doc_string else line
+    msg.doc_string = f"{msg.doc_string}\n{text}" if msg.doc_string else text
 
 
 def _mib(n: int) -> str:

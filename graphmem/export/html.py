@@ -16,9 +16,11 @@ import html
 import json
 
 from graphmem import __version__
-from graphmem.analysis.breakdown import layer_table
+from graphmem.analysis.breakdown import dequantized_bytes, layer_table, weight_bytes
+from graphmem.analysis.macs import mac_totals
 from graphmem.core.ir import Graph
-from graphmem.plan.view import PlanView
+from graphmem.export.html_parts import CSS as PARTS_CSS
+from graphmem.plan.view import PlanView, layer_label
 
 _ESC = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
 
@@ -26,12 +28,12 @@ _ESC = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
 def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
     """The JSON the page draws from (plain lists, compact for large graphs).
 
-    ``layers`` (``analysis.layer_table`` rows, in plan order) adds MACs and parameter
-    counts per step to the layer table.
+    ``layers`` (``analysis.layer_table`` rows, in plan order) adds MACs, parameter
+    counts and bytes moved per step to the layer table.
     """
     plan = view.plan
-    cost = [[r.get("macs"), r.get("params")] for r in layers] if layers else \
-        [[None, None] for _ in view.steps]
+    cost = [[r.get("macs"), r.get("params"), r.get("bytes_moved")] for r in layers] \
+        if layers else [[None, None, None] for _ in view.steps]
     step_of_node = {s.node: s.step for s in view.steps}
     index = {r.name: i for i, r in enumerate(view.tensors)}
     return {
@@ -42,7 +44,8 @@ def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
         "bindings": dict(plan.bindings), "steps": len(plan.order),
         "live": view.live, "live_unaliased": view.live_unaliased,
         "peak_step": view.peak_step, "peak": [index[t] for t in view.peak_tensors],
-        # per step: [node index, op type, node name, MACs (null: no cost rule), params]
+        # per step: [node index, op type, node name, MACs (null: no cost rule), params,
+        # bytes moved]
         "ops": [[s.node, s.op, s.name, *cost[s.step]] for s in view.steps],
         # per tensor: name, kind, bytes, offset, first, last, storage, alias_of, alias,
         # slice_of, dtype, shape, producer op, producer name, producer step (-1: input)
@@ -54,14 +57,23 @@ def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
     }
 
 
-def page(view: PlanView, graph: Graph) -> str:
-    """The report page of a plan for its graph, with the per-layer table: what
-    ``graphmem report --html`` and ``graphmem export --html`` write."""
-    return render(view, layer_table(graph, view.plan))
+def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = None) -> str:
+    """The report page of a plan for its graph, with the per-layer table and the MAC
+    total: what ``graphmem report --html`` and ``graphmem export --html`` write.
+    ``sections``: more HTML sections placed after the headline
+    (:mod:`graphmem.export.html_parts`: the whole footprint, the what-ifs, a training
+    step's figures)."""
+    return render(view, layer_table(graph, view.plan), mac_totals(graph),
+                  (weight_bytes(graph), dequantized_bytes(graph)), sections, title)
 
 
-def render(view: PlanView, layers: list[dict] | None = None) -> str:
-    """The whole report page as one HTML string (``layers``: see :func:`report_data`)."""
+def render(view: PlanView, layers: list[dict] | None = None,
+           macs: dict | None = None, weights: tuple[int, int] | None = None,
+           sections: str = "", title: str | None = None) -> str:
+    """The whole report page as one HTML string (``layers``: see :func:`report_data`;
+    ``macs``: :func:`~graphmem.analysis.macs.mac_totals`, ``weights``: the stored and the
+    dequantized weight bytes; each a card when given; ``sections``, ``title``: see
+    :func:`page`)."""
     plan, s = view.plan, view.plan.stats
     e = html.escape
     data = json.dumps(report_data(view, layers), separators=(",", ":")).translate(_ESC)
@@ -70,14 +82,31 @@ def render(view: PlanView, layers: list[dict] | None = None) -> str:
         ("arena", plan.arena_bytes, "one buffer holds every activation"),
         ("aliased peak", s.get("aliased_peak_bytes", 0), "most bytes live at one step, "
                                                            "shared storage counted once"),
-        ("lower bound", s.get("lower_bound_bytes", 0), "most bytes live at one step, "
-                                                         "no aliasing"),
+        ("unaliased peak", s.get("unaliased_peak_bytes", 0),
+         "most bytes live at one step, every tensor counted alone: no bound (the arena is "
+         "smaller where tensors alias)"),
         ("naive", naive, "one buffer per tensor"),
     ]
     card_html = "".join(
         f'<div class="card"><div class="k">{e(k)}</div><div class="v">{_mib(v)}</div>'
         f'<div class="n">{v:,} bytes</div><div class="n">{e(note)}</div></div>'
         for k, v, note in cards)
+    if weights is not None:
+        stored, dequantized = weights
+        note = (f"as stored; dequantized to {_mib(dequantized)} of float weights"
+                if dequantized else "as stored, read by the running nodes")
+        card_html += (f'<div class="card" id="weights"><div class="k">weights</div>'
+                      f'<div class="v">{_mib(stored)}</div><div class="n">{stored:,} bytes'
+                      f'</div><div class="n">{e(note)}</div></div>')
+    if macs is not None:
+        least = macs["macs_at_least"]
+        note = (f"at least: no MAC rule for {', '.join(macs['macs_unknown_ops'])}" if least
+                else "Conv, Gemm, MatMul, attention, ...")
+        card_html += (f'<div class="card" id="macs"><div class="k">MACs, matrix ops</div>'
+                      f'<div class="v">{"&ge; " if least else ""}'
+                      f'{macs["matrix_macs"] / 1e9:,.3f} G</div>'
+                      f'<div class="n">{macs["matrix_macs"]:,}</div>'
+                      f'<div class="n">{e(note)}</div></div>')
     saving = f"{(1 - plan.arena_bytes / naive) * 100:.1f}%" if naive else "n/a"
     pass_rows = "".join(
         f"<tr><td>{e(str(p.get('name')))}</td><td class=r>{int(p.get('bytes_saved') or 0):,}"
@@ -90,17 +119,19 @@ def render(view: PlanView, layers: list[dict] | None = None) -> str:
         f"<td>{e(_share(r))}</td></tr>"
         for r in sorted((t for t in view.tensors if t.name in set(view.peak_tensors)),
                         key=lambda t: (-t.bytes, t.name)))
-    peak_op = next((f"{st.op} {st.name}" for st in view.steps if st.step == view.peak_step),
+    peak_op = next((layer_label(st.op, st.name, st.step, st.node) for st in view.steps
+                    if st.step == view.peak_step),
                    "before the first node" if view.peak_step < 0 else "after the last node")
     bindings = ", ".join(f"{k}={v}" for k, v in plan.bindings.items()) or "none"
     return _PAGE.format(
-        title=e(f"graphmem: {plan.model}"), model=e(plan.model), version=e(__version__),
+        title=e(f"graphmem: {title or plan.model}"), model=e(title or plan.model),
+        version=e(__version__), sections=sections,
         fmt=e(plan.format), steps=len(plan.order), file_nodes=view.file_nodes,
         folded=view.folded_nodes, ntensors=len(plan.tensors),
         alignment=plan.alignment, bindings=e(bindings), cards=card_html, saving=saving,
         pass_rows=pass_rows, peak_step=view.peak_step, peak_op=e(peak_op),
         peak_live=_mib(view.live[view.peak_step + 1]), npeak=len(view.peak_tensors),
-        peak_rows=peak_rows, data=data, css=_CSS, js=_JS)
+        peak_rows=peak_rows, data=data, css=_CSS + PARTS_CSS, js=_JS)
 
 
 def _mib(n: int) -> str:
@@ -182,7 +213,7 @@ function axes(w, h, ymax, yOf, label) {
   for (const v of niceTicks(ymax / MiB, 5)) {
     const y = yOf(v * MiB);
     s += `<line x1="${M.l}" x2="${w - M.r}" y1="${y}" y2="${y}" stroke="#eee"/>` +
-         `<text x="${M.l - 6}" y="${y + 4}" text-anchor="end">${+v.toFixed(2)}</text>`;
+         `<text x="${M.l - 6}" y="${y + 4}" text-anchor="end">${+v.toPrecision(6)}</text>`;
   }
   const x = xScale(w);
   for (const p of niceTicks(D.steps, 8)) {
@@ -197,7 +228,7 @@ function drawTimeline() {
   const w = svg.parentNode.clientWidth || 1000, h = 280;
   svg.setAttribute("width", w); svg.setAttribute("height", h);
   const x = xScale(w);
-  const lb = D.stats.lower_bound_bytes || 0, ap = D.stats.aliased_peak_bytes || 0;
+  const lb = D.stats.unaliased_peak_bytes || 0, ap = D.stats.aliased_peak_bytes || 0;
   const ymax = Math.max(D.arena, lb, ...D.live_unaliased, 1) * 1.08;
   const y = b => h - M.b - b * (h - M.t - M.b) / ymax;
   const path = arr => {
@@ -205,28 +236,37 @@ function drawTimeline() {
     arr.forEach((b, i) => { d += `V${y(b).toFixed(1)}H${x(i).toFixed(1)}`; });
     return d + `V${y(0)}`;
   };
-  const hline = (b, color, dash, text) =>
+  // labels at the right end: the arena's above its line, the unaliased peak's below its
+  // own (the two are often close: their labels must not land on each other); the
+  // aliased peak's, drawn only where it differs from the arena, at the left end
+  const hline = (b, color, dash, text, where) =>
     `<line x1="${M.l}" x2="${w - M.r}" y1="${y(b)}" y2="${y(b)}" stroke="${color}" stroke-width="1.5" stroke-dasharray="${dash}"/>` +
-    `<text x="${w - M.r - 4}" y="${y(b) - 4}" text-anchor="end" style="fill:${color}">${text} ${fmtMiB(b)}</text>`;
+    `<text x="${where === "left" ? M.l + 4 : w - M.r - 4}" y="${where === "below" ? y(b) + 13 : y(b) - 4}" ` +
+    `text-anchor="${where === "left" ? "start" : "end"}" style="fill:${color}">${text} ${fmtMiB(b)}</text>`;
   const px = x(D.peak_step) + (x(D.peak_step + 1) - x(D.peak_step)) / 2;
   svg.innerHTML = axes(w, h, ymax, y, "MiB") +
     `<path d="${path(D.live_unaliased)}" fill="#dde5ee" stroke="#9fb3c8" stroke-width="1"/>` +
     `<path d="${path(D.live)}" fill="#9ecae1" fill-opacity="0.6" stroke="#2171b5" stroke-width="1.2" class="live"/>` +
-    hline(lb, "#e08214", "6 3", "lower bound") +
-    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak") : "") +
-    hline(D.arena, "#c0392b", "", "arena") +
+    hline(lb, "#e08214", "6 3", "unaliased peak", "below") +
+    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak", "left") : "") +
+    hline(D.arena, "#c0392b", "", "arena", "above") +
     `<line x1="${px}" x2="${px}" y1="${M.t}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
     `<circle cx="${px}" cy="${y(D.live[D.peak_step + 1])}" r="4" fill="#c0392b" class="peak"/>` +
-    `<text x="${px + 6}" y="${M.t + 12}" style="fill:#c0392b">peak at step ${D.peak_step}</text>` +
+    (px > 0.6 * w
+      ? `<text x="${px - 6}" y="${M.t + 12}" text-anchor="end" style="fill:#c0392b">peak at step ${D.peak_step}</text>`
+      : `<text x="${px + 6}" y="${M.t + 12}" style="fill:#c0392b">peak at step ${D.peak_step}</text>`) +
     `<line id="cursor" x1="0" x2="0" y1="${M.t}" y2="${h - M.b}" stroke="#333" visibility="hidden"/>`;
   svg.dataset.w = w;
 }
 
+// a layer as every view names it (graphmem.plan.view.layer_label): Conv 'conv1' (step 12, node 251)
+const layerLabel = p => (D.ops[p][2] ? `${D.ops[p][1]} '${D.ops[p][2]}'` : D.ops[p][1]) +
+  ` (step ${p}, node ${D.ops[p][0]})`;
 function stepText(p) {
   const live = D.live[p + 1], lu = D.live_unaliased[p + 1];
-  const where = p < 0 ? "graph inputs" : (p >= D.steps ? "graph outputs" :
-    D.ops[p][1] + " " + D.ops[p][2]);
-  return `step ${p} (${where}): live ${fmtMiB(live)} (${fmtInt(live)} bytes), ` +
+  const where = p < 0 ? `step ${p} (graph inputs)` : (p >= D.steps ? `step ${p} (graph outputs)` :
+    layerLabel(p));
+  return `${where}: live ${fmtMiB(live)} (${fmtInt(live)} bytes), ` +
          `unaliased ${fmtMiB(lu)}`;
 }
 
@@ -300,7 +340,8 @@ function legend() {
 // per-layer table: one row per tensor a node produces
 const ROWS = T.filter(t => t.step >= 0).map(t => ({step:t.step, node:t.node, op:t.op,
   tensor:t.name, shape:t.shape, bytes:t.bytes, offset:t.offset, live:t.first, last:t.last,
-  alias:share(t) || "-", macs:D.ops[t.step][3] ?? -1, params:D.ops[t.step][4] ?? -1, i:t.i}));
+  alias:share(t) || "-", macs:D.ops[t.step][3] ?? -1, params:D.ops[t.step][4] ?? -1,
+  moved:D.ops[t.step][5] ?? -1, i:t.i}));
 const fmtCost = v => v < 0 ? "" : fmtInt(v);
 let sortKey = "step", sortDir = 1;
 function drawTable() {
@@ -310,7 +351,8 @@ function drawTable() {
     `<tr data-i="${r.i}"><td class=r>${r.step}</td><td>${esc(r.node)}</td><td>${esc(r.op)}</td>` +
     `<td>${esc(r.tensor)}</td><td>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
     `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td>${esc(r.alias)}</td>` +
-    `<td class=r>${fmtCost(r.macs)}</td><td class=r>${fmtCost(r.params)}</td></tr>`).join("");
+    `<td class=r>${fmtCost(r.macs)}</td><td class=r>${fmtCost(r.params)}</td>` +
+    `<td class=r>${r.moved < 0 ? "" : (r.moved / MiB).toFixed(2)}</td></tr>`).join("");
   for (const th of document.querySelectorAll("#layers th[data-k]")) {
     th.textContent = th.dataset.label + (th.dataset.k === k ? (dir > 0 ? " \u25b2" : " \u25bc") : "");
   }
@@ -397,13 +439,14 @@ alignment {alignment} &middot; dims {bindings} &middot; graphmem {version}</div>
 <pre id="errors"></pre>
 <noscript><p>The charts and the layer table need JavaScript; the numbers below do not.</p></noscript>
 <section id="headline"><h2>Headline</h2><div class="cards">{cards}</div>
-<p>The arena is {saving} smaller than one buffer per tensor. Peak at step {peak_step}
-({peak_op}): {peak_live} live.</p></section>
+<p>The arena is {saving} smaller than one buffer per tensor. Peak at {peak_op}:
+{peak_live} live.</p></section>
+{sections}
 
 <section><h2>Memory timeline</h2>
 <div>Live bytes per step: dark, what the arena must hold (storage shared by views, in-place
 ops and concat slices counted once); light, every tensor counted on its own. Lines: the
-lower bound (no aliasing) and the arena.</div>
+unaliased peak (every tensor counted alone; no bound: aliases share bytes) and the arena.</div>
 <div class="plot"><svg id="timeline" role="img" aria-label="memory timeline"></svg></div>
 <div id="status">Move the mouse over the timeline to read a step.</div></section>
 
@@ -424,11 +467,12 @@ arena from offset 0. Hover for details. <span class="legend" id="legend"></span>
 <section><h2>Layers</h2><div>One row per tensor a node produces; click a heading to sort, a row to
 outline its tensor in the layout.</div>
 <div class="scroll"><table id="layers"><thead><tr><th data-k="step" class=r>step</th>
-<th data-k="node">node</th><th data-k="op">op</th><th data-k="tensor">output</th>
+<th data-k="node">layer</th><th data-k="op">op</th><th data-k="tensor">output</th>
 <th data-k="shape">shape</th><th data-k="bytes" class=r>bytes</th>
 <th data-k="offset" class=r>offset</th><th data-k="live">live</th>
 <th data-k="alias">in-place / view</th><th data-k="macs" class=r>MACs</th>
-<th data-k="params" class=r>params</th></tr></thead><tbody id="layers-body"></tbody></table>
+<th data-k="params" class=r>params</th><th data-k="moved" class=r>MiB moved</th></tr></thead>
+<tbody id="layers-body"></tbody></table>
 </div></section>
 </main>
 <div id="tip"></div>

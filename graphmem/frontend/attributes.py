@@ -5,7 +5,7 @@ kinds a memory plan reads (ints, floats, strings and their lists, a tensor's dim
 :func:`decode` reads those bytes directly, as ``onnx.helper.get_attribute_value`` would
 on the parsed message (the last value of a singular field wins; repeated numbers may
 be packed or not). Anything else, and any bytes it cannot read, it leaves to
-``onnx.helper`` (see :func:`graphmem.frontend.reader._attribute_value`): ``None`` from
+``onnx.helper`` (see :func:`graphmem.frontend.building.attribute_value`): ``None`` from
 here means "not decoded here".
 """
 from __future__ import annotations

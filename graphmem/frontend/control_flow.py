@@ -137,6 +137,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     if opset < 9:
         raise GraphmemError(f"{label}: a Scan of opset {opset} (batched, with sequence_lens) "
                             "is not planned; graphmem plans the Scan of opset 9 and later")
+    _named(n, 0, label)
     m = int(attrs["num_scan_inputs"])
     states = [known[t] for t in n.input[:len(n.input) - m]]
     scanned = [known[t] for t in n.input[len(n.input) - m:]]
@@ -178,6 +179,7 @@ def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
         return
     body = bodies["body"]
     if n.op_type == "Loop":
+        _named(n, 2, label)  # (M and cond may be left out)
         carried = max(len(n.input) - 2, 0)
         if len(n.input) < 2 or len(body.output) < 1 + carried or \
                 outs != len(body.output) - 1:
@@ -191,6 +193,16 @@ def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
         raise GraphmemError(f"{label}: num_scan_inputs is {m}, for {len(n.input)} inputs")
     if len(body.output) != outs:
         raise GraphmemError(f"{label}: its body has {len(body.output)} outputs, the node {outs}")
+
+
+def _named(n: onnx.NodeProto, first: int, label: str) -> None:
+    """Refuse an input from ``first`` on that is left out (an empty name): a Loop's
+    carried values and a Scan's states and scanned inputs are not optional."""
+    for i, name in enumerate(n.input[first:], first):
+        if not name:
+            raise GraphmemError(f"{label}: its input {i} has no name; a {n.op_type}'s "
+                                f"{'loop-carried values' if n.op_type == 'Loop' else 'inputs'} "
+                                "cannot be left out")
 
 
 def _finals(names, states) -> dict[str, Tensor]:
@@ -225,10 +237,13 @@ def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output:
     if why:
         raise GraphmemError(f"cannot size tensor {output!r}, a scan output of {label}: {why}; "
                             "graphmem needs a static shape for every tensor")
-    if np.asarray(trips).size != 1:
-        raise GraphmemError(f"{label}: its trip count holds {np.asarray(trips).size} values, "
-                            "not one")
-    return max(int(np.asarray(trips).reshape(-1)[0]), 0)
+    trips = np.asarray(trips)
+    if trips.size != 1:
+        raise GraphmemError(f"{label}: its trip count holds {trips.size} values, not one")
+    if trips.dtype.kind not in "iu":  # the spec's M is int64; a float has no count
+        raise GraphmemError(f"{label}: its trip count is of type {trips.dtype}, not an "
+                            "integer")
+    return max(int(trips.reshape(-1)[0]), 0)
 
 
 def _passes_condition(s: Scope) -> bool:
@@ -314,11 +329,24 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
 def _attr(a: onnx.AttributeProto):
     try:
         v = helper.get_attribute_value(a)
-    except Exception:
+    except ValueError as exc:  # onnx's "Unsupported ONNX attribute": an unknown type
+        from graphmem.notes import note
+        note(f"attribute {a.name!r} of a control-flow body could not be decoded "
+             f"({' '.join(str(exc).split())[:200]}); its value is left out")
         return None
     if isinstance(v, onnx.TensorProto):
         return f"<tensor {list(v.dims)}>"
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def _array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    """A tensor's value; one line when its data does not fill its dims."""
+    try:
+        return numpy_helper.to_array(t)
+    except (ValueError, TypeError) as exc:
+        raise GraphmemError(f"{what}: its data does not fill its shape {list(t.dims)} "
+                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                            ) from None
 
 
 def _constant_nodes(g: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -327,7 +355,7 @@ def _constant_nodes(g: onnx.GraphProto) -> dict[str, np.ndarray]:
         if nd.op_type == "Constant" and standard_domain(nd.domain) and nd.output:
             for a in nd.attribute:
                 if a.name == "value":
-                    out[nd.output[0]] = numpy_helper.to_array(a.t)
+                    out[nd.output[0]] = _array(a.t, f"Constant {nd.output[0]!r}")
     return out
 
 
@@ -342,7 +370,7 @@ def graph_values(model: onnx.ModelProto) -> Values:
         init = local.get(name)
         if init is None or init.data_location == onnx.TensorProto.EXTERNAL:
             return None
-        return numpy_helper.to_array(init)
+        return _array(init, f"initializer {name!r}")
     return value
 
 

@@ -6,6 +6,7 @@ loader when shape inference needs the result of shape arithmetic.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -15,6 +16,8 @@ from onnx import helper, numpy_helper
 from graphmem.core.ir import Tensor
 from graphmem.core.ops import RANDOM_OPS
 from graphmem.errors import GraphmemError
+from graphmem.frontend import bounds
+from graphmem.frontend.sparse import dense_values
 
 
 def constant_value(name: str, inits: Mapping[str, onnx.TensorProto],
@@ -69,19 +72,49 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
     for init in model.graph.initializer:
         if init.name in values:
             continue
-        value = _initializer_value(init, base_dir, max_bytes)
+        value = _initializer_value(init, base_dir, max_bytes, failures)
         if value is not None:
             values[init.name] = value
+    for sp in model.graph.sparse_initializer:  # read as dense (graphmem/frontend/sparse.py)
+        name, dims = sp.values.name, [int(d) for d in sp.dims]
+        t = tensors.get(name)
+        if name in values or (max_bytes is not None and t is not None and t.bytes > max_bytes):
+            continue
+        try:
+            values[name] = dense_values(sp, name, dims)
+        except GraphmemError as exc:
+            if failures is not None:
+                failures[name] = str(exc)
 
     def too_big(name: str) -> bool:
         t = tensors.get(name)
         return max_bytes is not None and t is not None and t.bytes > max_bytes
+
+    def shape_of(name: str):
+        t = tensors.get(name)
+        return t.shape if t is not None else None
 
     run: list[onnx.NodeProto] = []
     available = set(values)
     for n in folded_nodes:
         outs = [o for o in n.output if o]
         if any(too_big(o) for o in outs):
+            continue
+        sizing = [n.input[i] for i in bounds.SIZING_INPUTS.get(n.op_type, (bounds.RESIZE_SIZES,)
+                                                              if n.op_type == "Resize" else ())
+                  if i < len(n.input)]
+        if any(t in available and t not in values for t in sizing) and run:
+            # its size comes from values still to compute: compute those first
+            _run_batch(model, run, values, evaluators, failures)
+            run = []
+            available = set(values)
+        elements = bounds.output_elements(n.op_type, tuple(n.input), values, shape_of)
+        if elements is not None and (elements > bounds.MAX_TENSOR_BYTES or (
+                max_bytes is not None and elements > max_bytes)):
+            if failures is not None:  # never allocated: too large to compute here
+                for o in outs:
+                    failures[o] = (f"{n.op_type} node {n.name!r}: its output would hold "
+                                   f"{elements} elements")
             continue
         if n.op_type in ("Shape", "Size") and n.input[0] in tensors:
             values[outs[0]] = shape_value(n, tensors[n.input[0]])
@@ -90,13 +123,20 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
         if all(t in available for t in n.input if t):
             run.append(n)
             available.update(outs)
-    if not run:
-        return values
+    if run:
+        _run_batch(model, run, values, evaluators, failures)
+    return values
+
+
+def _run_batch(model: onnx.ModelProto, run: list[onnx.NodeProto],
+               values: dict[str, np.ndarray], evaluators,
+               failures: dict[str, str] | None) -> None:
+    """Add the outputs of ``run`` to ``values``: in one go, or else node by node."""
     try:
         values.update(_run_nodes(model, run, values, evaluators))
-        return values
-    except Exception:
-        pass  # node by node below: keep what can be computed, name what cannot
+        return
+    except Exception:  # not dropped: every node is tried again alone below, and each
+        pass  # that fails again is named with its error in ``failures``
     for n in run:
         outs = [o for o in n.output if o]
         lost = next((t for t in n.input if t and t not in values), None)
@@ -112,7 +152,6 @@ def evaluate_constants(model: onnx.ModelProto, folded_nodes: Iterable[onnx.NodeP
         if failures is not None:
             for o in outs:
                 failures[o] = reason
-    return values
 
 
 def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
@@ -131,9 +170,13 @@ def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
                             ir_version=max(model.ir_version, 4))
     for i, evaluate in enumerate(evaluators):
         try:
-            results = evaluate(sub, wanted)
+            # numpy's warnings (a Log of 0 in T5's masks) are the model's business, not
+            # lines on stderr: folding computes what a run would
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                results = evaluate(sub, wanted)
             break
-        except Exception:
+        except Exception:  # the next evaluator is tried; the last one's error is raised
             if i == len(evaluators) - 1:
                 raise
     return {name: np.asarray(v) for name, v in zip(wanted, results)}
@@ -150,6 +193,7 @@ def _on_runtime(sub: onnx.ModelProto, wanted: list[str]) -> list:
     typed.CopyFrom(sub)
     for out in typed.graph.output:
         out.type.tensor_type.elem_type = elem.get(out.name, 0)
+    ort.set_default_logger_severity(4)  # its allocator logs to stderr outside the session
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure is reported by the caller
     session = ort.InferenceSession(typed.SerializeToString(), options,
@@ -163,8 +207,10 @@ def _on_reference(sub: onnx.ModelProto, wanted: list[str]) -> list:
     return ReferenceEvaluator(sub).run(wanted, {})
 
 
-def _initializer_value(init: onnx.TensorProto, base_dir: str,
-                       max_bytes: int | None) -> np.ndarray | None:
+def _initializer_value(init: onnx.TensorProto, base_dir: str, max_bytes: int | None,
+                       failures: dict[str, str] | None = None) -> np.ndarray | None:
+    """The value of an initializer (None: over ``max_bytes``, dropped by the loader, or
+    external data that cannot be read, which ``failures`` then names)."""
     if init.data_location == onnx.TensorProto.EXTERNAL:
         info = {e.key: e.value for e in init.external_data}
         if info.get("location") in (None, "graphmem-dropped"):
@@ -178,7 +224,11 @@ def _initializer_value(init: onnx.TensorProto, base_dir: str,
             from onnx.external_data_helper import load_external_data_for_tensor
             load_external_data_for_tensor(t, base_dir)
             return numpy_helper.to_array(t)
-        except Exception:
+        except Exception as exc:  # OSError, ValueError, onnx's ValidationError (a path):
+            # named in ``failures``, and the constants computed from it are left out
+            if failures is not None:
+                failures[init.name] = (f"its external data cannot be read "
+                                       f"({' '.join(str(exc).split())[:200]})")
             return None
     try:
         return numpy_helper.to_array(init)

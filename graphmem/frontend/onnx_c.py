@@ -7,7 +7,9 @@ which loads in about 4 ms. :func:`core` loads that module by its file under its 
 name and registers it in ``sys.modules``, so that a later ``import onnx`` (by graphmem's
 fallbacks, by ONNX Runtime, by the user's code) finds it there and uses the same module
 instead of loading the extension a second time (which nanobind refuses). When onnx is
-already imported, or the file is not where onnx keeps it, it is a plain import.
+already imported, or the file is not where onnx keeps it, it is a plain import. Either
+way a Ctrl-C during the load waits until it is done (:mod:`graphmem.interrupts`): one
+that landed inside it crashed the process.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
+
+from graphmem.interrupts import deferred
 
 NAME = "onnx.onnx_cpp2py_export"
 MAXIMUM_PROTOBUF = 2**31  # onnx.checker's own limit for a model given as bytes
@@ -26,12 +30,13 @@ def core() -> ModuleType:
     module = sys.modules.get(NAME)
     if module is not None:
         return module
-    if "onnx" not in sys.modules:
-        module = _load_alone()
-        if module is not None:
-            return module
-    import onnx.onnx_cpp2py_export as module
-    return module
+    with deferred():
+        if "onnx" not in sys.modules:
+            module = _load_alone()
+            if module is not None:
+                return module
+        import onnx.onnx_cpp2py_export as module
+        return module
 
 
 def _load_alone() -> ModuleType | None:

@@ -181,7 +181,7 @@ class Plan:
                         constants=[_str(c, "constants") for c in d["constants"]],
                         arena_bytes=_int(d["arena_bytes"]), tensors=tensors,
                         passes=[dict(p) for p in passes],
-                        stats={str(k): _int(v) for k, v in d.get("stats", {}).items()},
+                        stats=_stats(d.get("stats", {})),
                         target=dict(target) if target is not None else None,
                         scopes=scopes)
         except KeyError as exc:
@@ -252,6 +252,24 @@ class ScopePlan:
         return ScopePlan(node=_int(d["node"]), attr=_str(d["attr"], "attr"),
                          workspace=_str(d["workspace"], "workspace"),
                          plan=Plan.from_dict(inner, f"{source}: scopes[{i}]"))
+
+
+# Stats keys renamed since graphmem.plan/1 was first written: old name -> new name. A
+# plan that carries an old name is read under the new one (and checked under it).
+RENAMED_STATS = {"lower_bound_bytes": "unaliased_peak_bytes"}
+
+
+def _stats(d: Any) -> dict[str, int]:
+    """A plan's ``stats``, old key names read as their new ones (:data:`RENAMED_STATS`);
+    where a file has both, the new one is kept."""
+    if not isinstance(d, dict):
+        raise ValueError(f"stats must be an object, not {_short(d)}")
+    out = {str(k): _int(v) for k, v in d.items()}
+    for old, new in RENAMED_STATS.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
 
 
 def _list(v: Any, field: str) -> list:

@@ -5,11 +5,14 @@ directory, not read-only, and not one of the command's inputs (the same file, al
 through a link). A regular file is written under a temporary name in its folder and
 renamed into place once every output of the command is ready, so a command with
 several outputs writes all of them or none; a device or a FIFO (``-o /dev/null``) is
-written straight into, never replaced.
+written straight into, never replaced. The temporary name holds the writing process's
+id: a process killed before it could clean up (SIGKILL) leaves its temporary file, and
+the next command that writes the same output removes it, once that process is gone.
 """
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -43,6 +46,7 @@ def write_all(outputs: Sequence[tuple[str | os.PathLike, Content]], *,
     try:
         for t, (_, text) in zip(targets, outputs):
             if t.regular:
+                remove_stale_temporaries(t.real)
                 _write_temp(t, text, temps)
             else:
                 temps.append("")
@@ -105,7 +109,7 @@ def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
     """``text`` in a new file beside ``t.real``, with the usual umask-based mode; its
     name goes into ``temps`` before it exists (the caller removes what is left)."""
     for _ in range(100):  # as tempfile.mkstemp, without importing tempfile (and random)
-        tmp = str(t.real.parent / f".{t.real.name}.{os.urandom(6).hex()}.tmp")
+        tmp = str(t.real.parent / f".{t.real.name}.{os.getpid()}-{os.urandom(6).hex()}.tmp")
         # recorded before it is made: Ctrl-C or SIGTERM right after the open (delivered
         # to whichever thread, so holding signals in this one is not enough) still
         # finds it in ``temps``; a name that is not ours is taken out again
@@ -120,6 +124,62 @@ def _write_temp(t: _Target, text: Content, temps: list[str]) -> None:
         raise GraphmemError(f"{t.real}: cannot make a temporary file beside it")
     with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
         _write(f, text)
+
+
+def remove_stale_temporaries(real: Path) -> list[str]:
+    """Remove the temporary files of output ``real`` (``.<name>.<pid>-<hex>.tmp`` beside
+    it, regular files of this user) whose process is gone: its id names no process, or
+    a process started after the file was last written. Returns what it removed. Only
+    where processes can be asked about without harm (POSIX; on Windows os.kill would
+    end the process)."""
+    if os.name != "posix":
+        return []
+    pattern = re.compile(r"\." + re.escape(real.name) + r"\.(\d{1,10})-[0-9a-f]{12}\.tmp")
+    removed = []
+    try:
+        entries = list(os.scandir(real.parent))
+    except OSError:
+        return []
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
+                    or not _gone(int(match.group(1)), st.st_mtime)):
+                continue
+            os.unlink(entry.path)
+            removed.append(entry.path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+    return removed
+
+
+def _gone(pid: int, written: float) -> bool:
+    """Has the process ``pid`` that last wrote a file at time ``written`` ended?"""
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's process, or not an id
+        return False
+    started = _started(pid)  # the id may have been taken again since
+    return started is not None and written < started - 1.0
+
+
+def _started(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), where /proc says."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 _TEMP_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)

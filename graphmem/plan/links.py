@@ -2,17 +2,20 @@
 
 Each rule is decided once, for every link at once (numpy over the plan's columns and the
 graph index), and the tensors that break one are then worded in plan order. The rules
-(docs/plan-format.md):
+are the in-place rule of docs/plan-format.md ("The in-place rule"), implemented here
+apart from the passes (this module imports nothing of the planner;
+tests/test_inplace_rule.py gives both the same cases):
 
-- alias: ``alias_of`` and ``alias`` come together; the source is an arena tensor at the
-  same offset, read by the tensor's producer through one of the pairs
-  ``ops.view_pairs`` (``"view"``, same bytes) or ``ops.overwrite_pairs`` (``"inplace"``,
-  no more bytes) give; an in-place write at position p needs every member of its
-  storage group to be no graph input, and no member whose bytes overlap the overwritten
-  input's to be live across p (produced before p, read after it).
+- alias: ``alias_of`` and ``alias`` come together; the source is an arena tensor,
+  read by the tensor's producer, at the same offset; ``"view"``: a pair of
+  ``ops.view_pairs``, the same bytes; ``"inplace"``: a pair of ``ops.overwrite_pairs``,
+  the source's dtype and shape and more than zero bytes, no member of the storage
+  group a graph input, and no member whose bytes overlap the overwritten input's live
+  across the write (:func:`live_across`).
 - slice: ``slice_of`` is an activation's Concat output, produced by a Concat that reads
-  the tensor once, whose dimensions before the axis are 1 (contiguous slices), and the
-  tensor sits at the output's offset plus the bytes of the inputs before it.
+  the tensor once, whose axis is in range for the output's rank and whose dimensions
+  before the axis are 1 (contiguous slices), and the tensor sits at the output's offset
+  plus the bytes of the inputs before it.
 
 Per link the first rule broken is reported (the alias rules in the order above, then
 the slice rules), as one line naming the tensor.
@@ -20,7 +23,7 @@ the slice rules), as one line naming the tensor.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, ne
 from typing import Callable, Mapping
 
 import numpy as np
@@ -36,7 +39,7 @@ _IMPLICIT = attrgetter("implicit_inputs")
 
 # what breaks an alias, in the order the rules are checked (0: nothing)
 (_FINE, _NOT_TOGETHER, _NO_SOURCE, _NOT_READ, _OFFSET, _NOT_VIEW, _VIEW_BYTES, _KIND,
- _NOT_OVERWRITE, _LARGER, _GROUP) = range(11)
+ _NOT_OVERWRITE, _DTYPE, _SHAPE, _EMPTY, _GROUP) = range(13)
 _WORDS = {
     _NO_SOURCE: "alias_of {src!r} is not an arena tensor",
     _NOT_READ: "alias_of {src!r}, but its producer does not read {src!r}",
@@ -45,7 +48,9 @@ _WORDS = {
     _VIEW_BYTES: "a view must have the bytes of {src!r}",
     _KIND: "alias {alias!r} is neither 'view' nor 'inplace'",
     _NOT_OVERWRITE: "{op} may not overwrite its input {src!r}",
-    _LARGER: "in-place output larger than {src!r}",
+    _DTYPE: "written in place over {src!r} of dtype {src_dtype}, but it is {dtype}",
+    _SHAPE: "written in place over {src!r} of shape {src_shape}, but its shape is {shape}",
+    _EMPTY: "written in place over {src!r}, which has no bytes",
 }
 
 
@@ -125,7 +130,15 @@ class _AliasFacts:
         rule(view & (cols.size[out] != cols.size[src]), _VIEW_BYTES)
         rule(~view & ~overwrite, _KIND)
         rule(overwrite & ~paired, _NOT_OVERWRITE)
-        rule(overwrite & (cols.size[out] > cols.size[src]), _LARGER)
+        asked = np.flatnonzero((code == _FINE) & overwrite)
+        if len(asked):  # the dtype and shape of each in-place pair, from the graph
+            dtype, shape = _differ(graph, list(map(cols.names.__getitem__, out[asked].tolist())),
+                                   list(map(src_names.__getitem__, asked.tolist())))
+            for broken, what in ((dtype, _DTYPE), (shape, _SHAPE)):
+                at = np.zeros(len(out), dtype=bool)
+                at[asked] = broken
+                rule(at, what)
+        rule(overwrite & (cols.size[src] == 0), _EMPTY)
         pos_of_row = np.full(len(topo.node_index), -1, dtype=np.int64)
         pos_of_row[rows_of] = np.arange(len(rows_of))
         self.pos = pos_of_row[np.maximum(prow, 0)]
@@ -144,15 +157,18 @@ class _AliasFacts:
         if code != _GROUP:
             s = self.plan.tensors.get(src) if code > _NOT_READ else None
             op = self.graph.nodes[int(self.prow[k])].op_type if code > _NOT_READ else ""
+            mine, theirs = (self.graph.tensors.get(name), self.graph.tensors.get(src)) \
+                if code in (_DTYPE, _SHAPE) else (None, None)
             return f"tensor {name!r}: " + _WORDS[code].format(
                 src=src, op=op, offset=t.offset, src_offset=s.offset if s else None,
-                alias=t.alias)
+                alias=t.alias, dtype=mine and mine.dtype, src_dtype=theirs and theirs.dtype,
+                shape=mine and list(mine.shape), src_shape=theirs and list(theirs.shape))
         # _GROUP: the first member of the storage group (in plan order) that breaks it
         cols, pos = self.cols, int(self.pos[k])
         group, s = cols.group, int(self.src[k])
         for m in np.flatnonzero(group == group[self.out[k]]).tolist():
             mt = cols.ts[m]
-            if mt.kind == "input" or (_overwrites(False, mt.live[0], mt.live[1], pos)
+            if mt.kind == "input" or (live_across(mt.live[0], mt.live[1], pos)
                                       and _overlaps(cols, m, s)):
                 if mt.kind == "input":
                     return (f"tensor {name!r}: overwrites the storage of graph input "
@@ -176,10 +192,29 @@ def _overlaps(cols: PlanColumns, m, s):
 BYTE_CHECK_LIMIT = 20_000_000
 
 
-def _overwrites(is_input, first, last, pos):
-    """Whether a member of a storage group stops an in-place write at ``pos``: it holds a
-    graph input, or it is live across ``pos`` (scalars or arrays alike)."""
-    return is_input | ((first < pos) & (last > pos))
+def live_across(first, last, pos):
+    """Is a tensor live ``[first, last]`` live across position ``pos``: produced before
+    it and read after it (docs/plan-format.md, "The in-place rule")? Scalars or arrays
+    alike."""
+    return (first < pos) & (pos < last)
+
+
+def _differ(graph: Graph, outs: list[str], srcs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per (output, source) pair of arena tensors: (their dtypes differ, their shapes
+    differ), read from the graph: one pass over (dtype, shape) for all pairs, then the
+    few that differ told apart."""
+    get = graph.tensors.__getitem__
+    n = len(outs)
+    differ = np.fromiter(map(ne, map(_TYPE_OF, map(get, outs)), map(_TYPE_OF, map(get, srcs))),
+                         bool, n)
+    dtype, shape = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    for k in np.flatnonzero(differ).tolist():
+        o, s = get(outs[k]), get(srcs[k])
+        dtype[k], shape[k] = o.dtype != s.dtype, o.shape != s.shape
+    return dtype, shape
+
+
+_TYPE_OF = attrgetter("dtype", "shape")
 
 
 def _input_positions(topo: GraphIndex, pid: np.ndarray) -> np.ndarray:
@@ -216,7 +251,7 @@ def _group_breaks(cols: PlanColumns, inputs: np.ndarray, out: np.ndarray,
         m = by_group[a:b]
         if (cols.offset[m] == cols.offset[m[0]]).all() and (cols.size[m] == cols.size[m[0]]).all():
             continue  # every member covers the same bytes: the answer stands
-        broken[k] = bool((_overwrites(False, cols.first[m], cols.last[m], pos[k])
+        broken[k] = bool((live_across(cols.first[m], cols.last[m], pos[k])
                           & _overlaps(cols, m, src[k])).any())
     return broken
 
@@ -230,14 +265,16 @@ def _group_breaks_anywhere(cols: PlanColumns, inputs: np.ndarray, out: np.ndarra
     tainted = np.zeros(len(group), dtype=bool)
     tainted[group[inputs]] = True
     broken = tainted[w_group].copy()
-    member = np.flatnonzero(np.isin(group, w_group))
+    asked = np.zeros(len(group), dtype=bool)
+    asked[w_group] = True  # group ids are plan positions
+    member = np.flatnonzero(asked[group])
     first, last, g = cols.first[member], cols.last[member], group[member]
     base = int(min(first.min(), pos.min()))
     span = int(max(last.max(), pos.max())) - base + 2
     by_first = np.lexsort((first, g))
     g, first, last = g[by_first], first[by_first], last[by_first]
     # a running maximum of last within each group: groups are kept apart by their rank
-    rank = np.cumsum(np.r_[True, g[1:] != g[:-1]])
+    rank = np.cumsum(np.concatenate(([True], g[1:] != g[:-1])))
     reach = np.maximum.accumulate(rank * span + (last - base)) - rank * span
     start = np.searchsorted(g * span + (first - base), w_group * span + (pos - base))
     before = start > np.searchsorted(g, w_group)  # some member of the group starts before pos
@@ -281,6 +318,9 @@ def _in_edges(e: AliasEdges, rows_of: np.ndarray, rows: np.ndarray, out_id: np.n
     return found
 
 
+_UNSEEN = object()  # a Concat output not looked at yet
+
+
 class _SliceFacts:
     """The slice rules, per Concat output computed once (the starts of its inputs, its
     axis and contiguity), checked per slice."""
@@ -296,8 +336,8 @@ class _SliceFacts:
         target = self.position.get(out_name, self.n)
         if target >= self.n:
             return f"tensor {name!r}: slice_of {out_name!r} is not an arena tensor"
-        concat = self.concats.get(out_name)
-        if out_name not in self.concats:  # once per Concat, not once per slice
+        concat = self.concats.get(out_name, _UNSEEN)
+        if concat is _UNSEEN:  # once per Concat, not once per slice
             row = int(self.producer[self.pid[target]])
             node = self.graph.nodes[row] if row >= 0 else None
             concat = self.concats[out_name] = (
@@ -305,9 +345,12 @@ class _SliceFacts:
                 else None)
         if concat is None or concat[0].get(name) is None:
             return f"tensor {name!r}: slice_of {out_name!r}, which is not a Concat reading it once"
-        starts, axis, contiguous, base = concat
+        starts, axis, rank, contiguous, base = concat
         if t.kind != "activation":
             return f"tensor {name!r}: a graph input or output cannot be a Concat slice"
+        if not 0 <= axis < rank:
+            return (f"tensor {name!r}: slice_of {out_name!r}, whose Concat axis is out of "
+                    f"range for its rank {rank}")
         if not contiguous:
             return (f"tensor {name!r}: the slices of {out_name!r} are not contiguous "
                     f"(a dimension before axis {axis} is not 1)")
@@ -317,13 +360,15 @@ class _SliceFacts:
         return None
 
     def _starts(self, node, out_name: str, target: int) -> tuple:
-        """Each input's byte start (None for an input read more than once), the axis,
-        whether the slices are contiguous, and the output's offset."""
+        """Each input's byte start (None for an input read more than once), the axis
+        (made non-negative) and the output's rank, whether the slices are contiguous,
+        and the output's offset."""
         tensors = self.graph.tensors
         starts: dict[str, int | None] = {}
         before = 0
         for inp in node.inputs:
             starts[inp] = None if inp in starts else before  # None: read more than once
             before += tensors[inp].bytes
-        axis, contiguous = concat_axis(tensors[out_name].shape, node.attrs.get("axis", 0))
-        return starts, axis, contiguous, int(self.cols.offset[target])
+        shape = tensors[out_name].shape
+        axis, contiguous = concat_axis(shape, node.attrs.get("axis", 0))
+        return starts, axis, len(shape), contiguous, int(self.cols.offset[target])

@@ -1,5 +1,11 @@
-"""What a plan's own tensors say about it: naive bytes, the lower bound, the aliased
-peak and the live bytes at every step."""
+"""What a plan's own tensors say about it: naive bytes, the unaliased peak, the aliased
+peak and the live bytes at every step.
+
+The unaliased peak (``unaliased_peak_bytes``; ``lower_bound_bytes`` before 2026-11-25)
+is the most bytes live at one step with every tensor counted on its own: views, in-place
+outputs and Concat slices count again though they share their storage, so it is no
+bound on the arena, which is usually smaller. The aliased peak counts shared storage
+once: no arena for this order and these aliases can be smaller."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -20,7 +26,7 @@ def built_stats(plan: Plan, index: Mapping[str, int] | None) -> tuple[dict[str, 
 
 
 def plan_stats(plan: Plan, *, index: Mapping[str, int] | None = None) -> dict[str, int]:
-    """naive, lower bound, aliased peak and arena bytes, computed from a plan's tensors.
+    """naive, unaliased peak, aliased peak and arena bytes, computed from a plan's tensors.
 
     ``index``: tensor -> its position in ``plan.tensors``, if the caller has it."""
     return stats_of(plan, columns(plan, index))
@@ -29,8 +35,9 @@ def plan_stats(plan: Plan, *, index: Mapping[str, int] | None = None) -> dict[st
 def stats_of(plan: Plan, cols: PlanColumns) -> dict[str, int]:
     aliased, unaliased = _timelines(cols, len(plan.order))
     return {"naive_bytes": sum(map(BYTES, cols.ts)),
-            "lower_bound_bytes": max(unaliased, default=0),
-            "aliased_peak_bytes": max(aliased, default=0), "arena_bytes": plan.arena_bytes}
+            "unaliased_peak_bytes": int(unaliased.max()),
+            "aliased_peak_bytes": int(aliased.max()),  # never empty: steps + 2 positions
+            "arena_bytes": plan.arena_bytes}
 
 
 def live_timelines(plan: Plan) -> tuple[list[int], list[int]]:
@@ -39,10 +46,11 @@ def live_timelines(plan: Plan) -> tuple[list[int], list[int]]:
     Aliased counts each storage group once (split into byte regions where Concat
     slices make parts of it live at different times); unaliased counts every tensor.
     """
-    return _timelines(columns(plan), len(plan.order))
+    aliased, unaliased = _timelines(columns(plan), len(plan.order))
+    return aliased.tolist(), unaliased.tolist()
 
 
-def _timelines(cols: PlanColumns, steps: int) -> tuple[list[int], list[int]]:
+def _timelines(cols: PlanColumns, steps: int) -> tuple[np.ndarray, np.ndarray]:
     first, last, size, offset, gid = cols.first, cols.last, cols.size, cols.offset, cols.group
     unaliased = _sweep(first, last, size, steps)
     # storage groups of the tensors with bytes: per group the earliest first use, the
@@ -53,7 +61,7 @@ def _timelines(cols: PlanColumns, steps: int) -> tuple[list[int], list[int]]:
     if len(index) == 0:
         return unaliased, unaliased
     g = gid[index]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
     uniform = ((np.minimum.reduceat(offset[index], starts)
                 == np.maximum.reduceat(offset[index], starts))
                & (np.minimum.reduceat(size[index], starts)
@@ -64,20 +72,22 @@ def _timelines(cols: PlanColumns, steps: int) -> tuple[list[int], list[int]]:
     if not uniform.all():
         # members on different bytes: cut at every member's start and end, and count
         # each region covered by a member from the first to the last use on it
-        members = index[np.repeat(~uniform, np.diff(np.r_[starts, len(index)]))]
+        members = index[np.repeat(~uniform, np.diff(np.concatenate((starts, [len(index)]))))]
         grp = gid[members]
         lo, hi = offset[members], offset[members] + size[members]
         _, r_lo, r_hi, r_first, r_last = byte_regions(
-            np.r_[grp, grp], np.r_[lo, hi], grp, lo, hi, first[members], last[members])
+            np.concatenate((grp, grp)), np.concatenate((lo, hi)), grp, lo, hi,
+            first[members], last[members])
         covered = r_first != NO_SPAN
-        spans = [np.r_[spans[0], r_first[covered]], np.r_[spans[1], r_last[covered]],
-                 np.r_[spans[2], (r_hi - r_lo)[covered]]]
+        spans = [np.concatenate((spans[0], r_first[covered])),
+                 np.concatenate((spans[1], r_last[covered])),
+                 np.concatenate((spans[2], (r_hi - r_lo)[covered]))]
     return _sweep(*spans, steps), unaliased
 
 
-def _sweep(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, steps: int) -> list[int]:
+def _sweep(first: np.ndarray, last: np.ndarray, nbytes: np.ndarray, steps: int) -> np.ndarray:
     """Sum of bytes over (first, last, bytes) spans at each position -1..steps."""
     delta = np.zeros(steps + 3, dtype=np.int64)
     np.add.at(delta, first + 1, nbytes)
     np.add.at(delta, last + 2, -nbytes)
-    return np.cumsum(delta[:-1]).tolist()
+    return np.cumsum(delta[:-1])

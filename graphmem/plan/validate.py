@@ -1,12 +1,13 @@
 """The independent check of a plan: every rule of ``graphmem.plan/1`` (docs/plan-format.md).
 
-``validate(plan, graph)`` recomputes the order check, liveness and the aliasing rules
-from the graph itself and knows nothing of how the plan was made; every test and the
-verifier call it on every plan.
+``validate(plan, graph)`` recomputes the order check and the live ranges
+(:mod:`graphmem.plan.live`), the statistics and the aliasing rules from the graph itself and
+knows nothing of how the plan was made; every test and the verifier call it on every
+plan, and the planner on every plan it writes (:func:`validate_built`).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -14,13 +15,14 @@ from graphmem.core.index import GraphIndex, index_graph
 from graphmem.core.ops import (DEFAULT_TABLE, INPLACE_TABLES, AliasEdges, alias_edges,
                                table_id, table_of_id)
 from graphmem.core.ir import Graph
-from graphmem.core.liveness import count_overlapping_pairs, liveness, overlapping_pairs
+from graphmem.core.liveness import count_overlapping_pairs, overlapping_pairs
 from graphmem.core.nogc import gc_paused
 from graphmem.core.order import check_order
 from graphmem.errors import PlanInvalid
 from graphmem.plan.columns import KIND, PlanColumns, columns
 from graphmem.plan.format import FORMAT, Plan
 from graphmem.plan.links import link_problems
+from graphmem.plan.live import live_ranges
 from graphmem.core.scopes import graph_for_plan, workspace_name
 from graphmem.plan.stats import stats_of
 
@@ -37,7 +39,7 @@ def problems(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> li
             return found
         graph, index = graph_for_plan(graph, plan), None
     index = index if index is not None else index_graph(graph)
-    return _problems_or_range(plan, graph, index, None, None, None)
+    return _problems_or_range(plan, graph, index, None, None)
 
 
 def scope_problems(plan: Plan, graph: Graph) -> list[str]:
@@ -77,23 +79,29 @@ def validate(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> No
 
 
 @gc_paused
-def validate_built(plan: Plan, graph: Graph, cols: PlanColumns, index: GraphIndex,
-                   intervals, edges: Callable[[], AliasEdges]) -> None:
-    """:func:`validate` of the plan the planner has just built, from what the planner
-    computed with the same functions on the same input: ``intervals``, the liveness of
-    ``plan.order`` (after checking that order), from which it wrote the plan's stats;
-    ``edges``, a function giving the order's alias edges (asked only when the plan has
-    aliases); ``cols``, the plan's own columns. The order check, the liveness and the
-    stats are not computed a second time; every rule about what the passes decided
-    (kinds, bytes, offsets, live ranges, aliases, slices, overlaps) still is."""
-    found = _problems_or_range(plan, graph, index, intervals, edges, cols)
+def validate_built(plan: Plan, graph: Graph, index: GraphIndex,
+                   cols: PlanColumns | None = None, *,
+                   edges: tuple[Sequence[int], str, Callable[[], AliasEdges]] | None = None
+                   ) -> None:
+    """:func:`validate` of the plan the planner has just built (its scopes checked when
+    they were planned), given what is the graph's or the plan's own and so need not be
+    made twice: ``index``, the graph's index; ``cols``, the plan's columns
+    (:func:`~graphmem.plan.columns.columns` of it, made if not given); ``edges``,
+    ``(order, table, get)`` where ``get()`` gives the alias edges of that order under
+    that in-place table, used only if they are the plan's order and table.
+
+    Everything checked is computed here from the graph and the plan: the order check,
+    the live ranges (from the graph's reads and writes in the plan's order), the
+    statistics, and every rule about what the passes decided. Nothing the planner
+    computed while planning (its liveness, its groups) is taken on trust."""
+    found = _problems_or_range(plan, graph, index, cols, edges)
     if found:
         raise PlanInvalid(found)
 
 
-def _problems_or_range(plan: Plan, graph: Graph, index, intervals, edges, cols) -> list[str]:
+def _problems_or_range(plan: Plan, graph: Graph, index, cols, edges) -> list[str]:
     try:
-        return _problems(plan, graph, index, intervals, edges, cols)
+        return _problems(plan, graph, index, cols, edges)
     except OverflowError:  # the checks use 64-bit arrays
         return [_out_of_range(plan)]
 
@@ -111,8 +119,7 @@ def _out_of_range(plan: Plan) -> str:
     return "an integer of the plan is out of range"
 
 
-
-def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols) -> list[str]:
+def _problems(plan: Plan, graph: Graph, topo: GraphIndex, cols, edges) -> list[str]:
     out: list[str] = []
     if plan.format != FORMAT:
         return [f"format is {plan.format!r}, not {FORMAT!r}"]
@@ -125,25 +132,23 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
             known = ", ".join(table_id(t) for t in INPLACE_TABLES if "@" not in t)
             return [f"target: inplace_table {plan.target['inplace_table']!r} is not a table "
                     f"graphmem knows (today: {known})"]
-    fresh = intervals is not None
-    if not fresh:
-        out += check_order(graph, plan.order, topo)
+    out += check_order(graph, plan.order, topo)
     if out:
         return out
+    live = live_ranges(topo, plan.order)
     const_expected = set(graph.constants)
     if set(plan.constants) != const_expected:
         extra = sorted(set(plan.constants) - const_expected)
         miss = sorted(const_expected - set(plan.constants))
         out.append(f"constants: {extra[0]!r} is not a foldable constant" if extra else
                    f"constants: {miss[0]!r} is computed from weights alone but not listed")
-    if not fresh:
-        intervals = liveness(graph, plan.order, topo)
+    first, last, present = live
     arena = topo.arena_names()
-    # the usual plan lists every arena tensor in the graph's order (what liveness
-    # gives); then positions in the plan are graph-index ids, and the set checks hold
-    in_order = len(intervals) == len(arena) and list(plan.tensors) == arena
+    # the usual plan lists every arena tensor in the graph's order; then positions in
+    # the plan are graph-index ids, and the set checks hold
+    in_order = bool(present.all()) and list(plan.tensors) == arena
     if not in_order:
-        names = set(intervals)
+        names = set(arena) if present.all() else {arena[k] for k in np.flatnonzero(present)}
         if set(plan.tensors) != names:
             extra = sorted(set(plan.tensors) - names)
             miss = sorted(names - set(plan.tensors))
@@ -159,26 +164,31 @@ def _problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, edges, cols
             cols = columns(plan, position)
         pid = (np.arange(len(cols.names)) if in_order
                else np.fromiter(map(topo.ids.__getitem__, cols.names), np.int64, len(cols.names)))
-        out += _tensor_problems(plan, graph, topo, intervals, cols, pid)
+        out += _tensor_problems(plan, graph, topo, (first, last), cols, pid)
     except OverflowError:  # a value past the 64-bit columns (none is right)
         return out + [_out_of_range(plan)]
     if not out:
         out += _arena_problems(plan, cols)
     if out:
         return out
-    if edges is None:
-        def edges():
-            return alias_edges(graph, plan.order, topo, table)
-    out += link_problems(plan, graph, topo, cols, pid, position, edges)
+    out += link_problems(plan, graph, topo, cols, pid, position,
+                         lambda: _edges(graph, plan.order, topo, table, edges))
     if out:
         return out
     out += _overlap_problems(cols)
-    if not fresh:
-        out += _stats_problems(plan, cols)
+    out += _stats_problems(plan, cols)
     return out
 
 
-def _tensor_problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, cols: PlanColumns,
+def _edges(graph: Graph, order: list[int], topo: GraphIndex, table: str, known) -> AliasEdges:
+    """The alias edges of ``order`` under ``table``: ``known`` ones (order, table, get)
+    where they are of this order and table, else computed."""
+    if known is not None and known[1] == table and tuple(known[0]) == tuple(order):
+        return known[2]()
+    return alias_edges(graph, order, topo, table)
+
+
+def _tensor_problems(plan: Plan, graph: Graph, topo: GraphIndex, live, cols: PlanColumns,
                      pid: np.ndarray) -> list[str]:
     """Kind, bytes, offset, end and live range of every tensor: decided on whole columns
     (``pid``: each plan position's id in ``topo``), worded for the tensors that break
@@ -204,7 +214,7 @@ def _tensor_problems(plan: Plan, graph: Graph, topo: GraphIndex, intervals, cols
                        > plan.arena_bytes, False)
     for k in np.flatnonzero(~small).tolist():  # Python integers: no wrap
         bad_end[k] = int(off[k]) + int(size[k]) > plan.arena_bytes
-    iv_first, iv_last = intervals.columns
+    iv_first, iv_last = live  # per graph-index id, from the graph (plan/live.py)
     bad_live = (cols.first != iv_first[pid]) | (cols.last != iv_last[pid])
     out = []
     for k in np.flatnonzero(bad_kind | bad_bytes | bad_offset | bad_end | bad_live).tolist():

@@ -63,6 +63,18 @@ class PlanView:
     folded_nodes: int = 0
 
 
+def layer_label(op: str, name: str = "", step: int | None = None,
+                node: int | None = None) -> str:
+    """How every view names a layer: ``Conv 'conv1' (step 12, node 251)`` (the op, the
+    node's name in the model, its position in the plan's order and its index in the
+    file). The text report, the JSON, the HTML page and the training report all write it
+    this way."""
+    where = ", ".join(w for w in (f"step {step}" if step is not None else "",
+                                  f"node {node}" if node is not None else "") if w)
+    text = f"{op} '{name}'" if name else op
+    return f"{text} ({where})" if where else text
+
+
 def check_plan_fits(plan: Plan, graph: Graph, source: str) -> None:
     """Refuse a plan that was made for another model (or another --dim binding)."""
     found = problems(plan, graph)

@@ -54,11 +54,12 @@ def write_plan(ctx: Context, a: Assignment, passes: list[dict], model: str,
                                    repeat(0)), np.int64, len(root_pos))
     offs = group_offset[tab.group] + tab.rel
     offs[ctx.nbytes == 0] = 0
-    lives = list(map(tuple, ctx.intervals.values()))
+    lives = list(zip(ctx.first.tolist(), ctx.last.tolist()))  # the context's liveness
     alias, ids = a.alias, index.ids
-    alias_of = _column(n, ids, alias, map(_ALIAS_SOURCE, alias.values()))
-    alias_kind = _column(n, ids, alias, map(_ALIAS_KIND, alias.values()))
-    slices = _column(n, ids, a.slice_of, a.slice_of.values())
+    at = _positions(n, ids, alias)  # once for both of the alias columns
+    alias_of = _column(n, at, map(_ALIAS_SOURCE, alias.values()))
+    alias_kind = _column(n, at, map(_ALIAS_KIND, alias.values()))
+    slices = _column(n, _positions(n, ids, a.slice_of), a.slice_of.values())
     tensors = dict(zip(names, tensor_plans(index.kinds(), ctx.nbytes.tolist(), offs.tolist(),
                                            lives, alias_of, alias_kind, slices)))
     plan = Plan(model=model, bindings=dict(bindings), alignment=ctx.alignment,
@@ -69,13 +70,17 @@ def write_plan(ctx: Context, a: Assignment, passes: list[dict], model: str,
     return Plan(**{**plan.__dict__, "stats": stats}), cols
 
 
-def _column(n: int, position: Mapping[str, int], keys, values) -> list:
-    """A list of ``n`` Nones with ``values`` at the positions of ``keys`` (keys not in
-    ``position``, or past ``n``, are left out)."""
+def _positions(n: int, position: Mapping[str, int], keys) -> np.ndarray:
+    """The positions of ``keys`` (``n`` for a key not in ``position``)."""
+    return np.fromiter(map(position.get, keys, repeat(n)), np.int64, len(keys))
+
+
+def _column(n: int, at: np.ndarray, values) -> list:
+    """A list of ``n`` Nones with ``values`` at the positions ``at`` (those past ``n``
+    are left out)."""
     out = np.full(n, None, dtype=object)
-    if keys:
-        at = np.fromiter(map(position.get, keys, repeat(n)), np.int64, len(keys))
-        vals = np.empty(len(keys), dtype=object)
+    if len(at):
+        vals = np.empty(len(at), dtype=object)
         vals[:] = list(values)
         keep = at < n
         out[at[keep]] = vals[keep]

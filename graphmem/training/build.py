@@ -41,6 +41,9 @@ class TrainingGraph:
     gradients: dict = field(default_factory=dict)  # weight -> gradient output name
     data_inputs: tuple[str, ...] = ()  # data (and label) inputs, seed excluded
     seed: str = SEED  # the loss seed input: feed np.ones([1], float32)
+    # the precision the step is planned at (graphmem.training.precision): the model is
+    # written in float32; load_training retypes its floating tensors
+    precision: str = "fp32"
     # forward values recomputed in backward from the values kept anyway, never kept by
     # a checkpointing rewrite (the selective rule of :mod:`.selective`)
     recomputable: frozenset = frozenset()

@@ -12,7 +12,7 @@ its backward runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import onnx
@@ -127,8 +127,7 @@ def rewrite(tg: TrainingGraph, checkpoints: list[str], also_keep=()) -> Training
     nodes = list(g.node[:first_b]) + new_nodes + list(g.node[first_b:])
     del g.node[:]
     g.node.extend(nodes)
-    return TrainingGraph(m, tg.loss, tg.weights, dict(tg.gradients), tg.data_inputs, tg.seed,
-                         tg.recomputable)
+    return replace(tg, model=m, gradients=dict(tg.gradients))
 
 
 def choose_balanced(tg: TrainingGraph, found: list | None = None,
@@ -226,8 +225,7 @@ def _planned(tg: TrainingGraph, optimizer: str, batch: int, chosen: Sequence[str
     graph = load_training(tg)
     result, order = plan_training(graph)
     rep = account(tg, graph, result, order, batch, optimizer)
-    total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
-    return Attempt(total, rep, tg, graph, result, order, chosen, info or {})
+    return Attempt(rep.step_bytes, rep, tg, graph, result, order, chosen, info or {})
 
 
 def _attempt(tg, chosen, found, optimizer, batch, full=None, **more) -> Attempt:

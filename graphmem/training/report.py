@@ -1,5 +1,19 @@
 """Plan a training graph and account for its memory: weights, gradients, optimizer
-state, activations kept for backward, the planned arena, MACs."""
+state, activations kept for backward, the planned arena, MACs.
+
+Two measures of what backward keeps: ``kept_for_backward_bytes`` is measured on the
+plan (arena storage made before backward starts in the plan's order and read after it:
+:func:`plan_saved_activations`); it is live all at once at the boundary, so it never
+exceeds the arena. ``saved_activation_bytes`` adds up every forward-made tensor a
+backward node reads, each counted alone wherever the plan runs it: tensors that share
+storage (an in-place ReLU over its BatchNormalization) count once each, and tensors the
+plan frees before others are made count too, so it can exceed the arena.
+
+The step total (``step_bytes``) is what the device holds for one step: the weights (and,
+for mixed precision, the float32 master weights), the optimizer state, the folded
+constants and the planned arena (which holds the gradients, the activations kept for
+backward and backward's own tensors).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,6 +23,7 @@ from graphmem.frontend.reader import from_model
 from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.training.build import TrainingGraph
+from graphmem.training.precision import master_bytes, retype
 from graphmem.analysis.macs import macs_by_phase, phase
 from graphmem.training.schedule import sink_floating, training_order
 
@@ -19,7 +34,7 @@ OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
 @dataclass
 class TrainingReport:
     batch: int
-    weight_bytes: int  # trainable parameters
+    weight_bytes: int  # trainable parameters, in the step's type (half under --precision)
     gradient_bytes: int
     optimizer_bytes: int
     saved_activation_bytes: int  # forward tensors read by backward (or by recomputation)
@@ -34,17 +49,29 @@ class TrainingReport:
     nodes: int
     order: str
     extra: dict = field(default_factory=dict)
+    optimizer: str = "adam"
+    precision: str = "fp32"  # graphmem.training.precision.PRECISIONS
+    master_weight_bytes: int = 0  # float32 master weights beside the step (mixed only)
+
+    @property
+    def step_bytes(self) -> int:
+        """The step total: weights, master weights, optimizer state, folded constants and
+        the planned arena (gradients and activations are inside the arena)."""
+        return (self.weight_bytes + self.master_weight_bytes + self.optimizer_bytes
+                + self.constant_bytes + self.arena_bytes)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         extra = d.pop("extra")
+        d["step_bytes"] = self.step_bytes
         d.update(extra)
         return d
 
 
 def load_training(tg: TrainingGraph) -> Graph:
-    """The training model as graphmem IR (weights are not copied)."""
-    return from_model(tg.model, check=False)
+    """The training model as graphmem IR (weights are not copied), its floating tensors
+    in the type of ``tg.precision`` (:mod:`graphmem.training.precision`)."""
+    return retype(from_model(tg.model, check=False), tg.precision)
 
 
 def saved_activations(graph: Graph) -> dict[str, int]:
@@ -215,22 +242,26 @@ def plan_training(graph: Graph, passes=DEFAULT_PASSES) -> tuple[Result, str]:
 
 def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, batch: int,
             optimizer: str) -> TrainingReport:
-    """The memory and compute figures of one planned training step."""
+    """The memory and compute figures of one planned training step. The optimizer keeps
+    its state in the type of the weights it updates: the step's own, or the float32
+    master weights under mixed precision."""
     wbytes = sum(graph.tensors[w].bytes for w in tg.weights)
+    master = master_bytes(tg.precision, sum(graph.tensors[w].numel for w in tg.weights))
     gbytes = sum(graph.tensors[g].bytes for g in tg.gradients.values())
     saved = saved_activations(graph)
     macs = macs_by_phase(graph)
     on_plan = plan_saved_activations(graph, result.plan)
-    extra = {"plan_saved_activation_bytes": sum(on_plan.values()),
-             "plan_saved_activations": len(on_plan),
+    extra = {"kept_for_backward_bytes": sum(on_plan.values()),
+             "kept_for_backward": len(on_plan),
              "peak": backward_peak(graph, result.plan)}
     return TrainingReport(
         batch=batch, weight_bytes=wbytes, gradient_bytes=gbytes,
-        optimizer_bytes=OPTIMIZER_STATE[optimizer] * wbytes,
+        optimizer_bytes=OPTIMIZER_STATE[optimizer] * (master or wbytes),
         saved_activation_bytes=sum(saved.values()), saved_activations=len(saved),
         arena_bytes=result.plan.arena_bytes,
         constant_bytes=sum(graph.tensors[c].bytes for c in graph.constants
                            if c not in graph.weights),
         forward_macs=macs["forward"],
         backward_macs=macs["backward"], recompute_macs=macs["recompute"],
-        nodes=len(graph.nodes), order=order_name, extra=extra)
+        nodes=len(graph.nodes), order=order_name, extra=extra, optimizer=optimizer,
+        precision=tg.precision, master_weight_bytes=master)

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from graphmem.core.memory import available_bytes
 from graphmem.errors import GraphmemError
 from graphmem.verify.node_sessions import runtime_message
 from graphmem.verify.node_sessions import FATAL_ONLY
@@ -54,7 +55,15 @@ class HostArena:
 
     def __init__(self, nbytes: int):
         self.nbytes = nbytes
-        raw = np.empty(nbytes + HOST_ALIGNMENT, dtype=np.uint8)
+        room = available_bytes()
+        if room is not None and nbytes + HOST_ALIGNMENT > room:
+            raise GraphmemError(f"the arena of {nbytes} bytes does not fit in the memory "
+                                f"this process can take ({room} bytes)")
+        try:
+            raw = np.empty(nbytes + HOST_ALIGNMENT, dtype=np.uint8)
+        except MemoryError:
+            raise GraphmemError(f"cannot allocate an arena of {nbytes} bytes in host "
+                                "memory") from None
         start = (-raw.ctypes.data) % HOST_ALIGNMENT
         self._raw = raw  # keeps the allocation alive
         self.buf = raw[start:start + nbytes]

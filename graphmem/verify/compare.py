@@ -54,6 +54,7 @@ class OutputCheck:
     ok: bool
 
 
+@np.errstate(invalid="ignore", over="ignore")  # NaN and inf are handled below, not warned
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     """Largest |a - b|; NaN where exactly one side is NaN, 0 where both are."""
     if a.size == 0:
@@ -97,6 +98,7 @@ def same(got: np.ndarray, want: np.ndarray, spread: float = 0.0,
     return bool(d <= 2 * spread)
 
 
+@np.errstate(invalid="ignore", over="ignore")
 def close(a: np.ndarray, b: np.ndarray, dtype: str, provider: str = "cpu") -> bool:
     """Equal within the tolerance of ``dtype`` on ``provider``; integers exactly."""
     if a.shape != b.shape:

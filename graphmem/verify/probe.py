@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 SHAPES: tuple[tuple[int, ...], ...] = ((1,), (7,), (63,), (64,), (1000,), (4, 64, 1000))
 BOOL_OPS = frozenset(("Not", "And", "Or", "Xor"))
 VARIADIC = frozenset(("Max", "Min", "Mean", "Sum"))
+# The fused convolutions of ONNX Runtime's optimizers whose output may be written over
+# their sum (input 3): probed at these NCHW shapes (channels a multiple of every NCHWc
+# block). Fused ops with no one-node probe model here (the attention kernels' past ->
+# present pairs) are left out of :func:`cases`; their tables rest on the kernels' own
+# declarations alone.
+FUSED_CONV = frozenset(("com.microsoft:FusedConv", "com.microsoft.nchwc:Conv"))
+CONV_SHAPES: tuple[tuple[int, ...], ...] = ((1, 16, 5, 5), (2, 32, 9, 7))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,11 @@ def cases(table: Mapping[str, Sequence[tuple[int, int]]],
     out = []
     for op in sorted(table):
         pairs = table[op]
+        if op in FUSED_CONV:
+            out += [Case(op, 4, i, s) for s in CONV_SHAPES for i, _ in pairs]
+            continue
+        if ":" in op and not op.endswith(":QuickGelu"):
+            continue  # no probe model (see FUSED_CONV)
         arity = 3 if op in VARIADIC else 2 if len(pairs) > 1 else 1
         for shape in shapes:
             for i in range(arity):
@@ -108,8 +120,12 @@ def in_place(plan: Plan, out: str, src: str) -> Plan:
 
 
 def case_model(case: Case) -> onnx.ModelProto:
-    """``x_k -> Identity -> p_k; y = op(p_0 .. p_{arity-1}, extras)`` at opset 20."""
-    op, shape = case.op, list(case.shape)
+    """``x_k -> Identity -> p_k; y = op(p_0 .. p_{arity-1}, extras)`` at opset 20 (a fused
+    convolution: ``y = conv(p_0, w, b, sum=p_3)``, 3 x 3 with the same spatial size)."""
+    if case.op in FUSED_CONV:
+        return _fused_conv_model(case)
+    domain, _, op = case.op.rpartition(":")
+    shape = list(case.shape)
     if op == "BatchNormalization" and len(shape) < 2:
         shape = [1, *shape]  # N x C x ...: the elements as channels
     elem = (TensorProto.BOOL if op in BOOL_OPS else TensorProto.UINT8 if op == "BitShift"
@@ -122,14 +138,38 @@ def case_model(case: Case) -> onnx.ModelProto:
     if op == "BatchNormalization":
         shapes = [shape]
     nodes.append(helper.make_node(op, [f"p{k}" for k in range(case.arity)] + extra, ["y"],
-                                  **attrs))
+                                  domain=domain or None, **attrs))
     graph = helper.make_graph(
         nodes, "probe",
         [helper.make_tensor_value_info(f"x{k}", elem, s) for k, s in enumerate(shapes)],
         [helper.make_tensor_value_info("y", elem, shape)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    return _model(graph, domain)
+
+
+def _model(graph, domain: str = "") -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 9  # opset 20's IR: every ONNX Runtime since 1.16 reads it (onnx's
     return model          # newest may be newer than the installed runtime's)
+
+
+def _fused_conv_model(case: Case) -> onnx.ModelProto:
+    domain, _, op = case.op.rpartition(":")
+    shape = list(case.shape)
+    channels = shape[1]
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-0.5, 0.5, (channels, channels, 3, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.linspace(-1, 1, channels).astype(np.float32), "b")]
+    nodes = [helper.make_node("Identity", ["x0"], ["p0"]),
+             helper.make_node("Identity", ["x3"], ["p3"]),
+             helper.make_node(op, ["p0", "w", "b", "p3"], ["y"], domain=domain,
+                              pads=[1, 1, 1, 1], activation="Relu")]
+    graph = helper.make_graph(
+        nodes, "probe", [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)
+                         for x in ("x0", "x3")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    return _model(graph, domain)
 
 
 def _extras(op: str, shape: list[int]) -> tuple[list, list[str], dict]:

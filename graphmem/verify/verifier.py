@@ -285,6 +285,9 @@ def runtime_problems(plan: Plan, graph: Graph) -> list[str]:
     """What stops the plan from running at all: a bad order, a tensor past the arena."""
     out = check_order(graph, plan.order)
     for name, t in plan.tensors.items():
+        if name not in graph.tensors:  # (a body's plan: check_compatible saw the main one)
+            raise GraphmemError(f"the plan was made for another model: it places tensor "
+                                f"{name!r}, which {graph.name or 'its graph'!r} does not have")
         need = graph.tensors[name].bytes
         if t.offset < 0 or t.offset + need > plan.arena_bytes:
             out.append(f"tensor {name!r}: its {need} bytes at offset {t.offset} do not fit "

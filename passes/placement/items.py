@@ -156,26 +156,29 @@ def items(ctx: Context, a: Assignment) -> tuple[list[Record | Tied], PartPairs]:
     hi = lo + nb[pos]
     size = align_up(group_bytes[split], al)
     group_size = size[np.searchsorted(split, sg)]  # per span
-    cut_group = np.r_[sg, sg, split, split]
-    cuts = np.r_[np.minimum(align_up(lo, al), group_size),
-                 np.minimum(align_up(hi, al), group_size),
-                 np.zeros(len(split), dtype=np.int64), size]
+    cut_group = np.concatenate((sg, sg, split, split))
+    cuts = np.concatenate((np.minimum(align_up(lo, al), group_size),
+                           np.minimum(align_up(hi, al), group_size),
+                           np.zeros(len(split), dtype=np.int64), size))
     rg, start, end, rf, rl = byte_regions(cut_group, cuts, sg, lo, hi, ctx.first[pos],
                                           ctx.last[pos])
     bare = rf == NO_SPAN  # no member on these bytes: the group's life
     rf[bare] = tab.group_first[rg[bare]]
     rl[bare] = tab.group_last[rg[bare]]
     # merge each run of adjacent regions with the same life (within a group)
-    new = np.r_[True, (rg[1:] != rg[:-1]) | (rf[1:] != rf[:-1]) | (rl[1:] != rl[:-1])]
-    stop = np.r_[new[1:], True]
+    new = np.concatenate(
+        ([True], (rg[1:] != rg[:-1]) | (rf[1:] != rf[:-1]) | (rl[1:] != rl[:-1])))
+    stop = np.concatenate((new[1:], [True]))
     rg, start, rf, rl, end = rg[new], start[new], rf[new], rl[new], end[stop]
     # a group left with one region is a plain record; the others become Tied sets
     tied_group, n_parts = np.unique(rg, return_counts=True)
     several = n_parts > 1
     tied_group, n_parts = tied_group[several], n_parts[several]
-    keep = np.isin(rg, tied_group)
+    of_tied = np.zeros(len(tab.start), dtype=bool)  # per group: made a Tied set
+    of_tied[tied_group] = True
+    keep = of_tied[rg]
     rg, start, rf, rl, end = rg[keep], start[keep], rf[keep], rl[keep], end[keep]
-    bounds = np.r_[0, np.cumsum(n_parts)]
+    bounds = np.concatenate(([0], np.cumsum(n_parts)))
     local = np.arange(len(rg)) - np.repeat(bounds[:-1], n_parts)  # part index in its set
     parts = list(zip(start.tolist(), map(make_record, zip(
         local.tolist(), (end - start).tolist(), rf.tolist(), rl.tolist()))))
@@ -200,5 +203,5 @@ def items(ctx: Context, a: Assignment) -> tuple[list[Record | Tied], PartPairs]:
         col[part_tied] = tied_values
         columns.append(col)
     rel, nbytes, first, last = columns
-    return out, _index(rec_cols.id.tolist(), is_tied, np.r_[0, np.cumsum(per_item)], rel,
-                       nbytes, first, last)
+    return out, _index(rec_cols.id.tolist(), is_tied,
+                       np.concatenate(([0], np.cumsum(per_item))), rel, nbytes, first, last)

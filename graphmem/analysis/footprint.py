@@ -1,0 +1,43 @@
+"""The whole footprint: every part of the memory a run holds, as one stack with its total.
+
+One shape for inference and for a training step, so that the terminal, JSON and HTML
+draw both the same way (and side by side)::
+
+    {"kind": "inference", "title": ..., "total_bytes": N,
+     "parts": [{"key": "weights", "label": "weights (as stored)", "bytes": n, "note": ...},
+               ...]}
+
+The parts add up to ``total_bytes``. Inference: weights, workspace, the activation
+arena (:func:`inference`). A training step: weights (and master weights), optimizer
+state, folded constants, and the arena split at its peak into what is kept for
+backward, gradients, backward's own tensors and the rest
+(:func:`graphmem.training.footprint.training`).
+"""
+from __future__ import annotations
+
+
+def part(key: str, label: str, nbytes: int, note: str = "") -> dict:
+    return {"key": key, "label": label, "bytes": int(nbytes), "note": note}
+
+
+def stack(kind: str, title: str, parts: list[dict], keep: tuple[str, ...] = ()) -> dict:
+    """A footprint of ``parts`` (those of 0 bytes left out, unless their key is in
+    ``keep``), with their total."""
+    kept = [p for p in parts if p["bytes"] > 0 or p["key"] in keep]
+    return {"kind": kind, "title": title, "total_bytes": sum(p["bytes"] for p in kept),
+            "parts": kept}
+
+
+def inference(totals: dict, title: str = "inference") -> dict:
+    """The inference footprint of a report's ``totals`` (:func:`graphmem.analysis.breakdown.totals`):
+    weights as stored, the im2col workspace, the activation arena; its total is
+    ``totals["total_bytes"]``."""
+    ws_note = ("one unfolded image of the largest convolution, reused"
+               if totals.get("workspace_bytes") else "")
+    return stack("inference", title, [
+        part("weights", "weights (as stored)", totals["weight_bytes"],
+             "initializers and folded constants the running nodes read"),
+        part("workspace", "workspace (im2col)", totals["workspace_bytes"], ws_note),
+        part("arena", "activation arena", totals["arena_bytes"],
+             "every activation, planned into one buffer"),
+    ])

@@ -1,0 +1,65 @@
+"""onnx.checker on the model as the loader will use it: its large weights stripped, its
+nodes in a topological order, initializers without data here as typed graph inputs
+(ONNX Runtime runs graphs whose nodes are not sorted, and the checker would look for
+the external files)."""
+from __future__ import annotations
+
+from graphmem import wire
+from graphmem.core.memory import release_freed
+from graphmem.errors import GraphmemError
+from graphmem.frontend import onnx_c
+from graphmem.frontend.lazy import helper, onnx
+from graphmem.frontend.protos import invalid_text, one_line, to_proto
+from graphmem.frontend.splice import INITIALIZER, INPUT, entry, splice
+from graphmem.frontend.structure import EXTERNAL
+
+
+def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
+    """onnx.checker on the model with its ``stripped`` weights (splice changes) and its
+    nodes in ``order``."""
+    g = parsed["graph"]
+    identity = order == list(range(len(g["nodes"])))
+    # Before IR version 4 an initializer had to be a graph input too; ONNX Runtime's
+    # optimizer keeps an old model's IR version and adds initializers that are not
+    # (folded and fused weights), and runs the file it saved: checked as inputs
+    legacy = parsed["ir_version"] < 4
+    if (not stripped and identity and not legacy
+            and all(t.data_location != EXTERNAL for t in g["initializers"])):
+        run_checker(data)
+        return
+    work = splice(data, parsed, stripped)
+    parsed = wire.parse_model(work)
+    g = parsed["graph"]
+    if not identity:
+        model = to_proto(work)
+        nodes = [model.graph.node[i] for i in order]
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        del copy.graph.node[:]
+        copy.graph.node.extend(nodes)
+        work = copy.SerializeToString()
+        parsed = wire.parse_model(work)
+        g = parsed["graph"]
+    inputs = {vi.name for vi in g["inputs"]}
+    changes = []
+    for i, init in enumerate(g["initializers"]):
+        if init.data_location == EXTERNAL:
+            changes.append((INITIALIZER, i, None))
+        if (init.data_location == EXTERNAL or legacy) and init.name not in inputs:
+            vi = helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            changes.append((INPUT, -1, entry(INPUT, vi.SerializeToString())))
+    run_checker(splice(work, parsed, changes))
+
+
+def run_checker(work: bytes) -> None:
+    try:
+        onnx_c.check_model(work)
+        release_freed()  # the checker's copy of the model
+    except onnx_c.core().checker.ValidationError as exc:
+        raise GraphmemError(f"the model fails onnx.checker: {one_line(exc)}") from None
+    except UnicodeDecodeError as exc:
+        # the checker's own message quotes the corrupt text and cannot be decoded
+        where = invalid_text(to_proto(work)) or one_line(exc)
+        raise GraphmemError(f"the model is corrupt: {where} is not valid UTF-8 text") from None
+    except ValueError as exc:  # protobuf's own parser refuses what ours let through
+        raise GraphmemError(f"the model is corrupt: {one_line(exc)}") from None

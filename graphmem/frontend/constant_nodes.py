@@ -1,0 +1,119 @@
+"""Which nodes fold at plan time, decided on types alone: a standard, deterministic node
+whose inputs are all constants (initializers, folded outputs), or a Shape or Size of a
+statically shaped tensor. Their values are computed only when needed
+(:mod:`graphmem.frontend.folding`). Data computed from a bound dim runs instead of
+folding (:func:`dim_data_nodes`). Works on the wire records."""
+from __future__ import annotations
+
+from graphmem.core.ir import standard_domain
+from graphmem.core.ops import RANDOM_OPS
+from graphmem.frontend.structure import GRAPH_ATTRS
+
+
+# Inputs that a node reads for their values as shapes, axes or counts (a few numbers),
+# not as data: a constant computed from bound dims may stay folded when only these read it.
+SHAPE_ARGUMENTS = {
+    "Reshape": {1}, "Expand": {1}, "ConstantOfShape": {0}, "Tile": {1},
+    "Slice": {1, 2, 3, 4}, "Range": {0, 1, 2}, "Unsqueeze": {1}, "Squeeze": {1},
+    "Resize": {1, 2, 3}, "Upsample": {1}, "Pad": {1, 2, 3}, "TopK": {1}, "OneHot": {1},
+    "Split": {1}, "CumSum": {1}, "Trilu": {1}, "CenterCropPad": {1}, "Col2Im": {1, 2},
+    "NonMaxSuppression": {2, 3, 4}, "Shape": {0}, "Size": {0}, "Loop": {0},
+    **{op: {1} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                          "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                          "ReduceSumSquare")},
+}
+
+
+def dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
+    """Folded nodes that must run instead: those whose outputs are data computed from a
+    bound dimension (a Shape or Size of a tensor that is not a constant), read as data
+    by a running node or a graph output. The exporters write such subgraphs for
+    defaulted token-type ids, position ids and masks: folded, an [batch, seq, hidden]
+    lookup would count as a weight that grows with batch and sequence (issue 21).
+    Shape arithmetic (read only as shapes, axes or counts) stays folded."""
+    nodes = g["nodes"]
+    const = {t.name for t in g["initializers"]}
+    tainted: set[str] = set()
+    for idx in order:
+        if idx not in folded:
+            continue
+        n, ins = nodes[idx], reads[idx]
+        if (n.op_type in ("Shape", "Size") and any(t not in const for t in ins)) or \
+                any(t in tainted for t in ins):
+            tainted.update(o for o in n.outputs if o)
+        const.update(o for o in n.outputs if o)
+    if not tainted:
+        return set()
+
+    def data_reads(idx: int) -> list[str]:
+        n = nodes[idx]
+        shape_args = SHAPE_ARGUMENTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
+        found = [t for i, t in enumerate(n.inputs) if t and i not in shape_args]
+        found.extend(t for t in reads[idx] if t not in n.inputs)  # subgraphs' outer reads
+        return [t for t in found if t in tainted]
+
+    data = {o.name for o in g["outputs"] if o.name in tainted}
+    for idx in order:
+        if idx not in folded:
+            data.update(data_reads(idx))
+    kept: set[int] = set()
+    for idx in reversed(order):
+        if idx in folded and any(o in data for o in nodes[idx].outputs if o):
+            kept.add(idx)
+            data.update(data_reads(idx))
+    if kept:
+        # closed forward: a folded node that reads what a kept node makes runs too, or
+        # its value would wait for a tensor that exists only at run time (GPT-2's
+        # decode step: a Range's bounds from Shape(past) arithmetic)
+        running = {o for i in kept for o in nodes[i].outputs if o}
+        for idx in order:
+            if idx in folded and idx not in kept and any(t in running for t in reads[idx]):
+                kept.add(idx)
+                running.update(o for o in nodes[idx].outputs if o)
+    return kept
+
+
+def foldable(node) -> bool:
+    """A standard-domain, deterministic node without subgraphs."""
+    if not standard_domain(node.domain) or node.op_type in RANDOM_OPS:
+        return False
+    return not any(a.type in GRAPH_ATTRS for a in node.attrs)
+
+
+def fold(g: dict, order, tensors, reads, bindings=None) -> tuple[set[int], list[str]]:
+    """Which nodes compute only constants (initializers, Constant, static Shape), and
+    the constants they make; with ``bindings``, less the data computed from bound dims
+    (:func:`dim_data_nodes`), which runs."""
+    return without_dim_data(g, order, reads, bindings,
+                            *constant_nodes(g, order, tensors, reads))
+
+
+def without_dim_data(g: dict, order, reads, bindings, folded: set[int],
+                     constants: list[str]) -> tuple[set[int], list[str]]:
+    """:func:`constant_nodes`' answer less the data computed from bound dims."""
+    if bindings:
+        kept = dim_data_nodes(g, order, folded, reads)
+        if kept:
+            nodes = g["nodes"]
+            made = {o for i in kept for o in nodes[i].outputs}
+            return folded - kept, [c for c in constants if c not in made]
+    return folded, constants
+
+
+def constant_nodes(g: dict, order, tensors, reads) -> tuple[set[int], list[str]]:
+    nodes = g["nodes"]
+    const = {t.name for t in g["initializers"]}
+    folded: set[int] = set()
+    constants: list[str] = []
+    for idx in order:
+        n = nodes[idx]
+        if n.op_type in ("Shape", "Size"):
+            ok = all(t in tensors for t in reads[idx])
+        else:
+            ok = all(t in const for t in reads[idx])
+        if ok and foldable(n):
+            folded.add(idx)
+            outs = [o for o in n.outputs if o]
+            const.update(outs)
+            constants.extend(outs)
+    return folded, constants

@@ -1,0 +1,774 @@
+"""Shapes of the ops ONNX Runtime's optimizers write: a table of per-op rules.
+
+ORT's graph optimizer (``SessionOptions.optimized_model_filepath``) and its transformer
+optimizer save graphs of com.microsoft (and com.microsoft.nchwc) ops without shape
+annotations, and onnx's shape inference knows none of them. Each rule here takes the
+(element type, shape) of a node's inputs, its attributes and the values of its constant
+inputs, and gives its outputs' (element type, shape), as the op's schema in ORT's
+sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them; the tests
+(``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime and compare.
+
+:func:`propagate` applies the rules in one pass over the nodes, with onnx's per-node
+inference for the standard ops between them (no sympy, no ONNX Runtime). Where that
+leaves a gap, :func:`infer` falls back on ONNX Runtime's own ``SymbolicShapeInference``,
+which follows shape arithmetic symbolically and knows contrib ops this table leaves to
+it (Attention, MultiHeadAttention, RotaryEmbedding, EmbedLayerNormalization,
+MatMulNBits, ...), with this table's rules in front of its handlers for the ops in
+:data:`RULES`: those it does not know or sizes incompletely (SkipLayerNormalization's
+optional outputs, GroupQueryAttention's present length, GatherBlockQuantized's packed
+elements).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+MS = "com.microsoft"
+NCHWC = "com.microsoft.nchwc"
+ONNX = ""  # ORT registers a few contrib ops in the standard domain
+
+# TensorProto.DataType values (fixed by onnx.proto)
+FLOAT, UINT8, INT8, INT32, INT64, BOOL, FLOAT16 = 1, 2, 3, 6, 7, 9, 10
+
+Shape = tuple  # of int (a dim unknown here: None)
+Value = tuple  # (elem_type: int, shape: Shape)
+
+
+@dataclass
+class Call:
+    """What a rule sees of one node: its inputs by position (None: absent or unknown),
+    attributes, the values of constant inputs (None where not constant), and how many
+    outputs it has."""
+    inputs: list
+    attrs: dict
+    outputs: int = 1
+    values: Callable[[int], object] = lambda i: None  # the value of input i, if constant
+
+    def input(self, i: int) -> Optional[Value]:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def shape(self, i: int) -> Optional[Shape]:
+        v = self.input(i)
+        return None if v is None else v[1]
+
+    def elem(self, i: int) -> Optional[int]:
+        v = self.input(i)
+        return None if v is None else v[0]
+
+    def value(self, i: int):
+        """Input ``i``'s value when it is a small constant (else None)."""
+        return self.values(i) if i < len(self.inputs) else None
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+
+Rule = Callable[[Call], list]
+RULES: dict[tuple[str, str], Rule] = {}
+
+
+def rule(*keys: tuple[str, str]):
+    """Register a function as the rule of the ops ``keys`` ((domain, op_type) each)."""
+    def add(fn: Rule) -> Rule:
+        for key in keys:
+            RULES[key] = fn
+        return fn
+    return add
+
+
+def rule_for(domain: str, op_type: str) -> Optional[Rule]:
+    """The rule of an op, the standard domain written '' or 'ai.onnx'."""
+    return RULES.get((ONNX if domain == "ai.onnx" else domain, op_type))
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _int(d) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
+
+
+def _broadcast(*shapes: Shape) -> Optional[Shape]:
+    """numpy's broadcast of ``shapes`` (None where a dim is not known)."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        known = [d for d in dims if _int(d) and d != 1]
+        if known:
+            out.append(known[0])
+        elif all(_int(d) for d in dims):
+            out.append(1)
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _spatial(size, kernel: int, stride: int, dilation: int, pad_begin: int, pad_end: int,
+             auto_pad: str, ceil_mode: bool = False):
+    """One output dim of a convolution or pooling window (onnx's convPoolShapeInference)."""
+    if not _int(size):
+        return None
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return -(-size // stride)
+    effective = (kernel - 1) * dilation + 1
+    if auto_pad == "VALID":
+        pad_begin = pad_end = 0
+    span = size + pad_begin + pad_end - effective
+    if ceil_mode:
+        out = -(-span // stride) + 1
+        if (out - 1) * stride >= size + pad_begin:  # the last window starts in the padding
+            out -= 1
+        return out
+    return span // stride + 1
+
+
+def _window(x: Shape, kernel: list[int], attrs: dict, *, channels_last: bool = False,
+            ceil_mode: bool = False) -> Optional[list]:
+    """The spatial output dims of a sliding window over ``x`` (NCHW, or NHWC)."""
+    rank = len(kernel)
+    spatial = x[1:1 + rank] if channels_last else x[2:2 + rank]
+    if len(spatial) != rank:
+        return None
+    strides = list(attrs.get("strides") or [1] * rank)
+    dilations = list(attrs.get("dilations") or [1] * rank)
+    pads = list(attrs.get("pads") or [0] * (2 * rank))
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    return [_spatial(spatial[i], kernel[i], strides[i], dilations[i], pads[i],
+                     pads[i + rank], auto_pad, ceil_mode) for i in range(rank)]
+
+
+def _conv(x: Shape, w: Shape, attrs: dict, *, channels_last: bool = False) -> Optional[Shape]:
+    """A convolution's output shape: [N, M, spatial...] (or [N, spatial..., M])."""
+    if x is None or w is None or len(w) < 3:
+        return None
+    kernel = list(attrs.get("kernel_shape") or w[2:])
+    spatial = _window(x, kernel, attrs, channels_last=channels_last)
+    if spatial is None:
+        return None
+    return (x[0], *spatial, w[0]) if channels_last else (x[0], w[0], *spatial)
+
+
+def _pool(x: Shape, attrs: dict, *, channels_last: bool = False) -> Optional[Shape]:
+    if x is None or not attrs.get("kernel_shape"):
+        return None
+    spatial = _window(x, list(attrs["kernel_shape"]), attrs, channels_last=channels_last,
+                      ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    if spatial is None:
+        return None
+    return (x[0], *spatial, x[-1]) if channels_last else (x[0], x[1], *spatial)
+
+
+def _global_pool(x: Shape, channels_last: bool = False) -> Optional[Shape]:
+    if x is None:
+        return None
+    if channels_last:
+        return (x[0], *[1] * (len(x) - 2), x[-1])
+    return (x[0], x[1], *[1] * (len(x) - 2))
+
+
+def _matmul(a: Shape, b: Shape) -> Optional[Shape]:
+    """numpy.matmul's output shape."""
+    if a is None or b is None or not a or not b:
+        return None
+    left = (1, *a) if len(a) == 1 else a
+    right = (*b, 1) if len(b) == 1 else b
+    batch = _broadcast(left[:-2], right[:-2])
+    if batch is None:
+        return None
+    out = list(batch)
+    if len(a) != 1:
+        out.append(left[-2])
+    if len(b) != 1:
+        out.append(right[-1])
+    return tuple(out)
+
+
+def _same(i: int = 0, elem: Optional[int] = None):
+    """A rule: output 0 has input ``i``'s shape (and its element type, or ``elem``)."""
+    def same(call: Call) -> list:
+        v = call.input(i)
+        return [None if v is None else (elem or v[0], v[1])]
+    return same
+
+
+# --------------------------------------------------------------------------- the rules
+# CPU graph optimizer, ORT_ENABLE_EXTENDED: activations fused into Conv, Gemm and
+# MatMul (conv_activation_fusion.cc, gemm_activation_fusion.cc, matmul_transpose_fusion.cc)
+
+@rule((MS, "FusedConv"))
+def fused_conv(call: Call) -> list:
+    """Conv + activation (+ Z, a tensor added before the activation): Conv's shape."""
+    out = _conv(call.shape(0), call.shape(1), call.attrs)
+    return [None if out is None else (call.elem(0), out)]
+
+
+@rule((MS, "FusedGemm"))
+def fused_gemm(call: Call) -> list:
+    a, b = call.shape(0), call.shape(1)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return [None]
+    m = a[1] if call.attr("transA", 0) else a[0]
+    n = b[0] if call.attr("transB", 0) else b[1]
+    return [(call.elem(0), (m, n))]
+
+
+def _transposed(shape: Shape, trans: bool, trans_batch: bool) -> Shape:
+    """FusedMatMul's view of an input: transBatch moves the first axis to the second last;
+    trans swaps the last two (contrib_defs.cc, FusedMatMulShapeInference)."""
+    rank = len(shape)
+    if rank == 1:
+        return shape
+    start, end = (1, rank - 1) if trans_batch else (0, rank - 2)
+    rows = shape[0] if trans_batch else shape[rank - 2]
+    cols = shape[rank - 1]
+    if trans:
+        rows, cols = cols, rows
+    return (*shape[start:end], rows, cols)
+
+
+@rule((MS, "FusedMatMul"), (MS, "TransposeMatMul"))
+def fused_matmul(call: Call) -> list:
+    a, b = call.shape(0), call.shape(1)
+    if a is None or b is None:
+        return [None]
+    a = _transposed(a, bool(call.attr("transA", 0)), bool(call.attr("transBatchA", 0)))
+    b = _transposed(b, bool(call.attr("transB", 0)), bool(call.attr("transBatchB", 0)))
+    out = _matmul(a, b)
+    return [None if out is None else (call.elem(0), out)]
+
+
+# CPU graph optimizer, ORT_ENABLE_ALL (layout): the NCHWc transformer
+# (nchwc_transformer.cc; schemas in nchwc_schema_defs.cc). An NCHWc tensor keeps the
+# logical NCHW shape with its channels padded to the block size of the machine's MLAS
+# kernels; the reordered weights carry the padded output channels.
+
+@rule((NCHWC, "Conv"))
+def nchwc_conv(call: Call) -> list:
+    out = _conv(call.shape(0), call.shape(1), call.attrs)
+    return [None if out is None else (call.elem(0), out)]
+
+
+@rule((NCHWC, "MaxPool"), (NCHWC, "AveragePool"))
+def nchwc_pool(call: Call) -> list:
+    out = _pool(call.shape(0), call.attrs)
+    return [None if out is None else (call.elem(0), out)]
+
+
+@rule((NCHWC, "GlobalMaxPool"), (NCHWC, "GlobalAveragePool"))
+def nchwc_global_pool(call: Call) -> list:
+    out = _global_pool(call.shape(0))
+    return [None if out is None else (call.elem(0), out)]
+
+
+@rule((NCHWC, "Upsample"))
+def nchwc_upsample(call: Call) -> list:
+    x, scales = call.shape(0), call.attr("scales")
+    if x is None or not scales or len(scales) != len(x):
+        return [None]
+    return [(call.elem(0), tuple(d * s if _int(d) else None for d, s in zip(x, scales)))]
+
+
+@rule((NCHWC, "ReorderInput"))
+def reorder_input(call: Call) -> list:
+    """To NCHWc: the channels rounded up to the block size (channels_last: from NHWC)."""
+    x = call.shape(0)
+    if x is None or len(x) < 2:
+        return [None]
+    last = bool(call.attr("channels_last", 0))
+    channels = x[-1] if last else x[1]
+    if _int(channels):
+        block = nchwc_block_size(channels)
+        channels = -(-channels // block) * block
+    spatial = x[1:-1] if last else x[2:]
+    return [(call.elem(0), (x[0], channels, *spatial))]
+
+
+@rule((NCHWC, "ReorderOutput"))
+def reorder_output(call: Call) -> list:
+    """From NCHWc: the true channel count (attribute ``channels``), NCHW or NHWC."""
+    x, channels = call.shape(0), call.attr("channels", 0)
+    if x is None or len(x) < 2 or channels <= 0:
+        return [None]
+    if call.attr("channels_last", 0):
+        return [(call.elem(0), (x[0], *x[2:], channels))]
+    return [(call.elem(0), (x[0], channels, *x[2:]))]
+
+
+_BLOCK: list[int] = []
+
+
+def nchwc_block_size(channels: int) -> int:
+    """The NCHWc block size that rounds ``channels`` up. MLAS uses 8 (AVX2) or 16
+    (AVX-512) on x86 and smaller ones elsewhere, and ORT only writes NCHWc tensors whose
+    channels are a multiple of it; a count that is a multiple of 16 is unchanged by
+    every one. Otherwise the block of this machine's MLAS is measured, once: ORT's
+    optimizer writes NCHWc graphs for the machine that runs them."""
+    if channels % 16 == 0:
+        return 16
+    if not _BLOCK:
+        _BLOCK.append(_measured_block_size())
+    return _BLOCK[0]
+
+
+def _measured_block_size() -> int:
+    """ReorderInput of four channels (its kernel's smallest), run in ONNX Runtime: its
+    output has one block."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    node = helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC)
+    graph = helper.make_graph([node], "block", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 1, 1])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid(NCHWC, 1)],
+                              ir_version=8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return int(sess.run(None, {"x": np.zeros((1, 4, 1, 1), np.float32)})[0].shape[1])
+
+
+# Quantized ops: the QDQ transformers fuse DequantizeLinear -> op -> QuantizeLinear into
+# QLinear* ops (qdq_transformer/selectors_actions), ORT_ENABLE_EXTENDED; the NHWC
+# transformer writes channels-last QLinearConv and NhwcMaxPool (ORT_ENABLE_ALL).
+
+def _quantized_elem(call: Call, zero_point: int, fallback: int) -> Optional[int]:
+    """The output's element type: its zero point's, else input ``fallback``'s."""
+    return call.elem(zero_point) or call.elem(fallback)
+
+
+@rule((MS, "QLinearConv"))
+def qlinear_conv(call: Call) -> list:
+    out = _conv(call.shape(0), call.shape(3), call.attrs,
+                channels_last=bool(call.attr("channels_last", 0)))
+    return [None if out is None else (_quantized_elem(call, 7, 0), out)]
+
+
+@rule((MS, "NhwcMaxPool"))
+def nhwc_max_pool(call: Call) -> list:
+    out = _pool(call.shape(0), call.attrs, channels_last=True)
+    return [None if out is None else (call.elem(0), out)]
+
+
+@rule((MS, "QLinearAveragePool"))
+def qlinear_average_pool(call: Call) -> list:
+    out = _pool(call.shape(0), call.attrs, channels_last=bool(call.attr("channels_last", 0)))
+    return [None if out is None else (_quantized_elem(call, 4, 0), out)]
+
+
+@rule((MS, "QLinearGlobalAveragePool"))
+def qlinear_global_average_pool(call: Call) -> list:
+    out = _global_pool(call.shape(0), bool(call.attr("channels_last", 0)))
+    return [None if out is None else (_quantized_elem(call, 4, 0), out)]
+
+
+@rule((MS, "QLinearAdd"), (MS, "QLinearMul"))
+def qlinear_binary(call: Call) -> list:
+    out = _broadcast(call.shape(0), call.shape(3))
+    return [None if out is None else (_quantized_elem(call, 7, 0), out)]
+
+
+@rule((MS, "QLinearSigmoid"), (MS, "QLinearLeakyRelu"), (MS, "QLinearSoftmax"))
+def qlinear_unary(call: Call) -> list:
+    x = call.shape(0)
+    return [None if x is None else (_quantized_elem(call, 4, 0), x)]
+
+
+@rule((MS, "QLinearConcat"))
+def qlinear_concat(call: Call) -> list:
+    """Inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per tensor."""
+    xs = [call.shape(i) for i in range(2, len(call.inputs), 3)]
+    if not xs or any(s is None for s in xs):
+        return [None]
+    axis = call.attr("axis", 0)
+    axis = axis + len(xs[0]) if axis < 0 else axis
+    dims = [s[axis] for s in xs]
+    total = sum(dims) if all(_int(d) for d in dims) else None
+    return [(_quantized_elem(call, 1, 2), (*xs[0][:axis], total, *xs[0][axis + 1:]))]
+
+
+@rule((MS, "QLinearWhere"))
+def qlinear_where(call: Call) -> list:
+    """Inputs: condition, X, x_scale, x_zp, Y, y_scale, y_zp, z_scale, z_zp."""
+    out = _broadcast(call.shape(0), call.shape(1), call.shape(4))
+    return [None if out is None else (_quantized_elem(call, 8, 1), out)]
+
+
+@rule((MS, "QGemm"))
+def qgemm(call: Call) -> list:
+    """Inputs: A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp: a float output
+    without y_scale, else quantized like y_zp."""
+    a, b = call.shape(0), call.shape(3)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return [None]
+    m = a[1] if call.attr("transA", 0) else a[0]
+    n = b[0] if call.attr("transB", 0) else b[1]
+    elem = FLOAT if call.input(7) is None else _quantized_elem(call, 8, 0)
+    return [(elem, (m, n))]
+
+
+@rule((MS, "MatMulIntegerToFloat"), (MS, "DynamicQuantizeMatMul"))
+def matmul_to_float(call: Call) -> list:
+    out = _matmul(call.shape(0), call.shape(1))
+    scale = call.elem(2)  # a_scale (MatMulIntegerToFloat) or b_scale: the float type
+    return [None if out is None else (scale or FLOAT, out)]
+
+
+@rule((MS, "MatMulInteger16"))
+def matmul_integer16(call: Call) -> list:
+    out = _matmul(call.shape(0), call.shape(1))
+    return [None if out is None else (INT32, out)]
+
+
+# Transformer fusions (ORT_ENABLE_EXTENDED on CPU and CUDA, and the transformer
+# optimizer): elementwise ops keep their input's shape.
+
+for _op in ("BiasGelu", "FastGelu", "QuickGelu", "Gelu"):
+    RULES[(MS, _op)] = _same(0)
+
+
+def _stats_shape(x: Shape, axis: int) -> Shape:
+    """The shape of a normalization's mean or inverse deviation: ``x`` with the
+    normalized axes (``axis`` on) set to 1."""
+    axis = axis + len(x) if axis < 0 else axis
+    return (*x[:axis], *[1] * (len(x) - axis))
+
+
+@rule((MS, "SkipLayerNormalization"), (MS, "SkipSimplifiedLayerNormalization"))
+def skip_layer_norm(call: Call) -> list:
+    """Outputs: output, mean, inv_std_var (float, the last axis reduced), and
+    input_skip_bias_sum (the input's). SkipSimplified has no mean: its outputs are
+    output, mean (unused, as in ORT's schema), inv_std_var, input_skip_bias_sum."""
+    x = call.input(0)
+    if x is None:
+        return [None] * call.outputs
+    elem, shape = x
+    stats = (FLOAT, _stats_shape(shape, -1))
+    return [(elem, shape), stats, stats, (elem, shape)][:call.outputs]
+
+
+@rule((ONNX, "SimplifiedLayerNormalization"), (ONNX, "LayerNormalization"))
+def layer_norm(call: Call) -> list:
+    """ORT's own (ORT registers these in the standard domain, version 1; onnx has
+    LayerNormalization only from opset 17): Y, then mean and inv_std_dev (Simplified:
+    inv_std_var alone) of type ``stash_type`` (float), the axes from ``axis`` set to 1."""
+    x = call.input(0)
+    if x is None:
+        return [None] * call.outputs
+    elem, shape = x
+    stats = (FLOAT if call.attr("stash_type", 1) == 1 else elem,
+             _stats_shape(shape, call.attr("axis", -1)))
+    return [(elem, shape), stats, stats][:call.outputs]
+
+
+@rule((MS, "GroupQueryAttention"))
+def group_query_attention(call: Call) -> list:
+    """Outputs: output [B, S, num_heads * head_size], present key and value [B,
+    kv_num_heads, P, head_size] with P = max(past length, total_sequence_length) when
+    the total is a known value, else the past buffer's length (bert_defs.cc,
+    BaseGroupQueryAttentionTypeAndShapeInference). Packed QKV when key is absent."""
+    q = call.input(0)
+    heads, kv_heads = call.attr("num_heads", 0), call.attr("kv_num_heads", 0)
+    if q is None or len(q[1]) != 3 or not heads or not _int(q[1][2]):
+        return [None] * call.outputs
+    elem, (batch, seq, hidden) = q
+    packed = call.input(1) is None
+    head = hidden // (heads + 2 * kv_heads) if packed else hidden // heads
+    outs = [(elem, (batch, seq, heads * head))]
+    past, total = call.shape(3), _scalar(call.value(6))
+    if past is not None and len(past) == 4:
+        length = past[2]
+        if total is not None and _int(length):
+            length = max(length, total)
+        elif length == 0:
+            length = None  # grows to a total only the run knows
+        present = (elem, (batch, kv_heads, length, head))
+    elif total is not None:
+        present = (elem, (batch, kv_heads, total, head))
+    else:
+        present = None
+    return (outs + [present, present])[:call.outputs] + [None] * max(0, call.outputs - 3)
+
+
+def _scalar(value) -> Optional[int]:
+    """A constant input's one integer (None when not known)."""
+    if value is None:
+        return None
+    try:
+        items = [int(v) for v in (value.reshape(-1) if hasattr(value, "reshape") else
+                                  (value if isinstance(value, (list, tuple)) else [value]))]
+    except (TypeError, ValueError):  # a symbolic value
+        return None
+    return items[0] if len(items) == 1 else None
+
+
+@rule((MS, "GatherBlockQuantized"))
+def gather_block_quantized(call: Call) -> list:
+    """Gather of block-quantized data, dequantized: data's shape with the gather axis
+    replaced by the indices' shape; uint8 data packs 8 / bits elements per byte along
+    the quantize axis. The output has the scales' type."""
+    data, indices, scales = call.shape(0), call.shape(1), call.elem(2)
+    if data is None or indices is None or scales is None:
+        return [None]
+    rank = len(data)
+    gather = call.attr("gather_axis", 0) % rank
+    quantize = call.attr("quantize_axis", 1) % rank
+    dims = list(data)
+    if call.elem(0) == UINT8 and _int(dims[quantize]):
+        dims[quantize] *= 8 // call.attr("bits", 4)
+    return [(scales, (*dims[:gather], *indices, *dims[gather + 1:]))]
+
+
+# --------------------------------------------------------------------------- the driver
+
+def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
+    """``model`` (a ModelProto whose graph inputs have static shapes) with the types of
+    every value the rules, onnx's per-node inference and, where those leave a gap, ONNX
+    Runtime's symbolic inference reach, written as value infos; what stays unknown stays
+    out. Never raises for a shape it cannot infer: the loader names the tensor."""
+    known = propagate(model)
+    missing = [o for n in model.graph.node for o in n.output if o and o not in known]
+    if not missing:
+        return _with_types(model, known)
+    # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
+    # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again, and
+    # what it leaves open (it stops at an op it asserts on) keeps this pass's types
+    return _with_types(_symbolic(model, int_max, notes), known)
+
+
+def _with_types(model, known: dict[str, Value]):
+    """A copy of ``model`` with ``known`` types as value infos, where it has none with a
+    full shape."""
+    from onnx import helper
+    out = type(model)()
+    out.CopyFrom(model)
+    typed = {vi.name: vi for vi in out.graph.value_info}
+    typed.update((o.name, o) for o in out.graph.output)
+    for name, (elem, shape) in known.items():
+        vi = helper.make_tensor_value_info(name, elem, list(shape))
+        if name not in typed:
+            out.graph.value_info.append(vi)
+        elif _declared(typed[name]) is None:  # declared without a full shape
+            typed[name].type.CopyFrom(vi.type)
+    return out
+
+
+def propagate(model) -> dict[str, Value]:
+    """(element type, static shape) of every value of ``model``'s top-level graph that the
+    declared types, the rules and onnx's per-node inference give, in one pass over the
+    nodes in file order (ORT saves its graphs sorted). A node whose inputs are not all
+    known is passed over, and so are control-flow nodes: the loader sizes their bodies."""
+    from onnx import defs, helper
+    g = model.graph
+    known: dict[str, Value] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        v = _declared(vi)
+        if v is not None:
+            known[vi.name] = v
+    small: dict[str, object] = {}
+    for t in g.initializer:
+        known[t.name] = (t.data_type, tuple(t.dims))
+        if t.data_location != t.EXTERNAL and len(t.raw_data) <= 4096:
+            small[t.name] = t
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    opsets.setdefault("", opsets.get("ai.onnx", 0))
+    for node in g.node:
+        outs = [o for o in node.output if o]
+        if all(o in known for o in outs):
+            continue
+        found = rule_for(node.domain, node.op_type)
+        if found is not None:
+            call = Call(inputs=[known.get(t) for t in node.input],
+                        attrs={a.name: _attribute(helper.get_attribute_value(a))
+                               for a in node.attribute},
+                        outputs=len(node.output),
+                        values=lambda i, node=node: _small(small, node.input[i]))
+            try:
+                results = found(call)
+            except Exception:  # malformed attributes: the outputs stay unknown
+                continue
+            for name, v in zip(node.output, results):
+                if name and v is not None and v[0] and all(_int(d) for d in v[1]):
+                    known[name] = (v[0], tuple(v[1]))
+            continue
+        if node.domain not in ("", "ai.onnx") or any(
+                a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
+            continue
+        if any(t and t not in known for t in node.input):
+            continue
+        try:
+            schema = defs.get_schema(node.op_type, opsets[""], "")
+            types = {t: helper.make_tensor_type_proto(*known[t]) for t in node.input if t}
+            inferred = _infer_node(schema, node, types, {t: small[t] for t in node.input
+                                                         if t in small}, model)
+        except Exception:  # no schema at this opset, or inference refused: unknown
+            continue
+        for name, tp in inferred.items():
+            v = _declared_type(tp)
+            if v is not None:
+                known[name] = v
+    return known
+
+
+def _infer_node(schema, node, types, data, model):
+    from onnx import shape_inference
+    return shape_inference.infer_node_outputs(schema, node, types, data,
+                                              opset_imports=list(model.opset_import),
+                                              ir_version=max(model.ir_version, 3))
+
+
+def _small(small: dict, name: str):
+    t = small.get(name)
+    if t is None:
+        return None
+    from onnx import numpy_helper
+    return numpy_helper.to_array(t)
+
+
+def _declared(vi) -> Optional[Value]:
+    return _declared_type(vi.type)
+
+
+def _declared_type(tp) -> Optional[Value]:
+    """(elem, shape) of a tensor type whose every dim is a number (else None)."""
+    if tp.WhichOneof("value") != "tensor_type":
+        return None
+    t = tp.tensor_type
+    if not t.elem_type or not t.HasField("shape"):
+        return None
+    dims = []
+    for d in t.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(d.dim_value)
+    return (t.elem_type, tuple(dims))
+
+
+def _symbolic(model, int_max: int, notes: list | None = None):
+    """ORT's symbolic inference with this table's rules in front of its handlers;
+    ``notes`` gains a line when it stops on an op it asserts on."""
+    engine = _engine()(int_max)
+    with _scratch_folder():
+        engine._preprocess(model)
+        while engine.run_:
+            try:
+                engine._infer_impl()
+            except Exception as exc:  # an op ORT's inference asserts on: keep what it found
+                if notes is not None:
+                    text = " ".join(str(exc).split())[:200]
+                    notes.append(f"ONNX Runtime's symbolic shape inference stopped: "
+                                 f"{type(exc).__name__}: {text}")
+                break
+        engine._update_output_from_vi()
+    return engine.out_mp_
+
+
+_ENGINE: list = []
+
+
+def _engine():
+    """ORT's SymbolicShapeInference with this table's rules in front of its handlers
+    (made once: importing it imports sympy and onnxruntime)."""
+    if _ENGINE:
+        return _ENGINE[0]
+    from onnx import helper
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    class ContribShapeInference(SymbolicShapeInference):
+        def __init__(self, int_max: int):
+            super().__init__(int_max, auto_merge=True, guess_output_rank=False, verbose=0)
+            for op_type in {op for _, op in RULES}:
+                self.dispatcher_[op_type] = self._dispatch(self.dispatcher_.get(op_type))
+
+        def _dispatch(self, theirs):
+            def handle(node):
+                found = rule_for(node.domain, node.op_type)
+                if found is None:
+                    if theirs is not None:
+                        theirs(node)
+                    return
+                self._apply(node, found)
+            return handle
+
+        def _apply(self, node, found: Rule) -> None:
+            call = Call(inputs=[self._value_of(t) for t in node.input],
+                        attrs={a.name: _attribute(helper.get_attribute_value(a))
+                               for a in node.attribute},
+                        outputs=len(node.output),
+                        values=lambda i: self._small_value(node, i))
+            try:
+                outs = found(call)
+            except Exception:  # malformed attributes, no ORT to measure with
+                return  # the outputs stay unknown and the loader names them
+            for name, out in zip(node.output, outs):
+                if name and out is not None and out[0]:
+                    vi = helper.make_tensor_value_info(
+                        name, out[0], [d if _int(d) else None for d in out[1]])
+                    self.known_vi_[name].CopyFrom(vi)
+
+        def _small_value(self, node, i: int):
+            """A computed value, or a small initializer's (never one whose data the
+            loader left out, nor a weight read for nothing)."""
+            name = node.input[i]
+            if name in self.sympy_data_:
+                return self.sympy_data_[name]
+            init = self.initializers_.get(name)
+            if init is None or init.data_location == init.EXTERNAL or \
+                    len(init.raw_data) > 4096:
+                return None
+            from onnx import numpy_helper
+            return numpy_helper.to_array(init)
+
+        def _value_of(self, name: str) -> Optional[Value]:
+            if not name or name not in self.known_vi_:
+                return None
+            t = self.known_vi_[name].type
+            if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.elem_type \
+                    or not t.tensor_type.HasField("shape"):
+                return None
+            dims = tuple(d.dim_value if d.HasField("dim_value") else
+                         (d.dim_param or None) for d in t.tensor_type.shape.dim)
+            return (t.tensor_type.elem_type, dims)
+
+        def _onnx_infer_single_node(self, node):
+            if rule_for(node.domain, node.op_type) is not None:
+                # onnx knows none of these (and would take nchwc's Conv for the standard
+                # one): the outputs start untyped and the rule types them
+                for o in node.output:
+                    if o:
+                        vi = self.out_mp_.graph.value_info.add()
+                        vi.name = o
+                        self.known_vi_[o] = vi
+                return
+            super()._onnx_infer_single_node(node)
+
+    _ENGINE.append(ContribShapeInference)
+    return ContribShapeInference
+
+
+def _attribute(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+class _scratch_folder:
+    """ORT's inference may write files into the working folder when it gives up
+    (``sym_shape_infer_temp.onnx``): run it inside a temporary one."""
+
+    def __enter__(self):
+        import tempfile
+        self._cwd = os.getcwd()
+        self._dir = tempfile.TemporaryDirectory(prefix="graphmem-")
+        os.chdir(self._dir.name)
+
+    def __exit__(self, *exc):
+        os.chdir(self._cwd)
+        self._dir.cleanup()
+

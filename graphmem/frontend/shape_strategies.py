@@ -1,0 +1,445 @@
+"""Shape inference as an ordered list of named strategies.
+
+The loader sizes every tensor with onnx's shape inference first; what that leaves
+unknown, each later strategy tries in turn, until nothing is unknown or the list ends
+(then the first unknown tensor is named in one line). A strategy is a function over the
+shared :class:`LoadState`: it reads the model (its bytes or its proto, whichever the
+last strategy left) and the tensors sized so far, and leaves the state consistent --
+``tensors``, and for a strategy that runs only while something is unknown, ``folded``,
+``constants`` and ``missing`` too. The loader records which strategy newly sized which
+tensors (:class:`graphmem.core.ir.Sizing`, on ``Graph.sizing``).
+
+A new strategy is one function and one :class:`Strategy` in :data:`STRATEGIES`, at the
+place in the order where it should run: cheap and exact ones before broad ones.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+from graphmem import wire
+from graphmem.core.ir import CONTROL_FLOW, Node, Sizing, Tensor, standard_domain
+from graphmem.errors import GraphmemError, UnknownShape
+from graphmem.frontend import annotations, bounds, inference
+from graphmem.frontend.building import ir_node
+from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
+from graphmem.frontend.lazy import helper, onnx as _onnx
+from graphmem.frontend.protos import one_line, to_proto
+from graphmem.frontend.splice import (SMALL_CONSTANT_BYTES, VALUE_INFO, entry, splice,
+                                      tensor_value_info)
+
+if TYPE_CHECKING:
+    import onnx
+else:
+    onnx = _onnx
+
+
+class LoadState:
+    """What the strategies share: the model as read (wire graph, order, reads,
+    bindings), the model with the types found so far (``model``: bytes, or the proto
+    once a strategy needed one), every tensor sized so far, the nodes that fold, and
+    the outputs of running nodes still unknown (``missing``: None until computed).
+    (A plain class, not a dataclass: the loader imports it on every run.)"""
+
+    def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
+                 reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
+                 base_dir: str, notes: list[str] | None = None):
+        self.data = data  # the model's bytes as read
+        self.work = work  # ... with bound dims and large weights stripped: inference reads it
+        self.g = g  # the wire graph
+        self.order, self.reads, self.bindings = order, reads, bindings
+        self.opset, self.base_dir = opset, base_dir
+        self.model: bytes | onnx.ModelProto | None = None
+        self.tensors: dict[str, Tensor] = {}
+        self.folded: set[int] = set()
+        self.constants: list[str] = []
+        self.missing: list[tuple[str, Node]] | None = None
+        self.scopes: dict = {}
+        self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
+
+    def model_bytes(self) -> bytes:
+        if not isinstance(self.model, bytes):
+            self.model = self.model.SerializeToString()
+        return self.model
+
+    def model_proto(self) -> onnx.ModelProto:
+        if isinstance(self.model, bytes):
+            self.model = to_proto(self.model)
+        return self.model
+
+    def settle(self) -> None:
+        """Decide folding on the tensors sized so far, and what is still unknown."""
+        self.folded, self.constants = fold(self.g, self.order, self.tensors, self.reads,
+                                           self.bindings)
+        self.missing = unknown(self.g, self.order, self.tensors, self.folded)
+
+
+def _always(state: LoadState) -> bool:
+    return True
+
+
+class Strategy(NamedTuple):
+    """``run`` sizes what it can on the state. ``always``: runs whenever ``applies``
+    (not only while something is unknown) and leaves ``missing`` to the loader."""
+    name: str
+    run: Callable[[LoadState], None]
+    summary: str
+    always: bool = False
+    applies: Callable[[LoadState], bool] = _always
+
+
+# --------------------------------------------------------------------------- the strategies
+
+def onnx_inference(state: LoadState) -> None:
+    """onnx's inference on the model without its value_info annotations; those that
+    disagree with what it computes are named in a note, and those of tensors it left
+    unsized given back for a second round (:mod:`graphmem.frontend.annotations`)."""
+    work, said = annotations.without_annotations(state.work)
+    state.model = inference.infer(work, data_prop(state))
+    state.tensors = inference.tensors(state.model)
+    if said:
+        notes, back = annotations.check(said, state.tensors)
+        state.notes.extend(notes)
+        add_types(state, back)
+
+
+def data_prop(state: LoadState) -> bool:
+    """Does onnx's inference propagate data on this model (not with UNBOUNDED_DATA_PROP)?"""
+    return not any(n.op_type in inference.UNBOUNDED_DATA_PROP for n in state.g["nodes"])
+
+
+def has_control_flow(state: LoadState) -> bool:
+    return any(n.op_type in CONTROL_FLOW and standard_domain(n.domain)
+               for n in state.g["nodes"])
+
+
+def control_flow_bodies(state: LoadState) -> None:
+    """The bodies of the If/Loop/Scan nodes as scopes, and the types of those nodes'
+    outputs (:mod:`graphmem.frontend.control_flow`).
+
+    A value the sizing needs (a Loop's trip count) is an initializer's or a Constant's,
+    or else computed from the constants folded so far (the exporters' Shape -> Gather
+    of a bound dim), at most SMALL_CONSTANT_BYTES each."""
+    from graphmem.frontend.control_flow import graph_values, settle  # imports onnx
+    g, order, tensors, reads = state.g, state.order, state.tensors, state.reads
+    model = to_proto(state.data)
+    plain = graph_values(model)
+    computed: dict[str, object] = {}
+
+    def values(name: str):
+        found = plain(name)
+        if found is not None:
+            return found
+        if not computed:
+            from graphmem.frontend.folding import evaluate_constants
+            folded, _ = constant_nodes(g, order, tensors, reads)
+            failures: dict[str, str] = {}
+            computed.update(evaluate_constants(
+                model, [model.graph.node[i] for i in order if i in folded], tensors,
+                max_bytes=SMALL_CONSTANT_BYTES, base_dir=state.base_dir, prefer="reference",
+                failures=failures))
+            if failures:
+                state.notes.append(failure_note(failures))
+            computed[""] = None  # evaluated once, whatever it found
+        return computed.get(name)
+    try:
+        model, _, state.scopes = settle(to_proto(state.model_bytes()), order, dict(tensors),
+                                        inference.infer_proto, values)
+    except UnknownShape as exc:  # an outer tensor a body reads
+        raise GraphmemError(f"{exc}{data_dependence(g, exc.tensor, tensors)}") from None
+    state.model = model.SerializeToString()
+    state.tensors = inference.tensors(state.model)
+
+
+_BOOL = 9  # TensorProto.BOOL
+
+
+def dropout_mask(state: LoadState) -> None:
+    """Dropout's mask, which opsets 7 to 9 leave untyped: it has the data's shape; its
+    element type is bool from opset 10 on, the data's type before."""
+    from graphmem.core.dtypes import ENUM_BY_NAME
+    found = {}
+    for name, node in state.missing:
+        if node.op_type != "Dropout" or not standard_domain(node.domain):
+            continue
+        if len(node.outputs) < 2 or name != node.outputs[1]:
+            continue
+        data_in = state.tensors.get(node.inputs[0])
+        if data_in is None:
+            continue
+        found[name] = (_BOOL if state.opset >= 10 else ENUM_BY_NAME[data_in.dtype],
+                       data_in.shape)
+    add_types(state, found, infer=False)  # a mask is read by nothing, as a rule
+
+
+def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *,
+              infer: bool = True) -> None:
+    """Add tensor types (name -> (TensorProto elem_type, shape)) that a rule found to the
+    model as value infos, and size them and (``infer``) what onnx's inference then sizes
+    downstream of them: the tool of a strategy that knows an op's outputs from its
+    inputs. Folding is not decided again (such outputs are data)."""
+    if not found:
+        return
+    added = [(VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(name, elem, shape)))
+             for name, (elem, shape) in found.items()]
+    data = state.model_bytes()
+    state.model = splice(data, wire.parse_model(data), added)
+    if infer:
+        state.model = inference.infer(state.model, data_prop(state))
+    state.tensors = inference.tensors(state.model)
+    state.missing = unknown(state.g, state.order, state.tensors, state.folded)
+
+
+def has_contrib_ops(state: LoadState) -> bool:
+    return any(not standard_domain(n.domain) for n in state.g["nodes"])
+
+
+def contrib_rules(state: LoadState) -> None:
+    """The ops ONNX Runtime's optimizers write (FusedConv, the NCHWc ops, QLinear*,
+    SkipLayerNormalization, ...): their rules (:mod:`graphmem.frontend.contrib_shapes`)
+    in one pass with onnx's per-node inference between them, then onnx's inference with
+    data propagation downstream of what they sized, round after round while a round
+    sizes more. Before the constant-value rounds: on a graph ORT saved, nothing else is
+    left open."""
+    from graphmem.frontend.contrib_shapes import propagate
+    while True:
+        known = propagate(state.model_proto())
+        found = {name: v for name, v in known.items() if name not in state.tensors}
+        if not found:
+            return
+        add_types(state, found)
+        if not state.missing:
+            return
+
+
+def constant_values(state: LoadState) -> None:
+    """onnx's inference again with the values of small constants (shape arithmetic)
+    as initializers, round after round while a round sizes more: a constant computed
+    from the Shape of a tensor that only this round sized (a Swin block's window
+    padding after the previous block's) needs another round. Data computed from bound
+    dims (which runs, see ``dim_data_nodes``) is evaluated here too: its values are
+    fixed by the bindings, and a Reshape may read it."""
+    g, order, reads = state.g, state.order, state.reads
+    model = state.model_proto()
+    computable = constant_nodes(g, order, state.tensors, reads)
+    while True:
+        model = infer_with_constant_values(model, order, state.tensors, *computable,
+                                           state.base_dir, state.notes)
+        state.model = model
+        state.tensors = inference.tensors(model.SerializeToString())
+        computable = constant_nodes(g, order, state.tensors, reads)
+        state.folded, state.constants = without_dim_data(g, order, reads, state.bindings,
+                                                         *computable)
+        before, state.missing = len(state.missing), unknown(g, order, state.tensors,
+                                                            state.folded)
+        if not state.missing or len(state.missing) >= before:
+            break
+
+
+def onnxruntime_symbolic(state: LoadState) -> None:
+    """ONNX Runtime's symbolic shape inference (it knows the contrib ops and attention
+    blocks that onnx's own inference leaves open), kept only where it knows more: it
+    may give symbolic dims to tensors the strategies before sized."""
+    g, order, reads = state.g, state.order, state.reads
+    model = state.model_proto()
+    sym = symbolic_infer(model, state.notes)
+    sym_tensors = inference.tensors(sym.SerializeToString())
+    sym_folded, sym_constants = fold(g, order, sym_tensors, reads, state.bindings)
+    sym_missing = unknown(g, order, sym_tensors, sym_folded)
+    if len(sym_missing) < len(state.missing):
+        state.model, state.tensors, state.missing = sym, sym_tensors, sym_missing
+        state.folded, state.constants = sym_folded, sym_constants
+
+
+STRATEGIES: tuple[Strategy, ...] = (
+    Strategy("onnx", onnx_inference, always=True,
+             summary="onnx's shape inference with data propagation (none with a Range)"),
+    Strategy("control-flow", control_flow_bodies, always=True, applies=has_control_flow,
+             summary="If/Loop/Scan bodies inferred on their own; their outputs sized"),
+    Strategy("dropout-mask", dropout_mask,
+             summary="Dropout's mask, which opsets 7-9 leave untyped (cheap, first)"),
+    Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
+             summary="the shape rules of the ops ONNX Runtime's optimizers write"),
+    Strategy("constant-values", constant_values,
+             summary="inference again with small computed constants as initializers"),
+    Strategy("dropout-mask", dropout_mask,
+             summary="the masks of Dropouts whose data the constant values sized"),
+    Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
+             summary="the contrib rules again, past the shapes the constant values sized"),
+    Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
+             summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
+                     "with the contrib rules in front of its handlers"),
+)
+
+
+def run_strategies(state: LoadState, strategies: tuple[Strategy, ...] | None = None
+                   ) -> tuple[Sizing, ...]:
+    """Run ``strategies`` (default :data:`STRATEGIES`) in order until nothing is
+    unknown; refuse, naming the first unknown tensor, when they all ran and some are.
+    Returns what each that ran sized: the first strategy's tensors by count only (on a
+    million-node graph that is all of them), the names of those each later one newly
+    sized."""
+    sizing = []
+    for strategy in STRATEGIES if strategies is None else strategies:
+        if strategy.always:
+            if not strategy.applies(state):
+                continue
+        else:
+            if state.missing is None:
+                state.settle()
+            if not state.missing:
+                break
+            if not strategy.applies(state):
+                continue
+        before = state.tensors
+        strategy.run(state)
+        if not before:
+            sizing.append(Sizing(strategy.name, len(state.tensors), ()))
+        else:
+            new = tuple(t for t in state.tensors.keys() - before.keys())
+            sizing.append(Sizing(strategy.name, len(new), tuple(sorted(new))))
+        if strategy.always:
+            state.missing = None
+    if state.missing is None:
+        state.settle()
+    if state.missing:
+        raise GraphmemError(unknown_shape_message(state))
+    return tuple(sizing)
+
+
+# --------------------------------------------------------------------------- the helpers
+
+def unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
+    """The outputs of running nodes without a static shape, with their nodes; a graph
+    input without one is refused."""
+    nodes = g["nodes"]
+    missing = []
+    for vi in g["inputs"]:
+        if vi.name not in tensors:
+            raise GraphmemError(f"graph input {vi.name!r} has no static shape")
+    for idx in order:
+        if idx in folded:
+            continue
+        for out in nodes[idx].outputs:
+            if out and out not in tensors:
+                missing.append((out, ir_node(idx, nodes[idx])))
+    return missing
+
+
+def unknown_shape_message(state: LoadState) -> str:
+    name, node = state.missing[0]
+    where = (f"output of node {node.index} "
+             f"({node.op_type}{' ' + repr(node.name) if node.name else ''})")
+    more = (f"; {len(state.missing) - 1} more tensors are unknown too"
+            if len(state.missing) > 1 else "")
+    hint = ""
+    if not standard_domain(node.domain):
+        hint = (f"; {node.op_type!r} is from domain {node.domain!r} and graphmem has no "
+                "shape rule for it: pass --infer-by-running to take the shapes from one "
+                "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
+                "in the model's value_info")
+    hint = hint or data_dependence(state.g, name, state.tensors)
+    caught = f" (on the way: {state.notes[0]})" if state.notes else ""
+    return f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}{caught}"
+
+
+# Ops whose output's size depends on the values of their inputs, not their shapes.
+DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
+
+
+def data_dependence(g: dict, name: str, tensors) -> str:
+    """Why ``name`` has no static shape when its size depends on the data: the nearest
+    op of :data:`DATA_DEPENDENT` upstream of it through tensors without one ('' when
+    there is none)."""
+    nodes = g["nodes"]
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    queue, seen = [name], {name}
+    while queue:
+        t = queue.pop(0)
+        i = producer.get(t)
+        if i is None:
+            continue
+        n = nodes[i]
+        if n.op_type in DATA_DEPENDENT and standard_domain(n.domain):
+            label = f" {n.name!r}" if n.name else ""
+            return (f"; its size depends on the values computed at run time "
+                    f"({n.op_type}{label}, node {i}, upstream): graphmem plans static "
+                    "shapes only")
+        for x in n.inputs:
+            if x and x not in seen and x not in tensors:
+                seen.add(x)
+                queue.append(x)
+    return ""
+
+
+def failure_note(failures: dict[str, str]) -> str:
+    """One line for the constants that could not be computed (the first named)."""
+    name, reason = next(iter(failures.items()))
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return f"constant {name!r}{more} not computed: {reason}"
+
+
+def infer_with_constant_values(model, order, tensors, folded, constants, base_dir,
+                               notes: list[str] | None = None):
+    """``model`` with the types onnx's inference gives once the values of the folded
+    constants (up to SMALL_CONSTANT_BYTES each) are initializers; ``notes`` gains a
+    line for the constants that could not be computed."""
+    from graphmem.frontend.folding import evaluate_constants
+    failures: dict[str, str] = {}
+    values = evaluate_constants(model, [model.graph.node[i] for i in order if i in folded],
+                                tensors, max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir,
+                                prefer="reference", failures=failures)
+    if failures and notes is not None:
+        notes.append(failure_note(failures))
+    if not values:
+        return model
+    # the values may size an output past anything plannable (a Reshape's target of
+    # 2.3e18 made onnx's inference grow without bound): named here, before inference
+    bounds.check(((i, model.graph.node[i]) for i in order), values, tensors.get,
+                 lambda i, n: f"node {i} ({n.op_type}{' ' + repr(n.name) if n.name else ''})")
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    del work.graph.node[:]
+    from onnx import numpy_helper
+    known = {t.name for t in model.graph.initializer}
+    for name, value in values.items():
+        if name not in known:
+            work.graph.initializer.append(numpy_helper.from_array(value, name))
+    # an entry inferred before the value was known ([?, 1] for a ConstantOfShape of a
+    # computed size) would stand for the initializer in inference
+    typed = [vi for vi in work.graph.value_info if vi.name not in values]
+    del work.graph.value_info[:]
+    work.graph.value_info.extend(typed)
+    for idx in order:
+        n = model.graph.node[idx]
+        if idx in folded and all(o in values for o in n.output if o):
+            continue
+        work.graph.node.append(n)
+    inferred = inference.infer_proto(work)
+    # Carry the new knowledge back onto the original graph (nodes untouched).
+    # A computed constant's type is its value's: an entry inferred before it was known
+    # (a ConstantOfShape of computed dims, [?, ?]) is replaced, not kept.
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    valued = {name for name in constants if name in values}
+    out.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in valued)
+    for name in constants:
+        if name in valued:
+            v = values[name]
+            out.graph.value_info.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
+    return out
+
+
+def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
+    """ONNX Runtime's symbolic shape inference on ``model``, with the contrib rules in
+    front of its handlers (:func:`graphmem.frontend.contrib_shapes.infer`): what it sizes
+    before it gives up is kept, and ``notes`` then says why it stopped."""
+    from graphmem.frontend.contrib_shapes import infer
+    try:
+        return infer(model, notes=notes)
+    except Exception as exc:  # it raises anything (asserts, KeyError) on ops it lacks
+        if notes is not None:
+            notes.append(f"ONNX Runtime's symbolic shape inference stopped: "
+                         f"{type(exc).__name__}: {one_line(exc)}")
+        return model  # the caller names the tensor that stays unknown

@@ -1,0 +1,48 @@
+"""The whole footprint of a training step (see :mod:`graphmem.analysis.footprint`).
+
+Beside the arena: the weights (the step's own type; under mixed precision also the
+float32 master weights), the optimizer state, the folded constants. The arena is split
+at its peak, where it is fullest: the activations kept for backward live there, the
+gradients made by then, backward's own tensors (adjoints, transposed weights, masks),
+and the bytes the placement leaves between them. The parts add up to the step total.
+"""
+from __future__ import annotations
+
+from graphmem.analysis.footprint import part, stack
+from graphmem.training.report import TrainingReport
+
+
+def training(r: TrainingReport, title: str = "training step") -> dict:
+    """The footprint of a planned training step; with offload (``offload_arena_bytes``
+    in the report) the arena is the one planned with the offloaded activations away."""
+    e = r.extra
+    parts = [part("weights", "weights" + (" (float16 copy)" if r.precision == "mixed" else ""),
+                  r.weight_bytes, "the trainable parameters the step reads"),
+             part("master_weights", "master weights (float32)", r.master_weight_bytes,
+                  "what the optimizer updates under mixed precision"),
+             part("optimizer", f"optimizer state ({r.optimizer})", r.optimizer_bytes,
+                  "per-parameter state the optimizer keeps"),
+             part("constants", "folded constants", r.constant_bytes,
+                  "computed from weights only (weight transposes, fills)")]
+    if "offload_arena_bytes" in e:
+        parts.append(part("arena", "arena with offload", e["offload_arena_bytes"],
+                          f"{e.get('offloaded', 0)} activations copied to the host and back"))
+        return stack("training", title, parts)
+    peak = e.get("peak") or {}
+    kinds = peak.get("bytes_by_kind")
+    if not kinds or sum(kinds.values()) > r.arena_bytes:
+        parts.append(part("arena", "activation arena", r.arena_bytes,
+                          "activations, gradients and backward's tensors, planned"))
+        return stack("training", title, parts)
+    at = f"at the arena's peak (step {peak['position']})"
+    grads = (f"weight gradients made by then, live {at}" if kinds["gradients"] else
+             f"none made by the peak: all {r.gradient_bytes / 2**20:,.2f} MiB of them are "
+             f"made later, in arena bytes freed by then")
+    parts += [part("kept", "kept for backward", kinds["saved"],
+                   f"activations made before backward starts, live {at}"),
+              part("gradients", "gradients", kinds["gradients"], grads),
+              part("backward", "backward's tensors", kinds["backward"],
+                   f"adjoints, transposed weights, masks live {at}"),
+              part("arena_rest", "rest of the arena", r.arena_bytes - sum(kinds.values()),
+                   "bytes the placement leaves free at the peak")]
+    return stack("training", title, parts, keep=("gradients",))

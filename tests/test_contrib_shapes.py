@@ -1,0 +1,297 @@
+"""The shape rules of graphmem.frontend.contrib_shapes, op by op: each op alone in a
+one-node model, run in ONNX Runtime (CPU, no graph optimization), and the output
+shapes and element types it produces compared with what graphmem infers."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.frontend.contrib_shapes import MS, NCHWC, RULES, infer, nchwc_block_size
+
+F, U8, I8, I32, I64 = (TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8,
+                       TensorProto.INT32, TensorProto.INT64)
+NP = {TensorProto.BOOL: np.bool_, F: np.float32, U8: np.uint8, I8: np.int8, I32: np.int32, I64: np.int64,
+      TensorProto.INT16: np.int16}
+
+
+def one_node(op, domain, inputs, attrs=None, outputs=1, opset=17):
+    """A model of one ``op`` node. ``inputs`` by position: (name, elem, shape) for a
+    graph input, a TensorProto for an initializer, None for an omitted optional input."""
+    names = ["" if i is None else i.name if isinstance(i, TensorProto) else i[0]
+             for i in inputs]
+    outs = [f"y{k}" for k in range(outputs)] if isinstance(outputs, int) else list(outputs)
+    node = helper.make_node(op, names, outs, domain=domain, **(attrs or {}))
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info(*i) for i in inputs
+                     if i is not None and not isinstance(i, TensorProto)],
+        [helper.make_empty_tensor_value_info(o) for o in outs if o],
+        [i for i in inputs if isinstance(i, TensorProto)])
+    opsets = [helper.make_opsetid("", opset)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def ort_outputs(model) -> dict:
+    """{output name: (elem_type, shape)} of one run in ONNX Runtime on random inputs."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in model.graph.input:
+        t = i.type.tensor_type
+        shape = [d.dim_value for d in t.shape.dim]
+        dtype = NP[t.elem_type]
+        if np.issubdtype(dtype, np.integer):
+            feeds[i.name] = rng.integers(0, 2, shape).astype(dtype)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    names = [o.name for o in model.graph.output]
+    got = sess.run(names, feeds)
+    from onnx.helper import np_dtype_to_tensor_dtype
+    return {n: (np_dtype_to_tensor_dtype(v.dtype), tuple(v.shape)) for n, v in zip(names, got)}
+
+
+def inferred(model) -> dict:
+    out = infer(model)
+    found = {}
+    for vi in list(out.graph.value_info) + list(out.graph.output):
+        t = vi.type.tensor_type
+        if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value")
+                                                       for d in t.shape.dim):
+            found[vi.name] = (t.elem_type, tuple(d.dim_value for d in t.shape.dim))
+    return {o.name: found.get(o.name) for o in model.graph.output}
+
+
+def c(name, value, dtype=np.float32):
+    """An initializer."""
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def scale(name, value=0.05):
+    return c(name, value)
+
+
+def zero(name, dtype=np.uint8, value=3):
+    return c(name, value, dtype)
+
+
+def qparams(prefix, dtype=np.uint8):
+    """A scale and a zero point."""
+    return [scale(prefix + "s"), zero(prefix + "z", dtype)]
+
+
+def _case(op, domain, inputs, attrs=None, outputs=1, opset=17):
+    return dict(op=op, domain=domain, inputs=inputs, attrs=attrs, outputs=outputs,
+                opset=opset)
+
+
+W3 = c("w", np.ones((4, 3, 3, 3)))
+B4 = c("b", np.ones(4))
+
+# (case id -> one_node arguments). Every op of the rule table has a case, and so has
+# every op the fused graphs take from ORT's own symbolic inference.
+CASES = {
+    # --- CPU graph optimizer, EXTENDED
+    "FusedConv": _case("FusedConv", MS, [("x", F, [1, 3, 10, 9]), W3, B4],
+                       dict(activation="Relu", pads=[1, 0, 1, 0], strides=[2, 1])),
+    "FusedConv-sum": _case("FusedConv", MS, [("x", F, [1, 3, 8, 8]), W3, B4,
+                                             ("z", F, [1, 4, 8, 8])],
+                           dict(activation="Relu", auto_pad="SAME_UPPER")),
+    "FusedGemm": _case("FusedGemm", MS, [("a", F, [5, 3]), c("b", np.ones((4, 5))),
+                                         c("c", np.ones(4))],
+                       dict(transA=1, transB=1, activation="LeakyRelu",
+                            activation_alpha=0.1)),
+    "FusedMatMul": _case("FusedMatMul", MS, [("a", F, [2, 3, 4, 5]), ("b", F, [3, 6, 5])],
+                         dict(transB=1, alpha=0.5)),
+    "FusedMatMul-transBatchA": _case("FusedMatMul", MS, [("a", F, [4, 2, 5]),
+                                                         ("b", F, [2, 5, 6])],
+                                     dict(transBatchA=1)),
+    "FusedMatMul-transBatchB": _case("FusedMatMul", MS, [("a", F, [2, 3, 4]),
+                                                         ("b", F, [6, 2, 4])],
+                                     dict(transBatchB=1, transB=1)),
+    "FusedMatMul-vector": _case("FusedMatMul", MS, [("a", F, [5]), ("b", F, [2, 5, 3])]),
+    "TransposeMatMul": _case("TransposeMatMul", MS, [("a", F, [5, 3]), ("b", F, [5, 4])],
+                             dict(transA=1)),
+    # --- ALL: NCHWc (16 channels fill a block of every MLAS build)
+    "nchwc-Conv": _case("Conv", NCHWC, [("x", F, [1, 16, 9, 9]),
+                                        c("w", np.ones((32, 16, 3, 3))), c("b", np.ones(32))],
+                        dict(strides=[2, 2], pads=[1, 1, 1, 1], activation="Relu")),
+    "nchwc-Conv-nchw-input": _case("Conv", NCHWC, [("x", F, [1, 3, 11, 11]),
+                                                   c("w", np.ones((16, 3, 7, 7)))],
+                                   dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    "nchwc-Conv-depthwise": _case("Conv", NCHWC, [("x", F, [1, 32, 8, 8]),
+                                                  c("w", np.ones((32, 1, 3, 3)))],
+                                  dict(group=32, pads=[1, 1, 1, 1])),
+    "nchwc-Conv-sum": _case("Conv", NCHWC, [("x", F, [1, 16, 6, 6]),
+                                            c("w", np.ones((16, 16, 1, 1))), None,
+                                            ("s", F, [1, 16, 6, 6])]),
+    "nchwc-MaxPool": _case("MaxPool", NCHWC, [("x", F, [1, 16, 10, 10])],
+                           dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    "nchwc-AveragePool": _case("AveragePool", NCHWC, [("x", F, [1, 32, 7, 7])],
+                               dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    "nchwc-GlobalAveragePool": _case("GlobalAveragePool", NCHWC, [("x", F, [2, 16, 5, 5])]),
+    "nchwc-GlobalMaxPool": _case("GlobalMaxPool", NCHWC, [("x", F, [2, 16, 5, 5])]),
+    "nchwc-Upsample": _case("Upsample", NCHWC, [("x", F, [1, 16, 3, 4])],
+                            dict(scales=[1, 1, 2, 2])),
+    "ReorderInput": _case("ReorderInput", NCHWC, [("x", F, [1, 24, 5, 5])]),
+    "ReorderInput-channels-last": _case("ReorderInput", NCHWC, [("x", F, [1, 5, 6, 32])],
+                                        dict(channels_last=1)),
+    "ReorderOutput": _case("ReorderOutput", NCHWC, [("x", F, [1, 32, 5, 5])],
+                           dict(channels=24)),
+    "ReorderOutput-channels-last": _case("ReorderOutput", NCHWC, [("x", F, [1, 32, 5, 6])],
+                                         dict(channels=24, channels_last=1)),
+    # --- quantized: QDQ fusion (EXTENDED) and the NHWC transformer (ALL)
+    "QLinearConv-nhwc": _case("QLinearConv", MS, [
+        ("x", U8, [1, 7, 7, 8]), *qparams("x"), c("w", np.ones((4, 8, 3, 3)), np.int8),
+        scale("ws", [0.1] * 4), zero("wz", np.int8, [0] * 4), *qparams("y")],
+        dict(channels_last=1, strides=[2, 2])),
+    "QLinearConv-nchw-int8": _case("QLinearConv", MS, [
+        ("x", I8, [1, 8, 7, 7]), scale("xs"), zero("xz", np.int8),
+        c("w", np.ones((4, 8, 3, 3)), np.int8), scale("ws"), zero("wz", np.int8, 0),
+        scale("ys"), zero("yz", np.int8)], dict(pads=[1, 1, 1, 1])),
+    "NhwcMaxPool": _case("NhwcMaxPool", MS, [("x", U8, [1, 9, 9, 8])],
+                         dict(kernel_shape=[3, 3], strides=[2, 2])),
+    "QLinearAveragePool": _case("QLinearAveragePool", MS, [
+        ("x", U8, [1, 8, 9, 9]), *qparams("x"), *qparams("y")],
+        dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    "QLinearGlobalAveragePool": _case("QLinearGlobalAveragePool", MS, [
+        ("x", U8, [1, 5, 5, 8]), *qparams("x"), *qparams("y")], dict(channels_last=1)),
+    "QLinearAdd": _case("QLinearAdd", MS, [
+        ("a", I8, [2, 3, 4]), *qparams("a", np.int8), c("b", np.ones(4), np.int8),
+        *qparams("b", np.int8), *qparams("c", np.int8)]),
+    "QLinearMul": _case("QLinearMul", MS, [
+        ("a", U8, [3, 1]), *qparams("a"), ("b", U8, [2, 1, 4]), *qparams("b"),
+        *qparams("c")]),
+    "QLinearSigmoid": _case("QLinearSigmoid", MS, [("x", U8, [2, 5]), *qparams("x"),
+                                                   *qparams("y")]),
+    "QLinearLeakyRelu": _case("QLinearLeakyRelu", MS, [
+        ("x", I8, [2, 5]), *qparams("x", np.int8), *qparams("y", np.int8)],
+        dict(alpha=0.1)),
+    "QLinearSoftmax": _case("QLinearSoftmax", MS, [
+        ("x", U8, [2, 5]), *qparams("x"), scale("ys"), zero("yz", value=0)],
+        dict(opset=13, axis=-1)),
+    "QLinearConcat": _case("QLinearConcat", MS, [
+        *qparams("y"), ("a", U8, [1, 2, 3]), *qparams("a"), ("b", U8, [1, 5, 3]),
+        *qparams("b")], dict(axis=1)),
+    "QLinearWhere": _case("QLinearWhere", MS, [
+        ("cond", TensorProto.BOOL, [3, 1]), ("x", U8, [1, 4]), *qparams("x"),
+        c("y", [[1]], np.uint8), *qparams("y"), *qparams("z")]),
+    "QGemm-float": _case("QGemm", MS, [
+        ("a", U8, [3, 5]), *qparams("a"), c("b", np.ones((4, 5)), np.int8), scale("bs"),
+        zero("bz", np.int8, 0)], dict(transB=1)),
+    "QGemm-quantized": _case("QGemm", MS, [
+        ("a", U8, [5, 3]), *qparams("a"), c("b", np.ones((5, 4)), np.int8), scale("bs"),
+        zero("bz", np.int8, 0), c("bias", np.ones(4), np.int32), *qparams("y")],
+        dict(transA=1)),
+    "MatMulIntegerToFloat": _case("MatMulIntegerToFloat", MS, [
+        ("a", U8, [2, 3, 5]), c("b", np.ones((5, 4)), np.int8), scale("as"),
+        scale("bs", [0.1] * 4)]),
+    "DynamicQuantizeMatMul": _case("DynamicQuantizeMatMul", MS, [
+        ("a", F, [2, 3, 5]), c("b", np.ones((5, 4)), np.int8), scale("bs", [0.1] * 4)]),
+    "MatMulInteger16": _case("MatMulInteger16", MS, [("a", TensorProto.INT16, [3, 5]),
+                                                     ("b", TensorProto.INT16, [5, 2])]),
+    # --- transformer fusions
+    "BiasGelu": _case("BiasGelu", MS, [("x", F, [2, 3, 8]), c("b", np.ones(8))]),
+    "FastGelu": _case("FastGelu", MS, [("x", F, [2, 3, 8]), c("b", np.ones(8))]),
+    "QuickGelu": _case("QuickGelu", MS, [("x", F, [2, 3, 8])], dict(alpha=1.702)),
+    "Gelu": _case("Gelu", MS, [("x", F, [2, 3, 8])]),
+    "SkipLayerNormalization": _case("SkipLayerNormalization", MS, [
+        ("x", F, [2, 3, 8]), ("s", F, [2, 3, 8]), c("g", np.ones(8)), c("b", np.zeros(8))],
+        outputs=["y", "mean", "inv_std", "sum"]),
+    "SkipLayerNormalization-sum-only": _case("SkipLayerNormalization", MS, [
+        ("x", F, [2, 3, 8]), ("s", F, [2, 3, 8]), c("g", np.ones(8))],
+        outputs=["y", "", "", "sum"]),
+    "SkipSimplifiedLayerNormalization": _case("SkipSimplifiedLayerNormalization", MS, [
+        ("x", F, [2, 3, 8]), ("s", F, [2, 3, 8]), c("g", np.ones(8))],
+        outputs=["y", "", "inv_std", "sum"]),
+    "SimplifiedLayerNormalization": _case("SimplifiedLayerNormalization", "", [
+        ("x", F, [2, 3, 8]), c("g", np.ones(8))], dict(axis=-1), outputs=2, opset=13),
+    "LayerNormalization-contrib": _case("LayerNormalization", "", [
+        ("x", F, [2, 3, 8]), c("g", np.ones((3, 8))), c("b", np.zeros((3, 8)))],
+        dict(axis=1), outputs=3, opset=13),
+    "GatherBlockQuantized": _case("GatherBlockQuantized", MS, [
+        c("data", np.ones((10, 32)), np.uint8), ("i", I32, [2, 3]),
+        c("scales", np.ones((10, 2)))], dict(block_size=32, gather_axis=0, quantize_axis=1)),
+    "GatherBlockQuantized-8bit": _case("GatherBlockQuantized", MS, [
+        c("data", np.ones((10, 32)), np.uint8), ("i", I64, [4]),
+        c("scales", np.ones((10, 1)))],
+        dict(block_size=32, gather_axis=0, quantize_axis=1, bits=8)),
+    # --- taken from ORT's symbolic shape inference
+    "Attention": _case("Attention", MS, [("x", F, [2, 4, 8]), c("w", np.ones((8, 24))),
+                                         c("b", np.ones(24))], dict(num_heads=2)),
+    "Attention-mask": _case("Attention", MS, [
+        ("x", F, [2, 4, 8]), c("w", np.ones((8, 24))), c("b", np.ones(24)),
+        c("m", [4, 3], np.int32)], dict(num_heads=2)),
+    "MultiHeadAttention": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 3, 8]), ("k", F, [2, 5, 8]), ("v", F, [2, 5, 6])], dict(num_heads=2)),
+    "MultiHeadAttention-past": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 1, 8]), ("k", F, [2, 1, 8]), ("v", F, [2, 1, 8]), None, None, None,
+        ("pk", F, [2, 2, 5, 4]), ("pv", F, [2, 2, 5, 4])], dict(num_heads=2), outputs=3),
+    "GroupQueryAttention": _case("GroupQueryAttention", MS, [
+        ("q", F, [1, 3, 32]), ("k", F, [1, 3, 16]), ("v", F, [1, 3, 16]),
+        ("pk", F, [1, 2, 0, 8]), ("pv", F, [1, 2, 0, 8]), c("seqlens", [2], np.int32),
+        c("total", 3, np.int32)], dict(num_heads=4, kv_num_heads=2), outputs=3),
+    "GroupQueryAttention-decode": _case("GroupQueryAttention", MS, [
+        ("q", F, [2, 1, 32]), ("k", F, [2, 1, 16]), ("v", F, [2, 1, 16]),
+        ("pk", F, [2, 2, 5, 8]), ("pv", F, [2, 2, 5, 8]), c("seqlens", [5, 3], np.int32),
+        c("total", 6, np.int32)], dict(num_heads=4, kv_num_heads=2), outputs=3),
+    "GroupQueryAttention-packed": _case("GroupQueryAttention", MS, [
+        ("qkv", F, [1, 3, 64]), None, None, ("pk", F, [1, 2, 4, 8]), ("pv", F, [1, 2, 4, 8]),
+        c("seqlens", [2], np.int32), c("total", 3, np.int32)],
+        dict(num_heads=4, kv_num_heads=2), outputs=3),
+    "RotaryEmbedding": _case("RotaryEmbedding", MS, [
+        ("x", F, [2, 3, 16]), ("pos", I64, [2, 3]), c("cos", np.ones((8, 4))),
+        c("sin", np.zeros((8, 4)))], dict(num_heads=2)),
+    "EmbedLayerNormalization": _case("EmbedLayerNormalization", MS, [
+        ("ids", I32, [2, 3]), ("seg", I32, [2, 3]), c("we", np.ones((10, 8))),
+        c("pe", np.ones((6, 8))), c("se", np.ones((2, 8))), c("g", np.ones(8)),
+        c("b", np.zeros(8))], dict(epsilon=1e-5), outputs=["y", "mask_index"]),
+    "MatMulNBits": _case("MatMulNBits", MS, [
+        ("a", F, [2, 3, 64]), c("b", np.ones((5, 2, 16)), np.uint8), c("scales", np.ones(10))],
+        dict(K=64, N=5, bits=4, block_size=32)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_inferred_shape_is_what_onnx_runtime_makes(case):
+    model = one_node(**CASES[case])
+    expected = ort_outputs(model)
+    assert inferred(model) == expected
+
+
+def test_every_rule_has_a_case():
+    """Each (domain, op) of the table is checked against ONNX Runtime above."""
+    covered = {(c["domain"], c["op"]) for c in CASES.values()}
+    assert set(RULES) <= covered, sorted(set(RULES) - covered)
+
+
+def test_reorder_input_rounds_channels_up_to_this_machine_block():
+    block = nchwc_block_size(24)
+    assert block in (4, 8, 16)
+    out = ort_outputs(one_node(**CASES["ReorderInput"]))
+    assert out["y0"][1][1] == -(-24 // block) * block
+
+
+def test_a_chain_through_ort_inference_keeps_the_rules():
+    """Attention (ORT's inference) -> SkipLayerNormalization with its sum output and
+    FusedMatMul (this table's rules): the fallback walks the graph with the rules in
+    front of ORT's handlers, and every tensor is what ONNX Runtime makes."""
+    w, b = c("w", np.ones((8, 24))), c("b", np.ones(24))
+    g, wm = c("g", np.ones(8)), c("wm", np.ones((8, 5)))
+    nodes = [helper.make_node("Attention", ["x", "w", "b"], ["att"], domain=MS, num_heads=2),
+             helper.make_node("SkipLayerNormalization", ["att", "x", "g"],
+                              ["ln", "", "", "sum"], domain=MS),
+             helper.make_node("FusedMatMul", ["ln", "wm"], ["y"], domain=MS, alpha=2.0)]
+    outs = ["att", "ln", "sum", "y"]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", F, [2, 4, 8])],
+                              [helper.make_empty_tensor_value_info(o) for o in outs],
+                              [w, b, g, wm])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)], ir_version=8)
+    assert inferred(model) == ort_outputs(model)

@@ -1,0 +1,104 @@
+"""Dims written as arithmetic of other dims: parsed safely, evaluated from the bound
+names, checked against a value given for them."""
+from __future__ import annotations
+
+import pytest
+
+from graphmem.errors import GraphmemError
+from graphmem.frontend.dim_expressions import (looks_like_expression, parse, resolve,
+                                               unbound_hint)
+
+
+@pytest.mark.parametrize("text, bound, value", [
+    ("past_seq + 1", {"past_seq": 16}, 17),
+    ("past_seq + seq", {"past_seq": 16, "seq": 3}, 19),
+    ("2*s0", {"s0": 5}, 10),
+    ("s0*s1", {"s0": 5, "s1": 7}, 35),
+    ("floor(s0/2)", {"s0": 5}, 2),
+    ("ceil(s0/2)", {"s0": 5}, 3),
+    ("ceiling(s0/2) + 1", {"s0": 5}, 4),
+    ("s0 // 2", {"s0": 7}, 3),
+    ("max(a, b)", {"a": 3, "b": 9}, 9),
+    ("Min(a, b, 4)", {"a": 3, "b": 9}, 3),
+    ("Max(1, seq - 1)", {"seq": 1}, 1),
+    ("-a + 2*(b - 1)", {"a": 1, "b": 4}, 5),
+    ("s0/2", {"s0": 8}, 4),
+])
+def test_an_expression_is_evaluated_from_its_names(text, bound, value):
+    assert looks_like_expression(text)
+    assert parse(text).value(bound) == value
+
+
+def test_an_unbound_name_leaves_it_open():
+    assert parse("past_seq + seq").value({"past_seq": 3}) is None
+
+
+@pytest.mark.parametrize("text", ["batch", "unk__0", "Concatpresent_key_0_dim_2",
+                                  "input.1_dim_0", "seq_len"])
+def test_names_are_not_expressions(text):
+    assert not looks_like_expression(text)
+
+
+@pytest.mark.parametrize("text, what", [
+    ("__import__('os').system('x')", "__import__"),
+    ("a ** 2", "a ** 2"),
+    ("sqrt(a)", "sqrt(a)"),
+    ("a.b + 1", "a.b"),
+    ("a % 2", "a % 2"),
+    ("floor(a, b)", "floor takes one argument"),
+    ("max(a, key=b)", "max(a, key=b)"),
+    ("1.5 * a", "1.5"),
+    ("lambda: 1", "lambda"),
+    ("a +", "not an expression"),
+])
+def test_anything_else_is_refused_in_one_line(text, what):
+    with pytest.raises(GraphmemError) as exc:
+        parse(text)
+    message = str(exc.value)
+    assert "\n" not in message and what in message
+
+
+def test_a_fraction_is_not_a_dimension():
+    with pytest.raises(GraphmemError, match=r"'s0/2' is 5/2 with s0=5, not an integer"):
+        parse("s0/2").value({"s0": 5})
+
+
+def test_resolve_binds_expressions_from_the_names():
+    dims = resolve(["batch", "past_seq", "past_seq + 1", "2*batch"], {"batch": 1,
+                                                                       "past_seq": 511})
+    assert dims == {"batch": 1, "past_seq": 511, "past_seq + 1": 512, "2*batch": 2}
+
+
+def test_resolve_refuses_a_value_that_disagrees_naming_both():
+    with pytest.raises(GraphmemError) as exc:
+        resolve(["past_seq", "past_seq + 1"], {"past_seq": 511, "past_seq + 1": 100})
+    assert str(exc.value) == ("--dim past_seq + 1=100 disagrees with past_seq=511, which "
+                              "make 'past_seq + 1' 512; bind the names it reads, or give "
+                              "it 512")
+    # the agreeing value is accepted
+    assert resolve(["past_seq + 1"], {"past_seq": 511, "past_seq + 1": 512}) == \
+        {"past_seq": 511, "past_seq + 1": 512}
+
+
+def test_resolve_solves_for_the_one_name_an_expression_determines():
+    assert resolve(["past_seq", "past_seq + 1"], {"past_seq + 1": 17}) == \
+        {"past_seq": 16, "past_seq + 1": 17}
+    # and then evaluates another expression of it
+    assert resolve(["past_seq + 1", "past_seq + seq"], {"past_seq + 1": 17, "seq": 2}) == \
+        {"past_seq": 16, "seq": 2, "past_seq + 1": 17, "past_seq + seq": 18}
+    # no integer solution: nothing is solved, the value stays as given
+    assert resolve(["2*s"], {"2*s": 7}) == {"2*s": 7}
+
+
+def test_resolve_refuses_a_negative_dimension():
+    with pytest.raises(GraphmemError, match="cannot be negative"):
+        resolve(["seq - 2"], {"seq": 1})
+
+
+def test_an_unparseable_name_stays_a_name():
+    # a dim named like arithmetic that graphmem does not evaluate is bound by its text
+    assert resolve(["a ** 2"], {"a ** 2": 4}) == {"a ** 2": 4}
+    assert "not allowed" in unbound_hint("a ** 2", {})
+    assert unbound_hint("past_seq + seq", {"seq": 1}) == \
+        " (an expression of past_seq: bind it)"
+    assert unbound_hint("batch", {}) == ""

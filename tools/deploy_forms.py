@@ -1,0 +1,321 @@
+"""Deployment forms (issue 33): what pipelines make of a model, planned beside ONNX
+Runtime's own memory pattern at each optimization level.
+
+    python tools/deploy_forms.py run [--models squeezenet,resnet50,bert-ts] [--write]
+
+For each model available without torch (the Model Zoo graphs shipped with onnx, the
+corpus files in tests/data/corpus), bound to static dims, three forms:
+
+- *exported*: the file as it is;
+- *transformers*: ``onnxruntime.transformers.optimizer.optimize_model`` (model type
+  bert or gpt2, ``opt_level=0``: the transformer fusions only) for the corpus models;
+- *qdq-int8*: ``onnxruntime.quantization.quantize_static`` (QDQ, uint8 activations, int8
+  weights, a random calibration reader of 4 samples) for the zoo's CNNs, on the model
+  with its weights folded into initializers (ORT's basic level saved, the zoo graphs make
+  their weights with ConstantOfShape);
+- *qdq-int8, Sum as Add*: the same with each two-input Sum written as Add first (ResNet
+  50's residual additions: the zoo's Caffe2 graph has Sum, which the quantizer leaves in
+  float; a PyTorch export has Add, which it quantizes and ORT fuses into QLinearAdd).
+
+For each form: ``graphmem plan`` as given and with ``--ort-optimize basic|extended|all``
+(the arena, graph inputs and outputs inside it), ``graphmem verify --ort-optimize all``,
+what ORT took to optimize at each level (session build and save, in process), and ORT's
+own pattern block at each level (``tools/ort_pattern.py``, graph inputs and outputs left
+out, so they are added to it for the bar). ``--write`` puts the table between
+``<!-- deploy -->`` markers in docs/corpus.md. ``--from DIR`` adds the forms
+``tools/deployment_corpus.py build DIR`` wrote (issue 34's: ResNet-50 with seeded random
+weights as fp32, fp16, int8 dynamic and int8 QDQ; the GPT-2 decode step as fp32, fp16,
+int8 dynamic), each as it is::
+
+    python tools/deployment_corpus.py build /tmp/deploy --models resnet50,gpt2-decode
+    python tools/deploy_forms.py run --from /tmp/deploy --write
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+DOC = ROOT / "docs" / "corpus.md"
+BEGIN, END = "<!-- deploy -->", "<!-- /deploy -->"
+LEVELS = ("basic", "extended", "all")
+CORPUS = ROOT / "tests" / "data" / "corpus"
+
+# model -> (dims, transformer model type or None, quantize?); "add": quantize with its
+# two-input Sums as Adds too
+MODELS: dict[str, tuple[dict[str, int], str | None, bool | str]] = {
+    "squeezenet": ({}, None, True), "resnet50": ({}, None, "add"),
+    "shufflenet": ({}, None, True), "inception_v1": ({}, None, False),
+    "inception_v2": ({}, None, False), "densenet121": ({}, None, False),
+    "bvlc_alexnet": ({}, None, False), "zfnet512": ({}, None, False),
+    "vgg19": ({}, None, False),
+    "bert-ts": ({"batch": 1, "seq": 16}, "bert", False),
+    "bert-dynamo": ({"batch": 1, "seq": 16}, "bert", False),
+    "gpt2-past-ts": ({"batch": 1, "seq": 1, "past_seq": 16}, "gpt2", False),
+    "gpt2-past-dynamo": ({"batch": 1, "seq": 1, "past_seq": 16}, "gpt2", False),
+}
+
+
+def source(name: str) -> Path:
+    from graphmem.frontend.zoo import zoo_path
+    return zoo_path(name) or CORPUS / f"{name}.onnx"
+
+
+def bound(path: Path, dims: dict[str, int], out: Path) -> Path:
+    """``path`` with its symbolic input dims bound and its outputs' shapes written (ORT's
+    pattern tool pre-binds outputs), weights inside."""
+    import graphmem
+    from graphmem.frontend.reader import bind_dims, read_model
+    model = read_model(path, load_weights=True)
+    if dims:
+        graph = graphmem.load(path, dims)
+        bind_dims(model, dims)
+        for o in model.graph.output:
+            shape = o.type.tensor_type.shape
+            shape.ClearField("dim")
+            for d in graph.tensors[o.name].shape:
+                shape.dim.add().dim_value = int(d)
+    out.write_bytes(model.SerializeToString())
+    return out
+
+
+def saved_at(path: Path, level: str, out: Path) -> Path:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                          f"ORT_ENABLE_{level.upper()}")
+    so.optimized_model_filepath = str(out)
+    so.log_severity_level = 4
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return out
+
+
+def transformers_form(path: Path, model_type: str, out: Path) -> Path:
+    from onnxruntime.transformers.optimizer import optimize_model
+    opt = optimize_model(str(path), model_type=model_type, num_heads=0, hidden_size=0,
+                         opt_level=0)
+    opt.save_model_to_file(str(out))
+    return out
+
+
+def qdq_form(path: Path, out: Path, work: Path) -> Path:
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    folded = saved_at(path, "basic", work / f"{path.stem}.folded.onnx")
+    model = onnx.load(str(folded))
+    if model.ir_version < 4:  # ORT's saved file keeps IR 3 with initializers not inputs
+        model.ir_version = 7  # (opset 9 needs IR >= 4 for that), as the quantizer reads it
+        read = {t for n in model.graph.node for t in n.input}
+        inits = {t.name for t in model.graph.initializer}
+        keep = [i for i in model.graph.input if i.name in read and i.name not in inits]
+        del model.graph.input[:]
+        model.graph.input.extend(keep)  # the weights' shape inputs ORT folded away
+        onnx.save_model(model, str(folded))
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim])
+              for i in model.graph.input if i.name not in inits]
+
+    class Random(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{n: rng.standard_normal(s).astype(np.float32)
+                                  for n, s in inputs} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+    quantize_static(str(folded), str(out), Random(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return out
+
+
+def sum_as_add(path: Path, out: Path) -> Path:
+    """``path`` with each two-input Sum written as Add (the same op on two inputs)."""
+    import onnx
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        if node.op_type == "Sum" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+            node.op_type = "Add"
+    onnx.save_model(model, str(out))
+    return out
+
+
+def graphmem_cmd(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "graphmem", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1800)
+
+
+def first_line(proc) -> str:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("graphmem:")]
+    return (lines or proc.stderr.strip().splitlines()[-1:] or ["no output"])[-1][:300]
+
+
+def measure_form(path: Path, work: Path) -> dict:
+    import graphmem
+    import ort_pattern
+    from graphmem.frontend.ort_optimize import cleanup, optimize
+    row: dict = {"failures": []}
+    graph = graphmem.load(path)
+    row["nodes"] = len(graph.nodes)
+    row["io"] = sum(graph.tensors[t].bytes for t in set(graph.inputs) | set(graph.outputs))
+    for level in ("exported", *LEVELS):
+        out = work / f"{path.stem}.{level}.plan.json"
+        extra = [] if level == "exported" else ["--ort-optimize", level]
+        p = graphmem_cmd("plan", path, *extra, "-o", out, "--quiet")
+        if p.returncode == 0:
+            row[f"arena_{level}"] = json.loads(out.read_text())["stats"]["arena_bytes"]
+        else:
+            row[f"arena_{level}"] = None
+            row["failures"].append(f"plan {' '.join(extra)}: {first_line(p)}")
+        if level != "exported":
+            t0 = time.perf_counter()
+            try:
+                optimize(path, level)
+                row[f"optimize_s_{level}"] = time.perf_counter() - t0
+            finally:
+                cleanup()
+    p = graphmem_cmd("verify", path, "--ort-optimize", "all")
+    row["verify"] = p.returncode == 0
+    if p.returncode:
+        row["failures"].append(f"verify --ort-optimize all: {first_line(p) if p.returncode == 2 else 'FAIL'}")
+    for level in ("off", *LEVELS):
+        m = ort_pattern.measure(path, level)
+        row[f"ort_{level}"] = m.get("pattern_bytes")
+        if m.get("error"):
+            row["failures"].append(f"ORT pattern at {level}: {m['error']}")
+    a, o = row.get("arena_all"), row.get("ort_all")
+    row["bar"] = None if a is None or o is None else a <= o + row["io"]
+    return row
+
+
+def built_forms(folder: Path) -> list[tuple[str, str, dict[str, int], Path]]:
+    """(model, form, dims, path) of each file tools/deployment_corpus.py built."""
+    import deployment_corpus
+    out = []
+    for path in sorted(folder.glob("*.onnx")):
+        model = next((m for m in deployment_corpus.SOURCES if path.stem.startswith(m + "-")),
+                     None)
+        if model is not None:
+            out.append((model, path.stem[len(model) + 1:],
+                        deployment_corpus.SOURCES[model]["dims"], path))
+    return out
+
+
+def run(names: list[str], built: Path | None = None) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="deploy-forms-") as tmp:
+        work = Path(tmp)
+        for model, form, dims, path in built_forms(built) if built else []:
+            print(f"{model} {form} (built)", file=sys.stderr, flush=True)
+            row = measure_form(bound(path, dims, work / path.name), work)
+            row.update(model=f"{model} (issue 34)", form=form, dims=dims)
+            rows.append(row)
+        for name in names:
+            dims, model_type, quantize = MODELS[name]
+            base = bound(source(name), dims, work / f"{name}.onnx")
+            makers = [("exported", lambda: base)]
+            if model_type:
+                makers.append(("transformers", lambda: transformers_form(
+                    base, model_type, work / f"{name}.transformers.onnx")))
+            if quantize:
+                makers.append(("qdq-int8", lambda: qdq_form(
+                    base, work / f"{name}.qdq.onnx", work)))
+            if quantize == "add":
+                makers.append(("qdq-int8, Sum as Add", lambda: qdq_form(
+                    sum_as_add(base, work / f"{name}.add.onnx"),
+                    work / f"{name}.add.qdq.onnx", work)))
+            forms = []
+            for form, make in makers:
+                try:
+                    forms.append((form, make()))
+                except Exception as exc:  # a form that cannot be made stays in the table
+                    rows.append({"model": name, "form": form, "failures": [
+                        f"making the form: {type(exc).__name__}: {str(exc)[:200]}"]})
+            for form, path in forms:
+                print(f"{name} {form}", file=sys.stderr, flush=True)
+                row = measure_form(path, work)
+                row.update(model=name, form=form)
+                rows.append(row)
+    return rows
+
+
+def _dims(row: dict) -> dict[str, int]:
+    return row["dims"] if "dims" in row else MODELS[row["model"]][0]
+
+
+def _mib(v) -> str:
+    return "–" if v is None else f"{v / 2**20:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | form | nodes | graphmem as given | graphmem basic | graphmem extended | "
+             "graphmem all | ORT off | ORT basic | ORT extended | ORT all | I/O | "
+             "all ≤ ORT all + I/O | verify (all) | ORT optimize s (basic / extended / all) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        if "nodes" not in r:
+            lines.append(f"| {r['model']} | {r['form']} | – | – | – | – | – | – | – | – | – "
+                         f"| – | – | – | {r['failures'][0]} |")
+            continue
+        secs = " / ".join(f"{r.get(f'optimize_s_{lv}', float('nan')):.2f}" for lv in LEVELS)
+        bar = {True: "yes", False: "**no**", None: "–"}[r["bar"]]
+        lines.append(
+            f"| {r['model']} | {r['form']} | {r['nodes']} | {_mib(r.get('arena_exported'))} | "
+            + " | ".join(_mib(r.get(f"arena_{lv}")) for lv in LEVELS) + " | "
+            + " | ".join(_mib(r.get(f"ort_{lv}")) for lv in ("off", *LEVELS))
+            + f" | {_mib(r['io'])} | {bar} | {'PASS' if r['verify'] else 'FAIL'} | {secs} |")
+    fails = [f"- {r['model']} {r['form']}: {f}" for r in rows for f in r.get("failures", [])]
+    return "\n".join(lines) + ("\n\nFailures:\n\n" + "\n".join(fails) if fails else "")
+
+
+def write_doc(body: str) -> None:
+    block = f"{BEGIN}\n{body.strip()}\n{END}"
+    text = DOC.read_text()
+    if BEGIN in text:
+        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text,
+                      flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    DOC.write_text(text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--models", default=",".join(MODELS))
+    r.add_argument("--write", action="store_true")
+    r.add_argument("--json", metavar="PATH")
+    r.add_argument("--from", dest="built", metavar="DIR",
+                   help="also the forms tools/deployment_corpus.py build wrote into DIR")
+    ns = ap.parse_args(argv)
+    rows = run(ns.models.split(",") if ns.models else [], Path(ns.built) if ns.built else None)
+    import onnxruntime
+    command = "run --from DIR --write" if ns.built else "run --write"
+    head = (f"Generated by `python tools/deploy_forms.py {command}` (onnxruntime "
+            f"{onnxruntime.__version__}, CPU). MiB = 2^20 bytes. *graphmem*: `graphmem plan`'s "
+            "arena, graph inputs and outputs inside it, of the form as given and with "
+            "`--ort-optimize LEVEL`. *ORT*: ONNX Runtime's own memory-pattern block at each "
+            "level (`tools/ort_pattern.py`), graph inputs and outputs left out; *I/O*: their "
+            "bytes. Bindings: " + "; ".join(dict.fromkeys(
+                f"{r['model']} " + (" ".join(f"{k}={v}" for k, v in _dims(r).items())
+                                    or "static") for r in rows)) + ".")
+    body = "## The graph the runtime runs: deployment forms beside ORT's pattern (issue 33)\n\n" + head + "\n\n" + table(rows)
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(rows, indent=1, default=str))
+    if ns.write:
+        write_doc(body)
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
