@@ -174,8 +174,14 @@ def test_a_signal_as_the_temporary_file_is_made_still_removes_it(tmp_path, monke
     monkeypatch.setattr(io.os, "open", open_then_interrupt)
     target = io.check_output(tmp_path / "p.json")
     temps: list[str] = []
-    with pytest.raises(KeyboardInterrupt):
-        io._write_temp(target, "{}", temps)
+    # Python's own Ctrl-C handler, also where the run started with SIGINT ignored (a
+    # background job: `pytest &` in a script)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            io._write_temp(target, "{}", temps)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(temps) == 1 and os.path.exists(temps[0])  # recorded: write_all removes it
 
 
