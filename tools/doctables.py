@@ -129,6 +129,14 @@ SECTIONS = (
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),
+    Section("bench:fuzz-differential", "docs/hostile-input.md",
+            "python tools/fuzz_reader.py differential --count 5000 --write", (), None,
+            why_unchecked="a campaign of random mutants: counts depend on the seed and the "
+                          "installed onnx"),
+    Section("bench:fuzz-plan", "docs/hostile-input.md",
+            "python tools/fuzz_reader.py plan --count 2000 --generated --write", (), None,
+            why_unchecked="a campaign of random mutants through the CLI: its counts, times "
+                          "and peak RSS"),
     Section("training-table", "docs/training.md", "python tools/training_table.py --doc", (),
             None, why_unchecked="minutes of training plans per model (issue 37 regenerates "
                                 "docs/training.md)"),

@@ -320,11 +320,12 @@ class Mutator:
         small initializer) replaced: random bytes, values near the int64 limits, one
         byte more or less."""
         x = _pick(rng, tree, lambda f: f.children is not None and f.message == "TensorProto"
-                  and any(c.number == 9 and c.children is None and 0 < len(c.value) <= 256
-                          for c in f.children))
+                  and any(c.number == 9 and c.children is None and isinstance(c.value, bytes)
+                          and 0 < len(c.value) <= 256 for c in f.children))
         if not x:
             return None
-        raw = next(c for c in x[0].children if c.number == 9)
+        raw = next(c for c in x[0].children if c.number == 9 and isinstance(c.value, bytes)
+                   and 0 < len(c.value) <= 256)
         n = len(raw.value)
         pick = rng.random()
         if pick < 0.3:
@@ -552,8 +553,7 @@ def differential(args) -> int:
         lines += [f"| {k} | {v} |" for k, v in sorted(counts.items(), key=lambda x: -x[1])]
         if not differ:
             lines.append("| differ | 0 |")
-        _write_doc("differential", "python tools/fuzz_reader.py " + " ".join(sys.argv[1:]),
-                   lines)
+        _write_doc("differential", _command(), lines)
     return 1 if differ else 0
 
 
@@ -713,11 +713,28 @@ def plan_campaign(args) -> int:
         lines.append(f"- {name} ({what}): {kind}: `{' '.join(detail.split())[-160:]}`")
     print("\n" + "\n".join(lines))
     if args.write:
-        _write_doc("plan", "python tools/fuzz_reader.py " + " ".join(sys.argv[1:]), lines)
+        _write_doc("plan", _command(), lines)
     return 1 if failures else 0
 
 
 DOC = ROOT / "docs" / "hostile-input.md"
+
+
+def _command() -> str:
+    """The command line as the document shows it (without --keep's folder, which is
+    this machine's)."""
+    args, shown = sys.argv[1:], []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == "--keep":
+            skip = True
+            continue
+        if not a.startswith("--keep="):
+            shown.append(a)
+    return "python tools/fuzz_reader.py " + " ".join(shown)
 
 
 def _write_doc(key: str, command: str, lines: list[str]) -> None:
