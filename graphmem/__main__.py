@@ -2,6 +2,8 @@
 import sys
 
 try:
+    from graphmem import interrupts
+    interrupts.catch_unraisable()
     from graphmem.cli import entry
 except KeyboardInterrupt:  # while the CLI's first modules load
     sys.stderr.write("graphmem: interrupted\n")

@@ -107,10 +107,14 @@ def entry() -> None:
     lands while a compiled module loads waits until it has loaded (it could crash the
     process there: :mod:`graphmem.interrupts`).
     """
+    interrupts.catch_unraisable()
     try:
         interrupts.install()
         code = main()
         signal.signal(signal.SIGINT, _interrupted_late)
+        if interrupts.swallowed() and code != 130:  # a Ctrl-C Python could not raise
+            print("graphmem: interrupted", file=sys.stderr)
+            code = 130
     except KeyboardInterrupt:  # between main's return and the handler
         signal.signal(signal.SIGINT, _interrupted_late)
         print("graphmem: interrupted", file=sys.stderr)

@@ -109,3 +109,29 @@ def install() -> None:
         if finder is importlib.machinery.PathFinder:
             sys.meta_path[i] = _Finder
             return
+
+
+# A Ctrl-C that lands where Python cannot raise it (a weakref callback inside the import
+# machinery, a __del__) is "ignored" with a four-line traceback on stderr and the
+# command goes on. The CLI's hook keeps it quiet and remembers it: the command ends
+# with 130 and one line once it is done (cli.entry).
+_swallowed = False
+_default_unraisable = sys.unraisablehook
+
+
+def _unraisable(args) -> None:
+    global _swallowed
+    if args.exc_type is not None and issubclass(args.exc_type, KeyboardInterrupt):
+        _swallowed = True
+        return
+    _default_unraisable(args)
+
+
+def catch_unraisable() -> None:
+    """Route Python's unraisable exceptions through the hook above (the CLI only)."""
+    sys.unraisablehook = _unraisable
+
+
+def swallowed() -> bool:
+    """Whether a Ctrl-C landed where Python could not raise it."""
+    return _swallowed

@@ -161,3 +161,20 @@ def test_a_temporary_older_than_the_process_of_its_id_is_stale(tmp_path):
     fresh.write_text("{}")  # written now, while that process runs
     assert io.remove_stale_temporaries(target) == [str(old)]
     assert fresh.exists()
+
+
+def test_a_ctrl_c_python_cannot_raise_still_ends_in_130_with_one_line():
+    # a KeyboardInterrupt in a weakref callback (where a Ctrl-C during an import lands)
+    # is "ignored" by Python with a traceback; the command finishes, then says so
+    code = ("import sys, runpy, weakref\n"
+            "from graphmem import interrupts\n"
+            "interrupts.catch_unraisable()\n"
+            "class A: pass\n"
+            "def cb(_): raise KeyboardInterrupt\n"
+            "a = A(); r = weakref.ref(a, cb); del a\n"
+            "sys.argv = ['graphmem', 'models']\n"
+            "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["graphmem: interrupted"], proc.stderr

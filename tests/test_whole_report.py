@@ -269,8 +269,9 @@ def test_progress_lines_through_a_pipe(tiny, capsys, monkeypatch):
     out, err = capsys.readouterr()
     json.loads(out)  # stdout is the JSON alone
     lines = err.strip().splitlines()
-    assert any(re.match(r"graphmem: train: building the training step .*, \d+ s$", ln)
-               for ln in lines), lines[:5]
+    # a timed line names the stage under way (which one a tick lands in depends on the
+    # machine's load: any stage of train's)
+    assert any(re.match(r"graphmem: train: .+, \d+ s$", ln) for ln in lines), lines[:5]
 
 
 def test_tables_keep_their_width_in_a_file(tmp_path):

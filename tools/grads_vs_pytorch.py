@@ -1,13 +1,21 @@
 """Training-step gradients of graphmem's graph (on ONNX Runtime) against torch.autograd.
 
     python tools/grads_vs_pytorch.py [--batch 4] [--bn training|inference]
+                                     [--model resnet18|efficientnet_b0|convnext_tiny|...]
 
-Needs torch. resnet18 in ``torch.nn`` (tools/export_corpus.py) with random BatchNorm
-scales, biases and running statistics is exported with torch's TorchScript exporter
-(BatchNormalization kept, not folded into the convs), its training step built by
-graphmem (cross-entropy against a one-hot label) and run on ONNX Runtime's CPU provider;
-the same step runs in PyTorch in float64 (the reference) and float32, in ``train()`` mode
-for ``--bn training`` (batch statistics) and ``eval()`` mode for ``--bn inference``.
+Needs torch (and torchvision for ``--model`` other than resnet18). resnet18 in
+``torch.nn`` (tools/export_corpus.py), or ``torchvision.models.<model>(weights=None)``,
+with random BatchNorm scales, biases and running statistics (and a little noise on any
+parameter whose entries are all equal: the exporter would share one initializer among
+equal parameters) is exported with torch's
+TorchScript exporter (BatchNormalization kept, not folded into the convs), its training
+step built by graphmem (cross-entropy against a one-hot label) and run on ONNX Runtime's
+CPU provider, as built and with the cheap values recomputed in backward
+(graphmem/training/selective.py, both tiers: the two must give bit-identical
+gradients); the same step runs in PyTorch in float64 (the reference) and float32, its
+BatchNorms in ``train()`` mode for ``--bn training`` (batch statistics) and ``eval()``
+mode for ``--bn inference``, everything else in ``eval()`` mode (no dropout, no
+stochastic depth: the exported graph has none).
 Prints the loss and, for the worst five gradients, graphmem's and PyTorch float32's
 largest difference from the float64 gradient relative to its largest value: both are
 float32 runs of the same step, so graphmem should be as close as PyTorch's own float32
@@ -35,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--bn", choices=["training", "inference"], default="training")
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--model", default="resnet18")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -46,9 +55,14 @@ def main(argv=None) -> int:
     from export_corpus import vision_models
 
     from graphmem.training.build import build_training, running_stat_outputs
+    from graphmem.training.selective import TIERS, recomputable, selective
 
     torch.manual_seed(0)
-    model = vision_models()[0]()
+    if args.model == "resnet18":
+        model = vision_models()[0]()
+    else:
+        import torchvision
+        model = getattr(torchvision.models, args.model)(weights=None)
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -56,6 +70,14 @@ def main(argv=None) -> int:
                 m.bias.uniform_(-0.2, 0.2)
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.9, 1.1)
+        # The TorchScript exporter writes one initializer for parameters of equal value
+        # (every fresh LayerNorm's ones, convnext's layer scales): graphmem would then
+        # give one gradient for all of them. A parameter whose entries are all equal
+        # gets a little noise, so each is its own initializer.
+        for p in model.parameters():
+            flat = p.flatten()
+            if bool((flat == flat[0]).all()):
+                p.add_(torch.randn_like(p) * 0.1 * (float(flat[0].abs()) or 0.1))
     model.eval()
     f = io.BytesIO()
     torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), f, dynamo=False,
@@ -68,15 +90,29 @@ def main(argv=None) -> int:
     label = np.eye(1000, dtype=np.float32)[rng.integers(0, 1000, args.batch)]
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    session = ort.InferenceSession(tg.model.SerializeToString(), opts,
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    out = dict(zip(names, session.run(None, tg.feeds({"x": x, "label": label}))))
+
+    def run(t):
+        session = ort.InferenceSession(t.model.SerializeToString(), opts,
+                                       providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(None, t.feeds({"x": x, "label": label}))))
+
+    out = run(tg)
+    for tier, cheap in TIERS.items():
+        rec = run(selective(tg, cheap))
+        same = all(np.array_equal(out[g], rec[g]) for g in tg.gradients.values())
+        print(f"cheap values recomputed ({tier}, {len(recomputable(tg, cheap))} values): "
+              f"gradients {'bit-identical' if same else 'DIFFERENT'}")
+        if not same:
+            return 1
 
     grads, losses = {}, {}
     for dtype in (torch.float64, torch.float32):
         m = copy.deepcopy(model).to(dtype)
-        m.train(args.bn == "training")
+        m.eval()
+        for bn in m.modules():
+            if isinstance(bn, torch.nn.modules.batchnorm._BatchNorm):
+                bn.train(args.bn == "training")
         logits = m(torch.from_numpy(x).to(dtype))
         loss = -(torch.log_softmax(logits, 1) * torch.from_numpy(label).to(dtype)).sum()
         (loss / args.batch).backward()
@@ -84,20 +120,29 @@ def main(argv=None) -> int:
         grads[dtype] = {k: p.grad.double().numpy() for k, p in m.named_parameters()}
         if dtype == torch.float32:
             model = m  # its running statistics, updated in float32
-    rows, failed = [], False
+    rows, zero, failed = [], [], False
+    # A gradient that is zero in float64 (a bias before a training-mode BatchNorm: the
+    # batch mean takes any shift away) has no relative error: both float32 runs give
+    # rounding noise there. Those are compared by their largest value, each against the
+    # largest |gradient| of the step.
+    largest = max(float(np.abs(g).max()) for g in grads[torch.float64].values())
     for w, grad in tg.gradients.items():
         if w not in grads[torch.float64]:
             print(f"graphmem differentiates {w!r}, which torch does not name")
             return 1
         ref = grads[torch.float64][w]
         scale = np.abs(ref).max()
+        if scale <= 1e-9 * largest:
+            zero.append((float(np.abs(out[grad]).max()) / largest,
+                         float(np.abs(grads[torch.float32][w]).max()) / largest, w))
+            continue
         ours = float(np.abs(out[grad] - ref).max() / scale)
         theirs = float(np.abs(grads[torch.float32][w] - ref).max() / scale)
         between = float(np.abs(out[grad] - grads[torch.float32][w]).max() / scale)
         failed |= ours > args.rtol and ours > 2 * theirs
         rows.append((ours, theirs, between, w))
     rows.sort(reverse=True)
-    print(f"resnet18, batch {args.batch}, BatchNormalization {args.bn}: loss graphmem "
+    print(f"{args.model}, batch {args.batch}, BatchNormalization {args.bn}: loss graphmem "
           f"{float(out['loss']):.6f}, PyTorch float64 {losses[torch.float64]:.6f}")
     print(f"{len(rows)} gradients; largest |difference from float64| / largest |gradient|, "
           "worst five:")
@@ -106,6 +151,11 @@ def main(argv=None) -> int:
               f"PyTorch float32: {between:.2e})")
     print(f"largest graphmem - PyTorch float32: {max(r[2] for r in rows):.2e} "
           f"({max(rows, key=lambda r: r[2])[3]})")
+    if zero:
+        ours, theirs = max(z[0] for z in zero), max(z[1] for z in zero)
+        failed |= ours > args.rtol and ours > 2 * theirs
+        print(f"{len(zero)} gradients are zero in float64; their largest |value| / the "
+              f"step's largest |gradient|: graphmem {ours:.2e}, PyTorch float32 {theirs:.2e}")
     buffers = dict(model.named_buffers())
     running = running_stat_outputs(tg.model)
     if running:

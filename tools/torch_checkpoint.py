@@ -1,40 +1,68 @@
-"""PyTorch's own training memory next to graphmem's plan, with and without
-``torch.utils.checkpoint.checkpoint_sequential`` (needs torch; not a README command).
+"""PyTorch's own training memory next to graphmem's plan, plain and with
+``torch.utils.checkpoint.checkpoint_sequential`` at every segment count (needs torch and
+torchvision; not a README command).
 
-    python tools/torch_checkpoint.py --batch 32 resnet18 mobilenet_v2
+    python tools/torch_checkpoint.py [--batch 8] [NETWORK ...] [--doc]
 
-For each network (the torch.nn definitions in tools/export_corpus.py, BatchNorm folded
-into the convolutions as the ONNX export folds it, eval mode, loss = sum of the
-logits) it measures one training step on the CPU:
+Networks: ``torchvision.models.<name>(weights=None)`` (default: resnet18, mobilenet_v2,
+efficientnet_b0, convnext_tiny), random weights (``torch.manual_seed(0)``), in eval mode
+with every BatchNorm folded into the convolution before it (the TorchScript export folds
+them the same way, so both sides compute the same function), loss = sum of the logits.
 
-- *saved*: the bytes of the distinct storages autograd saves for backward, through
-  ``torch.autograd.graph.saved_tensors_hooks`` (parameters excluded);
-- *peak*: the largest total of live allocations during the step, from the profiler's
-  memory accounting (``profile_memory=True``: each op's own allocations and frees, in
-  start order), counted from the step's start: activations, autograd's temporaries and
-  the gradients, not the weights or the input -- what graphmem's planned arena holds;
+PyTorch, one training step (forward, ``loss.backward()``) on the CPU, after one
+unmeasured warm-up step:
 
-plain and with ``checkpoint_sequential`` at the segment count graphmem's
-``--recompute sqrt`` chose (and at sqrt of the module count), then graphmem's plain and
-``--recompute sqrt`` arenas of the same network exported to ONNX.
+- **peak**: the CPU allocator's own records, walked in time order: ``torch.profiler``
+  with ``profile_memory=True`` records every allocation and free the allocator makes
+  (``alloc_size``, signed), temporaries inside an op included; the peak is the largest
+  running total of those from the step's start, **plus the input batch** (allocated
+  before the step). Weights are **excluded** (allocated before the step and not freed);
+  the gradients (``p.grad`` is None before the step) and autograd's saved tensors and
+  temporaries are included. The allocator's own running total (``total_allocated``)
+  gives the same peak; the tool checks that it does. With ``--device cuda`` (on a
+  machine with a GPU): ``torch.cuda.max_memory_allocated()`` after
+  ``reset_peak_memory_stats()``, less what was allocated before the step (the weights),
+  plus the input batch -- what a PyTorch user reads on a GPU.
+- **saved**: the bytes of the distinct storages autograd saves for backward, through
+  ``torch.autograd.graph.saved_tensors_hooks`` (parameters excluded).
+- plain, and ``checkpoint_sequential(seq, k, x, use_reentrant=False)`` for every ``k``
+  from 2 to the length of ``seq``, the network as a sequence of its blocks (nested
+  stages flattened: resnet18's stem and BasicBlocks, efficientnet's MBConvs, convnext's
+  CNBlocks).
+
+graphmem, the same module exported with the TorchScript exporter (opset 17, eval mode,
+constant folding), ``graphmem train --loss sum --optimizer sgd`` at the same batch:
+
+- **plain arena**: the planned arena of the step (activations kept for backward, the
+  input, the gradients -- graph outputs -- and backward's temporaries; not the weights),
+  as ``train`` plans it (cheap values recomputed in backward where that plans smaller:
+  graphmem/training/selective.py);
+- **best --recompute**: ``train --recompute optimal``: the smallest of no checkpoints,
+  Chen's, the balanced and the program's cuts, trimmed;
+- **folded constants**: tensors the planner computes from weights and constants only
+  and holds outside the arena for the whole step, like weights (neither side's peak
+  counts them; PyTorch has no such tensors).
+
+``--doc`` writes the table between ``<!-- torch-table -->`` markers in docs/training.md.
 """
 from __future__ import annotations
 
 import argparse
-import math
+import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MIB = 2 ** 20
+NETWORKS = ("resnet18", "mobilenet_v2", "efficientnet_b0", "convnext_tiny")
+DOC = Path(__file__).resolve().parent.parent / "docs" / "training.md"
 
 
 def fused(module):
-    """``module`` with every Conv2d -> BatchNorm2d pair folded (eval mode)."""
-    import torch
+    """``module`` in eval mode with every Conv2d -> BatchNorm2d pair folded."""
     from torch import nn
     from torch.nn.utils.fusion import fuse_conv_bn_eval
 
@@ -59,23 +87,55 @@ def fused(module):
 
 
 def as_sequence(name: str, module):
-    """The network as an ``nn.Sequential`` for ``checkpoint_sequential``."""
-    import torch
+    """The network as an ``nn.Sequential`` of its blocks, for ``checkpoint_sequential``:
+    the same function as ``module`` (checked by the caller)."""
     from torch import nn
-    if name == "resnet18":
+
+    def flat(mods):
+        out = []
+        for m in mods:
+            out.extend(m.children() if type(m) is nn.Sequential else [m])
+        return out
+
+    if name.startswith("resnet"):
         m = module
-        return nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool, *m.layer1, *m.layer2,
-                             *m.layer3, *m.layer4, m.avgpool, nn.Flatten(1), m.fc)
-    return nn.Sequential(*module.features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1),
-                         *module.classifier)
+        # the stem as one block: its ReLU is in place, and checkpoint_sequential refuses
+        # a segment that starts there (it overwrites the segment's saved input)
+        return nn.Sequential(nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool), *m.layer1,
+                             *m.layer2, *m.layer3, *m.layer4, m.avgpool, nn.Flatten(1), m.fc)
+    head = [module.avgpool] if hasattr(module, "avgpool") else [nn.AdaptiveAvgPool2d(1)]
+    if name.startswith("convnext"):  # classifier: LayerNorm2d, Flatten, Linear
+        return nn.Sequential(*flat(module.features), *head, *module.classifier)
+    return nn.Sequential(*flat(module.features), *head, nn.Flatten(1), *module.classifier)
 
 
-def measure(seq, x, segments: int | None) -> dict:
-    """One training step: saved bytes and the peak of live allocations."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+def step(seq, x, segments: int | None):
+    """One training step: forward (checkpointed in ``segments`` when given), backward.
+    The gradients are made anew: :func:`clear` them before."""
     from torch.utils.checkpoint import checkpoint_sequential
 
+    if segments:
+        out = checkpoint_sequential(seq, segments, x, use_reentrant=False)
+    else:
+        out = seq(x)
+    out.sum().backward()
+
+
+def clear(seq) -> None:
+    """Free the gradients of the step before, outside the measured step."""
+    for p in seq.parameters():
+        p.grad = None
+
+
+def measure_cpu(seq, x, segments: int | None) -> dict:
+    """The peak of the CPU allocator's records during one step, from the step's start,
+    plus the input's bytes; and what autograd saved (see the module docstring)."""
+    import torch
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    step(seq, x, segments)  # warm-up: caches and lazily made state, unmeasured
+    clear(seq)
     params = {p.untyped_storage().data_ptr() for p in seq.parameters()}
     seen: dict[int, int] = {}
 
@@ -85,77 +145,165 @@ def measure(seq, x, segments: int | None) -> dict:
             seen.setdefault(s.data_ptr(), s.nbytes())
         return t
 
-    for p in seq.parameters():
-        p.grad = None
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if segments:
-                out = checkpoint_sequential(seq, segments, x, use_reentrant=False)
-            else:
-                out = seq(x)
-        out.sum().backward()
-    # Each op's own allocations and frees (self_cpu_memory_usage; frees outside any op
-    # are "[memory]" events), in start order: a timeline at op granularity (a temporary
-    # an op allocates and frees itself is not seen).
-    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage),
-                    key=lambda e: e.time_range.start)
+            step(seq, x, segments)
+    records = []
+
+    def walk(events):
+        for e in events:
+            if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
+                f = e.extra_fields
+                records.append((e.start_time_ns, f.alloc_size, f.total_allocated))
+            walk(e.children)
+
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    records.sort(key=lambda r: r[0])
     live = peak = 0
-    for e in events:
-        live += e.self_cpu_memory_usage
+    for _, size, _ in records:
+        live += size
         peak = max(peak, live)
-    return {"saved": sum(seen.values()), "peak": peak}
+    # the allocator's running total, relative to its value before the first record
+    start = records[0][2] - records[0][1] if records else 0
+    total_peak = max((r[2] - start for r in records), default=0)
+    if total_peak != peak:
+        raise SystemExit(f"the allocator's running total ({total_peak}) and the walk of its "
+                         f"records ({peak}) disagree")
+    return {"peak": peak + x.nbytes, "saved": sum(seen.values()), "records": len(records)}
 
 
-def graphmem_arenas(name: str, module, batch: int) -> tuple[int, int, int]:
-    """Plain and ``--recompute sqrt`` planned arenas of the ONNX export, and the number
-    of segments sqrt chose."""
+def measure_cuda(seq, x, segments: int | None) -> dict:
+    """``torch.cuda.max_memory_allocated`` during one step, less what was allocated
+    before it (the weights and the input), plus the input's bytes."""
+    import torch
+
+    step(seq, x, segments)
+    clear(seq)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step(seq, x, segments)
+    torch.cuda.synchronize()
+    return {"peak": torch.cuda.max_memory_allocated() - before + x.nbytes}
+
+
+def graphmem_side(module, batch: int) -> dict:
+    """graphmem's plain and best ``--recompute`` plans of the TorchScript export."""
     import onnx
     import torch
+
     from graphmem.training.build import build_training
     from graphmem.training.recompute import recompute_planned
-    from graphmem.training.report import load_training, plan_training
+    from graphmem.training.selective import selective_planned
 
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / f"{name}.onnx"
+        path = Path(d) / "model.onnx"
         with torch.no_grad():
-            torch.onnx.export(module, (torch.randn(2, 3, 224, 224),), str(path), dynamo=False,
-                              opset_version=17, input_names=["pixel_values"],
+            torch.onnx.export(module, (torch.randn(2, 3, 224, 224),), str(path),
+                              dynamo=False, opset_version=17, input_names=["pixel_values"],
                               output_names=["logits"], do_constant_folding=True,
                               dynamic_axes={"pixel_values": {0: "batch"},
                                             "logits": {0: "batch"}})
         tg = build_training(onnx.load(str(path)), batch, loss="sum")
-    plain, _ = plan_training(load_training(tg))
-    _, _, result, _, info = recompute_planned(tg, "sgd", batch)
-    return plain.plan.arena_bytes, result.plan.arena_bytes, info["segments"]
+    t0 = time.perf_counter()
+    base, plain, selected = selective_planned(tg, "sgd", batch)
+    rc_tg, graph, result, order, info = recompute_planned(base, "sgd", batch, optimal=True,
+                                                          plain=plain)
+    from graphmem.training.report import account
+    rc = account(rc_tg, graph, result, order, batch, "sgd")
+    p = plain[4]
+    return {"plain": p.arena_bytes, "constants": p.constant_bytes, "saved": p.saved_activation_bytes,
+            "selective": selected["selective"], "best": rc.arena_bytes,
+            "best_constants": rc.constant_bytes, "choice": info["choice"],
+            "segments": info["segments"],
+            "recompute_pct": 100 * rc.recompute_macs / max(p.forward_macs + p.backward_macs, 1),
+            "seconds": time.perf_counter() - t0}
+
+
+def measure(name: str, batch: int, device: str, log) -> dict:
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    module = fused(getattr(torchvision.models, name)(weights=None))
+    seq = as_sequence(name, module)
+    x = torch.randn(batch, 3, 224, 224)
+    with torch.no_grad():
+        if not torch.equal(seq(x[:2]), module(x[:2])):
+            raise SystemExit(f"{name}: the block sequence does not compute the network")
+    gm = graphmem_side(module, batch)
+    log(f"{name}: graphmem {gm}")
+    if device == "cuda":
+        seq, x = seq.cuda(), x.cuda()
+    run = measure_cuda if device == "cuda" else measure_cpu
+    plain = run(seq, x, None)
+    log(f"{name}: PyTorch plain {plain}")
+    ckpt = {}
+    for k in range(2, len(seq) + 1):
+        ckpt[k] = run(seq, x, k)["peak"]
+        log(f"{name}: checkpoint_sequential {k}: {ckpt[k] / MIB:,.1f} MiB")
+    return {"name": name, "blocks": len(seq), "torch": plain, "ckpt": ckpt, "gm": gm}
+
+
+def table(rows: list[dict], batch: int, device: str) -> str:
+    m = lambda b: f"{b / MIB:,.1f}"  # noqa: E731
+    where = "CPU allocator records" if device == "cpu" else "torch.cuda.max_memory_allocated"
+    lines = [f"Batch {batch}; PyTorch {_versions()}; MiB = 2^20 bytes. PyTorch: {where}, "
+             "weights excluded, input and gradients included. graphmem: planned arena "
+             "(the same accounting); folded constants are held outside it.", "",
+             "| network | PyTorch plain peak | PyTorch saved | graphmem plain arena "
+             "| PyTorch best `checkpoint_sequential` peak (segments of blocks) "
+             "| graphmem best `--recompute` arena (choice, segments, recomputed MACs) "
+             "| graphmem folded constants | plain at most PyTorch's | recompute at most "
+             "PyTorch's |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        g, t = r["gm"], r["torch"]
+        k = min(r["ckpt"], key=r["ckpt"].get)
+        best = r["ckpt"][k]
+        lines.append(
+            f"| {r['name']} | {m(t['peak'])} | {m(t['saved']) if 'saved' in t else '-'} "
+            f"| {m(g['plain'])} | {m(best)} ({k} of {r['blocks']}) "
+            f"| {m(g['best'])} ({g['choice']}, {g['segments']}, {g['recompute_pct']:.1f}%) "
+            f"| {m(g['constants'])} | {'yes' if g['plain'] <= t['peak'] else '**no**'} "
+            f"| {'yes' if g['best'] <= best else '**no**'} |")
+    lines += ["", "PyTorch's peak at every segment count (`checkpoint_sequential`, MiB):", ""]
+    for r in rows:
+        lines.append(f"- {r['name']}: " + ", ".join(f"{k}: {m(v)}" for k, v in r["ckpt"].items()))
+    return "\n".join(lines)
+
+
+def _versions() -> str:
+    import torch
+    import torchvision
+    return f"{torch.__version__}, torchvision {torchvision.__version__}"
 
 
 def main() -> None:
     import torch
-    from export_corpus import vision_models
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", default=["resnet18", "mobilenet_v2"])
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("networks", nargs="*", default=list(NETWORKS))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--doc", action="store_true", help="rewrite the table in docs/training.md")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
-    ResNet18, MobileNetV2 = vision_models()
-    print("| network | PyTorch saved MiB | PyTorch peak MiB | checkpoint_sequential "
-          "(segments): peak MiB | graphmem plain arena MiB | graphmem --recompute sqrt "
-          "(segments): arena MiB |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name in args.models:
-        module = fused(ResNet18() if name == "resnet18" else MobileNetV2())
-        seq = as_sequence(name, module)
-        x = torch.randn(args.batch, 3, 224, 224)
-        plain_gm, sqrt_gm, segs = graphmem_arenas(name, module, args.batch)
-        base = measure(seq, x, None)
-        cps = []
-        for k in sorted({segs, max(2, round(math.sqrt(len(seq))))}):
-            cps.append(f"{measure(seq, x, k)['peak'] / MIB:,.1f} ({k})")
-        print(f"| {name} | {base['saved'] / MIB:,.1f} | {base['peak'] / MIB:,.1f} "
-              f"| {', '.join(cps)} | {plain_gm / MIB:,.1f} | {sqrt_gm / MIB:,.1f} ({segs}) |",
-              flush=True)
+    torch.set_num_threads(args.threads)
+
+    def log(s):
+        print(s, file=sys.stderr, flush=True)
+
+    rows = [measure(n, args.batch, args.device, log) for n in args.networks]
+    text = table(rows, args.batch, args.device)
+    print(text)
+    if args.doc:
+        doc = DOC.read_text()
+        if "<!-- torch-table -->" not in doc:
+            raise SystemExit("docs/training.md has no <!-- torch-table --> markers")
+        DOC.write_text(re.sub(r"<!-- torch-table -->.*<!-- /torch-table -->",
+                              lambda _: f"<!-- torch-table -->\n{text}\n<!-- /torch-table -->",
+                              doc, flags=re.S))
 
 
 if __name__ == "__main__":

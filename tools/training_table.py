@@ -5,8 +5,10 @@
     python tools/training_table.py --batch 8 resnet50 vgg19
 
 Every figure comes from graphmem.training: the onnx-ad training graph with our rewrites,
-planned with the default passes (file order or sunk helpers, whichever is smaller),
-recomputation as `train --recompute sqrt` (Chen's sqrt(n) cuts, then as few segments
+planned with the default passes (file order or sunk helpers, whichever is smaller) as
+`train` plans it (cheap values recomputed in backward where that plans smaller:
+selective.py), recomputation as `train --recompute sqrt` (no checkpoints, Chen's
+sqrt(n) cuts or the balanced cuts, whichever plans smallest, then as few segments
 recomputed whole as keep the arena), offload with --host-bw 25e9 and
 --device-flops 1e13 (saved activations of 64 KiB and more).
 """
@@ -24,7 +26,8 @@ from graphmem.errors import GraphmemError
 from graphmem.training.build import build_training
 from graphmem.training.offload import offload_plan
 from graphmem.training.recompute import recompute_planned
-from graphmem.training.report import account, load_training, plan_training
+from graphmem.training.report import account
+from graphmem.training.selective import selective_planned
 from graphmem.frontend.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
@@ -45,11 +48,11 @@ def row(name: str, batch: int) -> str:
 def _row(name: str, batch: int) -> str:
     t0 = time.perf_counter()
     tg = build_training(onnx.load(str(zoo_path(name))), batch)
-    graph = load_training(tg)
-    result, order = plan_training(graph)
-    base = account(tg, graph, result, order, batch, "adam")
+    marked, plain, _ = selective_planned(tg, "adam", batch)
+    _, graph, result, order, base = plain
     off = offload_plan(graph, result, 25e9, 1e13, 1 << 16)
-    rc_tg, rc_graph, rc_result, rc_order, _ = recompute_planned(tg, "adam", batch)
+    rc_tg, rc_graph, rc_result, rc_order, _ = recompute_planned(marked, "adam", batch,
+                                                                plain=plain)
     rc = account(rc_tg, rc_graph, rc_result, rc_order, batch, "adam")
     seconds = time.perf_counter() - t0
     extra = 100 * rc.recompute_macs / max(base.forward_macs + base.backward_macs, 1)

@@ -135,7 +135,8 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
     from graphmem.training.recompute import fit_budget, recompute_planned
-    from graphmem.training.report import account, load_training, plan_training
+    from graphmem.training.report import account
+    from graphmem.training.selective import selective_planned
 
     progress("reading the model")
     model = read_model(model_path(args), load_weights=True)
@@ -143,26 +144,26 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     progress(f"building the training step (onnx-ad), batch {args.batch}")
     tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
     tg = replace(tg, precision=args.precision)
+    # cheap values recomputed in backward where that plans smaller (selective.py)
+    progress("planning the step, with and without cheap values recomputed in backward")
+    base, plain, selected = selective_planned(tg, args.optimizer, args.batch)
     baseline = None
     if args.recompute != "none" or budget is not None:
-        progress("planning the step without recomputation")
-        base_graph = load_training(tg)
-        baseline = account(tg, base_graph, *plan_training(base_graph), args.batch,
-                           args.optimizer)
+        baseline = plain[4]
         if budget is not None:
             progress("choosing recomputation to fit the budget (each choice planned)")
-            tg, graph, result, order, info = fit_budget(tg, budget, args.optimizer,
-                                                         args.batch)
+            tg, graph, result, order, info = fit_budget(base, budget, args.optimizer,
+                                                         args.batch, plain=plain)
         else:
             progress(f"planning --recompute {args.recompute} (each choice planned)")
             tg, graph, result, order, info = recompute_planned(
-                tg, args.optimizer, args.batch, optimal=args.recompute == "optimal")
+                base, args.optimizer, args.batch, optimal=args.recompute == "optimal",
+                plain=plain)
+        report = account(tg, graph, result, order, args.batch, args.optimizer)
     else:
         info = {}
-        graph = load_training(tg)
-        progress("planning the step (three orders, the smallest kept)")
-        result, order = plan_training(graph)
-    report = account(tg, graph, result, order, args.batch, args.optimizer)
+        tg, graph, result, order, report = plain
+    report.extra.update(selected)
     report.extra.update(info)
     report.extra["bn"] = args.bn
     report.extra["running_stat_bytes"] = sum(graph.tensors[t].bytes for t in
@@ -345,6 +346,11 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         add("  BatchNormalization", None, "inference form: frozen statistics (--bn inference)")
     add("planned arena", r.arena_bytes,
         f"{r.nodes} nodes; order: {ORDER_WORDS.get(r.order, r.order)}")
+    if e.get("selective") not in (None, "none"):
+        add("  cheap values recomputed", None,
+            f"{e['selective_recomputed']} forward values of {e['selective']} ops "
+            f"recomputed in backward from kept ones (arena without: "
+            f"{mib(e['selective_arena_bytes']['none'])} MiB)")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
@@ -374,7 +380,11 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         add("MACs recomputed", None, f"{r.recompute_macs:,} = "
             f"{100 * r.recompute_macs / max(r.forward_macs, 1):.1f}% of forward, "
             f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
-    if "checkpoints" in e:
+    if e.get("choice") == "none":
+        add("checkpoints", None, "none: every choice of cuts planned larger than no "
+            f"checkpoints (Chen's {mib(e['chen_arena_bytes'])} MiB)"
+            if "chen_arena_bytes" in e else "none: no checkpoints needed")
+    elif "checkpoints" in e:
         add("checkpoints", None, f"{e['checkpoints']} tensors kept at cuts "
             f"({e.get('candidates')} candidate cuts), {e.get('segments')} segments, "
             f"{e.get('whole_segments')} recomputed whole, "

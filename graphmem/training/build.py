@@ -44,6 +44,9 @@ class TrainingGraph:
     # the precision the step is planned at (graphmem.training.precision): the model is
     # written in float32; load_training retypes its floating tensors
     precision: str = "fp32"
+    # forward values recomputed in backward from the values kept anyway, never kept by
+    # a checkpointing rewrite (the selective rule of :mod:`.selective`)
+    recomputable: frozenset = frozenset()
 
     def feeds(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ORT feeds for one step: the given data plus the loss seed."""

@@ -117,18 +117,28 @@ def _set_batch(m: onnx.ModelProto, batch: int) -> None:
     # initializers (the zoo)
     constants = {o: n for n in g.node if n.op_type == "Constant" for o in n.output}
     activations = {i.name for i in g.input}
+    # One rewritten target per original: an exporter shares one shape constant across
+    # several Reshapes (GPT-2's dynamo export reads one from twelve).
+    rewritten: dict[str, str] = {}
+    taken = set(inits) | set(constants) | {t for n in g.node for t in n.output}
     for n in g.node:  # nodes are in topological order in the zoo files
         if any(t in activations for t in n.input):
             activations.update(n.output)
         if (n.op_type == "Reshape" and n.input[0] in activations and len(n.input) > 1
                 and (n.input[1] in inits or n.input[1] in constants)):
+            if n.input[1] in rewritten:
+                n.input[1] = rewritten[n.input[1]]
+                continue
             target = constant_value(n.input[1], inits, constants)
             if target is None:
                 continue
             target = target.copy()
             if target.size and target[0] == (old or 1):
                 target[0] = batch
-                fresh = numpy_helper.from_array(target.astype(np.int64),
-                                                n.input[1] + f"__batch{batch}")
-                g.initializer.append(fresh)
-                n.input[1] = fresh.name
+                name = n.input[1] + f"__batch{batch}"
+                while name in taken:
+                    name += "'"
+                taken.add(name)
+                g.initializer.append(numpy_helper.from_array(target.astype(np.int64), name))
+                rewritten[n.input[1]] = name
+                n.input[1] = name

@@ -289,18 +289,22 @@ def slice_reverse(ctx, node, grads, step_one_rule):
 
 @contextmanager
 def patched():
-    """onnx_ad with our rules (above, and the grouped Conv weight rule of
-    :mod:`.grouped_conv`) for the duration of the block; an inference-form
+    """onnx_ad with our rules (above, the grouped Conv weight rule of
+    :mod:`.grouped_conv` and the MatMul-by-a-matrix rule of :mod:`.matmul_rule`) for
+    the duration of the block; an inference-form
     BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
     from graphmem.training.grouped_conv import grouped_weight_adjoint
+    from graphmem.training.matmul_rule import matmul_reverse
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
-             for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice")}
+             for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice",
+                        "MatMul")}
     inference_batch_norm = saved["BatchNormalization"]
     step_one_slice = saved["Slice"]
+    batched_matmul = saved["MatMul"]
 
     def batch_norm_dispatch(ctx, node, grads):
         from onnx_ad._build import attribute
@@ -322,6 +326,8 @@ def patched():
     rules.REVERSE["BatchNormalization"] = batch_norm_dispatch
     rules.REVERSE["Slice"] = lambda ctx, node, grads: slice_reverse(ctx, node, grads,
                                                                      step_one_slice)
+    rules.REVERSE["MatMul"] = lambda ctx, node, grads: matmul_reverse(ctx, node, grads,
+                                                                      batched_matmul)
     try:
         yield
     finally:
