@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from graphmem.commands.progress import clear_early, early
     early(next((a for a in argv if not a.startswith("-")), None))
     try:
-        args = _parse(argv)
+        with interrupts.deferred():  # the command's modules load here
+            args = _parse(argv)
         code = int(args.func(args) or 0)
         notes.flush()
         return code

@@ -5,89 +5,109 @@ numpy's multiarray, protobuf's upb) leaves that module half made: onnx's crashed
 process (SIGSEGV, SIGABRT) in 3 of ~380 Ctrl-Cs, numpy's turned it into an ImportError.
 :func:`deferred` runs a block with SIGINT recorded instead of raised, and raises it
 (through the handler that was there before) once the block is done; :func:`install`
-puts every extension module the process loads from then on under it (the CLI calls it;
-importing graphmem as a library changes nothing).
+puts every module the process loads from its files from then on under it (the CLI calls
+it; importing graphmem as a library changes nothing).
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.machinery
 import signal
 import sys
 import threading
 
-_depth = 0
-_pending = False
-_previous = None
-
-
 def _record(signum, frame) -> None:
-    global _pending
-    _pending = True
+    _Deferred.pending = True
 
 
-@contextlib.contextmanager
-def deferred():
-    """Run the block with SIGINT held back; a Ctrl-C during it is delivered after it."""
-    global _depth, _pending, _previous
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach Python in the main thread only
-        return
-    if _depth == 0:
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is None or previous is _record:  # a handler not set from Python
-            yield
-            return
-        _previous = signal.signal(signal.SIGINT, _record)
-    _depth += 1
-    try:
-        yield
-    finally:
-        _depth -= 1
-        if _depth == 0:
-            signal.signal(signal.SIGINT, _previous)
-            if _pending:
-                _pending = False
-                if _previous is not signal.SIG_IGN:
+class _Deferred:
+    """The context of :func:`deferred` (a class, not a generator: it runs around every
+    module a command imports)."""
+
+    depth = 0  # how many blocks are open (the outermost swaps the handler)
+    active = False  # the outermost block swapped it
+    pending = False  # a Ctrl-C came meanwhile
+    previous = None  # the handler it swapped out
+
+    def __enter__(self):
+        cls = _Deferred
+        if cls.depth == 0:
+            cls.active = False
+            if threading.current_thread() is not threading.main_thread():
+                cls.depth += 1  # signals reach Python in the main thread only
+                return self
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not None and previous is not _record:  # None: not set from Python
+                cls.previous = signal.signal(signal.SIGINT, _record)
+                cls.active = True
+        cls.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        cls = _Deferred
+        cls.depth -= 1
+        if cls.depth == 0 and cls.active:
+            cls.active = False
+            signal.signal(signal.SIGINT, cls.previous)
+            if cls.pending:
+                cls.pending = False
+                if cls.previous is not signal.SIG_IGN:
                     signal.raise_signal(signal.SIGINT)  # the restored handler takes it
+        return False
 
 
-class _DeferringLoader(importlib.machinery.ExtensionFileLoader):
-    """An extension module's loader that creates and runs it with SIGINT deferred."""
-
-    def create_module(self, spec):
-        with deferred():
-            return super().create_module(spec)
-
-    def exec_module(self, module):
-        with deferred():
-            super().exec_module(module)
+_DEFERRED = _Deferred()
 
 
-class _Finder:
-    """importlib's path finder, whose extension-module loaders defer SIGINT."""
+def deferred() -> _Deferred:
+    """Run the block with SIGINT held back; a Ctrl-C during it is delivered after it."""
+    return _DEFERRED
+
+
+def _deferring(base: type) -> type:
+    """A subclass of the file loader ``base`` that creates and runs its module with
+    SIGINT deferred."""
+
+    class Deferring(base):
+        def create_module(self, spec):
+            with deferred():
+                return super().create_module(spec)
+
+        def exec_module(self, module):
+            with deferred():
+                super().exec_module(module)
+
+    Deferring.__name__ = Deferring.__qualname__ = "Deferring" + base.__name__
+    return Deferring
+
+
+# the file loaders of importlib's path finder: compiled modules, and Python ones (a
+# Ctrl-C inside a module's body, or in the import system's own cleanup after it, was
+# printed as "Exception ignored" and lost: the command went on and exited 0)
+_LOADERS = {base: _deferring(base) for base in (
+    importlib.machinery.ExtensionFileLoader, importlib.machinery.SourceFileLoader,
+    importlib.machinery.SourcelessFileLoader)}
+
+
+class _Finder(importlib.machinery.PathFinder):
+    """importlib's path finder (all of it: caches, distributions), whose file loaders
+    defer SIGINT."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is not None and type(spec.loader) is importlib.machinery.ExtensionFileLoader:
-            spec.loader = _DeferringLoader(spec.loader.name, spec.loader.path)
+        spec = super().find_spec(name, path, target)
+        wrap = _LOADERS.get(type(spec.loader)) if spec is not None else None
+        if wrap is not None:
+            spec.loader = wrap(spec.loader.name, spec.loader.path)
         return spec
-
-    @classmethod
-    def invalidate_caches(cls):
-        importlib.machinery.PathFinder.invalidate_caches()
 
 
 def install() -> None:
-    """Load every extension module from now on with SIGINT deferred: a finder that asks
-    ``sys.meta_path``'s path finder, and wraps the loaders of extension modules, goes in
-    just before it (so it finds the same modules)."""
+    """Load every module from now on with SIGINT deferred: ``sys.meta_path``'s path
+    finder is replaced by a subclass that finds the same modules and wraps their file
+    loaders."""
     for i, finder in enumerate(sys.meta_path):
-        if finder is _Finder:
-            return
         if finder is importlib.machinery.PathFinder:
-            sys.meta_path.insert(i, _Finder)
+            sys.meta_path[i] = _Finder
             return
 
 

@@ -21,15 +21,12 @@ HOST_ALIGNMENT = 256
 
 
 def available_memory() -> int | None:
-    """Bytes this machine can allocate now without swapping (Linux's MemAvailable, or
-    the free physical pages), None where neither is known."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    """Bytes this process can allocate now without swapping (Linux's MemAvailable, less
+    where its address-space or cgroup limit leaves less: core.memory.available_bytes;
+    or the free physical pages), None where none is known."""
+    room = available_bytes()
+    if room is not None:
+        return room
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
