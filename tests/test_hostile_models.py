@@ -4,7 +4,6 @@ exactly one ``graphmem:`` line with exit 2 (tools/fuzz_reader.py runs the campai
 its generated cases are the ones here, their floods a tenth of the size)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -17,20 +16,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tools import fuzz_reader as fuzz  # the campaign's mutations and generated models
+
 ROOT = Path(__file__).resolve().parent.parent
 F = TensorProto.FLOAT
 vi = helper.make_tensor_value_info
-
-
-def _tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz = _tool("fuzz_reader")
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17) -> bytes:

@@ -238,15 +238,8 @@ def test_cli_exit_1_names_the_node(tmp_path, capsys):
 # one that does).
 
 def _tool():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "tools" / "mutate_plans.py"
-    spec = importlib.util.spec_from_file_location("mutate_plans", path)
-    module = importlib.util.module_from_spec(spec)
-    import sys
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from tools import mutate_plans
+    return mutate_plans
 
 
 MUTATION_MODELS = ("squeezenet", "shufflenet", "inception_v1", "bert-ts", "bert_opt_fp16",

@@ -9,7 +9,6 @@ right entries and tile the graph.
 from __future__ import annotations
 
 import mmap
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import wire
+from tools.fuzz_reader import varint  # the wire encoding the hand-built data below uses
 from models import generate, transformer
 
 F = TensorProto.FLOAT
@@ -207,19 +207,6 @@ def check(data: bytes):
 
 
 # ---- hand-built wire data ----
-
-def varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
 
 def entry(field: int, payload: bytes) -> bytes:
     return varint(field << 3 | 2) + varint(len(payload)) + payload
@@ -591,13 +578,9 @@ def test_random_byte_flips_never_crash(flips):
 
 
 def _tool(name: str):
-    import importlib.util
-    path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """A module of tools/ (the campaign and schema tools the tests run)."""
+    import importlib
+    return importlib.import_module(f"tools.{name}")
 
 
 @pytest.mark.parametrize("seed_model, count", [("small", 400), ("squeezenet", 100),
