@@ -111,10 +111,12 @@ def install() -> None:
             return
 
 
-# A Ctrl-C that lands where Python cannot raise it (a weakref callback inside the import
-# machinery, a __del__) is "ignored" with a four-line traceback on stderr and the
-# command goes on. The CLI's hook keeps it quiet and remembers it: the command ends
-# with 130 and one line once it is done (cli.entry).
+# A Ctrl-C that lands where Python cannot raise it (a __del__, a weakref callback) is
+# "ignored" with a four-line traceback on stderr and the command goes on. Under
+# :func:`install` the import machinery's callbacks run with it held back; anywhere else
+# the CLI's hook keeps it quiet and remembers it, and the command ends with 130 and one
+# line once it is done (cli.entry). __main__ sets the hook before the CLI's imports, and
+# cli.entry again for the installed `graphmem` script, which starts there.
 _swallowed = False
 _default_unraisable = sys.unraisablehook
 
