@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphmem
 from graphmem.cli import main
-from graphmem.frontend.ort_optimize import LEVELS, optimize
+from graphmem.frontend.ort_optimize import LEVELS, optimize, ort_level
 from graphmem.frontend.zoo import zoo_path
 
 ROOT = Path(__file__).resolve().parent
@@ -33,10 +33,7 @@ def own_tmp(tmp_path, monkeypatch):
 def _saved(source: Path, level: str, out: Path) -> Path:
     """``source`` as ONNX Runtime's optimizer saves it at ``level`` (CPU)."""
     so = ort.SessionOptions()
-    so.graph_optimization_level = {
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    so.graph_optimization_level = ort_level(level)
     so.optimized_model_filepath = str(out)
     so.log_severity_level = 3
     ort.InferenceSession(str(source), so, providers=["CPUExecutionProvider"])

@@ -60,6 +60,7 @@ def worker(path: str, optimize: bool | str) -> dict:
     True (ORT_ENABLE_ALL), False (off), or a level name of :data:`LEVELS`."""
     import numpy as np
     import onnxruntime as ort
+    from graphmem.frontend.ort_optimize import ort_level
 
     ort.set_default_logger_severity(0)
     ort.set_default_logger_verbosity(0)
@@ -71,11 +72,7 @@ def worker(path: str, optimize: bool | str) -> dict:
     so.enable_cpu_mem_arena = True
     so.enable_mem_pattern = True
     level = optimize if isinstance(optimize, str) else ("all" if optimize else "off")
-    so.graph_optimization_level = {
-        "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    so.graph_optimization_level = ort_level(level)
     info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
                              ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(info, ort.OrtArenaCfg({"arena_extend_strategy": 1}))

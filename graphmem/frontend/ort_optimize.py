@@ -38,6 +38,15 @@ class Optimized:
     seconds: float  # ORT's session build, optimization and save
 
 
+def ort_level(level: str):
+    """ONNX Runtime's GraphOptimizationLevel for ``level`` ("off" or one of LEVELS)."""
+    import onnxruntime as ort
+    return {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+
+
 def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Optimized:
     """``source`` optimized by ONNX Runtime at ``level`` for ``provider``, saved into a
     temporary folder that :func:`cleanup` removes."""
@@ -54,10 +63,7 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
                             f"{', '.join(ort.get_available_providers())})")
     out = Path(temporary_folder()) / f"{_stem(src)}.{level}.onnx"
     so = ort.SessionOptions()
-    so.graph_optimization_level = {
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    so.graph_optimization_level = ort_level(level)
     so.optimized_model_filepath = str(out)
     # its warnings (unused initializers removed) and errors (a provider library that
     # does not load) are not the user's: graphmem says in one line what failed
