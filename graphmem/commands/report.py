@@ -89,7 +89,8 @@ def build(args) -> dict:
     dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
     with Progress("report") as progress:
         progress("reading the model")
-        bind_batch(args, batches)
+        source = batch_source(args)
+        bind_batch(args, batches, source)
         view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
         progress("the breakdown per layer")
         dev = device_from_args(args, graph)
@@ -107,7 +108,7 @@ def build(args) -> dict:
                               "nodes": len(view.plan.order)}
             if "error" in exported:
                 out["runtime"]["exported_error"] = exported["error"]
-        batch = model_batch(args)
+        batch = model_batch(args, source)
         if batch is not None:
             out["batch"] = batch
         out["footprint"] = footprint.inference(
@@ -130,15 +131,27 @@ def build(args) -> dict:
     return out
 
 
-def bind_batch(args, batches: list[int] | None) -> None:
+def batch_source(args):
+    """The model whose batch axis the report binds and names, read once (None for a
+    saved --plan, or a file that does not read: planning then says why in its words)."""
+    if getattr(args, "plan", None):
+        return None  # a saved plan carries its bindings
+    try:
+        return read_model(resolve(args.model, quiet=True))
+    except GraphmemError:
+        return None
+
+
+def bind_batch(args, batches: list[int] | None, source) -> None:
     """Bind a symbolic batch dimension that no ``--dim`` binds, as ``fit`` and ``train``
     do: to the first ``--batch`` (without one, to 1 unless ``--dim-default`` binds
-    it). A model without a batch axis is left as it is."""
-    if getattr(args, "plan", None):
-        return  # a saved plan carries its bindings
+    it). A model without a batch axis is left as it is; ``source``: see
+    :func:`batch_source`."""
+    if source is None:
+        return
     dims = parse_dims(args.dim)
     try:
-        axis = batch_axis(read_model(resolve(args.model, quiet=True)), dims)
+        axis = batch_axis(source, dims)
     except GraphmemError:
         return  # no batch axis: nothing to bind (the what-ifs say so themselves)
     if axis.symbol is None or axis.symbol in dims:
@@ -149,14 +162,13 @@ def bind_batch(args, batches: list[int] | None) -> None:
         args.dim = [*args.dim, f"{axis.symbol}=1"]
 
 
-def model_batch(args) -> int | None:
+def model_batch(args, source) -> int | None:
     """The batch the report's plan is at: its batch axis's bound or fixed size (None for
     a model without one, or for a saved --plan)."""
-    if getattr(args, "plan", None):
+    if source is None:
         return None
     try:
-        return batch_axis(read_model(resolve(args.model, quiet=True)),
-                          parse_dims(args.dim)).size
+        return batch_axis(source, parse_dims(args.dim)).size
     except GraphmemError:
         return None
 
