@@ -15,14 +15,14 @@ from __future__ import annotations
 import ast
 from typing import Iterable, Mapping
 
-import sympy
-
 from graphmem.errors import GraphmemError
+from graphmem.frontend.lazy import sympy  # imported when an expression is parsed
 
 ALLOWED = "names, integers, + - * / //, floor, ceil, max, min"
 
-_FUNCTIONS = {"floor": sympy.floor, "ceil": sympy.ceiling, "ceiling": sympy.ceiling,
-              "max": sympy.Max, "min": sympy.Min}
+# the name each allowed function has in sympy
+_FUNCTIONS = {"floor": "floor", "ceil": "ceiling", "ceiling": "ceiling", "max": "Max",
+              "min": "Min"}
 _OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
               ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
               ast.FloorDiv: lambda a, b: sympy.floor(a / b)}
@@ -114,7 +114,7 @@ def _build(node: ast.AST, text: str, names: dict[str, sympy.Symbol]) -> sympy.Ex
         args = [_build(a, text, names) for a in node.args]
         if fn in ("floor", "ceil", "ceiling") and len(args) != 1:
             raise _refused(text, f"{node.func.id} takes one argument")
-        return _FUNCTIONS[fn](*args)
+        return getattr(sympy, _FUNCTIONS[fn])(*args)
     raise _refused(text, f"{ast.unparse(node)!r}")
 
 

@@ -1,9 +1,10 @@
-"""onnx's Python package, imported on first use.
+"""onnx's Python package and sympy, imported on first use.
 
 The common path of :func:`graphmem.frontend.reader.load` (a model whose every shape
 onnx infers) needs none of it, only onnx's compiled core
 (:mod:`graphmem.frontend.onnx_c`); the shape fallbacks and the proto-level helpers use
-it through :data:`onnx` and :data:`helper`.
+it through :data:`onnx` and :data:`helper`. sympy (a quarter of a second to import)
+is needed only for a dim written as an expression (:mod:`.dim_expressions`).
 """
 from __future__ import annotations
 
@@ -24,3 +25,4 @@ class Later:
 
 onnx = Later("onnx")
 helper = Later("onnx.helper")
+sympy = Later("sympy")
