@@ -28,17 +28,9 @@ ELEMENTWISE_CHANGING = {"BatchNormalization", "Add", "Mul", "Sub", "Div", "Sum",
 
 # ----------------------------------------------------------------- plan surgery
 
-def _root(plan: Plan, name: str) -> str:
-    t = plan.tensors[name]
-    while t.alias_of or t.slice_of:
-        name = t.alias_of or t.slice_of
-        t = plan.tensors[name]
-    return name
-
-
 def _group(plan: Plan, name: str) -> list[str]:
-    r = _root(plan, name)
-    return [t for t in plan.tensors if _root(plan, t) == r]
+    r = plan.storage_root(name)
+    return [t for t in plan.tensors if plan.storage_root(t) == r]
 
 
 def _reads(graph, plan: Plan, name: str) -> list[int]:
@@ -98,7 +90,7 @@ def overlap_live_tensors(graph, plan: Plan) -> tuple[Plan, int, str]:
         xt = plan.tensors[x]
         x_group = set(_group(plan, x))
         for z, zt in sorted(plan.tensors.items(), key=lambda kv: -kv[1].bytes):
-            if _root(plan, z) != z or z in x_group or zt.bytes > xt.bytes or not zt.bytes:
+            if plan.storage_root(z) != z or z in x_group or zt.bytes > xt.bytes or not zt.bytes:
                 continue
             if zt.kind != "activation":
                 continue
@@ -126,7 +118,7 @@ def overlap_live_tensors(graph, plan: Plan) -> tuple[Plan, int, str]:
         if node.op_type not in ("LRN", "Gemm") or pos < len(plan.order) // 3:
             continue
         x, y = node.inputs[0], node.outputs[0]
-        if x not in plan.tensors or _root(plan, y) != y or plan.tensors[y].bytes > \
+        if x not in plan.tensors or plan.storage_root(y) != y or plan.tensors[y].bytes > \
                 plan.tensors[x].bytes:
             continue
         delta = plan.tensors[x].offset - plan.tensors[y].offset
@@ -146,7 +138,7 @@ def alias_input_read_later(graph, plan: Plan, ops=ELEMENTWISE_CHANGING) -> tuple
             if x not in plan.tensors or plan.tensors[x].kind != "activation":
                 continue
             later = [p for p in _reads(graph, plan, x) if p > pos]
-            if not later or _root(plan, y) != y or _root(plan, x) == y:
+            if not later or plan.storage_root(y) != y or plan.storage_root(x) == y:
                 continue
             if plan.tensors[y].bytes != plan.tensors[x].bytes:
                 continue

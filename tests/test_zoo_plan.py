@@ -109,3 +109,17 @@ def test_planner_tensors_equal_tensor_plans_made_one_by_one(name):
     assert Plan.from_dict(json.loads(plan.to_json())) == plan
     with pytest.raises(ValueError, match="the offset column"):
         tensor_plans(*[list(c) for c in zip(*rows)][:2], [], *[list(c) for c in zip(*rows)][3:])
+
+
+def test_storage_root_follows_alias_and_slice_links():
+    """Plan.storage_root: a slice of an in-place alias of a view lives in the view's
+    storage root; a tensor with no link is its own root."""
+    from graphmem.plan.format import Plan, TensorPlan
+    t = {"a": TensorPlan("activation", 64, 0, (0, 3)),
+         "b": TensorPlan("activation", 64, 0, (1, 2), alias_of="a", alias="view"),
+         "c": TensorPlan("activation", 64, 0, (2, 3), alias_of="b", alias="inplace"),
+         "d": TensorPlan("activation", 16, 16, (2, 3), slice_of="c"),
+         "e": TensorPlan("activation", 16, 64, (0, 1))}
+    plan = Plan(model="m", bindings={}, alignment=64, order=[0, 1, 2], constants=[],
+                arena_bytes=128, tensors=t)
+    assert [plan.storage_root(n) for n in "abcde"] == ["a", "a", "a", "a", "e"]

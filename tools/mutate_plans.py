@@ -89,18 +89,10 @@ def load(name: str):
 
 # ----------------------------------------------------------------- plan surgery
 
-def _root(plan: Plan, name: str) -> str:
-    t = plan.tensors[name]
-    while t.alias_of or t.slice_of:
-        name = t.alias_of or t.slice_of
-        t = plan.tensors[name]
-    return name
-
-
 def _groups(plan: Plan) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for name in plan.tensors:
-        out.setdefault(_root(plan, name), []).append(name)
+        out.setdefault(plan.storage_root(name), []).append(name)
     return out
 
 
@@ -143,11 +135,11 @@ def plant(graph, plan: Plan, kind: str, count: int, rng) -> list[tuple[str, Plan
         if kind == "overlap":
             x, z = (live[i] for i in rng.choice(len(live), 2, replace=False))
             tx, tz = tensors[x], tensors[z]
-            if _root(plan, x) == _root(plan, z):
+            if plan.storage_root(x) == plan.storage_root(z):
                 continue
             if not (tx.live[0] <= tz.live[1] and tz.live[0] <= tx.live[1]):
                 continue  # not live at one step
-            group = groups[_root(plan, z)]
+            group = groups[plan.storage_root(z)]
             add(f"{z!r} (and its group) moved onto {x!r}",
                 _with(plan, _moved(plan, group, tx.offset - tz.offset)))
         elif kind == "inplace":
@@ -160,13 +152,13 @@ def plant(graph, plan: Plan, kind: str, count: int, rng) -> list[tuple[str, Plan
                 continue
             y, x = outs[0], ins[rng.integers(len(ins))]
             later = [q for q, idx in enumerate(plan.order) if q > p and x in by_index[idx].reads]
-            if not later or _root(plan, y) == _root(plan, x):
+            if not later or plan.storage_root(y) == plan.storage_root(x):
                 continue
             if node.op_type not in ELEMENTWISE and rng.random() < 0.7:
                 continue  # mostly the ops an in-place pass would pick
-            group = groups[_root(plan, y)]
+            group = groups[plan.storage_root(y)]
             changes = _moved(plan, group, tensors[x].offset - tensors[y].offset)
-            if _root(plan, y) == y:
+            if plan.storage_root(y) == y:
                 changes[y].update(alias_of=x, alias="inplace")
             add(f"{node.op_type} {y!r} written over its input {x!r}, read again at "
                 f"position {later[0]}", _with(plan, changes))

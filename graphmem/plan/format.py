@@ -90,6 +90,15 @@ class Plan:
     # the plans of the control-flow nodes' bodies (nested scopes); none without them
     scopes: tuple["ScopePlan", ...] = ()
 
+    def storage_root(self, name: str) -> str:
+        """The tensor whose bytes ``name`` lives in: its ``alias_of`` / ``slice_of``
+        links followed to a tensor that has neither (``name`` itself if it has none)."""
+        t = self.tensors[name]
+        while t.alias_of or t.slice_of:
+            name = t.alias_of or t.slice_of
+            t = self.tensors[name]
+        return name
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self, *, tensors: bool = True) -> dict[str, Any]:
         """The plan as JSON data; without ``tensors``, their entry is an empty
