@@ -130,6 +130,21 @@ def test_probe_command_lists_table_entries_and_candidates(capsys):
     assert "no overwrite entry for Nope" in capsys.readouterr().err
 
 
+def test_probe_command_takes_contrib_table_entries(capsys):
+    """The tables' contrib entries are probed by their domain:op key: CPU FusedConv over
+    its sum input; an entry with no probe model (CUDA Attention) is named, not run."""
+    import json
+
+    from graphmem.cli import main
+    assert main(["probe", "--ops", "com.microsoft:FusedConv", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fused = out["ops"]["com.microsoft:FusedConv"]
+    assert fused["in_table"] and fused["cases"] > 0 and fused["passed"] == fused["cases"]
+    assert fused["pairs"] == [[3, 0]] and out["unprobed"] == []
+    assert main(["probe", "--provider", "cpu", "--ops", "com.microsoft:Attention"]) == 2
+    assert "no overwrite entry for com.microsoft:Attention" in capsys.readouterr().err
+
+
 def test_probe_on_cuda_without_cuda_is_one_line(capsys):
     if cuda_usable():
         pytest.skip("the CUDA provider runs here")

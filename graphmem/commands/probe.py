@@ -29,28 +29,37 @@ def add_parser(sub) -> None:
                                    "when an entry of the default table fails.")
     p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                    help="execution provider to probe (default cpu)")
-    p.add_argument("--ops", metavar="LIST", help="comma-separated ops to probe (default all)")
+    p.add_argument("--ops", metavar="LIST",
+                   help="comma-separated ops to probe, contrib ops as domain:op "
+                        "(e.g. com.microsoft:FusedConv; default all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from graphmem.core.ops import ELEMENTWISE, INPLACE_TABLES, PROBE_CANDIDATES, table_key
-    from graphmem.verify.probe import declared_by_runtime, declared_text, summary
+    from graphmem.verify.probe import (declared_by_runtime, declared_text, has_probe_model,
+                                       summary)
     if args.provider == "cuda":  # before any case: one line where CUDA cannot run
         from graphmem.verify.cuda import cuda_problem
         if problem := cuda_problem():
             raise GraphmemError(problem)
     default = INPLACE_TABLES[table_key(args.provider)]
     probed = INPLACE_TABLES[table_key(args.provider, "probed")]
-    table = {**PROBE_CANDIDATES, **ELEMENTWISE}
+    # the candidates, and the tables' contrib entries (domain:op keys) as the tables give them
+    table = {**PROBE_CANDIDATES, **ELEMENTWISE,
+             **{op: pairs for op, pairs in {**probed, **default}.items() if ":" in op}}
     if args.ops:
         wanted = [o.strip() for o in args.ops.split(",") if o.strip()]
         unknown = [o for o in wanted if o not in table]
         if unknown:
             raise GraphmemError(f"--ops: no overwrite entry for {', '.join(unknown)}; "
                                 f"known: {', '.join(sorted(table))}")
+        if bare := [o for o in wanted if not has_probe_model(o)]:
+            raise GraphmemError(f"--ops: no probe model for {', '.join(bare)}: its table "
+                                f"entry rests on the kernel's declaration alone")
         table = {o: table[o] for o in wanted}
+    unprobed = sorted(op for op in table if not has_probe_model(op))
     err = Console(stderr=True)
     with err.status("graphmem probe") as status:
         outcomes = probe(table, args.provider, on_case=lambda done, total: status.update(
@@ -64,7 +73,7 @@ def run(args) -> int:
             "ops": {op: {**s, "in_table": op in default, "in_probed_table": op in probed,
                          "pairs": [list(p) for p in table[op]],
                          "declared": declared[op]} for op, s in rows.items()},
-            "table_holds": not failed_entries}, indent=1) + "\n")
+            "unprobed": unprobed, "table_holds": not failed_entries}, indent=1) + "\n")
     else:
         from graphmem.commands.common import console
         out = console()
@@ -81,6 +90,9 @@ def run(args) -> int:
             t.add_row(shown(op), in_table, shown(declared_text(declared[op])), verdict,
                       shown(s["first_failure"] or "")[:160])
         out.print(t)
+        if unprobed:
+            out.print(f"not probed (no probe model; the kernel's declaration is the "
+                      f"evidence): {shown(', '.join(unprobed))}")
         if failed_entries:
             out.print(f"[red]FAIL[/]: in the table but not in place on this machine: "
                       f"{shown(', '.join(failed_entries))}")
