@@ -25,6 +25,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
+from graphmem.frontend.constant_nodes import shape_values
 from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import drop_tensor_data, one_line
 from graphmem.frontend.shape_strategies import LoadState, run_strategies
@@ -176,14 +177,15 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     producer = check_names(g)
     reads = all_reads(g)
     order = topological_order(g, reads, producer)
-    stripped = stripped_weights(g)
+    values = shape_values(g, reads)
+    stripped = stripped_weights(g, values)
     if check:
         run_check(data, parsed, stripped, order)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     state = LoadState(
         data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
-        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes,
+        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes, shape_values=values,
         opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
     sizing = run_strategies(state)
     graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,
