@@ -4,12 +4,17 @@ in what onnx's shape inference reads, and constant folding computes only the con
 shapes need, never a weight-sized one that only feeds data."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import wire
+from graphmem.errors import GraphmemError
 from graphmem.frontend import folding, onnx_c
 from graphmem.frontend.constant_nodes import shape_values
 from graphmem.frontend.protos import drop_tensor_data
@@ -139,3 +144,34 @@ def test_a_stripped_tensor_is_the_bytes_protobuf_writes(name, data_type, dims):
     t = onnx.TensorProto(name=name, data_type=data_type, dims=dims)
     drop_tensor_data(t)
     assert stripped_tensor(name, data_type, dims) == t.SerializeToString()
+
+
+def test_a_model_with_weights_and_unsorted_nodes_loads_without_onnxs_python(tmp_path):
+    """Weights stripped, nodes sorted for the checker, inputs typed: all written as bytes,
+    so a plan of a model of standard ops imports none of onnx's Python package."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"]),
+             helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["b"])]
+    path, out = tmp_path / "m.onnx", tmp_path / "p.json"
+    path.write_bytes(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])],
+                            [w]).SerializeToString())
+    code = ("import json, sys\n"
+            "from graphmem.cli import main\n"
+            f"rc = main(['plan', {str(path)!r}, '-o', {str(out)!r}, '-q'])\n"
+            "mods = [m for m in sys.modules if (m == 'onnx' or m.startswith('onnx.'))\n"
+            "        and not m.startswith('onnx.onnx_cpp2py_export')]\n"
+            "print(json.dumps({'rc': rc, 'mods': mods}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 0, "mods": []}
+
+
+def test_the_checker_still_reads_an_unsorted_model_with_weights():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Relu", ["a"], ["y"], not_an_attribute=1),
+             helper.make_node("MatMul", ["x", "w"], ["a"])]
+    with pytest.raises(GraphmemError, match="fails onnx.checker"):
+        from_model(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])], [w]))

@@ -3,7 +3,8 @@ the model (a million-node model is hundreds of megabytes): the bound dims, the w
 too large to carry through shape inference, the types a fallback adds.
 
 A change is ``(field, index, entry bytes or None)``: the GraphProto field number
-(:data:`INITIALIZER`, :data:`INPUT`, :data:`OUTPUT`, :data:`VALUE_INFO`), the index of
+(:data:`NODE`, :data:`INITIALIZER`, :data:`INPUT`, :data:`OUTPUT`, :data:`VALUE_INFO`;
+an entry is appended only to the last four), the index of
 the entry among that field's entries (-1: append), and the new serialized entry (None:
 drop it). The entries' byte spans come from :func:`graphmem.wire.parse_model`.
 """
@@ -16,7 +17,7 @@ from graphmem.frontend.lazy import onnx
 from graphmem.frontend.protos import DROPPED, to_proto
 from graphmem.frontend.structure import EXTERNAL
 
-INITIALIZER, INPUT, OUTPUT, VALUE_INFO = 5, 11, 12, 13  # GraphProto field numbers
+NODE, INITIALIZER, INPUT, OUTPUT, VALUE_INFO = 1, 5, 11, 12, 13  # GraphProto field numbers
 _FIELD_TAG = {5: b"\x2a", 11: b"\x5a", 12: b"\x62", 13: b"\x6a"}
 
 # Constants up to this size are evaluated when shape inference needs their values;
