@@ -175,3 +175,31 @@ def test_the_checker_still_reads_an_unsorted_model_with_weights():
              helper.make_node("MatMul", ["x", "w"], ["a"])]
     with pytest.raises(GraphmemError, match="fails onnx.checker"):
         from_model(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])], [w]))
+
+
+def test_a_later_constant_values_round_computes_only_new_constants(monkeypatch):
+    """The Reshape's target (a Mul of constants) sizes y in the first round; the second
+    computes the target read from y's Shape, and does not compute the Mul again."""
+    ran = []
+    real = folding._run_nodes
+
+    def spy(model, nodes, values, evaluators):
+        ran.extend(n.op_type for n in nodes)
+        return real(model, nodes, values, evaluators)
+    monkeypatch.setattr(folding, "_run_nodes", spy)
+    inits = [numpy_helper.from_array(np.array([3, 4], np.int64), "c"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([1], np.int64), "ones"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(4, np.int64), "four")]
+    nodes = [helper.make_node("Mul", ["c", "one"], ["target"]),
+             helper.make_node("Reshape", ["x", "target"], ["y"]),
+             helper.make_node("Shape", ["y"], ["s"]),
+             helper.make_node("Concat", ["s", "ones"], ["target2"], axis=0),
+             helper.make_node("Reshape", ["y", "target2"], ["z"]),
+             helper.make_node("Range", ["zero", "four", "one"], ["r"])]
+    graph = from_model(_model(nodes, [_vi("x", [2, 6])],
+                              [_vi("z", ["a", "b", "c"]), _vi("r", ["n"], TensorProto.INT64)],
+                              inits))
+    assert graph.tensors["z"].shape == (3, 4, 1)
+    assert ran.count("Mul") == 1 and ran.count("Concat") == 1

@@ -245,11 +245,12 @@ def constant_values(state: LoadState) -> None:
     g, order, reads = state.g, state.order, state.reads
     model = state.model_proto()
     computable = constant_nodes(g, order, state.tensors, reads)
+    computed: dict = {}  # the values computed so far: a later round computes only new ones
     while True:
         model = infer_with_constant_values(model, order, state.tensors, *computable,
                                            state.base_dir, state.notes,
                                            needed=state.shape_values,
-                                           stored=state.stored_values)
+                                           stored=state.stored_values, cache=computed)
         state.model = model
         state.tensors = inference.tensors(model.SerializeToString())
         computable = constant_nodes(g, order, state.tensors, reads)
@@ -405,7 +406,8 @@ def failure_note(failures: dict[str, str]) -> str:
 
 
 def infer_with_constant_values(model, order, tensors, folded, constants, base_dir,
-                               notes: list[str] | None = None, *, needed=None, stored=None):
+                               notes: list[str] | None = None, *, needed=None, stored=None,
+                               cache: dict | None = None):
     """``model`` with the types onnx's inference gives once the values of the folded
     constants (up to SMALL_CONSTANT_BYTES each) are initializers; ``notes`` gains a
     line for the constants that could not be computed.
@@ -414,18 +416,24 @@ def infer_with_constant_values(model, order, tensors, folded, constants, base_di
     the folded nodes upstream of those and of the constants that have no type yet: a
     weight-sized constant that only feeds data (a DequantizeLinear of a weight) is
     never computed. ``stored`` gives the values of the weights ``model`` carries
-    without data that those nodes read (name list -> {name: array})."""
+    without data that those nodes read (name list -> {name: array}). ``cache`` holds
+    the values an earlier round computed (a folded node's value does not change) and
+    gains this round's: their nodes are not run again."""
     from graphmem.frontend.folding import evaluate_constants
     failures: dict[str, str] = {}
     run = [model.graph.node[i] for i in order if i in folded]
-    given = None
+    given = dict(cache or {})
+    if cache:
+        run = [n for n in run if not all(o in cache for o in n.output if o)]
     if needed is not None:
         run = upstream(run, set(needed) | {c for c in constants if c not in tensors})
         if stored is not None:
-            given = stored({t for n in run for t in n.input if t})
+            given.update(stored({t for n in run for t in n.input if t} - given.keys()))
     values = evaluate_constants(model, run, tensors, max_bytes=SMALL_CONSTANT_BYTES,
-                                base_dir=base_dir, initializer_values=given,
+                                base_dir=base_dir, initializer_values=given or None,
                                 prefer="reference", failures=failures)
+    if cache is not None:
+        cache.update(values)
     if failures and notes is not None:
         notes.append(failure_note(failures))
     if not values:
