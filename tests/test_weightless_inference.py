@@ -203,3 +203,30 @@ def test_a_later_constant_values_round_computes_only_new_constants(monkeypatch):
                               inits))
     assert graph.tensors["z"].shape == (3, 4, 1)
     assert ran.count("Mul") == 1 and ran.count("Concat") == 1
+
+
+def test_onnxruntimes_symbolic_inference_sees_the_weights_it_reads(monkeypatch):
+    """The last fallback, ONNX Runtime's symbolic inference, runs onnx's inference node by
+    node with the initializers a node reads, and stops at one whose data is marked
+    external (GPT-2 through the transformer optimizer: its attention biases): it gets
+    the model with the data of the weights up to SMALL_CONSTANT_BYTES back."""
+    from graphmem.frontend import shape_strategies
+    seen = []
+    real = shape_strategies.symbolic_infer
+
+    def spy(model, notes=None):
+        seen.append({t.name: (len(t.raw_data), t.data_location) for t in model.graph.initializer})
+        return real(model, notes)
+    monkeypatch.setattr(shape_strategies, "symbolic_infer", spy)
+    rng = np.random.default_rng(0)
+    bias = rng.standard_normal(2048).astype(np.float32)  # 8 KiB
+    inits = [numpy_helper.from_array(bias, "bias")]
+    nodes = [helper.make_node("Add", ["x", "bias"], ["a"]),
+             helper.make_node("Opaque", ["a"], ["y"], domain="example.org")]
+    graph = helper.make_graph(nodes, "g", [_vi("x", [4, 2048])], [_vi("y", ["p", "q"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("example.org", 1)],
+                              ir_version=8)
+    with pytest.raises(GraphmemError, match="cannot infer the shape of tensor 'y'"):
+        from_model(model)
+    assert seen == [{"bias": (8192, TensorProto.DEFAULT)}]

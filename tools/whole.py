@@ -400,11 +400,15 @@ def run_files(args) -> None:
     body = "\n".join([
         "## Real model files: whole processes", "",
         environment(), "",
-        "Fresh processes timed from outside on full-size models with their weights (the "
-        "files of `tools/speed_files.py build`: ResNet-50, a BERT-base-sized encoder and "
-        "the GPT-2 decode step of tools/deployment_corpus.py in fp32, fp16, int8 dynamic, "
-        "int8 QDQ and int4 forms, each bound to static dims, and ONNX Runtime's optimizer's "
-        "own saved graph of each at EXTENDED and ALL): `graphmem plan FILE -o PLAN -q` "
+        "Fresh processes timed from outside on model files with their weights: the files "
+        "of `tools/speed_files.py build` (ResNet-50, a BERT-base-sized encoder and the "
+        "GPT-2 decode step of tools/deployment_corpus.py in fp32, fp16, int8 dynamic and "
+        "int8 QDQ forms, each bound to static dims, with ONNX Runtime's optimizer's own "
+        "saved graph of each at EXTENDED and ALL, and the transformer optimizer's form of "
+        "the encoders), and where named the full-size torch exports of "
+        "`tools/export_fullsize.py` with the forms `tools/deploy_forms.py fullsize` writes "
+        "(`-ts`/`-dynamo`: the exporter; `static`: dims bound; `fp16`, `qdq-int8`, "
+        "`transformers`, `ort-extended`, `ort-all`): `graphmem plan FILE -o PLAN -q` "
         "beside a process that imports onnxruntime and creates an `InferenceSession` (CPU "
         "provider, default optimizations) on the same file. Interleaved: each of "
         f"{args.repeats} rounds runs every file's two processes one after the other (which "

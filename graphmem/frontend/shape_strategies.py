@@ -90,6 +90,30 @@ class LoadState:
                 out[name] = numpy_helper.to_array(initializer_from(self.data, self.g, i))
         return out
 
+    def with_small_weights(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` (the proto of ``work``) with the data of its initializers of up to
+        SMALL_CONSTANT_BYTES back: ONNX Runtime's symbolic inference runs onnx's
+        inference on each node with the initializers it reads, and stops at one whose
+        data is marked external (the fallback sees the weights it saw before they were
+        stripped; it runs only where the other strategies left a tensor unknown)."""
+        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
+        back = []
+        for k, t in enumerate(model.graph.initializer):
+            i = index.get(t.name)
+            if i is not None and t.data_location == EXTERNAL:
+                init = self.g["initializers"][i]
+                if init.data_location != EXTERNAL and \
+                        SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES:
+                    back.append((k, i))
+        if not back:
+            return model
+        from graphmem.frontend.splice import initializer_from
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        for k, i in back:
+            out.graph.initializer[k].CopyFrom(initializer_from(self.data, self.g, i))
+        return out
+
     def settle(self) -> None:
         """Decide folding on the tensors sized so far, and what is still unknown."""
         self.folded, self.constants = fold(self.g, self.order, self.tensors, self.reads,
@@ -267,7 +291,7 @@ def onnxruntime_symbolic(state: LoadState) -> None:
     blocks that onnx's own inference leaves open), kept only where it knows more: it
     may give symbolic dims to tensors the strategies before sized."""
     g, order, reads = state.g, state.order, state.reads
-    model = state.model_proto()
+    model = state.with_small_weights(state.model_proto())
     sym = symbolic_infer(model, state.notes)
     sym_tensors = inference.tensors(sym.SerializeToString())
     sym_folded, sym_constants = fold(g, order, sym_tensors, reads, state.bindings)
