@@ -230,3 +230,25 @@ def test_onnxruntimes_symbolic_inference_sees_the_weights_it_reads(monkeypatch):
     with pytest.raises(GraphmemError, match="cannot infer the shape of tensor 'y'"):
         from_model(model)
     assert seen == [{"bias": (8192, TensorProto.DEFAULT)}]
+
+
+def test_each_unknown_node_is_made_an_ir_node_once_per_load(monkeypatch):
+    """What is still unknown is asked after every strategy: the IR node of each wire node
+    is made once (ORT's saved graphs start with most nodes unknown)."""
+    from graphmem.frontend import shape_strategies
+    made = []
+    real = shape_strategies.ir_node
+
+    def spy(idx, n, *rest):
+        made.append(idx)
+        return real(idx, n, *rest)
+    monkeypatch.setattr(shape_strategies, "ir_node", spy)
+    nodes = [helper.make_node("Opaque", ["x"], ["a"], domain="example.org"),
+             helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [_vi("x", [4])], [_vi("y", ["n"])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.org", 1)],
+        ir_version=8)
+    with pytest.raises(GraphmemError, match="cannot infer the shape of tensor 'a'"):
+        from_model(model)
+    assert sorted(made) == [0, 1, 2]

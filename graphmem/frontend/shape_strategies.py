@@ -367,12 +367,18 @@ def unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
     for vi in g["inputs"]:
         if vi.name not in tensors:
             raise GraphmemError(f"graph input {vi.name!r} has no static shape")
+    # the IR node of each wire node, made once per load (a graph ONNX Runtime saved
+    # starts with most of its nodes unknown, and this is asked after every round)
+    made = g.setdefault("_ir_nodes", {})
     for idx in order:
         if idx in folded:
             continue
         for out in nodes[idx].outputs:
             if out and out not in tensors:
-                missing.append((out, ir_node(idx, nodes[idx])))
+                node = made.get(idx)
+                if node is None:
+                    node = made[idx] = ir_node(idx, nodes[idx])
+                missing.append((out, node))
     return missing
 
 
