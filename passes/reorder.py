@@ -210,17 +210,31 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
     if width is None:
         width = max(4, min(32, BEAM_WORK // max(n, 1)))
     beam = [(m.base, m.base, 0, _initial_ready(m), None)]  # (peak, mem, done, ready, link)
+    new_bytes, frees = m.new_bytes, m.frees
     for _ in range(n):
+        # (peak, mem, done, the parent's ready set, v, the parent's link): the ready set
+        # after v (it depends on the executed set alone) is made for the kept states only;
+        # _bits and _step written out, as the searches run them a million times
         nxt: dict[int, tuple] = {}
         for peak, mem, done, ready, link in beam:
-            for v in _bits(ready):
-                during, after = _step(m, done, mem, v)
-                d2 = done | (1 << v)
-                cand = (max(peak, during), after, d2, _advance_ready(m, ready, d2, v), (v, link))
+            rest = ready
+            while rest:
+                low = rest & -rest
+                rest ^= low
+                v = low.bit_length() - 1
+                during = mem + new_bytes[v]
+                d2 = done | low
+                waiting = ~d2
+                freed = 0
+                for readers, nbytes in frees[v]:
+                    if not readers & waiting:
+                        freed += nbytes
+                cand = (peak if peak >= during else during, during - freed, d2, ready, v, link)
                 old = nxt.get(d2)
                 if old is None or cand[:2] < old[:2]:
                     nxt[d2] = cand
-        beam = sorted(nxt.values(), key=rank)[:width]
+        beam = [(p, after, d2, _advance_ready(m, ready, d2, v), (v, link)) for
+                p, after, d2, ready, v, link in sorted(nxt.values(), key=rank)[:width]]
     best = min(beam, key=lambda s: (s[0], s[1], s[2]))
     return _unwind(best[4]), best[0]
 
@@ -234,15 +248,27 @@ def exact_order(m: Schedule, upper: int | None = None,
     n = len(m.nodes)
     layer = {0: (m.base, m.base, _initial_ready(m), None)}  # done -> (peak, mem, ready, link)
     states = 1
+    new_bytes, frees = m.new_bytes, m.frees
+    limit = upper if upper is not None else float("inf")
     for _ in range(n):
         nxt: dict[int, tuple] = {}
         for done, (peak, mem, ready, link) in layer.items():
-            for v in _bits(ready):
-                during, after = _step(m, done, mem, v)
-                p2 = max(peak, during)
-                if upper is not None and p2 > upper:
+            rest = ready
+            while rest:  # _bits and _step written out (see _beam)
+                low = rest & -rest
+                rest ^= low
+                v = low.bit_length() - 1
+                during = mem + new_bytes[v]
+                p2 = peak if peak >= during else during
+                if p2 > limit:
                     continue
-                d2 = done | (1 << v)
+                d2 = done | low
+                waiting = ~d2
+                freed = 0
+                for readers, nbytes in frees[v]:
+                    if not readers & waiting:
+                        freed += nbytes
+                after = during - freed
                 old = nxt.get(d2)
                 if old is None:
                     # the ready set depends only on the executed set, not on the path
