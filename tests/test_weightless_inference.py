@@ -252,3 +252,35 @@ def test_each_unknown_node_is_made_an_ir_node_once_per_load(monkeypatch):
     with pytest.raises(GraphmemError, match="cannot infer the shape of tensor 'a'"):
         from_model(model)
     assert sorted(made) == [0, 1, 2]
+
+
+def test_a_large_file_is_mapped_and_loads_as_its_bytes_do(monkeypatch, tmp_path):
+    """A file of at least MAP_BYTES is parsed in a read-only map (the pages of weights
+    shape inference does not need are never read); the graph is the one its bytes give,
+    unsorted nodes, stripped weights, checker and constant values included."""
+    import mmap
+
+    from graphmem.frontend import reader
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_quantized_model().SerializeToString())
+    from_bytes = reader.load(path)
+    monkeypatch.setattr(reader, "MAP_BYTES", 1024)
+    assert isinstance(reader._contents(path), mmap.mmap)
+    mapped = reader.load(path)
+    assert mapped.tensors == from_bytes.tensors and mapped.nodes == from_bytes.nodes
+    assert [s.strategy for s in mapped.sizing] == [s.strategy for s in from_bytes.sizing]
+    monkeypatch.setattr(reader, "MAP_BYTES", 1 << 40)
+    assert isinstance(reader._contents(path), bytes)
+
+
+def test_a_mapped_file_without_weights_goes_to_the_checker_as_bytes(monkeypatch, tmp_path):
+    from graphmem.frontend import reader
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Relu", ["x"], ["y"], not_an_attribute=1)]
+    path.write_bytes(_model(nodes, [_vi("x", [4])], [_vi("y", [4])]).SerializeToString())
+    monkeypatch.setattr(reader, "MAP_BYTES", 16)
+    with pytest.raises(GraphmemError, match="fails onnx.checker"):
+        reader.load(path)
+    path.write_bytes(_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [4])],
+                            [_vi("y", [4])]).SerializeToString())
+    assert reader.load(path).tensors["y"].shape == (4,)

@@ -22,7 +22,7 @@ def one_line(exc: BaseException) -> str:
 def to_proto(data: bytes) -> onnx.ModelProto:
     """The ModelProto of bytes our parser read: protobuf's parser may still refuse them."""
     try:
-        return onnx.ModelProto.FromString(data)
+        return onnx.ModelProto.FromString(bytes(data))  # bytes: a mapped file too
     except Exception as exc:  # protobuf's DecodeError: its text is the message
         raise GraphmemError(f"the model is corrupt: {one_line(exc)}") from None
 
