@@ -46,7 +46,7 @@ class LoadState:
                  base_dir: str, notes: list[str] | None = None,
                  shape_values: set[str] | None = None):
         self.data = data  # the model's bytes as read
-        self.work = work  # ... with bound dims and large weights stripped: inference reads it
+        self.work = work  # ... dims bound, weights' data stripped (stripped_weights): inferred on
         self.g = g  # the wire graph
         self.order, self.reads, self.bindings = order, reads, bindings
         self.opset, self.base_dir = opset, base_dir
