@@ -108,3 +108,41 @@ def test_macs_match_pytorch_flop_counter(capsys):
     assert macs_vs_pytorch.main(["resnet18", "--batch", "1"]) == 0
     out = capsys.readouterr().out
     assert "per-layer MACs identical" in out and "backward: equal." in out
+
+
+def test_whole_files_interleaves_the_two_processes_and_keeps_each_fastest(monkeypatch, tmp_path):
+    """tools/whole.py --files: every round runs each file's graphmem and ORT processes
+    one after the other, which goes first alternating; each keeps its fastest."""
+    import whole
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    for p in (a, b):
+        p.write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("")
+    assert whole.file_list([tmp_path]) == [a, b] and whole.file_list([b]) == [b]
+    calls, times = [], iter([3.0, 2.0, 1.0, 4.0, 1.5, 2.5, 0.5, 5.0])
+
+    def fake(kind, path, out, repeats):
+        calls.append((path.name, kind))
+        return {"s": next(times), "peak_mib": 1.0}
+    monkeypatch.setattr(whole, "timed", fake)
+    rows = whole.interleaved([a, b], tmp_path / "p.json", 2)
+    assert calls == [("a.onnx", "graphmem"), ("a.onnx", "ort"), ("b.onnx", "graphmem"),
+                     ("b.onnx", "ort"), ("a.onnx", "ort"), ("a.onnx", "graphmem"),
+                     ("b.onnx", "ort"), ("b.onnx", "graphmem")]
+    assert [(r["file"], r["graphmem"]["s"], r["ort"]["s"]) for r in rows] == [
+        ("a.onnx", 2.5, 1.5), ("b.onnx", 1.0, 0.5)]
+
+
+def test_speed_files_bind_the_corpus_dims_then_the_given_then_one(tmp_path):
+    import speed_files
+    from onnx import TensorProto, helper, save
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", "other"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", "other"])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                                [x], [y]))
+    for name in ("encoder-fp16.onnx", "mine.onnx"):
+        save(model, str(tmp_path / name))
+    assert speed_files.source_dims(tmp_path / "encoder-fp16.onnx", {}) == {
+        "batch": 1, "seq": 128, "other": 1}
+    assert speed_files.source_dims(tmp_path / "mine.onnx", {"seq": 7}) == {
+        "seq": 7, "batch": 1, "other": 1}

@@ -178,3 +178,63 @@ def test_a_file_order_at_the_outputs_kept_to_the_end_is_not_searched():
     m = build_schedule(graph, order)
     assert kept_floor(m) == peak_of(m, list(range(1000))) == 1001 * 64
     assert best_order(graph, order)[1]["method"] == "floor"
+
+
+def test_live_floor_bounds_every_order_and_the_layer_floor():
+    """live_floor is a lower bound: never above the exact optimum (all orders on tiny
+    graphs), never below the layer floor."""
+    import itertools
+    from graphmem.passes.reorder import layer_floor, live_floor
+    rng = random.Random(7)
+    for seed in range(30):
+        graph = _random_graph(random.Random(seed), 7)
+        m = build_schedule(graph)
+        best = min(peak_of(m, list(p)) for p in itertools.permutations(range(len(m.nodes)))
+                   if _valid(m, p))
+        assert layer_floor(m) <= live_floor(m) <= best
+    tight = 0
+    for _ in range(100):
+        m = build_schedule(_random_graph(rng, rng.randint(8, 18)))
+        _, peak = exact_order(m, max_states=10 ** 6)
+        assert live_floor(m) <= peak
+        tight += live_floor(m) > layer_floor(m)
+    assert tight > 0  # it bounds more than the layer floor does
+
+
+def _chain_with_a_skip(skip_bytes: int):
+    """x -> a -> b -> c -> y with x also read by the last node: x is live throughout in
+    every order (no one node touches it and both a and b), and nothing can be
+    reordered."""
+    tensors = {t: Tensor(t, "float32", (n,), 32) for t, n in
+               (("x", skip_bytes // 4), ("a", 1024), ("b", 1024), ("c", 16), ("y", 16))}
+    nodes = (Node(0, "n0", "Relu", "", ("x",), ("a",)), Node(1, "n1", "Relu", "", ("a",), ("b",)),
+             Node(2, "n2", "Relu", "", ("b",), ("c",)),
+             Node(3, "n3", "Sum", "", ("c", "x"), ("y",)))
+    return Graph("chain", nodes, tensors, ("x",), ("y",), frozenset(), ())
+
+
+def test_a_file_order_at_the_live_floor_is_not_searched():
+    from graphmem.passes.reorder import best_order, layer_floor, live_floor
+    graph = _chain_with_a_skip(8192)
+    m = build_schedule(graph)
+    file_peak = peak_of(m, [0, 1, 2, 3])
+    assert layer_floor(m) < file_peak == live_floor(m)
+    order, detail = best_order(graph, [0, 1, 2, 3])
+    assert order == [0, 1, 2, 3] and detail["method"] == "floor"
+
+
+def test_the_search_runs_only_where_it_can_win_more_than_min_gain(monkeypatch):
+    """Two branches whose order matters: searched (and reordered) when what an order
+    can win is above MIN_GAIN of the peak, kept as given when it is under."""
+    from graphmem.passes import reorder
+    graph = graph_of(_two_branches())
+    order = [n.index for n in graph.nodes]
+    m = build_schedule(graph, order)
+    file_peak = peak_of(m, list(range(len(order))))
+    gain = file_peak - reorder.live_floor(m)
+    assert gain > 0
+    found, detail = reorder.best_order(graph, order)
+    assert detail["method"] != "gap" and detail["peak"] < file_peak
+    monkeypatch.setattr(reorder, "MIN_GAIN", gain / file_peak)
+    kept, detail = reorder.best_order(graph, order)
+    assert kept == order and detail["method"] == "gap" and detail["peak"] == file_peak

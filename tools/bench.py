@@ -360,6 +360,9 @@ def main(argv=None) -> None:
                     help="the whole 'graphmem plan' process from a file beside ONNX Runtime "
                          "opening it (tools/whole.py); with --zoo on the zoo, onnx-tool too")
     ap.add_argument("--zoo", action="store_true", help="with --whole: the zoo models")
+    ap.add_argument("--files", nargs="+", metavar="PATH",
+                    help="with --whole: these model files (a folder: its *.onnx), "
+                         "interleaved with ONNX Runtime (tools/speed_files.py builds them)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="with --whole: processes per measurement, the fastest kept")
     ap.add_argument("--ort-max", type=int, default=100_000,
@@ -374,7 +377,7 @@ def main(argv=None) -> None:
         import whole
         if args.sizes == ap.get_default("sizes"):
             args.sizes = "100000,1000000"
-        (whole.run_zoo if args.zoo else whole.run)(args)
+        (whole.run_files if args.files else whole.run_zoo if args.zoo else whole.run)(args)
     elif args.scale:
         import scale
         scale.run(args)

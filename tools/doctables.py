@@ -116,6 +116,10 @@ SECTIONS = (
             why_unchecked="process times and peak RSS"),
     Section("bench:whole-zoo", "docs/benchmarks.md", "python tools/bench.py --whole --zoo",
             (), None, why_unchecked="process times and peak RSS"),
+    Section("bench:whole-files", "docs/benchmarks.md",
+            "python tools/bench.py --whole --files DIR ... --repeats 5", (), None,
+            why_unchecked="process times and peak RSS, on model files built first "
+                          "(tools/speed_files.py build, tools/export_fullsize.py)"),
     Section("bench:reorder", "docs/benchmarks.md", "python tools/reorder_bench.py --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
     Section("corpus", "docs/corpus.md", "python tools/export_corpus.py", (), None,

@@ -8,9 +8,8 @@ from graphmem import wire
 from graphmem.core.memory import release_freed
 from graphmem.errors import GraphmemError
 from graphmem.frontend import onnx_c
-from graphmem.frontend.lazy import helper, onnx
 from graphmem.frontend.protos import invalid_text, one_line, to_proto
-from graphmem.frontend.splice import INITIALIZER, INPUT, entry, splice
+from graphmem.frontend.splice import INITIALIZER, INPUT, NODE, entry, splice, tensor_value_info
 from graphmem.frontend.structure import EXTERNAL
 
 
@@ -30,14 +29,10 @@ def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
     work = splice(data, parsed, stripped)
     parsed = wire.parse_model(work)
     g = parsed["graph"]
-    if not identity:
-        model = to_proto(work)
-        nodes = [model.graph.node[i] for i in order]
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        del copy.graph.node[:]
-        copy.graph.node.extend(nodes)
-        work = copy.SerializeToString()
+    if not identity:  # each node's entry written in the place of the k-th in order
+        spans = g["spans"][NODE]
+        work = splice(work, parsed, [(NODE, k, work[off:off + size]) for k, (off, size)
+                                     in enumerate(spans[i] for i in order)])
         parsed = wire.parse_model(work)
         g = parsed["graph"]
     inputs = {vi.name for vi in g["inputs"]}
@@ -46,8 +41,8 @@ def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
         if init.data_location == EXTERNAL:
             changes.append((INITIALIZER, i, None))
         if (init.data_location == EXTERNAL or legacy) and init.name not in inputs:
-            vi = helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
-            changes.append((INPUT, -1, entry(INPUT, vi.SerializeToString())))
+            changes.append((INPUT, -1, entry(INPUT, tensor_value_info(
+                init.name, init.data_type, init.dims))))
     run_checker(splice(work, parsed, changes))
 
 

@@ -24,6 +24,51 @@ SHAPE_ARGUMENTS = {
 }
 
 
+# Inputs whose values onnx's shape inference (or ONNX Runtime's) may read to size an
+# output: SHAPE_ARGUMENTS less Shape and Size (which read only their input's shape), and
+# the signal ops' lengths, AffineGrid's size, MaxUnpool's output shape, If's condition.
+VALUE_ARGUMENTS = {
+    **{op: args for op, args in SHAPE_ARGUMENTS.items() if op not in ("Shape", "Size")},
+    "STFT": {1, 3}, "DFT": {1, 2}, "AffineGrid": {1}, "MaxUnpool": {2}, "If": {0},
+    "Loop": {0, 1}, "HannWindow": {0}, "HammingWindow": {0}, "BlackmanWindow": {0},
+    "MelWeightMatrix": {0, 1, 2, 3, 4},
+}
+
+
+def shape_values(g: dict, reads) -> set[str]:
+    """The tensors whose values may size a tensor: those a node reads at a
+    VALUE_ARGUMENTS input, every outer value a control-flow body reads, and, upstream
+    of those, every input of the nodes that could fold (standard and deterministic;
+    not through a Shape or Size, which read only a shape). Decided on the graph's
+    structure alone, before any type is known, so it holds whatever folds later; the
+    loader carries the data of no other weight into shape inference."""
+    nodes = g["nodes"]
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    stack: list[str] = []
+    for idx, n in enumerate(nodes):
+        if not standard_domain(n.domain):
+            continue
+        if n.op_type in ("If", "Loop", "Scan"):
+            stack.extend(reads[idx])
+        args = VALUE_ARGUMENTS.get(n.op_type)
+        if args:
+            stack.extend(t for i, t in enumerate(n.inputs) if t and i in args)
+    seen: set[str] = set()
+    while stack:
+        t = stack.pop()
+        if not t or t in seen:
+            continue
+        seen.add(t)
+        idx = producer.get(t)
+        if idx is None:
+            continue
+        n = nodes[idx]
+        if (n.op_type in ("Shape", "Size") and standard_domain(n.domain)) or not foldable(n):
+            continue
+        stack.extend(reads[idx])
+    return seen
+
+
 def dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
     """Folded nodes that must run instead: those whose outputs are data computed from a
     bound dimension (a Shape or Size of a tensor that is not a constant), read as data

@@ -67,9 +67,9 @@ def check_model(data: bytes) -> None:
     if len(data) > MAXIMUM_PROTOBUF:
         raise ValueError("This protobuf of onnx model is too large (>2GiB). "
                          "Call check_model with model path instead.")
-    core().checker.check_model(data, False, False, False)
+    core().checker.check_model(bytes(data), False, False, False)
 
 
 def infer_shapes(data: bytes, data_prop: bool = True) -> bytes:
     """onnx's shape inference on serialized bytes, without type checks or strict mode."""
-    return core().shape_inference.infer_shapes(data, False, False, data_prop)
+    return core().shape_inference.infer_shapes(bytes(data), False, False, data_prop)

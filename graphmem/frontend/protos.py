@@ -22,7 +22,7 @@ def one_line(exc: BaseException) -> str:
 def to_proto(data: bytes) -> onnx.ModelProto:
     """The ModelProto of bytes our parser read: protobuf's parser may still refuse them."""
     try:
-        return onnx.ModelProto.FromString(data)
+        return onnx.ModelProto.FromString(bytes(data))  # bytes: a mapped file too
     except Exception as exc:  # protobuf's DecodeError: its text is the message
         raise GraphmemError(f"the model is corrupt: {one_line(exc)}") from None
 
@@ -50,6 +50,10 @@ def invalid_text(msg, where: str = "model") -> str | None:
     return None
 
 
+# The external-data location of a tensor whose data the loader left out
+DROPPED = "graphmem-dropped"
+
+
 def drop_tensor_data(init: onnx.TensorProto) -> None:
     """Keep dims and data_type; drop the bytes. Marked external so nothing mistakes
     the empty tensor for real data."""
@@ -57,4 +61,4 @@ def drop_tensor_data(init: onnx.TensorProto) -> None:
     init.data_location = onnx.TensorProto.EXTERNAL
     del init.external_data[:]
     entry = init.external_data.add()
-    entry.key, entry.value = "location", "graphmem-dropped"
+    entry.key, entry.value = "location", DROPPED

@@ -25,6 +25,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
+from graphmem.frontend.constant_nodes import shape_values
 from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import drop_tensor_data, one_line
 from graphmem.frontend.shape_strategies import LoadState, run_strategies
@@ -129,8 +130,28 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
     small constant's value is needed for shape inference.
     """
     p = _model_file(path)
-    return _load(p.read_bytes(), dims, check=check, base_dir=str(p.parent),
+    return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p)
+
+
+# A file at least this large is mapped, not read: the loader reads its graph and the
+# few weights shape inference needs, and the pages of the other weights are never read
+# (a 1.5 GB GPT-2 medium took a second to read whole).
+MAP_BYTES = 1 << 24
+
+
+def _contents(p: Path):
+    """The file's bytes, or for a large file a read-only map of it (a buffer the wire
+    reader parses in place, whose slices are bytes); read whole where it cannot be
+    mapped."""
+    if p.stat().st_size >= MAP_BYTES:
+        import mmap
+        try:
+            with open(p, "rb") as fh:
+                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            pass
+    return p.read_bytes()
 
 
 def onnx_opset(model: onnx.ModelProto) -> int:
@@ -176,14 +197,15 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     producer = check_names(g)
     reads = all_reads(g)
     order = topological_order(g, reads, producer)
-    stripped = stripped_weights(g)
+    values = shape_values(g, reads)
+    stripped = stripped_weights(g, values)
     if check:
         run_check(data, parsed, stripped, order)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     state = LoadState(
         data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
-        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes,
+        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes, shape_values=values,
         opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
     sizing = run_strategies(state)
     graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,

@@ -24,8 +24,9 @@ from graphmem.frontend.building import ir_node
 from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
 from graphmem.frontend.lazy import helper, onnx as _onnx
 from graphmem.frontend.protos import one_line, to_proto
-from graphmem.frontend.splice import (SMALL_CONSTANT_BYTES, VALUE_INFO, entry, splice,
-                                      tensor_value_info)
+from graphmem.frontend.splice import (SHAPE_DATA_BYTES, SMALL_CONSTANT_BYTES, VALUE_INFO,
+                                      entry, splice, tensor_value_info)
+from graphmem.frontend.structure import EXTERNAL
 
 if TYPE_CHECKING:
     import onnx
@@ -42,9 +43,10 @@ class LoadState:
 
     def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
                  reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
-                 base_dir: str, notes: list[str] | None = None):
+                 base_dir: str, notes: list[str] | None = None,
+                 shape_values: set[str] | None = None):
         self.data = data  # the model's bytes as read
-        self.work = work  # ... with bound dims and large weights stripped: inference reads it
+        self.work = work  # ... dims bound, weights' data stripped (stripped_weights): inferred on
         self.g = g  # the wire graph
         self.order, self.reads, self.bindings = order, reads, bindings
         self.opset, self.base_dir = opset, base_dir
@@ -55,6 +57,9 @@ class LoadState:
         self.missing: list[tuple[str, Node]] | None = None
         self.scopes: dict = {}
         self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
+        # the tensors whose values may size another (constant_nodes.shape_values): the
+        # only weights ``work`` carries data for, beside the tiny ones; None: every value
+        self.shape_values = shape_values
 
     def model_bytes(self) -> bytes:
         if not isinstance(self.model, bytes):
@@ -65,6 +70,49 @@ class LoadState:
         if isinstance(self.model, bytes):
             self.model = to_proto(self.model)
         return self.model
+
+    def stored_values(self, names) -> dict:
+        """The values of the initializers among ``names`` that ``work`` carries without
+        their data and that hold at most SMALL_CONSTANT_BYTES, read from the model's
+        bytes (every such weight that a computation needs, and only those)."""
+        from onnx import numpy_helper
+
+        from graphmem.frontend.splice import initializer_from
+        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
+        out = {}
+        for name in names:
+            i = index.get(name)
+            if i is None:
+                continue
+            init = self.g["initializers"][i]
+            if SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES and \
+                    init.data_location != EXTERNAL:
+                out[name] = numpy_helper.to_array(initializer_from(self.data, self.g, i))
+        return out
+
+    def with_small_weights(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` (the proto of ``work``) with the data of its initializers of up to
+        SMALL_CONSTANT_BYTES back: ONNX Runtime's symbolic inference runs onnx's
+        inference on each node with the initializers it reads, and stops at one whose
+        data is marked external (the fallback sees the weights it saw before they were
+        stripped; it runs only where the other strategies left a tensor unknown)."""
+        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
+        back = []
+        for k, t in enumerate(model.graph.initializer):
+            i = index.get(t.name)
+            if i is not None and t.data_location == EXTERNAL:
+                init = self.g["initializers"][i]
+                if init.data_location != EXTERNAL and \
+                        SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES:
+                    back.append((k, i))
+        if not back:
+            return model
+        from graphmem.frontend.splice import initializer_from
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        for k, i in back:
+            out.graph.initializer[k].CopyFrom(initializer_from(self.data, self.g, i))
+        return out
 
     def settle(self) -> None:
         """Decide folding on the tensors sized so far, and what is still unknown."""
@@ -221,9 +269,12 @@ def constant_values(state: LoadState) -> None:
     g, order, reads = state.g, state.order, state.reads
     model = state.model_proto()
     computable = constant_nodes(g, order, state.tensors, reads)
+    computed: dict = {}  # the values computed so far: a later round computes only new ones
     while True:
         model = infer_with_constant_values(model, order, state.tensors, *computable,
-                                           state.base_dir, state.notes)
+                                           state.base_dir, state.notes,
+                                           needed=state.shape_values,
+                                           stored=state.stored_values, cache=computed)
         state.model = model
         state.tensors = inference.tensors(model.SerializeToString())
         computable = constant_nodes(g, order, state.tensors, reads)
@@ -240,7 +291,7 @@ def onnxruntime_symbolic(state: LoadState) -> None:
     blocks that onnx's own inference leaves open), kept only where it knows more: it
     may give symbolic dims to tensors the strategies before sized."""
     g, order, reads = state.g, state.order, state.reads
-    model = state.model_proto()
+    model = state.with_small_weights(state.model_proto())
     sym = symbolic_infer(model, state.notes)
     sym_tensors = inference.tensors(sym.SerializeToString())
     sym_folded, sym_constants = fold(g, order, sym_tensors, reads, state.bindings)
@@ -316,12 +367,18 @@ def unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
     for vi in g["inputs"]:
         if vi.name not in tensors:
             raise GraphmemError(f"graph input {vi.name!r} has no static shape")
+    # the IR node of each wire node, made once per load (a graph ONNX Runtime saved
+    # starts with most of its nodes unknown, and this is asked after every round)
+    made = g.setdefault("_ir_nodes", {})
     for idx in order:
         if idx in folded:
             continue
         for out in nodes[idx].outputs:
             if out and out not in tensors:
-                missing.append((out, ir_node(idx, nodes[idx])))
+                node = made.get(idx)
+                if node is None:
+                    node = made[idx] = ir_node(idx, nodes[idx])
+                missing.append((out, node))
     return missing
 
 
@@ -379,15 +436,34 @@ def failure_note(failures: dict[str, str]) -> str:
 
 
 def infer_with_constant_values(model, order, tensors, folded, constants, base_dir,
-                               notes: list[str] | None = None):
+                               notes: list[str] | None = None, *, needed=None, stored=None,
+                               cache: dict | None = None):
     """``model`` with the types onnx's inference gives once the values of the folded
     constants (up to SMALL_CONSTANT_BYTES each) are initializers; ``notes`` gains a
-    line for the constants that could not be computed."""
+    line for the constants that could not be computed.
+
+    ``needed`` (the tensors whose values may size another) limits the computation to
+    the folded nodes upstream of those and of the constants that have no type yet: a
+    weight-sized constant that only feeds data (a DequantizeLinear of a weight) is
+    never computed. ``stored`` gives the values of the weights ``model`` carries
+    without data that those nodes read (name list -> {name: array}). ``cache`` holds
+    the values an earlier round computed (a folded node's value does not change) and
+    gains this round's: their nodes are not run again."""
     from graphmem.frontend.folding import evaluate_constants
     failures: dict[str, str] = {}
-    values = evaluate_constants(model, [model.graph.node[i] for i in order if i in folded],
-                                tensors, max_bytes=SMALL_CONSTANT_BYTES, base_dir=base_dir,
+    run = [model.graph.node[i] for i in order if i in folded]
+    given = dict(cache or {})
+    if cache:
+        run = [n for n in run if not all(o in cache for o in n.output if o)]
+    if needed is not None:
+        run = upstream(run, set(needed) | {c for c in constants if c not in tensors})
+        if stored is not None:
+            given.update(stored({t for n in run for t in n.input if t} - given.keys()))
+    values = evaluate_constants(model, run, tensors, max_bytes=SMALL_CONSTANT_BYTES,
+                                base_dir=base_dir, initializer_values=given or None,
                                 prefer="reference", failures=failures)
+    if cache is not None:
+        cache.update(values)
     if failures and notes is not None:
         notes.append(failure_note(failures))
     if not values:
@@ -429,6 +505,19 @@ def infer_with_constant_values(model, order, tensors, folded, constants, base_di
             out.graph.value_info.append(helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
     return out
+
+
+def upstream(nodes, wanted: set[str]) -> list:
+    """The nodes of ``nodes`` (a topological list of NodeProtos without subgraphs) that
+    ``wanted`` tensors are computed from, in order."""
+    wanted = set(wanted)
+    kept = []
+    for n in reversed(nodes):
+        if any(o in wanted for o in n.output if o):
+            kept.append(n)
+            wanted.update(t for t in n.input if t)
+    kept.reverse()
+    return kept
 
 
 def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:

@@ -3,23 +3,30 @@ the model (a million-node model is hundreds of megabytes): the bound dims, the w
 too large to carry through shape inference, the types a fallback adds.
 
 A change is ``(field, index, entry bytes or None)``: the GraphProto field number
-(:data:`INITIALIZER`, :data:`INPUT`, :data:`OUTPUT`, :data:`VALUE_INFO`), the index of
+(:data:`NODE`, :data:`INITIALIZER`, :data:`INPUT`, :data:`OUTPUT`, :data:`VALUE_INFO`;
+an entry is appended only to the last four), the index of
 the entry among that field's entries (-1: append), and the new serialized entry (None:
 drop it). The entries' byte spans come from :func:`graphmem.wire.parse_model`.
 """
 from __future__ import annotations
 
+from typing import Collection
+
 from graphmem import wire
 from graphmem.frontend.lazy import onnx
-from graphmem.frontend.protos import drop_tensor_data, to_proto
+from graphmem.frontend.protos import DROPPED, to_proto
 from graphmem.frontend.structure import EXTERNAL
 
-INITIALIZER, INPUT, OUTPUT, VALUE_INFO = 5, 11, 12, 13  # GraphProto field numbers
+NODE, INITIALIZER, INPUT, OUTPUT, VALUE_INFO = 1, 5, 11, 12, 13  # GraphProto field numbers
 _FIELD_TAG = {5: b"\x2a", 11: b"\x5a", 12: b"\x62", 13: b"\x6a"}
 
 # Constants up to this size are evaluated when shape inference needs their values;
 # initializers larger than this are carried through inference without their data.
 SMALL_CONSTANT_BYTES = 1 << 20
+# Initializers up to this size keep their data in the model shape inference reads,
+# whatever reads them (scales, zero points, axes: the contrib rules read values up to
+# this size); a larger one only when its value may size a tensor.
+SHAPE_DATA_BYTES = 4096
 
 
 def entry(field: int, message: bytes) -> bytes:
@@ -76,18 +83,42 @@ def splice(data: bytes, parsed: dict, changes: list[tuple[int, int, bytes | None
                      data[start + length:]))
 
 
-def stripped_weights(g: dict) -> list[tuple[int, int, bytes | None]]:
-    """Initializers with more than SMALL_CONSTANT_BYTES of raw data, written again with
-    dims and type and no data (cheap to infer on): marked external, so nothing mistakes
-    the empty tensor for real data."""
+def stripped_weights(g: dict, values: Collection[str] = ()) -> list[tuple[int, int, bytes | None]]:
+    """Initializers written again with dims and type and no data (cheap to infer on,
+    whatever the model's size): every one with more than SMALL_CONSTANT_BYTES of raw
+    data, and every one with more than SHAPE_DATA_BYTES that is not among ``values``
+    (the tensors whose values may size another: ``constant_nodes.shape_values``).
+    Marked external, so nothing mistakes the empty tensor for real data; the data stays
+    in the model's bytes as read (:func:`initializer_from`)."""
     changes = []
     for i, init in enumerate(g["initializers"]):
-        if init.raw_bytes > SMALL_CONSTANT_BYTES:
-            t = onnx.TensorProto(name=init.name, data_type=init.data_type, dims=init.dims,
-                                 data_location=EXTERNAL)
-            drop_tensor_data(t)
-            changes.append((INITIALIZER, i, entry(INITIALIZER, t.SerializeToString())))
+        size = init.raw_bytes
+        if size > SMALL_CONSTANT_BYTES or (size > SHAPE_DATA_BYTES and init.name not in values):
+            changes.append((INITIALIZER, i, entry(INITIALIZER, stripped_tensor(
+                init.name, init.data_type, init.dims))))
     return changes
+
+
+def stripped_tensor(name: str, data_type: int, dims) -> bytes:
+    """A serialized TensorProto with ``dims`` and ``data_type`` and no data, marked as
+    :func:`graphmem.frontend.protos.drop_tensor_data` marks it (the bytes protobuf
+    writes for it: written here, onnx's Python package is not imported for it)."""
+    def msg(field: int, body: bytes) -> bytes:
+        return varint(field << 3 | 2) + varint(len(body)) + body
+    location = msg(1, b"location") + msg(2, DROPPED.encode())
+    return b"".join((*(b"\x08" + varint(d & (1 << 64) - 1) for d in dims),
+                     b"\x10" + varint(data_type), msg(8, name.encode()),
+                     msg(13, location), b"\x70" + varint(EXTERNAL)))
+
+
+def initializer_from(data: bytes, g: dict, index: int) -> onnx.TensorProto:
+    """The ``index``-th initializer of the wire graph ``g`` as read from ``data`` (the
+    model's bytes its spans index), data included."""
+    off, size = g["spans"][INITIALIZER][index]
+    at = off + 1  # past the field's tag (one byte)
+    while data[at] & 0x80:  # past the varint length
+        at += 1
+    return onnx.TensorProto.FromString(data[at + 1:off + size])
 
 
 def tensor_value_info(name: str, elem_type: int, shape) -> bytes:

@@ -1,0 +1,286 @@
+"""The loader infers shapes on a model without its weights' data (issue 33's speed):
+only the initializers whose values may size a tensor, and the tiny ones, keep their data
+in what onnx's shape inference reads, and constant folding computes only the constants
+shapes need, never a weight-sized one that only feeds data."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem import wire
+from graphmem.errors import GraphmemError
+from graphmem.frontend import folding, onnx_c
+from graphmem.frontend.constant_nodes import shape_values
+from graphmem.frontend.protos import drop_tensor_data
+from graphmem.frontend.reader import from_model
+from graphmem.frontend.shape_strategies import upstream
+from graphmem.frontend.splice import (SHAPE_DATA_BYTES, initializer_from, stripped_tensor,
+                                      stripped_weights)
+from graphmem.frontend.structure import all_reads
+
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=8)
+
+
+def _vi(name, shape, elem=F):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _quantized_model(side: int = 256):
+    """y = x + DequantizeLinear(w) (a 64 KiB int8 weight, its float form 256 KiB; or
+    with ``side`` 64 a 4 KiB one, which keeps its data, its float form 16 KiB), then
+    reshaped to a target computed from a big int64 table's Gather and x's Shape: the
+    table feeds a shape, the weight only data. A Range turns onnx's data propagation
+    off, so the target is known only from its computed value."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-100, 100, (side, side)).astype(np.int8)
+    table = np.arange(1024, dtype=np.int64)  # 8 KiB, above SHAPE_DATA_BYTES
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "zp"),
+             numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array([1], np.int64), "idx"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(4, np.int64), "four")]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale", "zp"], ["wf"]),
+             helper.make_node("Add", ["x", "wf"], ["y"]),
+             helper.make_node("Shape", ["y"], ["s"]),
+             helper.make_node("Gather", ["table", "idx"], ["one_d"]),  # [1]
+             helper.make_node("Mul", ["one_d", "minus1"], ["neg"]),  # [-1]
+             helper.make_node("Concat", ["neg", "s"], ["target"], axis=0),  # [-1, side, side]
+             helper.make_node("Reshape", ["y", "target"], ["z"]),
+             helper.make_node("Range", ["zero", "four", "one"], ["r"]),
+             helper.make_node("Relu", ["z"], ["out"])]
+    return _model(nodes, [_vi("x", [side, side])],
+                  [_vi("out", ["a", "b", "c"]), _vi("r", ["n"], TensorProto.INT64)], inits)
+
+
+def test_shape_values_follow_shape_arguments_upstream_and_stop_at_shape():
+    model = _quantized_model()
+    g = wire.parse_model(model.SerializeToString())["graph"]
+    found = shape_values(g, all_reads(g))
+    assert {"target", "neg", "one_d", "table", "idx", "minus1", "s"} <= found
+    assert {"zero", "four", "one"} <= found  # Range's bounds
+    # the Shape reads only y's shape: nothing upstream of it is a shape value
+    assert not {"y", "x", "wf", "w", "scale", "zp"} & found
+
+
+def test_only_shape_values_and_tiny_initializers_keep_their_data():
+    model = _quantized_model()
+    g = wire.parse_model(model.SerializeToString())["graph"]
+    changes = stripped_weights(g, shape_values(g, all_reads(g)))
+    names = [g["initializers"][i].name for _, i, _ in changes]
+    assert names == ["w"]  # 64 KiB of weight; the 8 KiB table sizes a shape
+    assert all(t.raw_bytes <= SHAPE_DATA_BYTES for t in g["initializers"]
+               if t.name not in ("w", "table"))
+
+
+def test_shape_inference_never_reads_the_weights_data(monkeypatch):
+    seen = []
+    real = onnx_c.infer_shapes
+
+    def spy(data, data_prop=True):
+        seen.append(onnx.ModelProto.FromString(data))
+        return real(data, data_prop)
+    monkeypatch.setattr(onnx_c, "infer_shapes", spy)
+    graph = from_model(_quantized_model())
+    assert graph.tensors["out"].shape == (1, 256, 256)
+    assert seen
+    for model in seen:
+        inits = {t.name: t for t in model.graph.initializer}
+        assert not inits["w"].raw_data and inits["w"].data_location == TensorProto.EXTERNAL
+        assert len(model.SerializeToString()) < 16 * 1024
+
+
+def test_folding_computes_no_weight_sized_constant_that_only_feeds_data(monkeypatch):
+    ran = []
+    real = folding._run_nodes
+
+    def spy(model, nodes, values, evaluators):
+        ran.extend(n.op_type for n in nodes)
+        return real(model, nodes, values, evaluators)
+    monkeypatch.setattr(folding, "_run_nodes", spy)
+    graph = from_model(_quantized_model(64))  # w (4 KiB) keeps its data
+    ran_set = set(ran)
+    assert "Concat" in ran_set and "Gather" in ran_set  # the Reshape's target
+    assert "DequantizeLinear" not in ran_set  # 16 KiB of float weight, for data only
+    assert graph.tensors["z"].shape == (1, 64, 64)
+
+
+def test_a_constant_without_a_type_is_still_computed_from_a_stripped_weight():
+    """``upstream`` keeps every folded node the wanted values are computed from."""
+    nodes = [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["c"]),
+             helper.make_node("Abs", ["w"], ["d"])]
+    assert [n.output[0] for n in upstream(nodes, {"c"})] == ["b", "c"]
+    assert [n.output[0] for n in upstream(nodes, {"d", "b"})] == ["b", "d"]
+    assert upstream(nodes, set()) == []
+
+
+def test_an_initializer_is_read_back_from_the_models_bytes():
+    model = _quantized_model()
+    data = model.SerializeToString()
+    g = wire.parse_model(data)["graph"]
+    for i, t in enumerate(model.graph.initializer):
+        assert initializer_from(data, g, i) == t
+
+
+@pytest.mark.parametrize("name,data_type,dims", [
+    ("w", TensorProto.FLOAT, (64, 3, 7, 7)), ("é x", TensorProto.INT64, ()),
+    ("n", TensorProto.INT8, (-1, 2 ** 40))])
+def test_a_stripped_tensor_is_the_bytes_protobuf_writes(name, data_type, dims):
+    t = onnx.TensorProto(name=name, data_type=data_type, dims=dims)
+    drop_tensor_data(t)
+    assert stripped_tensor(name, data_type, dims) == t.SerializeToString()
+
+
+def test_a_model_with_weights_and_unsorted_nodes_loads_without_onnxs_python(tmp_path):
+    """Weights stripped, nodes sorted for the checker, inputs typed: all written as bytes,
+    so a plan of a model of standard ops imports none of onnx's Python package."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"]),
+             helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["b"])]
+    path, out = tmp_path / "m.onnx", tmp_path / "p.json"
+    path.write_bytes(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])],
+                            [w]).SerializeToString())
+    code = ("import json, sys\n"
+            "from graphmem.cli import main\n"
+            f"rc = main(['plan', {str(path)!r}, '-o', {str(out)!r}, '-q'])\n"
+            "mods = [m for m in sys.modules if (m == 'onnx' or m.startswith('onnx.'))\n"
+            "        and not m.startswith('onnx.onnx_cpp2py_export')]\n"
+            "print(json.dumps({'rc': rc, 'mods': mods}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 0, "mods": []}
+
+
+def test_the_checker_still_reads_an_unsorted_model_with_weights():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Relu", ["a"], ["y"], not_an_attribute=1),
+             helper.make_node("MatMul", ["x", "w"], ["a"])]
+    with pytest.raises(GraphmemError, match="fails onnx.checker"):
+        from_model(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])], [w]))
+
+
+def test_a_later_constant_values_round_computes_only_new_constants(monkeypatch):
+    """The Reshape's target (a Mul of constants) sizes y in the first round; the second
+    computes the target read from y's Shape, and does not compute the Mul again."""
+    ran = []
+    real = folding._run_nodes
+
+    def spy(model, nodes, values, evaluators):
+        ran.extend(n.op_type for n in nodes)
+        return real(model, nodes, values, evaluators)
+    monkeypatch.setattr(folding, "_run_nodes", spy)
+    inits = [numpy_helper.from_array(np.array([3, 4], np.int64), "c"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([1], np.int64), "ones"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(4, np.int64), "four")]
+    nodes = [helper.make_node("Mul", ["c", "one"], ["target"]),
+             helper.make_node("Reshape", ["x", "target"], ["y"]),
+             helper.make_node("Shape", ["y"], ["s"]),
+             helper.make_node("Concat", ["s", "ones"], ["target2"], axis=0),
+             helper.make_node("Reshape", ["y", "target2"], ["z"]),
+             helper.make_node("Range", ["zero", "four", "one"], ["r"])]
+    graph = from_model(_model(nodes, [_vi("x", [2, 6])],
+                              [_vi("z", ["a", "b", "c"]), _vi("r", ["n"], TensorProto.INT64)],
+                              inits))
+    assert graph.tensors["z"].shape == (3, 4, 1)
+    assert ran.count("Mul") == 1 and ran.count("Concat") == 1
+
+
+def test_onnxruntimes_symbolic_inference_sees_the_weights_it_reads(monkeypatch):
+    """The last fallback, ONNX Runtime's symbolic inference, runs onnx's inference node by
+    node with the initializers a node reads, and stops at one whose data is marked
+    external (GPT-2 through the transformer optimizer: its attention biases): it gets
+    the model with the data of the weights up to SMALL_CONSTANT_BYTES back."""
+    from graphmem.frontend import shape_strategies
+    seen = []
+    real = shape_strategies.symbolic_infer
+
+    def spy(model, notes=None):
+        seen.append({t.name: (len(t.raw_data), t.data_location) for t in model.graph.initializer})
+        return real(model, notes)
+    monkeypatch.setattr(shape_strategies, "symbolic_infer", spy)
+    rng = np.random.default_rng(0)
+    bias = rng.standard_normal(2048).astype(np.float32)  # 8 KiB
+    inits = [numpy_helper.from_array(bias, "bias")]
+    nodes = [helper.make_node("Add", ["x", "bias"], ["a"]),
+             helper.make_node("Opaque", ["a"], ["y"], domain="example.org")]
+    graph = helper.make_graph(nodes, "g", [_vi("x", [4, 2048])], [_vi("y", ["p", "q"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("example.org", 1)],
+                              ir_version=8)
+    with pytest.raises(GraphmemError, match="cannot infer the shape of tensor 'y'"):
+        from_model(model)
+    assert seen == [{"bias": (8192, TensorProto.DEFAULT)}]
+
+
+def test_each_unknown_node_is_made_an_ir_node_once_per_load(monkeypatch):
+    """What is still unknown is asked after every strategy: the IR node of each wire node
+    is made once (ORT's saved graphs start with most nodes unknown)."""
+    from graphmem.frontend import shape_strategies
+    made = []
+    real = shape_strategies.ir_node
+
+    def spy(idx, n, *rest):
+        made.append(idx)
+        return real(idx, n, *rest)
+    monkeypatch.setattr(shape_strategies, "ir_node", spy)
+    nodes = [helper.make_node("Opaque", ["x"], ["a"], domain="example.org"),
+             helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [_vi("x", [4])], [_vi("y", ["n"])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.org", 1)],
+        ir_version=8)
+    with pytest.raises(GraphmemError, match="cannot infer the shape of tensor 'a'"):
+        from_model(model)
+    assert sorted(made) == [0, 1, 2]
+
+
+def test_a_large_file_is_mapped_and_loads_as_its_bytes_do(monkeypatch, tmp_path):
+    """A file of at least MAP_BYTES is parsed in a read-only map (the pages of weights
+    shape inference does not need are never read); the graph is the one its bytes give,
+    unsorted nodes, stripped weights, checker and constant values included."""
+    import mmap
+
+    from graphmem.frontend import reader
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_quantized_model().SerializeToString())
+    from_bytes = reader.load(path)
+    monkeypatch.setattr(reader, "MAP_BYTES", 1024)
+    assert isinstance(reader._contents(path), mmap.mmap)
+    mapped = reader.load(path)
+    assert mapped.tensors == from_bytes.tensors and mapped.nodes == from_bytes.nodes
+    assert [s.strategy for s in mapped.sizing] == [s.strategy for s in from_bytes.sizing]
+    monkeypatch.setattr(reader, "MAP_BYTES", 1 << 40)
+    assert isinstance(reader._contents(path), bytes)
+
+
+def test_a_mapped_file_without_weights_goes_to_the_checker_as_bytes(monkeypatch, tmp_path):
+    from graphmem.frontend import reader
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Relu", ["x"], ["y"], not_an_attribute=1)]
+    path.write_bytes(_model(nodes, [_vi("x", [4])], [_vi("y", [4])]).SerializeToString())
+    monkeypatch.setattr(reader, "MAP_BYTES", 16)
+    with pytest.raises(GraphmemError, match="fails onnx.checker"):
+        reader.load(path)
+    path.write_bytes(_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [4])],
+                            [_vi("y", [4])]).SerializeToString())
+    assert reader.load(path).tensors["y"].shape == (4,)
