@@ -102,3 +102,35 @@ def test_an_unparseable_name_stays_a_name():
     assert unbound_hint("past_seq + seq", {"seq": 1}) == \
         " (an expression of past_seq: bind it)"
     assert unbound_hint("batch", {}) == ""
+
+
+def test_bindings_keep_one_order_whatever_the_hash_seed(tmp_path):
+    """The plan's bindings (expressions' values among them) are listed in the order the
+    model first names each dim, in every process: they were a set's order once, and the
+    plan file changed with PYTHONHASHSEED."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from onnx import TensorProto, helper, save
+    exprs = ["past + seq", "batch*seq", "2*past", "seq + 1", "past + 3", "batch*past"]
+    outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [e])
+            for k, e in enumerate(exprs)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", "past"])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "g", [x],
+                              [helper.make_tensor_value_info("r", TensorProto.FLOAT,
+                                                             ["batch", "seq", "past"])],
+                              value_info=outs)
+    path = tmp_path / "m.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    code = ("import json, sys, graphmem; g = graphmem.load(sys.argv[1], dim_default=2); "
+            "print(json.dumps(list(graphmem.plan_graph(g).plan.bindings)))")
+    seen = set()
+    for seed in ("0", "1", "2", "3"):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+                             capture_output=True, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        seen.add(out)
+    assert len(seen) == 1
+    assert json.loads(seen.pop()) == ["batch", "seq", "past", *exprs]

@@ -116,7 +116,7 @@ def bind_dims(model: onnx.ModelProto, dims: Mapping[str, int],
         for d in shape.dim:
             if d.HasField("dim_param"):
                 d.dim_value = int(dims[d.dim_param])
-    for name in sorted(explicit - used - params - expression_names(params)):
+    for name in sorted(explicit - used - set(params) - expression_names(params)):
         line = f"--dim {name}: the model has no symbolic dimension of that name; ignored"
         if notes is None:
             from graphmem.notes import note
@@ -142,9 +142,13 @@ def unbound_message(unbound: Mapping[str, str]) -> str:
             f"(or --dim-default VALUE for all)")
 
 
-def all_dim_params(model: onnx.ModelProto) -> set[str]:
-    names = set()
+def all_dim_params(model: onnx.ModelProto) -> list[str]:
+    """Every dim_param of the graph's inputs, outputs and value infos, once each, in the
+    order first seen (a set's order follows the hash seed: the bindings the plan file
+    lists, expressions' values among them, would differ from run to run)."""
+    names: dict[str, None] = {}
     for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            names.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
-    return names
+            names.update(dict.fromkeys(d.dim_param for d in vi.type.tensor_type.shape.dim
+                                       if d.dim_param))
+    return list(names)
