@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print("graphmem: terminated", file=sys.stderr)
         return 143
     finally:
+        notes.drop()  # flushed above on success; dropped on every other way out
         clear_early()
         _remove_temporaries()
         if previous is not None:

@@ -35,3 +35,11 @@ def flush() -> None:
     held, _held = _held or [], None
     for line in held:
         print(line, file=sys.stderr)
+
+
+def drop() -> None:
+    """Forget the held notes and stop holding (a command that stopped on bad input, was
+    interrupted or failed: later notes, an API caller's in the same process, print at
+    once again)."""
+    global _held
+    _held = None

@@ -388,3 +388,15 @@ def test_a_size_that_depends_on_the_data_is_named(capsys, tmp_path):
     model = make_model(nodes, [("x", F, [4, 5])], [("y", F, ["k"])])
     line = refused(capsys, tmp_path, save(model, tmp_path / "m.onnx"))
     assert "NonZero 'kept', node 1" in line and "static shapes only" in line, line
+
+
+def test_a_failed_command_leaves_notes_printing_at_once(tmp_path, capsys):
+    """A command that stops on bad input drops its held notes and stops holding: a note
+    the Python API makes later in the same process is printed at once, not held for a
+    command that never comes (the order of the test files decided it once)."""
+    from graphmem import notes
+    from graphmem.cli import main
+    assert main(["plan", str(tmp_path / "missing.onnx")]) == 2
+    capsys.readouterr()
+    notes.note("later")
+    assert capsys.readouterr().err == "graphmem: later\n"
