@@ -464,6 +464,10 @@ def main_full(ns) -> int:
         "`dynamo=True`, opset 18); every form is made from the export with its dims bound ("
         + "; ".join(f"{m} " + " ".join(f"{k}={v}" for k, v in d["dims"].items())
                     for m, d in spec.items()) + ").")
+    made = "\n".join(f"- {m}: {d.get('made_by', '?')}; the transformer optimizer's "
+                     f"model type: {d['model_type'] or 'none (not a transformer)'}"
+                     for m, d in spec.items())
+    head += "\n\nModels (random weights, nothing downloaded):\n\n" + made
     fails = [f"- {k}: {e['error']}" for k, e in exported.items()
              if isinstance(e, dict) and e.get("error")]
     body = ("## Full-size exports and their deploy forms (issue 33)\n\n" + head + "\n\n"

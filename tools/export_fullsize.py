@@ -46,6 +46,25 @@ FULL: dict[str, tuple[dict[str, int], str | None, bool]] = {
     "gpt2-medium": ({"batch": 1, "seq": 128}, "gpt2", False),
 }
 SIDE = {"deeplabv3_resnet50": 520}
+# what builds each model (the table in docs/corpus.md says it)
+MADE_BY = {
+    "whisper-tiny-encoder": "transformers `WhisperModel(WhisperConfig()).get_encoder()` "
+                            "(Whisper-tiny: d_model 384, 4 layers, 6 heads), 80 x 3000 frames",
+    "resnet50": "torchvision `resnet50(weights=None)`, 224 x 224",
+    "bert-base": "transformers `BertModel(BertConfig())` (BERT-base), pooler output too",
+    "gpt2": "transformers `GPT2LMHeadModel(GPT2Config())` (GPT-2 small), logits, no cache",
+    "llama-gqa": "transformers `LlamaForCausalLM`, TinyLlama-1.1B's dims (hidden 2048, 32 "
+                 "heads, 4 key/value heads, intermediate 5632, vocabulary 32000), 2 layers, "
+                 "logits, no cache",
+    "t5-small-encoder": "transformers `T5EncoderModel(T5Config())` (T5-small's encoder)",
+    "vit_b_16": "torchvision `vit_b_16(weights=None)`, 224 x 224",
+    "convnext_tiny": "torchvision `convnext_tiny(weights=None)`, 224 x 224",
+    "efficientnet_v2_s": "torchvision `efficientnet_v2_s(weights=None)`, 224 x 224",
+    "deeplabv3_resnet50": "torchvision `segmentation.deeplabv3_resnet50(weights=None, "
+                          "aux_loss=False)`, 520 x 520, output `out`",
+    "gpt2-medium": "transformers `GPT2LMHeadModel`, GPT-2 medium's config (n_embd 1024, "
+                   "24 layers, 16 heads), logits, no cache",
+}
 
 
 def build(name: str):
@@ -169,7 +188,8 @@ def main(argv=None) -> int:
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fullsize.json").write_text(json.dumps(
-        {m: {"dims": d, "model_type": t, "cnn": c} for m, (d, t, c) in FULL.items()}, indent=1))
+        {m: {"dims": d, "model_type": t, "cnn": c, "made_by": MADE_BY[m]}
+         for m, (d, t, c) in FULL.items()}, indent=1))
     log_path = out / "export.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {}
     export_corpus.build = build  # export_one builds through the module's build()
