@@ -292,8 +292,7 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...]
                 makers["transformers"] = lambda: transformers_form(
                     static, model_type, Path(f"{stem}.transformers.onnx"))
             if cnn:
-                makers["qdq-int8"] = lambda: qdq_form(static, Path(f"{stem}.qdq-int8.onnx"),
-                                                      folder / "work")
+                makers["qdq-int8"] = lambda: _qdq_in_temp(static, Path(f"{stem}.qdq-int8.onnx"))
             makers["fp16"] = lambda: fp16_form(static, Path(f"{stem}.fp16.onnx"))
             for form in forms:
                 if form not in makers:
@@ -302,7 +301,6 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...]
                 why = ""
                 if not path.exists():
                     print(f"making {path.name}", file=sys.stderr, flush=True)
-                    (folder / "work").mkdir(exist_ok=True)
                     try:
                         makers[form]()
                     except Exception as exc:  # a form that cannot be made stays listed
@@ -310,6 +308,11 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...]
                         why = f"making the form: {type(exc).__name__}: {str(exc)[:200]}"
                 out.append((model, exporter, form, path, why))
     return out
+
+
+def _qdq_in_temp(path: Path, out: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="deploy-qdq-") as tmp:
+        return qdq_form(path, out, Path(tmp))
 
 
 def readme(folder: Path, listed) -> None:
