@@ -29,6 +29,17 @@ int8 dynamic), each as it is::
 
     python tools/deployment_corpus.py build /tmp/deploy --models resnet50,gpt2-decode
     python tools/deploy_forms.py run --from /tmp/deploy --write
+
+``fullsize DIR`` does the same for the full-size exports ``tools/export_fullsize.py DIR``
+wrote (issue 33's bar): each export bound to its dims (``static``), ORT-saved at each
+level, the transformer optimizer's output, int8 QDQ (the CNNs) and fp16, written into DIR
+beside it with DIR/README.txt listing the files and their ``--dim`` bindings; each form
+is planned as given and with ``--ort-optimize all`` (``--levels`` for more), verified at
+all, and measured against ORT's pattern at ALL. Rows are kept in DIR/rows.json as they
+are made (a run resumes; ``--redo`` measures again), ``--write`` puts the table between
+``<!-- deploy-fullsize -->`` markers::
+
+    python tools/deploy_forms.py fullsize /tmp/fullsize --write
 """
 from __future__ import annotations
 
@@ -267,7 +278,8 @@ def fp16_form(path: Path, out: Path) -> Path:
     return out
 
 
-def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...]
+def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
+               exporters: tuple[str, ...] = ("ts", "dynamo"), make: bool = True
                ) -> list[tuple[str, str, str, Path, str]]:
     """Write the deploy forms of each export ``tools/export_fullsize.py`` wrote into
     ``folder`` beside it (a form already there is kept) and list them: (model, exporter,
@@ -278,7 +290,7 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...]
     for model in models or list(spec):
         dims, model_type, cnn = (spec[model]["dims"], spec[model]["model_type"],
                                  spec[model]["cnn"])
-        for exporter in ("ts", "dynamo"):
+        for exporter in exporters:
             src = folder / f"{model}-{exporter}.onnx"
             if not src.exists():
                 continue
@@ -299,7 +311,7 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...]
                     continue
                 path = Path(f"{stem}.{form}.onnx")
                 why = ""
-                if not path.exists():
+                if make and not path.exists():
                     print(f"making {path.name}", file=sys.stderr, flush=True)
                     try:
                         makers[form]()
@@ -333,18 +345,18 @@ def readme(folder: Path, listed) -> None:
                 lines.append(f"{src.name}  " + " ".join(
                     f"--dim {k}={v}" for k, v in spec[model]["dims"].items()))
     lines.append("")
-    lines += [f"{p.name}" + (f"  (not made: {why})" if why else "")
-              for _, _, _, p, why in listed]
+    lines += [p.name for _, _, _, p, _ in listed if p.exists()]
     (folder / "README.txt").write_text("\n".join(lines) + "\n")
 
 
 def run_full(folder: Path, models: list[str] | None, forms: tuple[str, ...],
-             levels: tuple[str, ...], store: Path, redo: bool = False) -> list[dict]:
+             levels: tuple[str, ...], store: Path, redo: bool = False,
+             exporters: tuple[str, ...] = ("ts", "dynamo")) -> list[dict]:
     """Measure every form (:func:`measure_form` at ``levels``), each row kept in ``store``
     (JSON) as it is made, so that a run resumes where it stopped."""
     rows = json.loads(store.read_text()) if store.exists() else {}
-    listed = full_forms(folder, models, forms)
-    readme(folder, listed)
+    listed = full_forms(folder, models, forms, exporters)
+    readme(folder, full_forms(folder, None, FULL_FORMS, ("ts", "dynamo"), make=False))
     for model, exporter, form, path, why in listed:
         key = path.name
         if key in rows and not redo:
@@ -360,7 +372,8 @@ def run_full(folder: Path, models: list[str] | None, forms: tuple[str, ...],
         row.update(model=f"{model}-{exporter}", form=form, dims={})
         rows[key] = row
         store.write_text(json.dumps(rows, indent=1, default=str))
-    return [rows[p.name] for _, _, _, p, _ in listed if p.name in rows]
+    everything = full_forms(folder, None, FULL_FORMS, ("ts", "dynamo"), make=False)
+    return [rows[p.name] for _, _, _, p, _ in everything if p.name in rows]
 
 
 def _dims(row: dict) -> dict[str, int]:
@@ -421,6 +434,7 @@ def main(argv=None) -> int:
                         "all' also measures ORT's pattern off and at each)")
     f.add_argument("--store", metavar="JSON", help="rows kept here (default DIR/rows.json)")
     f.add_argument("--redo", action="store_true")
+    f.add_argument("--exporters", default="ts,dynamo")
     f.add_argument("--write", action="store_true")
     ns = ap.parse_args(argv)
     if ns.cmd == "fullsize":
@@ -454,7 +468,8 @@ def main_full(ns) -> int:
     store = Path(ns.store) if ns.store else folder / "rows.json"
     levels = tuple(ns.levels.split(","))
     rows = run_full(folder, ns.models.split(",") if ns.models else None,
-                    tuple(ns.forms.split(",")), levels, store, ns.redo)
+                    tuple(ns.forms.split(",")), levels, store, ns.redo,
+                    tuple(ns.exporters.split(",")))
     spec = json.loads((folder / "fullsize.json").read_text())
     exported = json.loads((folder / "export.json").read_text())
     versions = exported.get("_versions", {})
