@@ -517,7 +517,7 @@ def main_full(ns) -> int:
     head += "\n\nModels (random weights, nothing downloaded):\n\n" + made
     fails = [f"- {k}: {e['error']}" for k, e in exported.items()
              if isinstance(e, dict) and e.get("error")]
-    body = ("## Full-size exports and their deploy forms (issue 33)\n\n" + head + "\n\n"
+    body = ("### Every form beside ORT's pattern\n\n" + head + "\n\n"
             + (table(rows) if levels != ("all",) else full_table(rows))
             + ("\n\nExports that failed:\n\n" + "\n".join(fails)
                              if fails else ""))
