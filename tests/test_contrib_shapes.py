@@ -295,3 +295,73 @@ def test_a_chain_through_ort_inference_keeps_the_rules():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid(MS, 1)], ir_version=8)
     assert inferred(model) == ort_outputs(model)
+
+
+@pytest.mark.parametrize("op,opset", [("SimplifiedLayerNormalization", 17),
+                                      ("LayerNormalization", 16)])
+def test_a_model_with_ort_own_onnx_domain_op_loads_plans_and_verifies(op, opset, tmp_path):
+    """ONNX Runtime registers SimplifiedLayerNormalization (and LayerNormalization before
+    opset 17) in the ONNX domain itself; its transformer optimizer writes RMSNorm so (a
+    Llama decoder) and runs the file. onnx's checker knows no such op there: the loader
+    checks those nodes as ORT's contrib ops, and the file plans and verifies."""
+    import graphmem
+    from graphmem.verify.verifier import verify
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node(op, ["a", "g"], ["n"], axis=-1, epsilon=1e-5),
+             helper.make_node("Relu", ["n"], ["y"])]
+    graph = helper.make_graph(nodes, "own", [helper.make_tensor_value_info("x", F, [2, 3, 8])],
+                              [helper.make_tensor_value_info("y", F, [2, 3, 8])],
+                              [c("g", np.linspace(0.5, 1.5, 8))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8)
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(model.SerializeToString())
+    ort_outputs(model)  # ONNX Runtime runs it
+    loaded = graphmem.load(path)
+    assert loaded.tensors["n"].shape == (2, 3, 8)
+    plan = graphmem.plan_graph(loaded).plan
+    graphmem.validate(plan, loaded)
+    assert verify(plan, loaded).passed
+
+
+def test_a_model_with_an_unknown_onnx_domain_op_is_still_refused(tmp_path):
+    """Only ORT's own ONNX-domain ops pass the checker as contrib ops."""
+    import graphmem
+    from graphmem.errors import GraphmemError
+    node = helper.make_node("NoSuchNorm", ["x"], ["y"])
+    graph = helper.make_graph([node], "bad", [helper.make_tensor_value_info("x", F, [2, 8])],
+                              [helper.make_tensor_value_info("y", F, [2, 8])])
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                       ir_version=8).SerializeToString())
+    with pytest.raises(GraphmemError, match="No Op registered for NoSuchNorm"):
+        graphmem.load(path)
+
+
+def test_contrib_ops_that_size_each_layer_shape_arithmetic_load(tmp_path):
+    """A contrib op in every layer whose output the next layer's shape arithmetic reads
+    (the transformer optimizer's ViT-B/16: BiasGelu, then Shape, Mod and a Reshape to
+    the computed shape): the contrib rules and the constant values take turns until
+    every layer is sized (once each, the third layer stayed unknown), and the plan
+    verifies."""
+    import graphmem
+    from graphmem.verify.verifier import verify
+    layers, nodes = 4, []
+    for i in range(layers):
+        x, b, s, m = f"x{i}", f"b{i}", f"s{i}", f"m{i}"
+        nodes += [helper.make_node("BiasGelu", [x, "bias"], [b], domain=MS),
+                  helper.make_node("Shape", [b], [s]),
+                  helper.make_node("Mod", [s, "big"], [m]),  # no data propagation in onnx
+                  helper.make_node("Reshape", [b, m], [f"x{i + 1}"])]
+    graph = helper.make_graph(
+        nodes, "layers", [helper.make_tensor_value_info("x0", F, [2, 3, 8])],
+        [helper.make_tensor_value_info(f"x{layers}", F, [2, 3, 8])],
+        [c("bias", np.linspace(-1, 1, 8)), c("big", [1 << 20], np.int64)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)], ir_version=8)
+    path = tmp_path / "layers.onnx"
+    path.write_bytes(model.SerializeToString())
+    loaded = graphmem.load(path)
+    assert all(loaded.tensors[f"x{i}"].shape == (2, 3, 8) for i in range(layers + 1))
+    plan = graphmem.plan_graph(loaded).plan
+    assert verify(plan, loaded).passed

@@ -49,10 +49,11 @@ def test_every_default_entry_has_evidence_with_a_file_and_line(provider):
 def test_the_default_tables_are_the_candidates_with_evidence():
     for provider in ops.PROVIDERS:
         probed = ops.INPLACE_TABLES[ops.table_key(provider, "probed")]
-        fused = {op: p for op, p in ops.INPLACE_TABLES[provider].items() if op in ops.FUSED}
-        assert probed == {**ops.ELEMENTWISE, **fused}  # no fused pair is probed
+        fused = {op: p for op, p in ops.INPLACE_TABLES[provider].items()
+                 if op in ops.FUSED or op in ops.ROWWISE}
+        assert probed == {**ops.ELEMENTWISE, **fused}  # no fused or row-wise pair is probed
         for op, pairs in ops.INPLACE_TABLES[provider].items():
-            assert set(pairs) <= set({**ops.ELEMENTWISE, **ops.FUSED}[op])
+            assert set(pairs) <= set({**ops.ELEMENTWISE, **ops.ROWWISE, **ops.FUSED}[op])
     # the runtime's own declarations the zoo relies on
     assert ops.INPLACE_TABLES["cpu"]["Relu"] == [(0, 0)]
     assert ops.evidence("cpu", "Relu")[0]["kind"] == "declared"
@@ -87,11 +88,44 @@ def _fused_conv_graph(elem):
 
 def test_fused_conv_writes_over_its_sum_for_float_only():
     """CPU FusedConv declares MayInplace(3, 0) on its float kernel; the MLFloat16 one
-    declares none (ops.FUSED_DTYPE)."""
+    declares none (ops.PAIR_DTYPE)."""
     plan = graphmem.plan_graph(_fused_conv_graph(F)).plan
     assert plan.tensors["y"].alias_of == "a"
     plan16 = graphmem.plan_graph(_fused_conv_graph(TensorProto.FLOAT16)).plan
     assert plan16.tensors["y"].alias_of is None
+
+
+def _attention_scores_graph(elem, tmp_path):
+    """q @ k -> s; Softmax(s) -> p; p @ v -> y: the scores die at the Softmax."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = make_model(nodes, [("q", elem, [1, 2, 64, 8]), ("k", elem, [1, 2, 8, 64]),
+                               ("v", elem, [1, 2, 64, 8])], [("y", elem, [1, 2, 64, 8])])
+    path = tmp_path / f"scores-{elem}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return graphmem.load(path)
+
+
+def test_softmax_writes_over_its_input_for_float_only(tmp_path):
+    """CPU Softmax declares MayInplace(0, 0) on its float kernel, not on the double one
+    (ops.PAIR_DTYPE): a float attention block's probabilities take the scores' bytes
+    (Whisper's encoder: two 54 MB tensors at its peak become one), a double one's do not;
+    CUDA's Softmax declares nothing."""
+    assert ops.INPLACE_TABLES["cpu"]["Softmax"] == [(0, 0)]
+    assert ops.INPLACE_TABLES["cpu"]["LogSoftmax"] == [(0, 0)]
+    assert "Softmax" not in ops.INPLACE_TABLES["cuda"]
+    assert ops.evidence("cpu", "Softmax")[0]["file"] == "onnxruntime/core/providers/cpu/math/softmax.cc"
+    graph = _attention_scores_graph(F, tmp_path)
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.tensors["p"].alias_of == "s"
+    graphmem.validate(plan, graph)
+    from graphmem.verify.verifier import verify
+    assert verify(plan, graph).passed
+    plan64 = graphmem.plan_graph(_attention_scores_graph(TensorProto.DOUBLE, tmp_path)).plan
+    assert plan64.tensors["p"].alias_of is None
+    cuda = graphmem.plan_graph(graph, provider="cuda").plan
+    assert cuda.tensors["p"].alias_of is None
 
 
 def test_gelu_is_in_no_default_table_and_probed_tables_are_opt_in():

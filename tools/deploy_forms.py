@@ -29,6 +29,17 @@ int8 dynamic), each as it is::
 
     python tools/deployment_corpus.py build /tmp/deploy --models resnet50,gpt2-decode
     python tools/deploy_forms.py run --from /tmp/deploy --write
+
+``fullsize DIR`` does the same for the full-size exports ``tools/export_fullsize.py DIR``
+wrote (issue 33's bar): each export bound to its dims (``static``), ORT-saved at each
+level, the transformer optimizer's output, int8 QDQ (the CNNs) and fp16, written into DIR
+beside it with DIR/README.txt listing the files and their ``--dim`` bindings; each form
+is planned as given and with ``--ort-optimize all`` (``--levels`` for more), verified at
+all, and measured against ORT's pattern at ALL. Rows are kept in DIR/rows.json as they
+are made (a run resumes; ``--redo`` measures again), ``--write`` puts the table between
+``<!-- deploy-fullsize -->`` markers::
+
+    python tools/deploy_forms.py fullsize /tmp/fullsize --write
 """
 from __future__ import annotations
 
@@ -158,15 +169,22 @@ def first_line(proc) -> str:
     return (lines or proc.stderr.strip().splitlines()[-1:] or ["no output"])[-1][:300]
 
 
-def measure_form(path: Path, work: Path) -> dict:
+def measure_form(path: Path, work: Path, levels: tuple[str, ...] = LEVELS) -> dict:
+    """One form through graphmem and ORT: ``plan`` as given and at each of ``levels``,
+    ``verify --ort-optimize all``, ORT's pattern (off and at each of ``levels``)."""
     import graphmem
     import ort_pattern
     from graphmem.frontend.ort_optimize import cleanup, optimize
     row: dict = {"failures": []}
-    graph = graphmem.load(path)
-    row["nodes"] = len(graph.nodes)
-    row["io"] = sum(graph.tensors[t].bytes for t in set(graph.inputs) | set(graph.outputs))
-    for level in ("exported", *LEVELS):
+    try:
+        graph = graphmem.load(path)
+    except Exception as exc:  # noqa: BLE001 -- the row says why, the run goes on
+        row["failures"].append(f"load: {str(exc).splitlines()[0][:300]}")
+        graph = None
+    row["nodes"] = len(graph.nodes) if graph else None
+    row["io"] = (sum(graph.tensors[t].bytes for t in set(graph.inputs) | set(graph.outputs))
+                 if graph else None)
+    for level in ("exported", *levels):
         out = work / f"{path.stem}.{level}.plan.json"
         extra = [] if level == "exported" else ["--ort-optimize", level]
         p = graphmem_cmd("plan", path, *extra, "-o", out, "--quiet")
@@ -186,13 +204,13 @@ def measure_form(path: Path, work: Path) -> dict:
     row["verify"] = p.returncode == 0
     if p.returncode:
         row["failures"].append(f"verify --ort-optimize all: {first_line(p) if p.returncode == 2 else 'FAIL'}")
-    for level in ("off", *LEVELS):
-        m = ort_pattern.measure(path, level)
+    for level in ("off", *levels) if levels == LEVELS else levels:
+        m = ort_pattern.measure(path, level, timeout=1200)
         row[f"ort_{level}"] = m.get("pattern_bytes")
         if m.get("error"):
             row["failures"].append(f"ORT pattern at {level}: {m['error']}")
     a, o = row.get("arena_all"), row.get("ort_all")
-    row["bar"] = None if a is None or o is None else a <= o + row["io"]
+    row["bar"] = None if a is None or o is None or row["io"] is None else a <= o + row["io"]
     return row
 
 
@@ -247,6 +265,117 @@ def run(names: list[str], built: Path | None = None) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------- full-size exports
+
+FULL_FORMS = ("static", "ort-basic", "ort-extended", "ort-all", "transformers", "qdq-int8",
+              "fp16")
+
+
+def fp16_form(path: Path, out: Path) -> Path:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    onnx.save(convert_float_to_float16(onnx.load(str(path)), keep_io_types=True), str(out))
+    return out
+
+
+def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
+               exporters: tuple[str, ...] = ("ts", "dynamo"), make: bool = True
+               ) -> list[tuple[str, str, str, Path, str]]:
+    """Write the deploy forms of each export ``tools/export_fullsize.py`` wrote into
+    ``folder`` beside it (a form already there is kept) and list them: (model, exporter,
+    form, path, "" or why it could not be made). ``static``: the export with its dims
+    bound as ``fullsize.json`` says; every other form is made from that one."""
+    spec = json.loads((folder / "fullsize.json").read_text())
+    out = []
+    for model in models or list(spec):
+        dims, model_type, cnn = (spec[model]["dims"], spec[model]["model_type"],
+                                 spec[model]["cnn"])
+        for exporter in exporters:
+            src = folder / f"{model}-{exporter}.onnx"
+            if not src.exists():
+                continue
+            stem = folder / f"{model}-{exporter}"
+            static = Path(f"{stem}.static.onnx")
+            makers = {"static": lambda: bound(src, dims, static)}
+            for lv in LEVELS:
+                makers[f"ort-{lv}"] = (lambda lv=lv: saved_at(static, lv,
+                                                               Path(f"{stem}.ort-{lv}.onnx")))
+            if model_type:
+                makers["transformers"] = lambda: transformers_form(
+                    static, model_type, Path(f"{stem}.transformers.onnx"))
+            if cnn:
+                makers["qdq-int8"] = lambda: _qdq_in_temp(static, Path(f"{stem}.qdq-int8.onnx"))
+            makers["fp16"] = lambda: fp16_form(static, Path(f"{stem}.fp16.onnx"))
+            for form in forms:
+                if form not in makers:
+                    continue
+                path = Path(f"{stem}.{form}.onnx")
+                why = ""
+                if make and not path.exists():
+                    print(f"making {path.name}", file=sys.stderr, flush=True)
+                    try:
+                        makers[form]()
+                    except Exception as exc:  # a form that cannot be made stays listed
+                        path.unlink(missing_ok=True)
+                        why = f"making the form: {type(exc).__name__}: {str(exc)[:200]}"
+                out.append((model, exporter, form, path, why))
+    return out
+
+
+def _qdq_in_temp(path: Path, out: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="deploy-qdq-") as tmp:
+        return qdq_form(path, out, Path(tmp))
+
+
+def readme(folder: Path, listed) -> None:
+    """``folder``/README.txt: each file and the ``--dim`` bindings it plans with."""
+    spec = json.loads((folder / "fullsize.json").read_text())
+    lines = ["Full-size exports (tools/export_fullsize.py) and their deploy forms",
+             "(tools/deploy_forms.py fullsize). Random weights. <model>-<exporter>.onnx is",
+             "the export (symbolic dims: bind them as below); every other form is made from",
+             "<model>-<exporter>.static.onnx (the export with those dims bound) and needs no",
+             "--dim. Forms: static, ort-LEVEL (ONNX Runtime CPU's optimizer at LEVEL, saved",
+             "by optimized_model_filepath), transformers (onnxruntime.transformers",
+             "optimize_model, opt_level 0), qdq-int8 (quantize_static, QDQ), fp16",
+             "(convert_float_to_float16, keep_io_types).", ""]
+    for model in spec:
+        for exporter in ("ts", "dynamo"):
+            src = folder / f"{model}-{exporter}.onnx"
+            if src.exists():
+                lines.append(f"{src.name}  " + " ".join(
+                    f"--dim {k}={v}" for k, v in spec[model]["dims"].items()))
+    lines.append("")
+    lines += [p.name for _, _, _, p, _ in listed if p.exists()]
+    (folder / "README.txt").write_text("\n".join(lines) + "\n")
+
+
+def run_full(folder: Path, models: list[str] | None, forms: tuple[str, ...],
+             levels: tuple[str, ...], store: Path, redo: bool = False,
+             exporters: tuple[str, ...] = ("ts", "dynamo")) -> list[dict]:
+    """Measure every form (:func:`measure_form` at ``levels``), each row kept in ``store``
+    (JSON) as it is made, so that a run resumes where it stopped."""
+    rows = json.loads(store.read_text()) if store.exists() else {}
+    listed = full_forms(folder, models, forms, exporters)
+    readme(folder, full_forms(folder, None, FULL_FORMS, ("ts", "dynamo"), make=False))
+    for model, exporter, form, path, why in listed:
+        key = path.name
+        if key in rows and not redo:
+            continue
+        print(f"measuring {key}", file=sys.stderr, flush=True)
+        if why:
+            row = {"failures": [why]}
+        else:
+            with tempfile.TemporaryDirectory(prefix="deploy-full-") as tmp:
+                t0 = time.perf_counter()
+                row = measure_form(path, Path(tmp), levels)
+                row["seconds"] = round(time.perf_counter() - t0, 1)
+        row.update(model=f"{model}-{exporter}", form=form, dims={})
+        rows[key] = row
+        store.write_text(json.dumps(rows, indent=1, default=str))
+    everything = full_forms(folder, None, FULL_FORMS, ("ts", "dynamo"), make=False)
+    return [rows[p.name] for _, _, _, p, _ in everything if p.name in rows]
+
+
 def _dims(row: dict) -> dict[str, int]:
     return row["dims"] if "dims" in row else MODELS[row["model"]][0]
 
@@ -296,7 +425,22 @@ def main(argv=None) -> int:
     r.add_argument("--json", metavar="PATH")
     r.add_argument("--from", dest="built", metavar="DIR",
                    help="also the forms tools/deployment_corpus.py build wrote into DIR")
+    f = sub.add_parser("fullsize", help="the forms of tools/export_fullsize.py's exports")
+    f.add_argument("dir")
+    f.add_argument("--models", default="")
+    f.add_argument("--forms", default=",".join(FULL_FORMS))
+    f.add_argument("--levels", default="all",
+                   help="the --ort-optimize levels to plan at (default all; 'basic,extended,"
+                        "all' also measures ORT's pattern off and at each)")
+    f.add_argument("--store", metavar="JSON", help="rows kept here (default DIR/rows.json)")
+    f.add_argument("--redo", action="store_true")
+    f.add_argument("--exporters", default="ts,dynamo")
+    f.add_argument("--table-only", action="store_true",
+                   help="make and measure nothing: the table of the rows DIR/rows.json holds")
+    f.add_argument("--write", action="store_true")
     ns = ap.parse_args(argv)
+    if ns.cmd == "fullsize":
+        return main_full(ns)
     rows = run(ns.models.split(",") if ns.models else [], Path(ns.built) if ns.built else None)
     import onnxruntime
     command = "run --from DIR --write" if ns.built else "run --write"
@@ -313,6 +457,79 @@ def main(argv=None) -> int:
         Path(ns.json).write_text(json.dumps(rows, indent=1, default=str))
     if ns.write:
         write_doc(body)
+    print(body)
+    return 0
+
+
+FULL_BEGIN, FULL_END = "<!-- deploy-fullsize -->", "<!-- /deploy-fullsize -->"
+
+
+def full_table(rows: list[dict]) -> str:
+    """The table of :func:`run_full`'s rows (planned as given and at ``all`` only)."""
+    lines = ["| model | form | nodes | graphmem as given | graphmem all | ORT all | I/O | "
+             "all ≤ ORT all + I/O | verify (all) | ORT optimize s (all) |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|"]
+    for r in rows:
+        if "nodes" not in r:
+            lines.append(f"| {r['model']} | {r['form']} | – | – | – | – | – | – | – | – |")
+            continue
+        bar = {True: "yes", False: "**no**", None: "–"}[r["bar"]]
+        secs = r.get("optimize_s_all")
+        lines.append(
+            f"| {r['model']} | {r['form']} | {r['nodes'] if r['nodes'] is not None else '–'} "
+            f"| {_mib(r.get('arena_exported'))} | {_mib(r.get('arena_all'))} "
+            f"| {_mib(r.get('ort_all'))} | {_mib(r['io'])} | {bar} "
+            f"| {'PASS' if r['verify'] else 'FAIL'} | "
+            f"{'–' if secs is None else f'{secs:.2f}'} |")
+    made = [r for r in rows if "nodes" in r]
+    met = sum(r.get("bar") is True and r.get("verify") is True for r in made)
+    fails = [f"- {r['model']} {r['form']}: {f}" for r in rows for f in r.get("failures", [])]
+    return ("\n".join(lines) + f"\n\nThe bar (graphmem's arena at `--ort-optimize all` at most "
+            f"ORT's pattern at ALL plus the I/O bytes, and verify passing) holds on {met} of "
+            f"the {len(made)} forms made; {len(rows) - len(made)} could not be made."
+            + ("\n\nFailures:\n\n" + "\n".join(fails) if fails else ""))
+
+
+def main_full(ns) -> int:
+    import onnxruntime
+    folder = Path(ns.dir)
+    store = Path(ns.store) if ns.store else folder / "rows.json"
+    levels = tuple(ns.levels.split(","))
+    rows = run_full(folder, ns.models.split(",") if ns.models else None,
+                    () if ns.table_only else tuple(ns.forms.split(",")), levels, store,
+                    ns.redo, tuple(ns.exporters.split(",")))
+    spec = json.loads((folder / "fullsize.json").read_text())
+    exported = json.loads((folder / "export.json").read_text())
+    versions = exported.get("_versions", {})
+    head = (
+        "Generated by `python tools/export_fullsize.py DIR` (torch "
+        f"{versions.get('torch', '?')}, torchvision {versions.get('torchvision', '?')}, "
+        f"transformers {versions.get('transformers', '?')}) and `python tools/deploy_forms.py "
+        f"fullsize DIR --write` (onnxruntime {onnxruntime.__version__}, CPU). Columns as "
+        "in the section above (graphmem's arena with graph inputs and outputs inside it; ORT's "
+        "pattern without them); *model* is `<model>-<exporter>` (`ts`: `dynamo=False`, opset 17; `dynamo`: "
+        "`dynamo=True`, opset 18); every form is made from the export with its dims bound ("
+        + "; ".join(f"{m} " + " ".join(f"{k}={v}" for k, v in d["dims"].items())
+                    for m, d in spec.items()) + ").")
+    made = "\n".join(f"- {m}: {d.get('made_by', '?')}; the transformer optimizer's "
+                     f"model type: {d['model_type'] or 'none (not a transformer)'}"
+                     for m, d in spec.items())
+    head += "\n\nModels (random weights, nothing downloaded):\n\n" + made
+    fails = [f"- {k}: {e['error']}" for k, e in exported.items()
+             if isinstance(e, dict) and e.get("error")]
+    body = ("### Every form beside ORT's pattern\n\n" + head + "\n\n"
+            + (table(rows) if levels != ("all",) else full_table(rows))
+            + ("\n\nExports that failed:\n\n" + "\n".join(fails)
+                             if fails else ""))
+    if ns.write:
+        block = f"{FULL_BEGIN}\n{body.strip()}\n{FULL_END}"
+        text = DOC.read_text()
+        if FULL_BEGIN in text:
+            text = re.sub(re.escape(FULL_BEGIN) + r".*?" + re.escape(FULL_END),
+                          lambda _: block, text, flags=re.S)
+        else:
+            text = text.rstrip() + "\n\n" + block + "\n"
+        DOC.write_text(text)
     print(body)
     return 0
 

@@ -130,6 +130,10 @@ SECTIONS = (
     Section("deploy", "docs/corpus.md", "python tools/deploy_forms.py run --write", (), None,
             why_unchecked="the forms are optimized and quantized by ONNX Runtime into a "
                           "folder first, and ORT's own pattern is measured beside them"),
+    Section("deploy-fullsize", "docs/corpus.md", "python tools/deploy_forms.py fullsize DIR "
+            "--write", (), None,
+            why_unchecked="full-size models exported with torch (tools/export_fullsize.py), "
+                          "their forms made by ONNX Runtime, and ORT's own pattern measured"),
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),

@@ -392,14 +392,14 @@ def _where(src: Source, reg: Registration, call: str, i: int, o: int) -> dict:
 def declared(src: Source, regs: list[Registration]) -> dict[str, dict]:
     """op -> its newest opset, its registrations there, and the pairs all of them declare."""
     by_op: dict[str, list[Registration]] = {}
-    from graphmem.core.ops import FUSED_DTYPE
+    from graphmem.core.ops import PAIR_DTYPE
     for r in regs:
         by_op.setdefault(r.op, []).append(r)
     out = {}
     for op, rs in sorted(by_op.items()):
         newest = max(r.since for r in rs)
         top = [r for r in rs if r.since == newest]
-        typed = FUSED_DTYPE.get(op)
+        typed = PAIR_DTYPE.get(op)
         if typed is not None:  # graphmem uses these pairs for one element type only
             kernel_type = f"GetTensorType<{KERNEL_TYPES[typed]}>()"
             top = [r for r in top if kernel_type in r.builder.replace(" ", "")] or top
@@ -448,8 +448,8 @@ def source_entries(src: Source) -> list[dict]:
 
 
 def build(src: Source) -> dict:
-    from graphmem.core.ops import ELEMENTWISE, FUSED, PROBE_CANDIDATES
-    candidates = {**ELEMENTWISE, **PROBE_CANDIDATES, **FUSED}
+    from graphmem.core.ops import ELEMENTWISE, FUSED, PROBE_CANDIDATES, ROWWISE
+    candidates = {**ELEMENTWISE, **ROWWISE, **PROBE_CANDIDATES, **FUSED}
     providers = {}
     for provider in PROVIDER_DIRS:
         decl = declared(src, registrations(src, provider))

@@ -67,6 +67,12 @@ ELEMENTWISE["BatchNormalization"] = [(0, 0)]
 # zeros for a MaxPool adjoint (ScatterND) and let die there.
 ELEMENTWISE.update({"ScatterND": [(0, 0)], "ScatterElements": [(0, 0)]})
 
+# Row-wise ops: each output row (along the op's axis) is computed from the same row of
+# the input alone. A kernel that reads the whole row before it writes any of it may write
+# its output over its input; candidates as ELEMENTWISE's are (a pair enters a default
+# table only with evidence), and the probed tables hold only the pairs with evidence.
+ROWWISE: dict[str, list[tuple[int, int]]] = {"Softmax": [(0, 0)], "LogSoftmax": [(0, 0)]}
+
 # Element-wise ops in no table, not even a probed one, that ``graphmem probe`` still
 # runs in place, so that a user sees why. Gelu: ONNX Runtime's CPU kernel
 # (onnxruntime/core/providers/cpu/tensor/gelu.cc) declares no MayInplace, and it writes
@@ -87,10 +93,13 @@ FUSED: dict[str, list[tuple[int, int]]] = {
     "com.microsoft:GroupQueryAttention": [(3, 1), (4, 2)],
     "com.microsoft:SparseAttention": [(3, 1), (4, 2)],
 }
-# ... and the element type a FUSED op's pairs are for, where its kernels differ by type:
-# CPU FusedConv declares MayInplace(3, 0) for float only (its MLFloat16 kernel, built
-# with MLAS's fp16 vector intrinsics, declares none and adds the sum after writing).
-FUSED_DTYPE: dict[str, str] = {"com.microsoft:FusedConv": "float32"}
+# ... and the element type an op's pairs are for, where its kernels differ by type
+# (a contrib op keyed "domain:op"): CPU FusedConv declares MayInplace(3, 0) for float only
+# (its MLFloat16 kernel, built with MLAS's fp16 vector intrinsics, declares none and adds
+# the sum after writing); CPU Softmax and LogSoftmax declare MayInplace(0, 0) on their
+# float kernels, not on the double ones.
+PAIR_DTYPE: dict[str, str] = {"com.microsoft:FusedConv": "float32", "Softmax": "float32",
+                              "LogSoftmax": "float32"}
 
 PROVIDERS = ("cpu", "cuda")
 PROBED = "probed"  # the suffix of the probed tables: "cpu-probed", "cuda-probed"
@@ -129,10 +138,10 @@ def evidence(provider: str, op: str) -> list[dict]:
 
 
 def _default_table(provider: str) -> dict[str, list[tuple[int, int]]]:
-    """The candidates of :data:`ELEMENTWISE` and :data:`FUSED` with evidence for
-    ``provider``'s kernels."""
+    """The candidates of :data:`ELEMENTWISE`, :data:`ROWWISE` and :data:`FUSED` with
+    evidence for ``provider``'s kernels."""
     table = {}
-    for op, pairs in {**ELEMENTWISE, **FUSED}.items():
+    for op, pairs in {**ELEMENTWISE, **ROWWISE, **FUSED}.items():
         backed = {tuple(e["pair"]) for e in evidence(provider, op)}
         kept = [p for p in pairs if p in backed]
         if kept:
@@ -147,7 +156,8 @@ for _p in PROVIDERS:
     INPLACE_TABLES[_p] = _default_table(_p)
     INPLACE_TABLES[f"{_p}-{PROBED}"] = {
         **{op: list(pairs) for op, pairs in ELEMENTWISE.items()},
-        **{op: pairs for op, pairs in INPLACE_TABLES[_p].items() if op in FUSED}}
+        **{op: pairs for op, pairs in INPLACE_TABLES[_p].items()
+           if op in FUSED or op in ROWWISE}}
 DEFAULT_TABLE = "cpu"
 # The CPU provider's default table (kept under its old name).
 OVERWRITE = INPLACE_TABLES["cpu"]
@@ -377,7 +387,7 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
     if not parts:
         return _EMPTY
     pos, overwrite, rank, src, out = (np.concatenate(c) for c in zip(*parts))
-    if any(op.rsplit(":", 1)[-1] in codes for op in FUSED_DTYPE):
+    if any(op.rsplit(":", 1)[-1] in codes for op in PAIR_DTYPE):
         keep = _typed(graph, rows, index, pos, overwrite, src)
         pos, overwrite, rank, src, out = pos[keep], overwrite[keep], rank[keep], src[keep], out[keep]
     by = np.lexsort((rank, overwrite, pos))
@@ -385,12 +395,13 @@ def alias_edges(graph: Graph, order, index: GraphIndex, table: str = DEFAULT_TAB
 
 
 def _typed(graph: Graph, rows, index: GraphIndex, pos, overwrite, src) -> np.ndarray:
-    """Which pairs stand once :data:`FUSED_DTYPE` is applied: an overwrite pair of such an
+    """Which pairs stand once :data:`PAIR_DTYPE` is applied: an overwrite pair of such an
     op holds only when its input has the element type its kernel declares it for."""
     keep = np.ones(len(pos), dtype=bool)
     for k in np.flatnonzero(overwrite).tolist():
         node = graph.nodes[int(rows[int(pos[k])])]
-        dtype = FUSED_DTYPE.get(f"{node.domain}:{node.op_type}")
+        dtype = PAIR_DTYPE.get(node.op_type if standard_domain(node.domain)
+                               else f"{node.domain}:{node.op_type}")
         if dtype is not None:
             name = index.names[int(src[k])] if src[k] >= 0 else None
             tensor = graph.tensors.get(name) if name is not None else None

@@ -8,9 +8,47 @@ from graphmem import wire
 from graphmem.core.memory import release_freed
 from graphmem.errors import GraphmemError
 from graphmem.frontend import onnx_c
+from graphmem.frontend.lazy import helper, onnx
 from graphmem.frontend.protos import invalid_text, one_line, to_proto
 from graphmem.frontend.splice import INITIALIZER, INPUT, NODE, entry, splice, tensor_value_info
 from graphmem.frontend.structure import EXTERNAL
+
+
+# Ops ONNX Runtime registers in the ONNX domain itself, since version 1
+# (onnxruntime/core/graph/contrib_ops/contrib_defs.cc, ``SetDomain(kOnnxDomain)``), which
+# onnx's checker does not know there: its transformer optimizer writes RMSNorm as an
+# ONNX-domain SimplifiedLayerNormalization, and LayerNormalization below opset 17 is
+# ORT's. The checker sees such nodes in ORT's contrib domain, where it checks the node's
+# structure but not its schema (graphmem's shape rules know them:
+# frontend/contrib_shapes.py).
+ORT_ONNX_DOMAIN = frozenset(("LayerNormalization", "SimplifiedLayerNormalization"))
+ORT_DOMAIN = "com.microsoft"
+
+
+def ort_own_ops(parsed: dict) -> frozenset[str]:
+    """The ops of :data:`ORT_ONNX_DOMAIN` the model's top-level graph uses in the ONNX
+    domain at an opset where ONNX itself defines none of that name."""
+    used = {n.op_type for n in parsed["graph"]["nodes"]
+            if n.op_type in ORT_ONNX_DOMAIN and n.domain in ("", "ai.onnx")}
+    if not used:
+        return frozenset()
+    opset = max((v for d, v in parsed["opsets"] if d in ("", "ai.onnx")), default=1)
+    own = set()
+    for op in used:
+        try:
+            onnx.defs.get_schema(op, opset, "")
+        except onnx.defs.SchemaError:
+            own.add(op)
+    return frozenset(own)
+
+
+def _as_ort_contrib(model, own: frozenset[str]) -> None:
+    """``model``'s ONNX-domain nodes of the ops ``own`` moved to ORT's contrib domain."""
+    for node in model.graph.node:
+        if node.op_type in own and node.domain in ("", "ai.onnx"):
+            node.domain = ORT_DOMAIN
+    if all(o.domain != ORT_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(ORT_DOMAIN, 1))
 
 
 def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
@@ -22,7 +60,8 @@ def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
     # optimizer keeps an old model's IR version and adds initializers that are not
     # (folded and fused weights), and runs the file it saved: checked as inputs
     legacy = parsed["ir_version"] < 4
-    if (not stripped and identity and not legacy
+    own = ort_own_ops(parsed)
+    if (not stripped and identity and not legacy and not own
             and all(t.data_location != EXTERNAL for t in g["initializers"])):
         run_checker(data)
         return
@@ -33,6 +72,12 @@ def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
         spans = g["spans"][NODE]
         work = splice(work, parsed, [(NODE, k, work[off:off + size]) for k, (off, size)
                                      in enumerate(spans[i] for i in order)])
+        parsed = wire.parse_model(work)
+        g = parsed["graph"]
+    if own:  # rare (ORT's transformer optimizer's RMSNorm): the protobuf way
+        model = to_proto(work)
+        _as_ort_contrib(model, own)
+        work = model.SerializeToString()
         parsed = wire.parse_model(work)
         g = parsed["graph"]
     inputs = {vi.name for vi in g["inputs"]}

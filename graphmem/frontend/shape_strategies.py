@@ -286,6 +286,21 @@ def constant_values(state: LoadState) -> None:
             break
 
 
+def contrib_rules_and_values(state: LoadState) -> None:
+    """The contrib rules, then the constant values, in turn while a turn sizes more: a
+    contrib op in every layer whose output the next layer's shape arithmetic reads (the
+    transformer optimizer's ViT-B/16: a BiasGelu before each Reshape to a computed
+    shape) needs one turn per layer."""
+    while True:
+        contrib_rules(state)
+        if not state.missing:
+            return
+        before = len(state.missing)
+        constant_values(state)
+        if not state.missing or len(state.missing) >= before:
+            return
+
+
 def onnxruntime_symbolic(state: LoadState) -> None:
     """ONNX Runtime's symbolic shape inference (it knows the contrib ops and attention
     blocks that onnx's own inference leaves open), kept only where it knows more: it
@@ -314,8 +329,9 @@ STRATEGIES: tuple[Strategy, ...] = (
              summary="inference again with small computed constants as initializers"),
     Strategy("dropout-mask", dropout_mask,
              summary="the masks of Dropouts whose data the constant values sized"),
-    Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
-             summary="the contrib rules again, past the shapes the constant values sized"),
+    Strategy("contrib-rules", contrib_rules_and_values, applies=has_contrib_ops,
+             summary="the contrib rules again, past the shapes the constant values sized, "
+                     "and the constant values after them, in turn while a turn sizes more"),
     Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
              summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
                      "with the contrib rules in front of its handlers"),
