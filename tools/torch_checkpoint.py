@@ -91,18 +91,52 @@ def as_sequence(name: str, module):
     the same function as ``module`` (checked by the caller)."""
     from torch import nn
 
+    class Lambda(nn.Module):  # a parameter-free step of the network's forward
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, x):
+            return self.f(x)
+
+    class Tokens(nn.Module):  # ViT's patch embedding, class token and position embedding
+        def __init__(self, vit):
+            super().__init__()
+            self.process, self.proj = vit._process_input, vit.conv_proj
+            self.cls, self.pos = vit.class_token, vit.encoder.pos_embedding
+
+        def forward(self, x):
+            x = self.process(x)
+            x = __import__("torch").cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+            return x + self.pos
+
     def flat(mods):
         out = []
         for m in mods:
             out.extend(m.children() if type(m) is nn.Sequential else [m])
         return out
 
+    mean = Lambda(lambda x: x.mean([2, 3]))
     if name.startswith("resnet"):
         m = module
         # the stem as one block: its ReLU is in place, and checkpoint_sequential refuses
         # a segment that starts there (it overwrites the segment's saved input)
         return nn.Sequential(nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool), *m.layer1,
                              *m.layer2, *m.layer3, *m.layer4, m.avgpool, nn.Flatten(1), m.fc)
+    if name.startswith("vit"):
+        m = module
+        return nn.Sequential(Tokens(m), *m.encoder.layers, m.encoder.ln,
+                             Lambda(lambda x: x[:, 0]), m.heads)
+    if name.startswith("swin"):
+        m = module
+        return nn.Sequential(*flat(m.features), m.norm, m.permute, m.avgpool, m.flatten,
+                             m.head)
+    if name.startswith("mnasnet"):
+        return nn.Sequential(*module.layers, mean, *module.classifier)
+    if name.startswith("shufflenet"):
+        m = module
+        return nn.Sequential(m.conv1, m.maxpool, *m.stage2, *m.stage3, *m.stage4, m.conv5,
+                             mean, m.fc)
     head = [module.avgpool] if hasattr(module, "avgpool") else [nn.AdaptiveAvgPool2d(1)]
     if name.startswith("convnext"):  # classifier: LayerNorm2d, Flatten, Linear
         return nn.Sequential(*flat(module.features), *head, *module.classifier)
@@ -220,19 +254,29 @@ def graphmem_side(module, batch: int) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
-def measure(name: str, batch: int, device: str, log) -> dict:
+def network(name: str):
+    """``(module, seq, x)``: the fused torchvision network, its block sequence and a
+    random input batch of 1 (the caller expands it)."""
     import torch
     import torchvision
 
     torch.manual_seed(0)
     module = fused(getattr(torchvision.models, name)(weights=None))
     seq = as_sequence(name, module)
-    x = torch.randn(batch, 3, 224, 224)
+    x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
-        if not torch.equal(seq(x[:2]), module(x[:2])):
+        if not torch.equal(seq(x), module(x)):
             raise SystemExit(f"{name}: the block sequence does not compute the network")
-    gm = graphmem_side(module, batch)
-    log(f"{name}: graphmem {gm}")
+    return module, seq
+
+
+def measure_torch(name: str, batch: int, device: str, log) -> dict:
+    """PyTorch's side: plain and ``checkpoint_sequential`` at every segment count."""
+    import torch
+
+    _, seq = network(name)
+    torch.manual_seed(1)
+    x = torch.randn(batch, 3, 224, 224)
     if device == "cuda":
         seq, x = seq.cuda(), x.cuda()
     run = measure_cuda if device == "cuda" else measure_cpu
@@ -242,7 +286,37 @@ def measure(name: str, batch: int, device: str, log) -> dict:
     for k in range(2, len(seq) + 1):
         ckpt[k] = run(seq, x, k)["peak"]
         log(f"{name}: checkpoint_sequential {k}: {ckpt[k] / MIB:,.1f} MiB")
-    return {"name": name, "blocks": len(seq), "torch": plain, "ckpt": ckpt, "gm": gm}
+    return {"blocks": len(seq), "torch": plain, "ckpt": ckpt, "device": device,
+            "versions": _versions()}
+
+
+def measure(name: str, batch: int, device: str, log, sides=("graphmem", "torch"),
+            cache: Path | None = None) -> dict:
+    """Both sides of one network; ``sides`` says which to measure now, the other read
+    from ``cache`` (``<cache>/<name>.b<batch>.<side>.json``, written for each side
+    measured) so that the slow PyTorch side and graphmem's can run apart."""
+    import json
+
+    row, done = {"name": name}, True
+    for side in ("graphmem", "torch"):
+        path = cache / f"{name}.b{batch}.{side}.json" if cache else None
+        if side in sides:
+            if side == "graphmem":
+                got = {"gm": graphmem_side(network(name)[0], batch)}
+                log(f"{name}: graphmem {got['gm']}")
+            else:
+                got = measure_torch(name, batch, device, log)
+            if path:
+                path.write_text(json.dumps(got))
+        elif path and path.exists():
+            got = json.loads(path.read_text())
+            if "ckpt" in got:
+                got["ckpt"] = {int(k): v for k, v in got["ckpt"].items()}
+        else:
+            done = False
+            continue
+        row.update(got)
+    return row if done else {}
 
 
 def table(rows: list[dict], batch: int, device: str) -> str:
@@ -288,13 +362,29 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--doc", action="store_true", help="rewrite the table in docs/training.md")
+    ap.add_argument("--side", choices=["both", "torch", "graphmem"], default="both",
+                    help="measure one side only; the other is read from --cache")
+    ap.add_argument("--cache", type=Path, help="folder of each side's measurements "
+                    "(written for the sides measured, read for the others)")
     args = ap.parse_args()
+    if args.side != "both" and args.cache is None:
+        raise SystemExit("--side needs --cache")
+    if args.cache:
+        args.cache.mkdir(parents=True, exist_ok=True)
+    sides = ("graphmem", "torch") if args.side == "both" else (args.side,)
     torch.set_num_threads(args.threads)
 
     def log(s):
         print(s, file=sys.stderr, flush=True)
 
-    rows = [measure(n, args.batch, args.device, log) for n in args.networks]
+    rows = [measure(n, args.batch, args.device, log, sides, args.cache)
+            for n in args.networks]
+    missing = [n for n, r in zip(args.networks, rows) if not r]
+    rows = [r for r in rows if r]
+    if missing:
+        log(f"not in the cache for the other side: {', '.join(missing)}")
+    if not rows:
+        return
     text = table(rows, args.batch, args.device)
     print(text)
     if args.doc:

@@ -295,13 +295,15 @@ def patched():
     BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
+    from graphmem.training.activations import DOMAIN as FUSED
+    from graphmem.training.activations import gelu_reverse
     from graphmem.training.grouped_conv import grouped_weight_adjoint
     from graphmem.training.matmul_rule import matmul_reverse
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
              for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice",
-                        "MatMul")}
+                        "MatMul", "Gelu")}
     inference_batch_norm = saved["BatchNormalization"]
     step_one_slice = saved["Slice"]
     batched_matmul = saved["MatMul"]
@@ -328,6 +330,16 @@ def patched():
                                                                      step_one_slice)
     rules.REVERSE["MatMul"] = lambda ctx, node, grads: matmul_reverse(ctx, node, grads,
                                                                       batched_matmul)
+    standard_gelu = saved["Gelu"]
+
+    def gelu_dispatch(ctx, node, grads):
+        from onnx_ad._build import attribute
+
+        if node.domain == FUSED or attribute(node, "approximate", "none") == "none":
+            return gelu_reverse(ctx, node, grads)
+        return standard_gelu(ctx, node, grads)
+
+    rules.REVERSE["Gelu"] = gelu_dispatch
     try:
         yield
     finally:

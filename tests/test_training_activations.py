@@ -1,0 +1,164 @@
+"""Activations exporters spell in primitives, differentiated as one op
+(graphmem/training/activations.py): the gradients against exact float64 numpy ones,
+the forward unchanged, and the backward's activation-sized tensors."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphmem.training.activations import DOMAIN, fuse
+from graphmem.training.build import build_training
+from graphmem.training.report import load_training, plan_training
+
+RNG = np.random.default_rng(2037)
+ERF = np.vectorize(math.erf)
+
+
+def _run(model, feeds):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    s = ort.InferenceSession(model.SerializeToString(), opts,
+                             providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+
+def _const(name, value):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+        np.array(value, np.float32), name + "_v"))
+
+
+def gelu_nodes(x, y, form):
+    """The exported erf-GELU chain from ``x`` to ``y`` in one of its spellings."""
+    p = y + "_"
+    if form == "div":  # TorchScript's nn.GELU: x * (1 + erf(x / sqrt 2)) * 0.5
+        return [_const(p + "r2", math.sqrt(2)), _const(p + "one", 1.0),
+                _const(p + "half", 0.5),
+                helper.make_node("Div", [x, p + "r2"], [p + "s"]),
+                helper.make_node("Erf", [p + "s"], [p + "e"]),
+                helper.make_node("Add", [p + "e", p + "one"], [p + "t"]),
+                helper.make_node("Mul", [x, p + "t"], [p + "m"]),
+                helper.make_node("Mul", [p + "m", p + "half"], [y])]
+    # 0.5 * x first, x scaled by 1/sqrt 2, operands the other way round
+    return [_const(p + "ir2", 1 / math.sqrt(2)), _const(p + "one", 1.0),
+            _const(p + "half", 0.5),
+            helper.make_node("Mul", [p + "ir2", x], [p + "s"]),
+            helper.make_node("Erf", [p + "s"], [p + "e"]),
+            helper.make_node("Add", [p + "one", p + "e"], [p + "t"]),
+            helper.make_node("Mul", [p + "half", x], [p + "h"]),
+            helper.make_node("Mul", [p + "h", p + "t"], [y])]
+
+
+def mlp(form="div", batch=3, width=5, hidden=7):
+    """x @ W1 -> GELU -> @ W2: the Linear-GELU-Linear of a ConvNeXt or ViT block."""
+    w1 = (RNG.standard_normal([width, hidden]) * 1.2).astype(np.float32)
+    w2 = (RNG.standard_normal([hidden, 4]) * 0.5).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"])] + gelu_nodes("h", "a", form) + \
+        [helper.make_node("MatMul", ["a", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         [batch, width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, w1, w2
+
+
+def exact_gradients(x, w1, w2):
+    """d sum(gelu(x @ w1) @ w2) / d(w1, w2), float64, by the closed form."""
+    x, w1, w2 = (v.astype(np.float64) for v in (x, w1, w2))
+    h = x @ w1
+    cdf = 0.5 * (1 + ERF(h / math.sqrt(2)))
+    a = h * cdf
+    da = np.ones([x.shape[0], w2.shape[1]]) @ w2.T
+    dh = da * (cdf + h * np.exp(-h * h / 2) / math.sqrt(2 * math.pi))
+    return x.T @ dh, a.T @ np.ones([x.shape[0], w2.shape[1]])
+
+
+@pytest.mark.parametrize("form", ["div", "mul"])
+def test_gelu_gradients_are_exact(form):
+    m, w1, w2 = mlp(form)
+    # values where erf and exp(-s^2) both matter, the tails included
+    x = (RNG.standard_normal([3, 5]) * 1.5).astype(np.float32)
+    tg = build_training(m, 3, loss="sum")
+    out = _run(tg.model, tg.feeds({"x": x}))
+    g1, g2 = exact_gradients(x, w1, w2)
+    np.testing.assert_allclose(out[tg.gradients["w1"]], g1, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(out[tg.gradients["w2"]], g2, rtol=2e-5, atol=2e-5)
+    # the forward is the exporter's chain again, node for node; no fused node is left
+    ops = [n.op_type for n in tg.model.graph.node if n.name.startswith("f:")]
+    assert "Erf" in ops and not any(n.domain == DOMAIN for n in tg.model.graph.node)
+    assert all(o.domain != DOMAIN for o in tg.model.opset_import)
+
+
+def test_gelu_gradients_equal_the_unfused_rule_and_finite_differences():
+    m, w1, w2 = mlp("div")
+    x = (RNG.standard_normal([3, 5])).astype(np.float32)
+    fused = build_training(m, 3, loss="sum")
+    plain = build_training(m, 3, loss="sum", rewrites=False)  # onnx_ad op by op
+    a = _run(fused.model, fused.feeds({"x": x}))
+    b = _run(plain.model, plain.feeds({"x": x}))
+    for w in ("w1", "w2"):
+        np.testing.assert_allclose(a[fused.gradients[w]], b[plain.gradients[w]],
+                                   rtol=1e-5, atol=1e-6)
+    # float64 central differences of the loss through the chain itself
+    def loss(v):
+        h = x.astype(np.float64) @ v
+        return (h * 0.5 * (1 + ERF(h / math.sqrt(2))) @ w2.astype(np.float64)).sum()
+    eps, fd = 1e-6, np.zeros(w1.shape)
+    for i in np.ndindex(*w1.shape):
+        up, down = w1.astype(np.float64), w1.astype(np.float64)
+        up[i] += eps
+        down[i] -= eps
+        fd[i] = (loss(up) - loss(down)) / (2 * eps)
+    np.testing.assert_allclose(a[fused.gradients["w1"]], fd, rtol=1e-4, atol=1e-5)
+
+
+def test_chain_is_fused_only_when_its_intermediates_are_its_own():
+    m, _, _ = mlp("div")
+    # the Erf's output also read elsewhere: not the GELU's alone, left as it is
+    m.graph.output.append(helper.make_tensor_value_info("a_e", TensorProto.FLOAT, None))
+    assert fuse(m) == {}
+    m2, _, _ = mlp("div")
+    for n in m2.graph.node:  # a different constant: not a GELU
+        if n.op_type == "Constant" and n.output[0] == "a_r2":
+            n.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(1.5, np.float32),
+                                                               "v"))
+    assert fuse(m2) == {}
+    m3, _, _ = mlp("div")
+    assert list(fuse(m3)) == ["a"]
+    assert [n.op_type for n in m3.graph.node if n.domain == DOMAIN] == ["Gelu"]
+
+
+def test_gelu_backward_holds_three_activation_sized_tensors():
+    """The GELU's backward reads only its input and the output's adjoint and makes one
+    new tensor while both live (erf): at most three activation-sized tensors at once,
+    where onnx_ad's rules op by op held four (PyTorch's fused kernel: three)."""
+    hidden = 64
+    m, _, _ = mlp("div", batch=32, width=4, hidden=hidden)
+    size = 32 * hidden * 4  # bytes of one activation-sized float32 tensor
+    peaks = {}
+    for fused in (True, False):
+        tg = build_training(m, 32, loss="sum", fuse_activations=fused)
+        result, _ = plan_training(load_training(tg))
+        peaks[fused] = largest_concurrent(result.plan, size)
+    assert peaks == {True: 3, False: 4}
+
+
+def largest_concurrent(plan, size):
+    """The most storages holding a tensor of ``size`` bytes or more live at one step of
+    the plan (a view or an in-place output shares its input's storage)."""
+    from graphmem.plan.columns import group_roots
+
+    roots = group_roots(plan)
+    events: dict[int, set] = {}
+    for name, t in plan.tensors.items():
+        if t.bytes >= size:
+            for step in range(t.live[0], t.live[1] + 1):
+                events.setdefault(step, set()).add(roots[name])
+    return max(len(v) for v in events.values())
