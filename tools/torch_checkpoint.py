@@ -131,8 +131,13 @@ def as_sequence(name: str, module):
         m = module
         return nn.Sequential(*flat(m.features), m.norm, m.permute, m.avgpool, m.flatten,
                              m.head)
+    # the classifier as one block where it has in-place layers (Hardswish, Dropout):
+    # checkpoint_sequential refuses a segment that starts at one
     if name.startswith("mnasnet"):
-        return nn.Sequential(*module.layers, mean, *module.classifier)
+        return nn.Sequential(*module.layers, mean, module.classifier)
+    if name.startswith("mobilenet_v3"):
+        return nn.Sequential(*flat(module.features), module.avgpool, nn.Flatten(1),
+                             module.classifier)
     if name.startswith("shufflenet"):
         m = module
         return nn.Sequential(m.conv1, m.maxpool, *m.stage2, *m.stage3, *m.stage4, m.conv5,
@@ -232,12 +237,12 @@ def graphmem_side(module, batch: int) -> dict:
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "model.onnx"
-        with torch.no_grad():
-            torch.onnx.export(module, (torch.randn(2, 3, 224, 224),), str(path),
-                              dynamo=False, opset_version=17, input_names=["pixel_values"],
-                              output_names=["logits"], do_constant_folding=True,
-                              dynamic_axes={"pixel_values": {0: "batch"},
-                                            "logits": {0: "batch"}})
+        # with gradients enabled, as in training: under no_grad nn.MultiheadAttention
+        # takes its inference fast path (ViT), an op the exporter does not know
+        torch.onnx.export(module, (torch.randn(2, 3, 224, 224),), str(path),
+                          dynamo=False, opset_version=17, input_names=["pixel_values"],
+                          output_names=["logits"], do_constant_folding=True,
+                          dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
         tg = build_training(onnx.load(str(path)), batch, loss="sum")
     t0 = time.perf_counter()
     base, plain, selected = selective_planned(tg, "sgd", batch)

@@ -195,3 +195,24 @@ def gelu_reverse(ctx, node, grads):
                  stem="gelu_exp")
     return [b.op("Add", [first, b.op("Mul", [slope, gauss], stem="gelu_tail")],
                  stem="gelu_dx")]
+
+
+def hard_swish_reverse(ctx, node, grads):
+    """HardSwish ``y = x * clip(x/6 + 1/2, 0, 1)``: ``dx = dy * d`` with ``d`` 0 below
+    -3, ``x/3 + 1/2`` up to 3 and 1 above, written as ``t - ThresholdedRelu(t - 1, 1/2)``
+    over ``t = ThresholdedRelu(x/3 + 1/2, -1/2)``: every op may overwrite its input on
+    the CPU (Mul, Add, Sub, ThresholdedRelu), so besides ``x`` and ``dy`` one more
+    activation-sized tensor is live (``t - 1`` beside ``t``), as in PyTorch's fused
+    kernel. onnx_ad's rule builds the clipped line, its Max, its Min and a Where, each a
+    new tensor (Max, Min and Where have no in-place evidence), with ``x`` and ``dy`` live.
+    At exactly -3 and 3 the derivative is onnx_ad's left and PyTorch's right limit."""
+    x = node.input[0]
+    dtype = ctx.dtype(x, node.output[0])
+    b, c = ctx.b, lambda v: ctx.constant(v, dtype)
+    t = b.op("Add", [b.op("Mul", [ctx.lift(x), c(1 / 3)], stem="hswish_third"), c(0.5)],
+             stem="hswish_line")
+    over = b.op("ThresholdedRelu", [b.op("Sub", [t, c(1.0)], stem="hswish_over")], alpha=0.5,
+                stem="hswish_above")
+    low = b.op("ThresholdedRelu", [t], alpha=-0.5, stem="hswish_inside")
+    slope = b.op("Sub", [low, over], stem="hswish_slope")
+    return [b.op("Mul", [grads[0], slope], stem="hswish_dx")]

@@ -87,8 +87,8 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     export's hidden states and pooled output; default: the first); the others, and the
     nodes, inputs and weights only they need, are dropped.
     ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks);
-    ``fuse_activations`` differentiating exported activation chains (GELU) as one op
-    (:mod:`.activations`).
+    ``fuse_activations`` our activation rules: exported GELU chains differentiated as
+    one op, HardSwish by an in-place-friendly rule (:mod:`.activations`).
     """
     import onnx_ad
 
@@ -126,7 +126,7 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
         # one node per exported GELU, differentiated as one (activations.py)
         chains = fuse(m) if fuse_activations else {}
         g = m.graph
-        with patched():  # our rules (rules.py)
+        with patched(fuse_activations):  # our rules (rules.py)
             r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
         unfuse(r, chains)
     except Exception as exc:

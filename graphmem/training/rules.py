@@ -288,22 +288,23 @@ def slice_reverse(ctx, node, grads, step_one_rule):
 
 
 @contextmanager
-def patched():
+def patched(activations: bool = True):
     """onnx_ad with our rules (above, the grouped Conv weight rule of
-    :mod:`.grouped_conv` and the MatMul-by-a-matrix rule of :mod:`.matmul_rule`) for
+    :mod:`.grouped_conv`, the MatMul-by-a-matrix rule of :mod:`.matmul_rule` and, unless
+    ``activations`` is false, the GELU and HardSwish rules of :mod:`.activations`) for
     the duration of the block; an inference-form
     BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
     from graphmem.training.activations import DOMAIN as FUSED
-    from graphmem.training.activations import gelu_reverse
+    from graphmem.training.activations import gelu_reverse, hard_swish_reverse
     from graphmem.training.grouped_conv import grouped_weight_adjoint
     from graphmem.training.matmul_rule import matmul_reverse
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
              for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice",
-                        "MatMul", "Gelu")}
+                        "MatMul", "Gelu", "HardSwish")}
     inference_batch_norm = saved["BatchNormalization"]
     step_one_slice = saved["Slice"]
     batched_matmul = saved["MatMul"]
@@ -339,7 +340,9 @@ def patched():
             return gelu_reverse(ctx, node, grads)
         return standard_gelu(ctx, node, grads)
 
-    rules.REVERSE["Gelu"] = gelu_dispatch
+    if activations:
+        rules.REVERSE["Gelu"] = gelu_dispatch
+        rules.REVERSE["HardSwish"] = hard_swish_reverse
     try:
         yield
     finally:
