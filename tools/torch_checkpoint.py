@@ -133,8 +133,16 @@ def as_sequence(name: str, module):
                              m.head)
     # the classifier as one block where it has in-place layers (Hardswish, Dropout):
     # checkpoint_sequential refuses a segment that starts at one
-    if name.startswith("mnasnet"):
-        return nn.Sequential(*module.layers, mean, module.classifier)
+    if name.startswith("mnasnet"):  # its stem's ReLUs are in place: each with its conv
+        blocks = []
+        for m in module.layers:
+            if type(m) is nn.Identity:  # a BatchNorm folded away
+                continue
+            if getattr(m, "inplace", False) and blocks:
+                blocks[-1] = nn.Sequential(blocks[-1], m)
+            else:
+                blocks.append(m)
+        return nn.Sequential(*blocks, mean, module.classifier)
     if name.startswith("mobilenet_v3"):
         return nn.Sequential(*flat(module.features), module.avgpool, nn.Flatten(1),
                              module.classifier)
