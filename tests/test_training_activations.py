@@ -209,3 +209,75 @@ def test_hard_swish_backward_holds_fewer_activation_sized_tensors():
         result, _ = plan_training(load_training(tg))
         peaks[ours] = largest_concurrent(result.plan, 32 * 64 * 4)
     assert peaks == {True: 2, False: 3}
+
+
+def layer_norm_net(axis=-1, batch=2, tokens=3, width=6, bias=True):
+    """x @ W1 -> LayerNormalization(axis) -> @ W2, rank 3 (the scale is a required
+    input)."""
+    w1 = (RNG.standard_normal([4, width]) * 0.8).astype(np.float32)
+    w2 = (RNG.standard_normal([width, 2]) * 0.5).astype(np.float32)
+    gamma = (1 + 0.3 * RNG.standard_normal([tokens, width][axis % 3 - 1:])).astype(np.float32)
+    beta = (0.2 * RNG.standard_normal(gamma.shape)).astype(np.float32)
+    inits = {"w1": w1, "w2": w2, "gamma": gamma}
+    ln_in = ["h", "gamma"]
+    if bias:
+        inits["beta"] = beta
+        ln_in.append("beta")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("LayerNormalization", ln_in, ["n"], axis=axis, epsilon=1e-5),
+             helper.make_node("MatMul", ["n", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "ln",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         [batch, tokens, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [batch, tokens, 2])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, inits
+
+
+def layer_norm_loss(x, values, axis):
+    h = x.astype(np.float64) @ values["w1"]
+    axes = tuple(range(axis % 3, 3))
+    c = h - h.mean(axis=axes, keepdims=True)
+    n = c / np.sqrt((c * c).mean(axis=axes, keepdims=True) + 1e-5)
+    n = n * values["gamma"]
+    if "beta" in values:
+        n = n + values["beta"]
+    return (n @ values["w2"]).sum()
+
+
+@pytest.mark.parametrize("axis,bias", [(-1, True), (1, True), (-1, False)])
+def test_layer_norm_gradients_match_central_differences(axis, bias):
+    m, inits = layer_norm_net(axis, bias=bias)
+    x = RNG.standard_normal([2, 3, 4]).astype(np.float32)
+    tg = build_training(m, 2, loss="sum")
+    out = _run(tg.model, tg.feeds({"x": x}))
+    values = {k: v.astype(np.float64) for k, v in inits.items()}
+    for name in inits:
+        fd = np.zeros(values[name].shape)
+        for i in np.ndindex(*fd.shape):
+            up = {**values, name: values[name].copy()}
+            down = {**values, name: values[name].copy()}
+            up[name][i] += 1e-6
+            down[name][i] -= 1e-6
+            fd[i] = (layer_norm_loss(x, up, axis) - layer_norm_loss(x, down, axis)) / 2e-6
+        np.testing.assert_allclose(out[tg.gradients[name]], fd, rtol=1e-4, atol=1e-4,
+                                   err_msg=name)
+    ops = [n.op_type for n in tg.model.graph.node if not n.name.startswith("f:")]
+    assert "ReduceSumSquare" in ops  # ours, not onnx_ad's rule
+
+
+def test_layer_norm_backward_holds_three_activation_sized_tensors():
+    """Its input (overwritten by ``x - mean``), the output's adjoint and one product
+    being reduced; the variance by ReduceSumSquare (no squared copy). On this small net
+    the plan of onnx_ad's rule holds three too (its squared copy made before the
+    adjoint exists)."""
+    m, _ = layer_norm_net(batch=8, tokens=16, width=64)
+    peaks = {}
+    for ours in (True, False):
+        tg = build_training(m, 8, loss="sum", fuse_activations=ours)
+        result, _ = plan_training(load_training(tg))
+        peaks[ours] = largest_concurrent(result.plan, 8 * 16 * 64 * 4)
+    assert peaks == {True: 3, False: 3}

@@ -1,4 +1,8 @@
-"""Activations that exporters spell in primitives, differentiated as one op.
+"""Reverse rules for activations and normalisations that keep what PyTorch's fused
+kernels keep: exported erf-GELU chains differentiated as one op, HardSwish and
+LayerNormalization by in-place-friendly rules (:func:`hard_swish_reverse`,
+:func:`layer_norm_reverse`). :func:`graphmem.training.rules.patched` puts them into
+onnx_ad while it reverses.
 
 PyTorch's TorchScript exporter writes ``nn.GELU()`` as
 ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``. Differentiated op by op (onnx_ad),
@@ -216,3 +220,57 @@ def hard_swish_reverse(ctx, node, grads):
     low = b.op("ThresholdedRelu", [t], alpha=-0.5, stem="hswish_inside")
     slope = b.op("Sub", [low, over], stem="hswish_slope")
     return [b.op("Mul", [grads[0], slope], stem="hswish_dx")]
+
+
+def layer_norm_reverse(ctx, node, grads, standard_rule):
+    """LayerNormalization: ``dx = invstd * (g - mean(g) - xhat * mean(g * xhat))`` with
+    ``g = dy * scale``, ``dscale = sum(dy * xhat)``, ``dbias = sum(dy)``, the statistics
+    recomputed from ``x`` (the variance by ReduceSumSquare: no squared copy). The weight
+    gradients are made first, then ``g`` may overwrite ``dy`` and each later product or
+    difference its input, so besides ``x`` (overwritten by ``x - mean`` where this is
+    its last reader) and ``dy`` one activation-sized tensor is live at a time (a
+    product being reduced), as in PyTorch's kernel. onnx_ad's rule keeps ``dy``, ``dy *
+    scale``, its centred copy, ``xhat`` and a product live together. Without static
+    shapes: ``standard_rule`` (onnx_ad's)."""
+    from onnx_ad._build import attribute
+    from onnx_ad.rules import UnsupportedOperator
+
+    from graphmem.training.rules import _reduce_sum_square
+
+    if any(g is not None for g in grads[1:]):
+        raise UnsupportedOperator(
+            "the mean and inverse standard deviation LayerNormalization reports are not "
+            "differentiated; seed only its first output")
+    x, y = node.input[0], node.output[0]
+    shape = ctx.shapes.static(x)
+    if shape is None:
+        return standard_rule(ctx, node, grads)
+    rank, dtype, b = len(shape), ctx.dtype(y, x), ctx.b
+    axis = attribute(node, "axis", -1) % rank
+    axes = list(range(axis, rank))
+    count = int(np.prod(shape[axis:]))
+    epsilon = attribute(node, "epsilon", 1e-5)
+    seeded = ctx.full(grads[0], y)
+    centered = b.op("Sub", [x, ctx.reduce_mean(x, axes)], stem="ln_centered")
+    variance = b.op("Mul", [_reduce_sum_square(ctx, centered, axes),
+                            ctx.constant(1.0 / count, dtype)], stem="ln_var")
+    invstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [
+        variance, ctx.constant(epsilon, dtype)])])], stem="ln_invstd")
+    xhat = ctx.lift(b.op("Mul", [centered, invstd], stem="ln_xhat"))
+    scale = node.input[1] if len(node.input) > 1 and node.input[1] else None
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    contributions = [None] * len(node.input)
+    if bias and ctx.asked_for(bias):
+        contributions[2] = ctx.unbroadcast(seeded, rank, bias)
+    if scale and ctx.asked_for(scale):
+        contributions[1] = ctx.unbroadcast(b.op("Mul", [seeded, xhat], stem="ln_dy_xhat"),
+                                           rank, scale)
+    if ctx.asked_for(x):
+        g = b.op("Mul", [seeded, ctx.lift(scale)], stem="ln_g") if scale else seeded
+        first = ctx.reduce_mean(g, axes)
+        second = ctx.reduce_mean(b.op("Mul", [g, xhat], stem="ln_g_xhat"), axes)
+        tilted = b.op("Sub", [g, b.op("Mul", [xhat, second], stem="ln_tilt")],
+                      stem="ln_tilted")
+        contributions[0] = b.op("Mul", [b.op("Sub", [tilted, first], stem="ln_shifted"),
+                                        ctx.lift(invstd)], stem="ln_dx")
+    return contributions

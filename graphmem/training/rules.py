@@ -291,20 +291,22 @@ def slice_reverse(ctx, node, grads, step_one_rule):
 def patched(activations: bool = True):
     """onnx_ad with our rules (above, the grouped Conv weight rule of
     :mod:`.grouped_conv`, the MatMul-by-a-matrix rule of :mod:`.matmul_rule` and, unless
-    ``activations`` is false, the GELU and HardSwish rules of :mod:`.activations`) for
+    ``activations`` is false, the GELU, HardSwish and LayerNormalization rules of
+    :mod:`.activations`) for
     the duration of the block; an inference-form
     BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
     from graphmem.training.activations import DOMAIN as FUSED
-    from graphmem.training.activations import gelu_reverse, hard_swish_reverse
+    from graphmem.training.activations import (gelu_reverse, hard_swish_reverse,
+                                               layer_norm_reverse)
     from graphmem.training.grouped_conv import grouped_weight_adjoint
     from graphmem.training.matmul_rule import matmul_reverse
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
              for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice",
-                        "MatMul", "Gelu", "HardSwish")}
+                        "MatMul", "Gelu", "HardSwish", "LayerNormalization")}
     inference_batch_norm = saved["BatchNormalization"]
     step_one_slice = saved["Slice"]
     batched_matmul = saved["MatMul"]
@@ -332,6 +334,7 @@ def patched(activations: bool = True):
     rules.REVERSE["MatMul"] = lambda ctx, node, grads: matmul_reverse(ctx, node, grads,
                                                                       batched_matmul)
     standard_gelu = saved["Gelu"]
+    standard_layer_norm = saved["LayerNormalization"]
 
     def gelu_dispatch(ctx, node, grads):
         from onnx_ad._build import attribute
@@ -343,6 +346,8 @@ def patched(activations: bool = True):
     if activations:
         rules.REVERSE["Gelu"] = gelu_dispatch
         rules.REVERSE["HardSwish"] = hard_swish_reverse
+        rules.REVERSE["LayerNormalization"] = lambda ctx, node, grads: layer_norm_reverse(
+            ctx, node, grads, standard_layer_norm)
     try:
         yield
     finally:
