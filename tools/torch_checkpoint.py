@@ -298,7 +298,7 @@ def measure_torch(name: str, batch: int, device: str, log) -> dict:
     ckpt = {}
     for k in range(2, len(seq) + 1):
         ckpt[k] = run(seq, x, k)["peak"]
-        log(f"{name}: checkpoint_sequential {k}: {ckpt[k] / MIB:,.1f} MiB")
+        log(f"{name}: checkpoint_sequential {k}: {ckpt[k] / MIB:,.1f} MiB ({ckpt[k]} bytes)")
     return {"blocks": len(seq), "torch": plain, "ckpt": ckpt, "device": device,
             "versions": _versions()}
 
