@@ -335,7 +335,8 @@ def measure(name: str, batch: int, device: str, log, sides=("graphmem", "torch")
 def table(rows: list[dict], batch: int, device: str) -> str:
     m = lambda b: f"{b / MIB:,.1f}"  # noqa: E731
     where = "CPU allocator records" if device == "cpu" else "torch.cuda.max_memory_allocated"
-    lines = [f"Batch {batch}; PyTorch {_versions()}; MiB = 2^20 bytes. PyTorch: {where}, "
+    versions = rows[0].get("versions") or _versions()  # cached rows say what measured them
+    lines = [f"Batch {batch}; PyTorch {versions}; MiB = 2^20 bytes. PyTorch: {where}, "
              "weights excluded, input and gradients included. graphmem: planned arena "
              "(the same accounting); folded constants are held outside it.", "",
              "| network | PyTorch plain peak | PyTorch saved | graphmem plain arena "
@@ -366,26 +367,28 @@ def _versions() -> str:
     return f"{torch.__version__}, torchvision {torchvision.__version__}"
 
 
-def main() -> None:
-    import torch
-
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("networks", nargs="*", default=list(NETWORKS))
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--doc", action="store_true", help="rewrite the table in docs/training.md")
-    ap.add_argument("--side", choices=["both", "torch", "graphmem"], default="both",
-                    help="measure one side only; the other is read from --cache")
+    ap.add_argument("--side", choices=["both", "torch", "graphmem", "none"], default="both",
+                    help="measure one side only (none: neither); the others are read from "
+                    "--cache")
     ap.add_argument("--cache", type=Path, help="folder of each side's measurements "
                     "(written for the sides measured, read for the others)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.side != "none":
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.side != "both" and args.cache is None:
         raise SystemExit("--side needs --cache")
     if args.cache:
         args.cache.mkdir(parents=True, exist_ok=True)
-    sides = ("graphmem", "torch") if args.side == "both" else (args.side,)
-    torch.set_num_threads(args.threads)
+    sides = {"both": ("graphmem", "torch"), "none": ()}.get(args.side, (args.side,))
 
     def log(s):
         print(s, file=sys.stderr, flush=True)
