@@ -3,9 +3,11 @@
 torchvision; not a README command).
 
     python tools/torch_checkpoint.py [--batch 8] [NETWORK ...] [--doc]
+                                     [--side both|torch|graphmem|none --cache DIR]
 
 Networks: ``torchvision.models.<name>(weights=None)`` (default: resnet18, mobilenet_v2,
-efficientnet_b0, convnext_tiny), random weights (``torch.manual_seed(0)``), in eval mode
+efficientnet_b0, convnext_tiny, mobilenet_v3_small, mobilenet_v3_large, mnasnet1_0,
+swin_t, vit_b_16), random weights (``torch.manual_seed(0)``), in eval mode
 with every BatchNorm folded into the convolution before it (the TorchScript export folds
 them the same way, so both sides compute the same function), loss = sum of the logits.
 
@@ -28,7 +30,9 @@ unmeasured warm-up step:
 - plain, and ``checkpoint_sequential(seq, k, x, use_reentrant=False)`` for every ``k``
   from 2 to the length of ``seq``, the network as a sequence of its blocks (nested
   stages flattened: resnet18's stem and BasicBlocks, efficientnet's MBConvs, convnext's
-  CNBlocks).
+  CNBlocks, Swin's blocks and patch mergings, ViT's tokens (patch embedding, class token,
+  position embedding) and encoder layers; an in-place layer stays with the block before
+  it, as ``checkpoint_sequential`` refuses a segment that starts at one).
 
 graphmem, the same module exported with the TorchScript exporter (opset 17, eval mode,
 constant folding), ``graphmem train --loss sum --optimizer sgd`` at the same batch:
@@ -44,6 +48,10 @@ constant folding), ``graphmem train --loss sum --optimizer sgd`` at the same bat
   counts them; PyTorch has no such tensors).
 
 ``--doc`` writes the table between ``<!-- torch-table -->`` markers in docs/training.md.
+The two sides can run apart (PyTorch's at batch 8 takes minutes a network on two cores):
+``--side torch --cache DIR`` measures PyTorch only and writes
+``DIR/<network>.b<batch>.torch.json``, ``--side graphmem`` graphmem's, ``--side none``
+neither; the sides not measured are read from the cache.
 """
 from __future__ import annotations
 
@@ -57,7 +65,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MIB = 2 ** 20
-NETWORKS = ("resnet18", "mobilenet_v2", "efficientnet_b0", "convnext_tiny")
+NETWORKS = ("resnet18", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "mobilenet_v3_small",
+            "mobilenet_v3_large", "mnasnet1_0", "swin_t", "vit_b_16")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "training.md"
 
 
