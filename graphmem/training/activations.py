@@ -181,6 +181,13 @@ def unfuse(model: onnx.ModelProto, chains: dict) -> None:
     model.opset_import.extend(keep)
 
 
+def reduce_sum_square(ctx, value, axes):
+    """ReduceSumSquare, keepdims: axes an attribute before opset 18, an input from it."""
+    if ctx.opset >= 18:
+        return ctx.b.op("ReduceSumSquare", [value, ctx.b.ints(axes)], keepdims=1)
+    return ctx.b.op("ReduceSumSquare", [value], axes=list(axes), keepdims=1)
+
+
 def gelu_reverse(ctx, node, grads):
     """The adjoint of ``x`` for ``y = x * Phi(x)`` (exact GELU); see the module
     docstring for the order of the ops."""
@@ -235,8 +242,6 @@ def layer_norm_reverse(ctx, node, grads, standard_rule):
     from onnx_ad._build import attribute
     from onnx_ad.rules import UnsupportedOperator
 
-    from graphmem.training.rules import _reduce_sum_square
-
     if any(g is not None for g in grads[1:]):
         raise UnsupportedOperator(
             "the mean and inverse standard deviation LayerNormalization reports are not "
@@ -252,7 +257,7 @@ def layer_norm_reverse(ctx, node, grads, standard_rule):
     epsilon = attribute(node, "epsilon", 1e-5)
     seeded = ctx.full(grads[0], y)
     centered = b.op("Sub", [x, ctx.reduce_mean(x, axes)], stem="ln_centered")
-    variance = b.op("Mul", [_reduce_sum_square(ctx, centered, axes),
+    variance = b.op("Mul", [reduce_sum_square(ctx, centered, axes),
                             ctx.constant(1.0 / count, dtype)], stem="ln_var")
     invstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [
         variance, ctx.constant(epsilon, dtype)])])], stem="ln_invstd")

@@ -1,9 +1,11 @@
 """Inference ONNX model -> training graph (loss, backward pass, weight gradients).
 
 Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module,
-:mod:`.rules` and :mod:`.grouped_conv` (our rules, patched in while reversing: Conv and
-grouped-Conv weight gradients without overhang, ConvTranspose's weight, AveragePool with
-``ceil_mode``, training-mode BatchNormalization) import it. After reversal
+:mod:`.rules`, :mod:`.grouped_conv` and :mod:`.activations` (our rules, patched in while
+reversing: Conv and grouped-Conv weight gradients without overhang, ConvTranspose's
+weight, AveragePool with ``ceil_mode``, training-mode BatchNormalization, GELU, HardSwish,
+LayerNormalization) import it; :mod:`.activations` also makes each exported GELU chain
+one node for the reversal and puts it back after. After reversal
 :mod:`.rewrites` fixes what its rules get wrong for memory (the ReLU mask, explicit pads,
 copies, constant fills, double transposes).
 

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from graphmem.training.activations import reduce_sum_square
 from graphmem.training.conv_pads import pad_or_crop, tail_pads
 
 
@@ -184,13 +185,6 @@ def average_pool_reverse(ctx, node, grads):
     return [_unfold_batch_into_seed(ctx, spread, x, ctx.rank(x))]
 
 
-def _reduce_sum_square(ctx, value, axes):
-    """ReduceSumSquare, keepdims: axes an attribute before opset 18, an input from it."""
-    if ctx.opset >= 18:
-        return ctx.b.op("ReduceSumSquare", [value, ctx.b.ints(axes)], keepdims=1)
-    return ctx.b.op("ReduceSumSquare", [value], axes=list(axes), keepdims=1)
-
-
 def batch_norm_training_reverse(ctx, node, grads):
     """BatchNormalization with ``training_mode=1``: adjoints of ``x``, scale and bias
     through the batch statistics (see the module docstring)."""
@@ -219,7 +213,7 @@ def batch_norm_training_reverse(ctx, node, grads):
     # The batch statistics, as the forward computed them (population variance).
     mean = ctx.reduce_mean(x, axes)  # [1, C, 1...]
     centered = b.op("Sub", [x, mean], stem="bn_centered")
-    variance = b.op("Mul", [_reduce_sum_square(ctx, centered, axes),
+    variance = b.op("Mul", [reduce_sum_square(ctx, centered, axes),
                             ctx.constant(1.0 / count, dtype)], stem="bn_var")
     invstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [variance, ctx.constant(
         epsilon, dtype)])])], stem="bn_invstd")
