@@ -281,3 +281,47 @@ def test_layer_norm_backward_holds_three_activation_sized_tensors():
         result, _ = plan_training(load_training(tg))
         peaks[ours] = largest_concurrent(result.plan, 8 * 16 * 64 * 4)
     assert peaks == {True: 3, False: 3}
+
+
+def attention_like(m_rows, k, n, batch=2, heads=3):
+    """a = x @ w1, b = x2 @ w2 (two activations of one batch shape), z = a @ b."""
+    w1 = RNG.standard_normal([4, k]).astype(np.float32)
+    w2 = RNG.standard_normal([4, n]).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]),       # [B, H, M, K]
+             helper.make_node("MatMul", ["x2", "w2"], ["b"]),      # [B, H, K, N]
+             helper.make_node("MatMul", ["a", "b"], ["z"])]
+    g = helper.make_graph(nodes, "att",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         [batch, heads, m_rows, 4]),
+                           helper.make_tensor_value_info("x2", TensorProto.FLOAT,
+                                                         [batch, heads, k, 4])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT,
+                                                         [batch, heads, m_rows, n])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, w1, w2
+
+
+@pytest.mark.parametrize("m_rows,k,n,flipped", [
+    (7, 7, 2, "mm_db_flipped"),   # P @ V: P^T larger than z and V together
+    (1, 6, 5, "mm_da_flipped"),   # a row times a wide matrix: b^T the large copy
+    (3, 2, 3, None)])             # neither: onnx_ad's rule
+def test_activation_matmul_gradients_are_exact(m_rows, k, n, flipped):
+    m, w1, w2 = attention_like(m_rows, k, n)
+    x = RNG.standard_normal([2, 3, m_rows, 4]).astype(np.float32)
+    x2 = RNG.standard_normal([2, 3, k, 4]).astype(np.float32)
+    tg = build_training(m, 2, loss="sum")
+    out = _run(tg.model, tg.feeds({"x": x, "x2": x2}))
+    a, b = x.astype(np.float64) @ w1, x2.astype(np.float64) @ w2
+    dz = np.ones([2, 3, m_rows, n])
+    da, db = dz @ np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2) @ dz
+    g1 = np.einsum("bhmi,bhmk->ik", x, da)
+    g2 = np.einsum("bhki,bhkn->in", x2, db)
+    np.testing.assert_allclose(out[tg.gradients["w1"]], g1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[tg.gradients["w2"]], g2, rtol=1e-5, atol=1e-5)
+    stems = {o.rstrip("_0123456789") for n_ in tg.model.graph.node for o in n_.output}
+    if flipped:
+        assert flipped in stems
+    else:
+        assert not {"mm_db_flipped", "mm_da_flipped"} & stems
