@@ -325,3 +325,51 @@ def test_activation_matmul_gradients_are_exact(m_rows, k, n, flipped):
         assert flipped in stems
     else:
         assert not {"mm_db_flipped", "mm_da_flipped"} & stems
+
+
+def softmax_net(batch=2, rows=3, width=5, out=4, axis=-1):
+    """x @ W1 -> Softmax(axis) -> @ W2, rank 3."""
+    w1 = (RNG.standard_normal([4, width]) * 1.5).astype(np.float32)
+    w2 = RNG.standard_normal([width, out]).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=axis),
+             helper.make_node("MatMul", ["p", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "softmax",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         [batch, rows, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [batch, rows, out])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, w1, w2
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_gradients_are_exact(axis):
+    m, w1, w2 = softmax_net(axis=axis)
+    x = RNG.standard_normal([2, 3, 4]).astype(np.float32)
+    tg = build_training(m, 2, loss="sum")
+    out = _run(tg.model, tg.feeds({"x": x}))
+    s = x.astype(np.float64) @ w1
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    p = e / e.sum(axis=axis, keepdims=True)
+    dp = np.ones([2, 3, 4]) @ w2.T.astype(np.float64)
+    ds = p * (dp - (p * dp).sum(axis=axis, keepdims=True))
+    np.testing.assert_allclose(out[tg.gradients["w1"]], np.einsum("bri,brk->ik", x, ds),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[tg.gradients["w2"]],
+                               np.einsum("brk,bro->ko", p, np.ones([2, 3, 4])),
+                               rtol=1e-5, atol=1e-5)
+    assert any(o.startswith("softmax_dx") for n in tg.model.graph.node for o in n.output)
+
+
+def test_softmax_backward_holds_two_softmax_sized_tensors():
+    """The probabilities and the output's adjoint; onnx_ad's rule adds their product."""
+    m, _, _ = softmax_net(batch=8, rows=16, width=64, out=2)
+    peaks = {}
+    for ours in (True, False):
+        tg = build_training(m, 8, loss="sum", fuse_activations=ours)
+        result, _ = plan_training(load_training(tg))
+        peaks[ours] = largest_concurrent(result.plan, 8 * 16 * 64 * 4)
+    assert peaks == {True: 2, False: 3}

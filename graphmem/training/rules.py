@@ -285,22 +285,22 @@ def slice_reverse(ctx, node, grads, step_one_rule):
 def patched(activations: bool = True):
     """onnx_ad with our rules (above, the grouped Conv weight rule of
     :mod:`.grouped_conv`, the MatMul-by-a-matrix rule of :mod:`.matmul_rule` and, unless
-    ``activations`` is false, the GELU, HardSwish and LayerNormalization rules of
-    :mod:`.activations`) for
+    ``activations`` is false, the GELU, HardSwish, LayerNormalization and Softmax rules
+    of :mod:`.activations`) for
     the duration of the block; an inference-form
     BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
     from graphmem.training.activations import DOMAIN as FUSED
     from graphmem.training.activations import (gelu_reverse, hard_swish_reverse,
-                                               layer_norm_reverse)
+                                               layer_norm_reverse, softmax_reverse)
     from graphmem.training.grouped_conv import grouped_weight_adjoint
     from graphmem.training.matmul_rule import matmul_reverse
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
              for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice",
-                        "MatMul", "Gelu", "HardSwish", "LayerNormalization")}
+                        "MatMul", "Gelu", "HardSwish", "LayerNormalization", "Softmax")}
     inference_batch_norm = saved["BatchNormalization"]
     step_one_slice = saved["Slice"]
     batched_matmul = saved["MatMul"]
@@ -342,6 +342,7 @@ def patched(activations: bool = True):
         rules.REVERSE["HardSwish"] = hard_swish_reverse
         rules.REVERSE["LayerNormalization"] = lambda ctx, node, grads: layer_norm_reverse(
             ctx, node, grads, standard_layer_norm)
+        rules.REVERSE["Softmax"] = softmax_reverse
     try:
         yield
     finally:
