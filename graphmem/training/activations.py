@@ -1,7 +1,7 @@
 """Reverse rules for activations and normalisations that keep what PyTorch's fused
-kernels keep: exported erf-GELU chains differentiated as one op, HardSwish and
-LayerNormalization by in-place-friendly rules (:func:`hard_swish_reverse`,
-:func:`layer_norm_reverse`). :func:`graphmem.training.rules.patched` puts them into
+kernels keep: exported erf-GELU chains differentiated as one op, HardSwish,
+LayerNormalization and Softmax by in-place-friendly rules (:func:`hard_swish_reverse`,
+:func:`layer_norm_reverse`, :func:`softmax_reverse`). :func:`graphmem.training.rules.patched` puts them into
 onnx_ad while it reverses.
 
 PyTorch's TorchScript exporter writes ``nn.GELU()`` as
