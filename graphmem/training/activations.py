@@ -1,8 +1,8 @@
 """Reverse rules for activations and normalisations that keep what PyTorch's fused
 kernels keep: exported erf-GELU chains differentiated as one op, HardSwish,
 LayerNormalization and Softmax by in-place-friendly rules (:func:`hard_swish_reverse`,
-:func:`layer_norm_reverse`, :func:`softmax_reverse`). :func:`graphmem.training.rules.patched` puts them into
-onnx_ad while it reverses.
+:func:`layer_norm_reverse`, :func:`softmax_reverse`).
+:func:`graphmem.training.rules.patched` puts them into onnx_ad while it reverses.
 
 PyTorch's TorchScript exporter writes ``nn.GELU()`` as
 ``Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)``. Differentiated op by op (onnx_ad),
