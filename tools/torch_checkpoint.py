@@ -3,9 +3,11 @@
 torchvision; not a README command).
 
     python tools/torch_checkpoint.py [--batch 8] [NETWORK ...] [--doc]
+                                     [--side both|torch|graphmem|none --cache DIR]
 
 Networks: ``torchvision.models.<name>(weights=None)`` (default: resnet18, mobilenet_v2,
-efficientnet_b0, convnext_tiny), random weights (``torch.manual_seed(0)``), in eval mode
+efficientnet_b0, convnext_tiny, mobilenet_v3_small, mobilenet_v3_large, mnasnet1_0,
+swin_t, vit_b_16), random weights (``torch.manual_seed(0)``), in eval mode
 with every BatchNorm folded into the convolution before it (the TorchScript export folds
 them the same way, so both sides compute the same function), loss = sum of the logits.
 
@@ -28,7 +30,9 @@ unmeasured warm-up step:
 - plain, and ``checkpoint_sequential(seq, k, x, use_reentrant=False)`` for every ``k``
   from 2 to the length of ``seq``, the network as a sequence of its blocks (nested
   stages flattened: resnet18's stem and BasicBlocks, efficientnet's MBConvs, convnext's
-  CNBlocks).
+  CNBlocks, Swin's blocks and patch mergings, ViT's tokens (patch embedding, class token,
+  position embedding) and encoder layers; an in-place layer stays with the block before
+  it, as ``checkpoint_sequential`` refuses a segment that starts at one).
 
 graphmem, the same module exported with the TorchScript exporter (opset 17, eval mode,
 constant folding), ``graphmem train --loss sum --optimizer sgd`` at the same batch:
@@ -44,6 +48,10 @@ constant folding), ``graphmem train --loss sum --optimizer sgd`` at the same bat
   counts them; PyTorch has no such tensors).
 
 ``--doc`` writes the table between ``<!-- torch-table -->`` markers in docs/training.md.
+The two sides can run apart (PyTorch's at batch 8 takes minutes a network on two cores):
+``--side torch --cache DIR`` measures PyTorch only and writes
+``DIR/<network>.b<batch>.torch.json``, ``--side graphmem`` graphmem's, ``--side none``
+neither; the sides not measured are read from the cache.
 """
 from __future__ import annotations
 
@@ -57,7 +65,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MIB = 2 ** 20
-NETWORKS = ("resnet18", "mobilenet_v2", "efficientnet_b0", "convnext_tiny")
+NETWORKS = ("resnet18", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "mobilenet_v3_small",
+            "mobilenet_v3_large", "mnasnet1_0", "swin_t", "vit_b_16")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "training.md"
 
 
@@ -91,18 +100,65 @@ def as_sequence(name: str, module):
     the same function as ``module`` (checked by the caller)."""
     from torch import nn
 
+    class Lambda(nn.Module):  # a parameter-free step of the network's forward
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, x):
+            return self.f(x)
+
+    class Tokens(nn.Module):  # ViT's patch embedding, class token and position embedding
+        def __init__(self, vit):
+            super().__init__()
+            self.process, self.proj = vit._process_input, vit.conv_proj
+            self.cls, self.pos = vit.class_token, vit.encoder.pos_embedding
+
+        def forward(self, x):
+            x = self.process(x)
+            x = __import__("torch").cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+            return x + self.pos
+
     def flat(mods):
         out = []
         for m in mods:
             out.extend(m.children() if type(m) is nn.Sequential else [m])
         return out
 
+    mean = Lambda(lambda x: x.mean([2, 3]))
     if name.startswith("resnet"):
         m = module
         # the stem as one block: its ReLU is in place, and checkpoint_sequential refuses
         # a segment that starts there (it overwrites the segment's saved input)
         return nn.Sequential(nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool), *m.layer1,
                              *m.layer2, *m.layer3, *m.layer4, m.avgpool, nn.Flatten(1), m.fc)
+    if name.startswith("vit"):
+        m = module
+        return nn.Sequential(Tokens(m), *m.encoder.layers, m.encoder.ln,
+                             Lambda(lambda x: x[:, 0]), m.heads)
+    if name.startswith("swin"):
+        m = module
+        return nn.Sequential(*flat(m.features), m.norm, m.permute, m.avgpool, m.flatten,
+                             m.head)
+    # the classifier as one block where it has in-place layers (Hardswish, Dropout):
+    # checkpoint_sequential refuses a segment that starts at one
+    if name.startswith("mnasnet"):  # its stem's ReLUs are in place: each with its conv
+        blocks = []
+        for m in module.layers:
+            if type(m) is nn.Identity:  # a BatchNorm folded away
+                continue
+            if getattr(m, "inplace", False) and blocks:
+                blocks[-1] = nn.Sequential(blocks[-1], m)
+            else:
+                blocks.append(m)
+        return nn.Sequential(*blocks, mean, module.classifier)
+    if name.startswith("mobilenet_v3"):
+        return nn.Sequential(*flat(module.features), module.avgpool, nn.Flatten(1),
+                             module.classifier)
+    if name.startswith("shufflenet"):
+        m = module
+        return nn.Sequential(m.conv1, m.maxpool, *m.stage2, *m.stage3, *m.stage4, m.conv5,
+                             mean, m.fc)
     head = [module.avgpool] if hasattr(module, "avgpool") else [nn.AdaptiveAvgPool2d(1)]
     if name.startswith("convnext"):  # classifier: LayerNorm2d, Flatten, Linear
         return nn.Sequential(*flat(module.features), *head, *module.classifier)
@@ -198,12 +254,12 @@ def graphmem_side(module, batch: int) -> dict:
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "model.onnx"
-        with torch.no_grad():
-            torch.onnx.export(module, (torch.randn(2, 3, 224, 224),), str(path),
-                              dynamo=False, opset_version=17, input_names=["pixel_values"],
-                              output_names=["logits"], do_constant_folding=True,
-                              dynamic_axes={"pixel_values": {0: "batch"},
-                                            "logits": {0: "batch"}})
+        # with gradients enabled, as in training: under no_grad nn.MultiheadAttention
+        # takes its inference fast path (ViT), an op the exporter does not know
+        torch.onnx.export(module, (torch.randn(2, 3, 224, 224),), str(path),
+                          dynamo=False, opset_version=17, input_names=["pixel_values"],
+                          output_names=["logits"], do_constant_folding=True,
+                          dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
         tg = build_training(onnx.load(str(path)), batch, loss="sum")
     t0 = time.perf_counter()
     base, plain, selected = selective_planned(tg, "sgd", batch)
@@ -220,19 +276,29 @@ def graphmem_side(module, batch: int) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
-def measure(name: str, batch: int, device: str, log) -> dict:
+def network(name: str):
+    """``(module, seq, x)``: the fused torchvision network, its block sequence and a
+    random input batch of 1 (the caller expands it)."""
     import torch
     import torchvision
 
     torch.manual_seed(0)
     module = fused(getattr(torchvision.models, name)(weights=None))
     seq = as_sequence(name, module)
-    x = torch.randn(batch, 3, 224, 224)
+    x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
-        if not torch.equal(seq(x[:2]), module(x[:2])):
+        if not torch.equal(seq(x), module(x)):
             raise SystemExit(f"{name}: the block sequence does not compute the network")
-    gm = graphmem_side(module, batch)
-    log(f"{name}: graphmem {gm}")
+    return module, seq
+
+
+def measure_torch(name: str, batch: int, device: str, log) -> dict:
+    """PyTorch's side: plain and ``checkpoint_sequential`` at every segment count."""
+    import torch
+
+    _, seq = network(name)
+    torch.manual_seed(1)
+    x = torch.randn(batch, 3, 224, 224)
     if device == "cuda":
         seq, x = seq.cuda(), x.cuda()
     run = measure_cuda if device == "cuda" else measure_cpu
@@ -241,14 +307,45 @@ def measure(name: str, batch: int, device: str, log) -> dict:
     ckpt = {}
     for k in range(2, len(seq) + 1):
         ckpt[k] = run(seq, x, k)["peak"]
-        log(f"{name}: checkpoint_sequential {k}: {ckpt[k] / MIB:,.1f} MiB")
-    return {"name": name, "blocks": len(seq), "torch": plain, "ckpt": ckpt, "gm": gm}
+        log(f"{name}: checkpoint_sequential {k}: {ckpt[k] / MIB:,.1f} MiB ({ckpt[k]} bytes)")
+    return {"blocks": len(seq), "torch": plain, "ckpt": ckpt, "device": device,
+            "versions": _versions()}
+
+
+def measure(name: str, batch: int, device: str, log, sides=("graphmem", "torch"),
+            cache: Path | None = None) -> dict:
+    """Both sides of one network; ``sides`` says which to measure now, the other read
+    from ``cache`` (``<cache>/<name>.b<batch>.<side>.json``, written for each side
+    measured) so that the slow PyTorch side and graphmem's can run apart."""
+    import json
+
+    row, done = {"name": name}, True
+    for side in ("graphmem", "torch"):
+        path = cache / f"{name}.b{batch}.{side}.json" if cache else None
+        if side in sides:
+            if side == "graphmem":
+                got = {"gm": graphmem_side(network(name)[0], batch)}
+                log(f"{name}: graphmem {got['gm']}")
+            else:
+                got = measure_torch(name, batch, device, log)
+            if path:
+                path.write_text(json.dumps(got))
+        elif path and path.exists():
+            got = json.loads(path.read_text())
+            if "ckpt" in got:
+                got["ckpt"] = {int(k): v for k, v in got["ckpt"].items()}
+        else:
+            done = False
+            continue
+        row.update(got)
+    return row if done else {}
 
 
 def table(rows: list[dict], batch: int, device: str) -> str:
     m = lambda b: f"{b / MIB:,.1f}"  # noqa: E731
     where = "CPU allocator records" if device == "cpu" else "torch.cuda.max_memory_allocated"
-    lines = [f"Batch {batch}; PyTorch {_versions()}; MiB = 2^20 bytes. PyTorch: {where}, "
+    versions = rows[0].get("versions") or _versions()  # cached rows say what measured them
+    lines = [f"Batch {batch}; PyTorch {versions}; MiB = 2^20 bytes. PyTorch: {where}, "
              "weights excluded, input and gradients included. graphmem: planned arena "
              "(the same accounting); folded constants are held outside it.", "",
              "| network | PyTorch plain peak | PyTorch saved | graphmem plain arena "
@@ -279,22 +376,40 @@ def _versions() -> str:
     return f"{torch.__version__}, torchvision {torchvision.__version__}"
 
 
-def main() -> None:
-    import torch
-
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("networks", nargs="*", default=list(NETWORKS))
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--doc", action="store_true", help="rewrite the table in docs/training.md")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    ap.add_argument("--side", choices=["both", "torch", "graphmem", "none"], default="both",
+                    help="measure one side only (none: neither); the others are read from "
+                    "--cache")
+    ap.add_argument("--cache", type=Path, help="folder of each side's measurements "
+                    "(written for the sides measured, read for the others)")
+    args = ap.parse_args(argv)
+    if args.side != "none":
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.side != "both" and args.cache is None:
+        raise SystemExit("--side needs --cache")
+    if args.cache:
+        args.cache.mkdir(parents=True, exist_ok=True)
+    sides = {"both": ("graphmem", "torch"), "none": ()}.get(args.side, (args.side,))
 
     def log(s):
         print(s, file=sys.stderr, flush=True)
 
-    rows = [measure(n, args.batch, args.device, log) for n in args.networks]
+    rows = [measure(n, args.batch, args.device, log, sides, args.cache)
+            for n in args.networks]
+    missing = [n for n, r in zip(args.networks, rows) if not r]
+    rows = [r for r in rows if r]
+    if missing:
+        log(f"not in the cache for the other side: {', '.join(missing)}")
+    if not rows:
+        return
     text = table(rows, args.batch, args.device)
     print(text)
     if args.doc:

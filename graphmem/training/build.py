@@ -1,9 +1,11 @@
 """Inference ONNX model -> training graph (loss, backward pass, weight gradients).
 
 Reverse mode is done by ``onnx_ad`` (pinned in pyproject.toml); only this module,
-:mod:`.rules` and :mod:`.grouped_conv` (our rules, patched in while reversing: Conv and
-grouped-Conv weight gradients without overhang, ConvTranspose's weight, AveragePool with
-``ceil_mode``, training-mode BatchNormalization) import it. After reversal
+:mod:`.rules`, :mod:`.grouped_conv` and :mod:`.activations` (our rules, patched in while
+reversing: Conv and grouped-Conv weight gradients without overhang, ConvTranspose's
+weight, AveragePool with ``ceil_mode``, training-mode BatchNormalization, GELU, HardSwish,
+LayerNormalization) import it; :mod:`.activations` also makes each exported GELU chain
+one node for the reversal and puts it back after. After reversal
 :mod:`.rewrites` fixes what its rules get wrong for memory (the ReLU mask, explicit pads,
 copies, constant fills, double transposes).
 
@@ -21,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphmem.core.ir import CONTROL_FLOW, standard_domain
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import onnx_opset
+from graphmem.training.activations import fuse, unfuse
 from graphmem.training.rules import patched
 from graphmem.training.prepare import prepare_inference
 from graphmem.training.rewrites import (SEED, cancel_transposes, copies_to_reshapes, fills_from_seed,
@@ -72,7 +75,7 @@ def trainable_weights(model: onnx.ModelProto) -> list[str]:
 def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: str = "auto",
                    relu_fix: bool = True, rewrites: bool = True,
                    prepared: bool = False, output: str | None = None,
-                   bn: str = "training") -> TrainingGraph:
+                   bn: str = "training", fuse_activations: bool = True) -> TrainingGraph:
     """Build the training graph of an inference model.
 
     ``loss``: ``xent`` (cross-entropy of the logits against a one-hot ``label`` input;
@@ -85,7 +88,9 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     ``output``: the graph output the loss is taken of, for a model with several (a BERT
     export's hidden states and pooled output; default: the first); the others, and the
     nodes, inputs and weights only they need, are dropped.
-    ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks).
+    ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks);
+    ``fuse_activations`` our activation rules: exported GELU chains differentiated as
+    one op, HardSwish by an in-place-friendly rule (:mod:`.activations`).
     """
     import onnx_ad
 
@@ -120,9 +125,12 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
         # onnx_ad places the seed axis by rank: give it every forward value's type.
         m = onnx.shape_inference.infer_shapes(m)
         _add_loader_shapes(m)
+        # one node per exported GELU, differentiated as one (activations.py)
+        chains = fuse(m) if fuse_activations else {}
         g = m.graph
-        with patched():  # our rules (rules.py)
+        with patched(fuse_activations):  # our rules (rules.py)
             r = onnx_ad.reverse(m, inputs=list(weights), outputs=[loss_name], layout="onnx")
+        unfuse(r, chains)
     except Exception as exc:
         raise GraphmemError(f"reverse mode failed: {type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:300]}") from None

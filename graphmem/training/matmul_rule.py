@@ -14,8 +14,10 @@ so the weight gradient is one product of the forward's MACs with no temporary be
 its output, and ``W`` is read where it is. With the seed axis ``S`` trailing (onnx_ad's
 layout, ``dz[*batch, M, N, S]``): ``dz`` as ``[rows, N*S]`` gives ``dW`` as
 ``[K, N*S]``; for ``da`` the seed axis is moved before ``N`` first (a view when ``S`` is
-1, which is what ``train`` binds). Other MatMuls (a weight on the left, two
-activations, unknown shapes) go to onnx_ad's rule. Used only inside
+1, which is what ``train`` binds). Two activations of one batch shape whose transposed
+copy would be larger than the product and the other operand are
+:func:`activation_matmul_reverse`'s; other MatMuls (a weight on the left, unknown shapes)
+go to onnx_ad's rule. Used only inside
 :func:`graphmem.training.rules.patched`.
 """
 from __future__ import annotations
@@ -30,7 +32,8 @@ def matmul_reverse(ctx, node, grads, fallback):
     sa, sw, sz = ctx.shapes.static(a), ctx.shapes.static(w), ctx.shapes.static(z)
     if (sw is None or len(sw) != 2 or sa is None or len(sa) < 2 or sz is None
             or None in sa or None in sw or None in sz or len(sz) != len(sa)):
-        return fallback(ctx, node, grads)
+        flipped = activation_matmul_reverse(ctx, node, grads)
+        return fallback(ctx, node, grads) if flipped is None else flipped
     k, n = sw
     rows = math.prod(sa[:-1])
     rank = len(sz)
@@ -49,4 +52,67 @@ def matmul_reverse(ctx, node, grads, fallback):
         da = b.op("Gemm", [flat, w], transB=1, stem="mm_da")  # [rows*S, K]
         da = b.op("Reshape", [da, b.ints(list(sa[:-1]) + [-1, k])], stem="mm_da_seed")
         out[0] = b.op("Transpose", [da], perm=swap, stem="mm_input")  # [*batch, M, K, S]
+    return out
+
+
+def activation_matmul_reverse(ctx, node, grads):
+    """``[da, db]`` of ``z = a @ b`` for two activations of one static batch shape (an
+    attention's ``P @ V``), or None where onnx_ad's rule is as good.
+
+    onnx_ad computes ``db = a^T @ dz`` and ``da = dz @ b^T`` with a transposed copy of
+    ``a`` (or ``b``): ONNX's MatMul takes no transposed operand (PyTorch's reads a
+    strided view). Where that operand is larger than ``z`` and the other operand
+    together, the product is taken the other way round and its result transposed:
+    ``db = (dz^T @ a)^T``, ``da = (b @ dz^T)^T``, copying ``dz`` and the result instead.
+    ViT's ``P @ V`` (``P`` 197x197 a head, ``V`` and ``z`` 197x64): ``P^T``, 14.2 MiB
+    at batch 8, was live at the end of backward, where the peak is."""
+    a, b_, z = node.input[0], node.input[1], node.output[0]
+    sa, sb, sz = ctx.shapes.static(a), ctx.shapes.static(b_), ctx.shapes.static(z)
+    if (sa is None or sb is None or sz is None or len(sa) < 3 or
+            not len(sa) == len(sb) == len(sz) or sa[:-2] != sb[:-2]):
+        return None
+    size_a, size_b, size_z = math.prod(sa), math.prod(sb), math.prod(sz)
+    flip_b = ctx.asked_for(b_) and size_a > size_z + size_b
+    flip_a = ctx.asked_for(a) and size_b > size_z + size_a
+    if not (flip_a or flip_b):
+        return None
+    r, b = len(sz), ctx.b
+    batch = list(range(r - 2))
+    seeded = ctx.full(grads[0], z)  # [*batch, M, N, S]
+    # [S, *batch, ...] results back to [*batch, ..., S]: the last two axes swapped or not
+    back_swapped = [i + 1 for i in batch] + [r, r - 1, 0]
+    back = list(range(1, r + 1)) + [0]
+    dz_t = front = None
+
+    def transposed_dz():
+        nonlocal dz_t
+        if dz_t is None:  # [S, *batch, N, M]
+            dz_t = b.op("Transpose", [seeded], perm=[r] + batch + [r - 1, r - 2],
+                        stem="mm_dz_t")
+        return dz_t
+
+    def dz_front():
+        nonlocal front
+        if front is None:  # [S, *batch, M, N]: a view when S is 1
+            front = b.op("Transpose", [seeded], perm=[r] + list(range(r)), stem="mm_dz_front")
+        return front
+
+    swap = batch + [r - 1, r - 2]
+    out = [None, None]
+    if ctx.asked_for(a):
+        if flip_a:  # (b @ dz^T)^T
+            out[0] = b.op("Transpose", [b.op("MatMul", [b_, transposed_dz()], stem="mm_b_dzt")],
+                          perm=back_swapped, stem="mm_da_flipped")
+        else:
+            out[0] = b.op("Transpose", [b.op("MatMul", [dz_front(), b.op(
+                "Transpose", [b_], perm=swap, stem="mm_bt")], stem="mm_dz_bt")], perm=back,
+                stem="mm_da_back")
+    if ctx.asked_for(b_):
+        if flip_b:  # (dz^T @ a)^T
+            out[1] = b.op("Transpose", [b.op("MatMul", [transposed_dz(), a], stem="mm_dzt_a")],
+                          perm=back_swapped, stem="mm_db_flipped")
+        else:
+            out[1] = b.op("Transpose", [b.op("MatMul", [b.op(
+                "Transpose", [a], perm=swap, stem="mm_at"), dz_front()], stem="mm_at_dz")],
+                perm=back, stem="mm_db_back")
     return out

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from graphmem.training.activations import reduce_sum_square
 from graphmem.training.conv_pads import pad_or_crop, tail_pads
 
 
@@ -184,13 +185,6 @@ def average_pool_reverse(ctx, node, grads):
     return [_unfold_batch_into_seed(ctx, spread, x, ctx.rank(x))]
 
 
-def _reduce_sum_square(ctx, value, axes):
-    """ReduceSumSquare, keepdims: axes an attribute before opset 18, an input from it."""
-    if ctx.opset >= 18:
-        return ctx.b.op("ReduceSumSquare", [value, ctx.b.ints(axes)], keepdims=1)
-    return ctx.b.op("ReduceSumSquare", [value], axes=list(axes), keepdims=1)
-
-
 def batch_norm_training_reverse(ctx, node, grads):
     """BatchNormalization with ``training_mode=1``: adjoints of ``x``, scale and bias
     through the batch statistics (see the module docstring)."""
@@ -219,7 +213,7 @@ def batch_norm_training_reverse(ctx, node, grads):
     # The batch statistics, as the forward computed them (population variance).
     mean = ctx.reduce_mean(x, axes)  # [1, C, 1...]
     centered = b.op("Sub", [x, mean], stem="bn_centered")
-    variance = b.op("Mul", [_reduce_sum_square(ctx, centered, axes),
+    variance = b.op("Mul", [reduce_sum_square(ctx, centered, axes),
                             ctx.constant(1.0 / count, dtype)], stem="bn_var")
     invstd = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [variance, ctx.constant(
         epsilon, dtype)])])], stem="bn_invstd")
@@ -288,20 +282,25 @@ def slice_reverse(ctx, node, grads, step_one_rule):
 
 
 @contextmanager
-def patched():
+def patched(activations: bool = True):
     """onnx_ad with our rules (above, the grouped Conv weight rule of
-    :mod:`.grouped_conv` and the MatMul-by-a-matrix rule of :mod:`.matmul_rule`) for
+    :mod:`.grouped_conv`, the MatMul-by-a-matrix rule of :mod:`.matmul_rule` and, unless
+    ``activations`` is false, the GELU, HardSwish, LayerNormalization and Softmax rules
+    of :mod:`.activations`) for
     the duration of the block; an inference-form
     BatchNormalization still goes to onnx_ad's rule."""
     from onnx_ad import rules
 
+    from graphmem.training.activations import DOMAIN as FUSED
+    from graphmem.training.activations import (gelu_reverse, hard_swish_reverse,
+                                               layer_norm_reverse, softmax_reverse)
     from graphmem.training.grouped_conv import grouped_weight_adjoint
     from graphmem.training.matmul_rule import matmul_reverse
 
     original_weight = rules._conv_weight_adjoint
     saved = {op: rules.REVERSE.get(op)
              for op in ("ConvTranspose", "AveragePool", "BatchNormalization", "Slice",
-                        "MatMul")}
+                        "MatMul", "Gelu", "HardSwish", "LayerNormalization", "Softmax")}
     inference_batch_norm = saved["BatchNormalization"]
     step_one_slice = saved["Slice"]
     batched_matmul = saved["MatMul"]
@@ -328,6 +327,22 @@ def patched():
                                                                      step_one_slice)
     rules.REVERSE["MatMul"] = lambda ctx, node, grads: matmul_reverse(ctx, node, grads,
                                                                       batched_matmul)
+    standard_gelu = saved["Gelu"]
+    standard_layer_norm = saved["LayerNormalization"]
+
+    def gelu_dispatch(ctx, node, grads):
+        from onnx_ad._build import attribute
+
+        if node.domain == FUSED or attribute(node, "approximate", "none") == "none":
+            return gelu_reverse(ctx, node, grads)
+        return standard_gelu(ctx, node, grads)
+
+    if activations:
+        rules.REVERSE["Gelu"] = gelu_dispatch
+        rules.REVERSE["HardSwish"] = hard_swish_reverse
+        rules.REVERSE["LayerNormalization"] = lambda ctx, node, grads: layer_norm_reverse(
+            ctx, node, grads, standard_layer_norm)
+        rules.REVERSE["Softmax"] = softmax_reverse
     try:
         yield
     finally:
