@@ -395,7 +395,7 @@ def run_files(args) -> None:
         table.append(f"| {r['file']} | {r['mb']:.0f} | **{_cell(gm, 's', '.2f')}** | "
                      f"{_cell(ort, 's', '.2f')} | {ratio} | {_cell(gm, 'peak_mib', '.0f')} | "
                      f"{_cell(ort, 'peak_mib', '.0f')} |")
-    errors = [f"- {r['file']}: {kind}: {r[kind]['error']}" for r in rows
+    errors = [f"- {r['file']} ({kind}): {r[kind]['error']}" for r in rows
               for kind in ("graphmem", "ort") if "error" in r[kind]]
     body = "\n".join([
         "## Real model files: whole processes", "",
