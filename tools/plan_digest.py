@@ -133,9 +133,9 @@ def compare(before: Path, after: Path) -> int:
 
 def main(argv=None) -> int:
     if os.environ.get("PYTHONHASHSEED") != "0" and argv is None:
-        # some plans depend on the order Python iterates a set of names in (string
-        # hashes are seeded per process: gpt2-past-dynamo plans two ways), so the runs
-        # compared are made with one seed
+        # the runs compared are made with one seed: string hashes are seeded per
+        # process, and a plan that followed a set's order would differ between runs
+        # for no change of the code (the bindings did once: tests/test_dim_expressions)
         os.execve(sys.executable, [sys.executable, *sys.argv],
                   {**os.environ, "PYTHONHASHSEED": "0"})
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -576,10 +576,14 @@ def propagate(model) -> dict[str, Value]:
         known[t.name] = (t.data_type, tuple(t.dims))
         if t.data_location != t.EXTERNAL and len(t.raw_data) <= 4096:
             small[t.name] = t
+    values = _Values(small)
     opsets = {o.domain or "": o.version for o in model.opset_import}
     opsets.setdefault("", opsets.get("ai.onnx", 0))
     for node in g.node:
         outs = [o for o in node.output if o]
+        if node.domain in ("", "ai.onnx") and all(not t or t in known for t in node.input):
+            for name, value in values.compute(node, known).items():
+                known.setdefault(name, (values.elem[value.dtype.type], value.shape))
         if all(o in known for o in outs):
             continue
         found = rule_for(node.domain, node.op_type)
@@ -605,8 +609,7 @@ def propagate(model) -> dict[str, Value]:
         try:
             schema = defs.get_schema(node.op_type, opsets[""], "")
             types = {t: helper.make_tensor_type_proto(*known[t]) for t in node.input if t}
-            inferred = _infer_node(schema, node, types, {t: small[t] for t in node.input
-                                                         if t in small}, model)
+            inferred = _infer_node(schema, node, types, values.protos(node.input), model)
         except Exception:  # no schema at this opset, or inference refused: unknown
             continue
         for name, tp in inferred.items():
@@ -614,6 +617,83 @@ def propagate(model) -> dict[str, Value]:
             if v is not None:
                 known[name] = v
     return known
+
+
+class _Values:
+    """The values of the small tensors :func:`propagate` meets: small initializers, and
+    the shape arithmetic (Shape of a sized tensor, Gather, Concat, ...) computed as it
+    walks (:mod:`graphmem.frontend.shape_arithmetic`, the loader's own), so that a
+    Reshape to a computed shape is sized in the same pass: a contrib op in every layer
+    whose output the next layer's shape arithmetic reads (the transformer optimizer's
+    ViT-B/16) needs no round per layer."""
+
+    LIMIT = 4096  # elements: shape-like values only
+
+    def __init__(self, small: dict):
+        self.small = small
+        self.arrays: dict[str, object] = {}
+        self.elem = _elem_types()  # numpy scalar type -> TensorProto element type
+
+    def get(self, name: str):
+        if name not in self.arrays and name in self.small:
+            from onnx import numpy_helper
+            self.arrays[name] = numpy_helper.to_array(self.small[name])
+        return self.arrays.get(name)
+
+    def compute(self, node, known: dict) -> dict:
+        """The values of ``node``'s outputs where they are shape arithmetic on inputs
+        whose values are known (a Shape needs only its input's static shape)."""
+        import numpy as np
+
+        from graphmem.frontend.shape_arithmetic import Unsupported, evaluate
+        op = node.op_type
+        if op not in _ARITHMETIC or any(
+                a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
+            return {}
+        if op in ("Shape", "Size"):
+            if not node.input or node.input[0] not in known:
+                return {}
+            # a zero-stride array of the static shape: its shape, no bytes
+            ins = {node.input[0]: np.lib.stride_tricks.as_strided(
+                np.zeros(1, np.bool_), known[node.input[0]][1],
+                (0,) * len(known[node.input[0]][1]))}
+        else:
+            ins = {t: self.get(t) for t in node.input if t}
+            if any(v is None for v in ins.values()):
+                return {}
+        try:
+            out = evaluate([node], ins)
+        except Unsupported:
+            return {}
+        out = {k: v for k, v in out.items() if v.size <= self.LIMIT and v.dtype.type in self.elem}
+        self.arrays.update(out)
+        return out
+
+    def protos(self, names) -> dict:
+        """TensorProtos of the values among ``names``, for onnx's per-node inference."""
+        from onnx import numpy_helper
+        out = {}
+        for t in names:
+            if t in self.small:
+                out[t] = self.small[t]
+            elif t in self.arrays:
+                out[t] = numpy_helper.from_array(self.arrays[t], t)
+        return out
+
+
+# what _Values computes: the shape arithmetic exporters write between a Shape and the
+# Reshape, Expand, Range or ConstantOfShape that reads it
+_ARITHMETIC = frozenset((
+    "Shape", "Size", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice",
+    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Mod", "Equal", "Less",
+    "Greater", "Where", "Range", "Reshape", "Expand", "ConstantOfShape"))
+
+
+def _elem_types() -> dict:
+    import numpy as np
+    return {np.float32: 1, np.uint8: 2, np.int8: 3, np.uint16: 4, np.int16: 5,
+            np.int32: 6, np.int64: 7, np.bool_: 9, np.float16: 10, np.float64: 11,
+            np.uint32: 12, np.uint64: 13}
 
 
 def _infer_node(schema, node, types, data, model):

@@ -255,6 +255,8 @@ def contrib_rules(state: LoadState) -> None:
         if not found:
             return
         add_types(state, found)
+        # folding decided again: a Shape of what the rules sized computes a constant
+        state.settle()
         if not state.missing:
             return
 
@@ -287,12 +289,13 @@ def constant_values(state: LoadState) -> None:
 
 
 def contrib_rules_and_values(state: LoadState) -> None:
-    """The contrib rules, then the constant values, in turn while a turn sizes more: a
+    """The contrib rules, then the constant values, in turn while a turn sizes more. The
+    rules compute the shape arithmetic as they walk (contrib_shapes.propagate), so a
     contrib op in every layer whose output the next layer's shape arithmetic reads (the
     transformer optimizer's ViT-B/16: a BiasGelu before each Reshape to a computed
-    shape) needs one turn per layer."""
+    shape) is sized in one turn, not one turn per layer."""
     while True:
-        contrib_rules(state)
+        contrib_rules(state)  # it walks the shape arithmetic too: one turn usually sizes all
         if not state.missing:
             return
         before = len(state.missing)
