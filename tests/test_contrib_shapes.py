@@ -394,3 +394,25 @@ def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
     plan = graphmem.plan_graph(loaded).plan
     assert not any(f"{k}{i}" in plan.tensors for k in "sm" for i in range(layers))
     assert {f"m{i}" for i in range(layers)} <= set(plan.constants)
+
+
+def test_the_rules_walk_computes_no_large_value(monkeypatch):
+    """The walk computes shape-sized values only: a ConstantOfShape of a computed shape
+    (a causal mask at a long sequence) is sized by onnx's inference, never filled."""
+    from graphmem.frontend import contrib_shapes, shape_arithmetic
+    computed = []
+    real = shape_arithmetic.evaluate
+    monkeypatch.setattr(shape_arithmetic, "evaluate",
+                        lambda nodes, values: computed.append(nodes[0].op_type)
+                        or real(nodes, values))
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["mask"]),
+             helper.make_node("BiasGelu", ["mask", "bias"], ["y"], domain=MS)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [64, 64, 64])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [c("bias", np.zeros(64))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    known = contrib_shapes.propagate(model)
+    assert known["mask"][1] == (64, 64, 64) and known["y"][1] == (64, 64, 64)
+    assert computed == ["Shape"]  # the 262,144-element mask was never computed

@@ -659,7 +659,8 @@ class _Values:
                 (0,) * len(known[node.input[0]][1]))}
         else:
             ins = {t: self.get(t) for t in node.input if t}
-            if any(v is None for v in ins.values()):
+            if any(v is None for v in ins.values()) or not self._small_result(
+                    node, [ins[t] if t else None for t in node.input]):
                 return {}
         try:
             out = evaluate([node], ins)
@@ -668,6 +669,46 @@ class _Values:
         out = {k: v for k, v in out.items() if v.size <= self.LIMIT and v.dtype.type in self.elem}
         self.arrays.update(out)
         return out
+
+    def _small_result(self, node, ins: list) -> bool:
+        """Whether ``node``'s result on ``ins`` stays within :data:`LIMIT` elements,
+        known before computing it: a Constant holding a weight, a ConstantOfShape,
+        Expand or Range of a computed size (a causal mask at a long sequence) or a
+        broadcast of two vectors could be weight-sized; it is left to the loader's
+        other strategies."""
+        import numpy as np
+        op = node.op_type
+        present = [x for x in ins if x is not None]
+        try:
+            if op == "Constant":
+                size = 0
+                for a in node.attribute:
+                    if a.type == a.TENSOR:
+                        size = int(np.prod(a.t.dims)) if a.t.dims else 1
+                    elif a.type in (a.INTS, a.FLOATS):
+                        size = len(a.ints) + len(a.floats)
+                    elif a.type != a.STRINGS:
+                        size = 1
+                    else:
+                        size = self.LIMIT + 1
+            elif op == "ConstantOfShape":
+                size = int(np.prod(ins[0])) if ins[0].size else 1
+            elif op == "Expand":
+                size = int(np.prod(np.broadcast_shapes(ins[0].shape, tuple(ins[1]))))
+            elif op == "Range":
+                start, limit, delta = (float(x) for x in ins[:3])
+                size = int(np.ceil((limit - start) / delta)) if delta else self.LIMIT + 1
+            elif op == "Concat":
+                size = sum(x.size for x in present)
+            elif op == "Gather":
+                size = ins[0].size * max(ins[1].size, 1)
+            elif op in ("Reshape", "Squeeze", "Unsqueeze", "Slice", "Cast", "Neg", "Abs"):
+                size = ins[0].size
+            else:  # element-wise: the broadcast of the inputs
+                size = int(np.prod(np.broadcast_shapes(*(x.shape for x in present))))
+        except (ValueError, TypeError, OverflowError, IndexError):
+            return False
+        return size <= self.LIMIT
 
     def protos(self, names) -> dict:
         """TensorProtos of the values among ``names``, for onnx's per-node inference."""
