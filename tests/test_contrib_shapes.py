@@ -338,42 +338,10 @@ def test_a_model_with_an_unknown_onnx_domain_op_is_still_refused(tmp_path):
         graphmem.load(path)
 
 
-def test_contrib_ops_that_size_each_layer_shape_arithmetic_load(tmp_path):
-    """A contrib op in every layer whose output the next layer's shape arithmetic reads
-    (the transformer optimizer's ViT-B/16: BiasGelu, then Shape, Mod and a Reshape to
-    the computed shape): the contrib rules and the constant values take turns until
-    every layer is sized (once each, the third layer stayed unknown), and the plan
-    verifies."""
-    import graphmem
-    from graphmem.verify.verifier import verify
-    layers, nodes = 4, []
-    for i in range(layers):
-        x, b, s, m = f"x{i}", f"b{i}", f"s{i}", f"m{i}"
-        nodes += [helper.make_node("BiasGelu", [x, "bias"], [b], domain=MS),
-                  helper.make_node("Shape", [b], [s]),
-                  helper.make_node("Mod", [s, "big"], [m]),  # no data propagation in onnx
-                  helper.make_node("Reshape", [b, m], [f"x{i + 1}"])]
-    graph = helper.make_graph(
-        nodes, "layers", [helper.make_tensor_value_info("x0", F, [2, 3, 8])],
-        [helper.make_tensor_value_info(f"x{layers}", F, [2, 3, 8])],
-        [c("bias", np.linspace(-1, 1, 8)), c("big", [1 << 20], np.int64)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid(MS, 1)], ir_version=8)
-    path = tmp_path / "layers.onnx"
-    path.write_bytes(model.SerializeToString())
-    loaded = graphmem.load(path)
-    assert all(loaded.tensors[f"x{i}"].shape == (2, 3, 8) for i in range(layers + 1))
-    plan = graphmem.plan_graph(loaded).plan
-    assert verify(plan, loaded).passed
-
-
-def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
-    """The layered model above is sized by the first contrib-rules pass alone: the rules
-    compute Shape -> Mod as they walk (no turn per layer; ViT-B/16 through the
-    transformer optimizer took 12), and the shape arithmetic the rules unlocked is
-    folded like any other: constants, not tensors of the plan."""
-    import graphmem
-    layers, nodes = 6, []
+def _layered_model(folder, layers: int):
+    """``layers`` layers of BiasGelu -> Shape -> Mod -> Reshape to the computed shape
+    (onnx's inference propagates no data through Mod), written to ``folder``."""
+    nodes = []
     for i in range(layers):
         x, b, s, m = f"x{i}", f"b{i}", f"s{i}", f"m{i}"
         nodes += [helper.make_node("BiasGelu", [x, "bias"], [b], domain=MS),
@@ -386,9 +354,33 @@ def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
         [c("bias", np.linspace(-1, 1, 8)), c("big", [1 << 20], np.int64)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid(MS, 1)], ir_version=8)
-    path = tmp_path / "layers.onnx"
+    path = folder / "layers.onnx"
     path.write_bytes(model.SerializeToString())
-    loaded = graphmem.load(path)
+    return path
+
+
+def test_contrib_ops_that_size_each_layer_shape_arithmetic_load(tmp_path):
+    """A contrib op in every layer whose output the next layer's shape arithmetic reads
+    (the transformer optimizer's ViT-B/16: BiasGelu, then Shape, Mod and a Reshape to
+    the computed shape): every layer is sized (once, the third layer stayed unknown),
+    and the plan verifies."""
+    import graphmem
+    from graphmem.verify.verifier import verify
+    layers = 4
+    loaded = graphmem.load(_layered_model(tmp_path, layers))
+    assert all(loaded.tensors[f"x{i}"].shape == (2, 3, 8) for i in range(layers + 1))
+    plan = graphmem.plan_graph(loaded).plan
+    assert verify(plan, loaded).passed
+
+
+def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
+    """The layered model above is sized by the first contrib-rules pass alone: the rules
+    compute Shape -> Mod as they walk (no turn per layer; ViT-B/16 through the
+    transformer optimizer took 12), and the shape arithmetic the rules unlocked is
+    folded like any other: constants, not tensors of the plan."""
+    import graphmem
+    layers = 6
+    loaded = graphmem.load(_layered_model(tmp_path, layers))
     ran = [s.strategy for s in loaded.sizing]
     assert ran[-1] == "contrib-rules" and "constant-values" not in ran, ran
     plan = graphmem.plan_graph(loaded).plan
