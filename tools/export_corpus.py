@@ -254,6 +254,88 @@ def _torchvision_model(name: str):
     raise SystemExit(f"unknown model {name!r}")
 
 
+# ------------------------------------------------------------ wrappers, any size
+# (module, example args, input names, output names, {input or output: {axis: name}}) for
+# a model built at the corpus's small sizes here or at stock sizes by export_fullsize.py
+
+def segmentation(m, images):
+    """A torchvision segmentation model's ``out`` as ``masks``."""
+    from torch import nn
+
+    class Seg(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, pixel_values):
+            return self.m(pixel_values)["out"]
+    return (Seg(), (images,), ["pixel_values"], ["masks"],
+            {"pixel_values": {0: "batch"}, "masks": {0: "batch"}})
+
+
+def bert_encoder(inner, input_ids):
+    """A transformers BERT: last hidden state and pooler output."""
+    import torch
+    from torch import nn
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids)
+            return o.last_hidden_state, o.pooler_output
+
+    bs = {0: "batch", 1: "seq"}
+    return (Bert(), (input_ids, torch.ones_like(input_ids), torch.zeros_like(input_ids)),
+            ["input_ids", "attention_mask", "token_type_ids"],
+            ["last_hidden_state", "pooler_output"],
+            {"input_ids": bs, "attention_mask": bs, "token_type_ids": bs,
+             "last_hidden_state": bs, "pooler_output": {0: "batch"}})
+
+
+def causal_lm(inner, input_ids):
+    """A transformers causal LM (GPT-2, Llama): logits, no cache."""
+    import torch
+    from torch import nn
+
+    class CausalLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          use_cache=False).logits
+
+    bs = {0: "batch", 1: "seq"}
+    return (CausalLM(), (input_ids, torch.ones_like(input_ids)),
+            ["input_ids", "attention_mask"], ["logits"],
+            {"input_ids": bs, "attention_mask": bs, "logits": bs})
+
+
+def whisper_encoder(inner, batch: int):
+    """A transformers Whisper encoder on 80 mel bins x the 2 * max_source_positions
+    frames it insists on: only the batch varies."""
+    import torch
+    from torch import nn
+
+    class Enc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_features):
+            return self.m(input_features).last_hidden_state
+
+    frames = 2 * inner.config.max_source_positions
+    return (Enc(), (torch.randn(batch, 80, frames),), ["input_features"],
+            ["last_hidden_state"],
+            {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}})
+
+
 def build(name: str):
     """(module, example args, input names, output names, {input or output: {axis: name}})."""
     import torch
@@ -274,15 +356,7 @@ def build(name: str):
         m = _torchvision_model(name).eval()
         side = TV_IMAGE[name]
         if name == "tv-deeplabv3":
-            class Seg(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.m = m
-
-                def forward(self, pixel_values):
-                    return self.m(pixel_values)["out"]
-            return (Seg(), (torch.randn(B, 3, side, side),), ["pixel_values"], ["masks"],
-                    {"pixel_values": {0: "batch"}, "masks": {0: "batch"}})
+            return segmentation(m, torch.randn(B, 3, side, side))
         if name == "tv-ssdlite":  # one image in, its boxes, scores and labels out
             class Det(nn.Module):
                 def __init__(self):
@@ -304,25 +378,7 @@ def build(name: str):
                             num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=SIZE["ffn"],
                             max_position_embeddings=SIZE["positions"])
-        inner = tf.BertModel(cfg).eval()
-
-        class Bert(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = inner
-
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                o = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                           token_type_ids=token_type_ids)
-                return o.last_hidden_state, o.pooler_output
-
-        bs = {0: "batch", 1: "seq"}
-        return (Bert(), (ids(B, S), torch.ones(B, S, dtype=torch.int64),
-                         torch.zeros(B, S, dtype=torch.int64)),
-                ["input_ids", "attention_mask", "token_type_ids"],
-                ["last_hidden_state", "pooler_output"],
-                {"input_ids": bs, "attention_mask": bs, "token_type_ids": bs,
-                 "last_hidden_state": bs, "pooler_output": {0: "batch"}})
+        return bert_encoder(tf.BertModel(cfg).eval(), ids(B, S))
 
     if name in ("gpt2", "gpt2-past"):
         cfg = tf.GPT2Config(vocab_size=SIZE["vocab"], n_embd=SIZE["hidden"], n_layer=2, n_head=2,
@@ -330,18 +386,7 @@ def build(name: str):
         inner = tf.GPT2LMHeadModel(cfg).eval()
         bs = {0: "batch", 1: "seq"}
         if name == "gpt2":
-            class Gpt2(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.m = inner
-
-                def forward(self, input_ids, attention_mask):
-                    return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                                  use_cache=False).logits
-
-            return (Gpt2(), (ids(B, S), torch.ones(B, S, dtype=torch.int64)),
-                    ["input_ids", "attention_mask"], ["logits"],
-                    {"input_ids": bs, "attention_mask": bs, "logits": bs})
+            return causal_lm(inner, ids(B, S))
 
         heads, hd, layers = cfg.n_head, cfg.n_embd // cfg.n_head, cfg.n_layer
         assert layers == 2  # forward below names two layers' caches
@@ -406,18 +451,7 @@ def build(name: str):
                                decoder_ffn_dim=128, num_mel_bins=80, max_source_positions=50,
                                pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                decoder_start_token_id=1)
-        inner = tf.WhisperModel(cfg).get_encoder().eval()
-
-        class Enc(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = inner
-
-            def forward(self, input_features):
-                return self.m(input_features).last_hidden_state
-
-        return (Enc(), (torch.randn(B, 80, 100),), ["input_features"], ["last_hidden_state"],
-                {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}})
+        return whisper_encoder(tf.WhisperModel(cfg).get_encoder().eval(), B)
 
     if name == "clip-text":
         cfg = tf.CLIPTextConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,

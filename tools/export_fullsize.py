@@ -71,28 +71,20 @@ def build(name: str):
     """(module, example args, input names, output names, {input or output: {axis: name}})."""
     import torch
     from torch import nn
+
+    import export_corpus
     torch.manual_seed(0)
     B, S = 2, 8
     img = {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}
 
     if name in ("resnet50", "vit_b_16", "convnext_tiny", "efficientnet_v2_s",
                 "deeplabv3_resnet50"):
-        import export_corpus
         models = export_corpus.torchvision_module().models
         side = SIDE.get(name, 224)
         if name == "deeplabv3_resnet50":
             m = models.segmentation.deeplabv3_resnet50(weights=None, weights_backbone=None,
                                                         aux_loss=False).eval()
-
-            class Seg(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.m = m
-
-                def forward(self, pixel_values):
-                    return self.m(pixel_values)["out"]
-            return (Seg(), (torch.randn(B, 3, side, side),), ["pixel_values"], ["masks"],
-                    {"pixel_values": {0: "batch"}, "masks": {0: "batch"}})
+            return export_corpus.segmentation(m, torch.randn(B, 3, side, side))
         m = getattr(models, name)(weights=None).eval()
         return m, (torch.randn(B, 3, side, side),), ["pixel_values"], ["logits"], img
 
@@ -103,23 +95,7 @@ def build(name: str):
     bs = {0: "batch", 1: "seq"}
 
     if name == "bert-base":
-        inner = tf.BertModel(tf.BertConfig()).eval()
-
-        class Bert(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = inner
-
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                o = self.m(input_ids=input_ids, attention_mask=attention_mask,
-                           token_type_ids=token_type_ids)
-                return o.last_hidden_state, o.pooler_output
-        return (Bert(), (ids(B, S), torch.ones(B, S, dtype=torch.int64),
-                         torch.zeros(B, S, dtype=torch.int64)),
-                ["input_ids", "attention_mask", "token_type_ids"],
-                ["last_hidden_state", "pooler_output"],
-                {"input_ids": bs, "attention_mask": bs, "token_type_ids": bs,
-                 "last_hidden_state": bs, "pooler_output": {0: "batch"}})
+        return export_corpus.bert_encoder(tf.BertModel(tf.BertConfig()).eval(), ids(B, S))
 
     if name in ("gpt2", "gpt2-medium", "llama-gqa"):
         if name == "gpt2":
@@ -131,19 +107,7 @@ def build(name: str):
                 hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
                 num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
                 max_position_embeddings=2048))
-        inner = inner.eval()
-
-        class Decoder(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = inner
-
-            def forward(self, input_ids, attention_mask):
-                return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                              use_cache=False).logits
-        return (Decoder(), (ids(B, S), torch.ones(B, S, dtype=torch.int64)),
-                ["input_ids", "attention_mask"], ["logits"],
-                {"input_ids": bs, "attention_mask": bs, "logits": bs})
+        return export_corpus.causal_lm(inner.eval(), ids(B, S))
 
     if name == "t5-small-encoder":
         inner = tf.T5EncoderModel(tf.T5Config()).eval()
@@ -161,17 +125,8 @@ def build(name: str):
                 {"input_ids": bs, "attention_mask": bs, "last_hidden_state": bs})
 
     if name == "whisper-tiny-encoder":
-        inner = tf.WhisperModel(tf.WhisperConfig()).get_encoder().eval()
-
-        class Enc(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = inner
-
-            def forward(self, input_features):
-                return self.m(input_features).last_hidden_state
-        return (Enc(), (torch.randn(B, 80, 3000),), ["input_features"], ["last_hidden_state"],
-                {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}})
+        return export_corpus.whisper_encoder(
+            tf.WhisperModel(tf.WhisperConfig()).get_encoder().eval(), B)
 
     raise SystemExit(f"unknown model {name!r}")
 
