@@ -105,14 +105,21 @@ def test_shape_inference_never_reads_the_weights_data(monkeypatch):
         assert len(model.SerializeToString()) < 16 * 1024
 
 
-def test_folding_computes_no_weight_sized_constant_that_only_feeds_data(monkeypatch):
-    ran = []
+@pytest.fixture
+def folding_runs(monkeypatch) -> list[str]:
+    """The op of every node constant folding computes, in order, while the test runs."""
+    ran: list[str] = []
     real = folding._run_nodes
 
     def spy(model, nodes, values, evaluators):
         ran.extend(n.op_type for n in nodes)
         return real(model, nodes, values, evaluators)
     monkeypatch.setattr(folding, "_run_nodes", spy)
+    return ran
+
+
+def test_folding_computes_no_weight_sized_constant_that_only_feeds_data(folding_runs):
+    ran = folding_runs
     graph = from_model(_quantized_model(64))  # w (4 KiB) keeps its data
     ran_set = set(ran)
     assert "Concat" in ran_set and "Gather" in ran_set  # the Reshape's target
@@ -177,16 +184,10 @@ def test_the_checker_still_reads_an_unsorted_model_with_weights():
         from_model(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])], [w]))
 
 
-def test_a_later_constant_values_round_computes_only_new_constants(monkeypatch):
+def test_a_later_constant_values_round_computes_only_new_constants(folding_runs):
     """The Reshape's target (a Mul of constants) sizes y in the first round; the second
     computes the target read from y's Shape, and does not compute the Mul again."""
-    ran = []
-    real = folding._run_nodes
-
-    def spy(model, nodes, values, evaluators):
-        ran.extend(n.op_type for n in nodes)
-        return real(model, nodes, values, evaluators)
-    monkeypatch.setattr(folding, "_run_nodes", spy)
+    ran = folding_runs
     inits = [numpy_helper.from_array(np.array([3, 4], np.int64), "c"),
              numpy_helper.from_array(np.array(1, np.int64), "one"),
              numpy_helper.from_array(np.array([1], np.int64), "ones"),
