@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -55,11 +54,16 @@ def gelu_nodes(x, y, form):
 
 def mlp(form="div", batch=3, width=5, hidden=7):
     """x @ W1 -> GELU -> @ W2: the Linear-GELU-Linear of a ConvNeXt or ViT block."""
-    w1 = (RNG.standard_normal([width, hidden]) * 1.2).astype(np.float32)
+    return _linear_act_linear("mlp", gelu_nodes("h", "a", form), 1.2, batch, width, hidden)
+
+
+def _linear_act_linear(name, activation, scale, batch, width, hidden):
+    """x @ W1 -> h, the ``activation`` nodes h -> a, a @ W2 -> y; W1 drawn at ``scale``."""
+    w1 = (RNG.standard_normal([width, hidden]) * scale).astype(np.float32)
     w2 = (RNG.standard_normal([hidden, 4]) * 0.5).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"])] + gelu_nodes("h", "a", form) + \
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"])] + activation + \
         [helper.make_node("MatMul", ["a", "w2"], ["y"])]
-    g = helper.make_graph(nodes, "mlp",
+    g = helper.make_graph(nodes, name,
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                          [batch, width])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
@@ -165,19 +169,8 @@ def largest_concurrent(plan, size):
 
 
 def hard_swish_mlp(batch=3, width=5, hidden=7):
-    w1 = (RNG.standard_normal([width, hidden]) * 2.5).astype(np.float32)
-    w2 = (RNG.standard_normal([hidden, 4]) * 0.5).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
-             helper.make_node("HardSwish", ["h"], ["a"]),
-             helper.make_node("MatMul", ["a", "w2"], ["y"])]
-    g = helper.make_graph(nodes, "hswish",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                         [batch, width])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m, w1, w2
+    return _linear_act_linear("hswish", [helper.make_node("HardSwish", ["h"], ["a"])], 2.5,
+                              batch, width, hidden)
 
 
 def test_hard_swish_gradients_are_exact_in_all_three_pieces():
