@@ -632,7 +632,9 @@ class _Values:
     def __init__(self, small: dict):
         self.small = small
         self.arrays: dict[str, object] = {}
-        self.elem = _elem_types()  # numpy scalar type -> TensorProto element type
+        from graphmem.frontend.shape_arithmetic import _DTYPES
+        # numpy scalar type -> TensorProto element type: the types shape_arithmetic computes
+        self.elem = {numpy_type: elem for elem, numpy_type in _DTYPES.items()}
 
     def get(self, name: str):
         if name not in self.arrays and name in self.small:
@@ -728,13 +730,6 @@ _ARITHMETIC = frozenset((
     "Shape", "Size", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice",
     "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Mod", "Equal", "Less",
     "Greater", "Where", "Range", "Reshape", "Expand", "ConstantOfShape"))
-
-
-def _elem_types() -> dict:
-    import numpy as np
-    return {np.float32: 1, np.uint8: 2, np.int8: 3, np.uint16: 4, np.int16: 5,
-            np.int32: 6, np.int64: 7, np.bool_: 9, np.float16: 10, np.float64: 11,
-            np.uint32: 12, np.uint64: 13}
 
 
 def _infer_node(schema, node, types, data, model):
