@@ -632,9 +632,9 @@ class _Values:
     def __init__(self, small: dict):
         self.small = small
         self.arrays: dict[str, object] = {}
-        from graphmem.frontend.shape_arithmetic import _DTYPES
+        from graphmem.frontend.shape_arithmetic import NUMPY_TYPES
         # numpy scalar type -> TensorProto element type: the types shape_arithmetic computes
-        self.elem = {numpy_type: elem for elem, numpy_type in _DTYPES.items()}
+        self.elem = {numpy_type: elem for elem, numpy_type in NUMPY_TYPES.items()}
 
     def get(self, name: str):
         if name not in self.arrays and name in self.small:

@@ -19,9 +19,9 @@ class Unsupported(Exception):
 
 
 # TensorProto element types -> numpy dtypes, the plain numeric ones only
-_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
-           7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
-           13: np.uint64}
+NUMPY_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16,
+               6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64,
+               12: np.uint32, 13: np.uint64}
 
 
 def _attrs(node) -> dict:
@@ -43,7 +43,7 @@ def _attrs(node) -> dict:
 
 
 def _tensor(t) -> np.ndarray:
-    if t.data_type not in _DTYPES or t.data_location == t.EXTERNAL:
+    if t.data_type not in NUMPY_TYPES or t.data_location == t.EXTERNAL:
         raise Unsupported("tensor type")
     from onnx import numpy_helper
     return numpy_helper.to_array(t)
@@ -135,7 +135,7 @@ def _run(node, ins: list) -> list[np.ndarray]:
     if op == "Mod" and len(ins) == 2:
         return [np.asarray(np.fmod(*ins) if a.get("fmod", 0) == 1 else np.mod(*ins))]
     if op == "Cast":
-        to = _DTYPES.get(a.get("to"))
+        to = NUMPY_TYPES.get(a.get("to"))
         if to is None:
             raise Unsupported("Cast's type")
         return [ins[0].astype(to)]
