@@ -8,7 +8,7 @@ from graphmem import wire
 from graphmem.core.memory import release_freed
 from graphmem.errors import GraphmemError
 from graphmem.frontend import onnx_c
-from graphmem.frontend.lazy import helper, onnx
+from graphmem.frontend.lazy import helper
 from graphmem.frontend.protos import invalid_text, one_line, to_proto
 from graphmem.frontend.splice import INITIALIZER, INPUT, NODE, entry, splice, tensor_value_info
 from graphmem.frontend.structure import EXTERNAL
@@ -33,13 +33,8 @@ def ort_own_ops(parsed: dict) -> frozenset[str]:
     if not used:
         return frozenset()
     opset = max((v for d, v in parsed["opsets"] if d in ("", "ai.onnx")), default=1)
-    own = set()
-    for op in used:
-        try:
-            onnx.defs.get_schema(op, opset, "")
-        except onnx.defs.SchemaError:
-            own.add(op)
-    return frozenset(own)
+    defs = onnx_c.core().defs  # not onnx's Python package: asked on every such model
+    return frozenset(op for op in used if not defs.has_schema(op, opset, ""))
 
 
 def _as_ort_contrib(model, own: frozenset[str]) -> None:
