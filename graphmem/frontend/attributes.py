@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from struct import unpack_from
 
+from graphmem.frontend.protowire import Malformed, add_int64s, fields, int64
+
 # AttributeProto.AttributeType
 UNDEFINED, FLOAT, INT, STRING, TENSOR, FLOATS, INTS, STRINGS = 0, 1, 2, 3, 4, 6, 7, 8
 # AttributeProto field numbers
@@ -26,67 +28,10 @@ _WIRE = {1: (2,), 2: (5,), 3: (0,), 4: (2,), 5: (2,), 6: (2,), 7: (5, 2), 8: (0,
 NOT_DECODED = object()
 
 
-class _Bad(Exception):
-    pass
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise _Bad
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes):
-    """(field number, wire type, value) of each field: an int for varints and fixed
-    widths' raw bytes, a memoryview slice for length-delimited fields."""
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = _varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if field == 0:
-            raise _Bad
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            if pos + 8 > end:
-                raise _Bad
-            value, pos = data[pos:pos + 8], pos + 8
-        elif wire == 2:
-            size, pos = _varint(data, pos)
-            if pos + size > end:
-                raise _Bad
-            value, pos = data[pos:pos + size], pos + size
-        elif wire == 5:
-            if pos + 4 > end:
-                raise _Bad
-            value, pos = data[pos:pos + 4], pos + 4
-        else:
-            raise _Bad
-        yield field, wire, value
-
-
-def _int64(v: int) -> int:
-    v &= (1 << 64) - 1
-    return v - (1 << 64) if v >> 63 else v
-
-
-def _packed_varints(data: bytes) -> list[int]:
-    out, pos = [], 0
-    while pos < len(data):
-        v, pos = _varint(data, pos)
-        out.append(_int64(v))
-    return out
-
-
-def decode(kind: int, raw: bytes):
-    """The value of an attribute of type ``kind`` serialized as ``raw``, or NOT_DECODED."""
+def decode(kind: int, raw: bytes, *, tensor_label: bool = True):
+    """The value of an attribute of type ``kind`` serialized as ``raw``, or NOT_DECODED.
+    A tensor is its label (``"<tensor [dims]>"``), or with ``tensor_label=False`` its
+    serialized TensorProto (:func:`graphmem.frontend.protowire.tensor_array` reads it)."""
     if kind not in (UNDEFINED, FLOAT, INT, STRING, TENSOR, FLOATS, INTS, STRINGS):
         return NOT_DECODED
     try:
@@ -94,15 +39,15 @@ def decode(kind: int, raw: bytes):
         floats: list[float] = []
         ints: list[int] = []
         strings: list[bytes] = []
-        for field, wire, value in _fields(raw):
+        for field, wire, value in fields(raw):
             if wire not in _WIRE.get(field, (wire,)):
-                raise _Bad
+                raise Malformed
             if field == _REF and wire == 2 and value:
                 return NOT_DECODED  # a reference attribute: onnx.helper refuses it
             if field == _F and wire == 5:
                 f = unpack_from("<f", value)[0]
             elif field == _I and wire == 0:
-                i = _int64(value)
+                i = int64(value)
             elif field == _S and wire == 2:
                 s = bytes(value)
             elif field == _T and wire == 2:
@@ -111,34 +56,24 @@ def decode(kind: int, raw: bytes):
                 floats.append(unpack_from("<f", value)[0])
             elif field == _FLOATS and wire == 2:
                 if len(value) % 4:
-                    raise _Bad
+                    raise Malformed
                 floats.extend(unpack_from(f"<{len(value) // 4}f", value))
             elif field == _INTS:
-                _add_int64s(ints, wire, value)
+                add_int64s(ints, wire, value)
             elif field == _STRINGS and wire == 2:
                 strings.append(bytes(value))
         if kind == TENSOR:
-            return _tensor_label(t or b"")
+            return _tensor_label(t or b"") if tensor_label else (t or b"")
         return {UNDEFINED: None, FLOAT: f, INT: i, STRING: s, FLOATS: floats, INTS: ints,
                 STRINGS: strings}[kind]
-    except _Bad:
+    except Malformed:
         return NOT_DECODED
-
-
-def _add_int64s(out: list[int], wire: int, value) -> None:
-    """A repeated int64 field's entry: one varint, or a packed run of them."""
-    if wire == 0:
-        out.append(_int64(value))
-    elif wire == 2:
-        out.extend(_packed_varints(value))
-    else:
-        raise _Bad
 
 
 def _tensor_label(data: bytes) -> str:
     """How the IR shows a tensor attribute: its dims."""
     dims: list[int] = []
-    for field, wire, value in _fields(data):
+    for field, wire, value in fields(data):
         if field == _DIMS:
-            _add_int64s(dims, wire, value)
+            add_int64s(dims, wire, value)
     return f"<tensor {dims}>"

@@ -13,18 +13,18 @@ from typing import Mapping
 
 import numpy as np
 
+from graphmem import wire
+from graphmem.frontend import attributes
+from graphmem.frontend.protowire import NUMPY_TYPES, NotDecoded, tensor_array
+
 
 class Unsupported(Exception):
     """The nodes are not all computed here: the reference evaluator computes them."""
 
 
-# TensorProto element types -> numpy dtypes, the plain numeric ones only
-NUMPY_TYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16,
-               6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64,
-               12: np.uint32, 13: np.uint64}
-
-
 def _attrs(node) -> dict:
+    if isinstance(node, wire.Node):
+        return _wire_attrs(node.attrs)
     out = {}
     for a in node.attribute:
         if a.type == a.INT:
@@ -36,17 +36,31 @@ def _attrs(node) -> dict:
         elif a.type == a.FLOATS:
             out[a.name] = list(a.floats)
         elif a.type == a.TENSOR:
-            out[a.name] = a.t
+            out[a.name] = a.t.SerializeToString()
         else:
             raise Unsupported(f"attribute {a.name!r} of type {a.type}")
     return out
 
 
-def _tensor(t) -> np.ndarray:
-    if t.data_type not in NUMPY_TYPES or t.data_location == t.EXTERNAL:
-        raise Unsupported("tensor type")
-    from onnx import numpy_helper
-    return numpy_helper.to_array(t)
+def _wire_attrs(attrs) -> dict:
+    """The attributes of a :class:`graphmem.wire.Node` (a tensor as its bytes)."""
+    out = {}
+    for a in attrs:
+        if a.type not in (attributes.INT, attributes.INTS, attributes.FLOAT,
+                          attributes.FLOATS, attributes.TENSOR):
+            raise Unsupported(f"attribute {a.name!r} of type {a.type}")
+        value = attributes.decode(a.type, a.raw, tensor_label=False)
+        if value is attributes.NOT_DECODED:
+            raise Unsupported(f"attribute {a.name!r}")
+        out[a.name] = value
+    return out
+
+
+def _tensor(data: bytes) -> np.ndarray:
+    try:
+        return tensor_array(data)
+    except NotDecoded as exc:
+        raise Unsupported(f"tensor: {exc}") from None
 
 
 def _constant(node, a: dict) -> np.ndarray:
@@ -224,17 +238,20 @@ def _run(node, ins: list) -> list[np.ndarray]:
 
 
 def evaluate(nodes, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The outputs of ``nodes`` (a topological list of NodeProtos), their inputs taken
-    from ``values``; :class:`Unsupported` when one is not computed here (nothing is then
-    kept: the caller runs them all on the reference evaluator)."""
+    """The outputs of ``nodes`` (a topological list of NodeProtos or of
+    :class:`graphmem.wire.Node`), their inputs taken from ``values``;
+    :class:`Unsupported` when one is not computed here (nothing is then kept: the
+    caller runs them all on the reference evaluator)."""
     known = dict(values)
     out: dict[str, np.ndarray] = {}
     with np.errstate(all="ignore"):
         for node in nodes:
             if node.domain not in ("", "ai.onnx"):
                 raise Unsupported(node.domain)
+            inputs, outputs = ((node.inputs, node.outputs) if isinstance(node, wire.Node)
+                               else (node.input, node.output))
             try:
-                ins = [known[t] if t else None for t in node.input]
+                ins = [known[t] if t else None for t in inputs]
             except KeyError:
                 raise Unsupported("an input without a value") from None
             while ins and ins[-1] is None:
@@ -247,7 +264,7 @@ def evaluate(nodes, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
                 raise
             except Exception as exc:  # what numpy refuses, the reference evaluator may say
                 raise Unsupported(str(exc)) from None
-            outs = [o for o in node.output]
+            outs = list(outputs)
             if len([o for o in outs if o]) != len(results) or any(not o for o in outs):
                 raise Unsupported("outputs")
             for name, value in zip(outs, results):

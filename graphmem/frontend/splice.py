@@ -15,6 +15,7 @@ from typing import Collection
 from graphmem import wire
 from graphmem.frontend.lazy import onnx
 from graphmem.frontend.protos import DROPPED, to_proto
+from graphmem.frontend.protowire import message, message_of, type_bytes, varint
 from graphmem.frontend.structure import EXTERNAL
 
 NODE, INITIALIZER, INPUT, OUTPUT, VALUE_INFO = 1, 5, 11, 12, 13  # GraphProto field numbers
@@ -32,17 +33,6 @@ SHAPE_DATA_BYTES = 4096
 def entry(field: int, message: bytes) -> bytes:
     """A GraphProto entry: the field's tag, the length, the serialized message."""
     return _FIELD_TAG[field] + varint(len(message)) + message
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        if n:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
 
 
 def splice(data: bytes, parsed: dict, changes: list[tuple[int, int, bytes | None]]
@@ -103,29 +93,26 @@ def stripped_tensor(name: str, data_type: int, dims) -> bytes:
     """A serialized TensorProto with ``dims`` and ``data_type`` and no data, marked as
     :func:`graphmem.frontend.protos.drop_tensor_data` marks it (the bytes protobuf
     writes for it: written here, onnx's Python package is not imported for it)."""
-    def msg(field: int, body: bytes) -> bytes:
-        return varint(field << 3 | 2) + varint(len(body)) + body
-    location = msg(1, b"location") + msg(2, DROPPED.encode())
+    location = message(1, b"location") + message(2, DROPPED.encode())
     return b"".join((*(b"\x08" + varint(d & (1 << 64) - 1) for d in dims),
-                     b"\x10" + varint(data_type), msg(8, name.encode()),
-                     msg(13, location), b"\x70" + varint(EXTERNAL)))
+                     b"\x10" + varint(data_type), message(8, name.encode()),
+                     message(13, location), b"\x70" + varint(EXTERNAL)))
 
 
 def initializer_from(data: bytes, g: dict, index: int) -> onnx.TensorProto:
     """The ``index``-th initializer of the wire graph ``g`` as read from ``data`` (the
     model's bytes its spans index), data included."""
-    off, size = g["spans"][INITIALIZER][index]
-    at = off + 1  # past the field's tag (one byte)
-    while data[at] & 0x80:  # past the varint length
-        at += 1
-    return onnx.TensorProto.FromString(data[at + 1:off + size])
+    return onnx.TensorProto.FromString(entry_message(data, g, INITIALIZER, index))
+
+
+def entry_message(data: bytes, g: dict, field: int, index: int) -> bytes:
+    """The serialized message of the ``index``-th entry of a GraphProto ``field`` of the
+    wire graph ``g`` (its spans index ``data``)."""
+    off, size = g["spans"][field][index]
+    return message_of(memoryview(data)[off:off + size])
 
 
 def tensor_value_info(name: str, elem_type: int, shape) -> bytes:
     """A serialized ValueInfoProto of a tensor (the bytes onnx.helper's
     make_tensor_value_info gives)."""
-    def msg(field: int, body: bytes) -> bytes:
-        return varint(field << 3 | 2) + varint(len(body)) + body
-    dims = b"".join(msg(1, b"\x08" + varint(d & (1 << 64) - 1)) for d in shape)
-    tensor = b"\x08" + varint(elem_type) + msg(2, dims)
-    return msg(1, name.encode()) + msg(2, msg(1, tensor))
+    return message(1, name.encode()) + message(2, type_bytes(elem_type, shape))
