@@ -43,10 +43,10 @@ def test_output_elements(op, inputs, want):
 
 
 def test_check_names_the_node_and_the_size():
-    node = SimpleNamespace(op_type="ConstantOfShape", input=["big"], name="c", attribute=[])
+    node = SimpleNamespace(op_type="ConstantOfShape", inputs=("big",), name="c", attrs=())
     with pytest.raises(GraphmemError, match=r"^node 7 \(ConstantOfShape\): its output would "
                        r"hold 1180591620717411303424 elements of 4 bytes \(from 'big' = "
                        r"\[1099511627776, 1073741824\]\), past the 2\*\*62 bytes"):
         bounds.check([(7, node)], V)
-    small = SimpleNamespace(op_type="Reshape", input=["x", "t"], name="r", attribute=[])
+    small = SimpleNamespace(op_type="Reshape", inputs=("x", "t"), name="r", attrs=())
     bounds.check([(1, small)], V)  # within bounds: nothing raised

@@ -109,7 +109,7 @@ def test_a_value_replaces_the_entry_inferred_before_it_was_known():
     stale entry must not stand for it, or y stays [?, 1] (densenet121's dynamo export
     failed to train on it: 'cannot infer the shape of tensor a_maxpool')."""
     from graphmem.core.ir import Tensor
-    from graphmem.frontend.shape_strategies import infer_with_constant_values
+    from graphmem.frontend.constant_values import infer_with_constant_values
     i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
     N = helper.make_node
     nodes = [N("ConstantOfShape", ["shape"], ["z"]), N("ScatterND", ["z", "idx", "x"], ["y"]),
@@ -121,9 +121,9 @@ def test_a_value_replaces_the_entry_inferred_before_it_was_known():
                           [i64("shape", [16, 1]), i64("idx", [[0], [3]])], value_info=stale)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    out = infer_with_constant_values(model, [0, 1, 2],
-                                      {"x": Tensor("x", "float32", (2, 1), 32)}, {0}, ["z"],
-                                      None)
+    out = onnx.ModelProto.FromString(infer_with_constant_values(
+        model.SerializeToString(), [0, 1, 2], {"x": Tensor("x", "float32", (2, 1), 32)},
+        {0}, ["z"], None))
     dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
             for v in out.graph.value_info}
     assert dims["z"] == [16, 1] and dims["y"] == [16, 1]

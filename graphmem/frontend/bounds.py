@@ -80,7 +80,7 @@ def output_elements(op: str, inputs: tuple[str, ...], values: Mapping[str, np.nd
 def check(nodes, values: Mapping[str, np.ndarray], tensor_of=lambda name: None,
           label=lambda index, node: f"node {index} ({node.op_type})") -> None:
     """Refuse, naming it, the first node whose output the known ``values`` size past what
-    graphmem can plan. ``nodes``: (index, onnx NodeProto); ``tensor_of(name)``: the
+    graphmem can plan. ``nodes``: (index, :class:`graphmem.wire.Node`); ``tensor_of(name)``: the
     :class:`~graphmem.core.ir.Tensor` of an input, where sized (its shape and element
     size count; an element is one byte where not known)."""
     def shape_of(name):
@@ -88,30 +88,38 @@ def check(nodes, values: Mapping[str, np.ndarray], tensor_of=lambda name: None,
         return t.shape if t is not None else None
 
     for index, node in nodes:
-        n = output_elements(node.op_type, tuple(node.input), values, shape_of)
+        n = output_elements(node.op_type, node.inputs, values, shape_of)
         if n is None:
             continue
         if node.op_type == "ConstantOfShape":
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            size = np.dtype(_numpy_type(value.data_type)).itemsize if value is not None else 4
+            size = _value_size(node)
         else:
-            data = tensor_of(node.input[0]) if node.op_type not in ("Range", "OneHot") else None
+            data = tensor_of(node.inputs[0]) if node.op_type not in ("Range", "OneHot") else None
             size = max(data.bits // 8, 1) if data is not None else 1
         if n * size > MAX_TENSOR_BYTES:
             sizing = SIZING_INPUTS.get(node.op_type, (RESIZE_SIZES,))
             what = ", ".join(f"{name!r} = {_shown(values[name])}"
-                             for name in (node.input[i] for i in sizing))
+                             for name in (node.inputs[i] for i in sizing))
             raise GraphmemError(f"{label(index, node)}: its output would hold {n} elements "
                                 f"of {size} bytes (from {what}), past the 2**62 bytes "
                                 "graphmem can plan")
 
 
-def _numpy_type(data_type: int):
-    from onnx import helper
+def _value_size(node) -> int:
+    """The bytes of an element of a ConstantOfShape node's output (its ``value``'s type,
+    float32 without one; one byte for a type not known here)."""
+    from graphmem.core.dtypes import dtype_of
+    from graphmem.frontend import attributes
+    from graphmem.frontend.protowire import NotDecoded, tensor_header
+    value = next((a for a in node.attrs if a.name == "value"), None)
+    if value is None:
+        return 4
     try:
-        return helper.tensor_dtype_to_np_dtype(data_type)
-    except (KeyError, ValueError, TypeError):
-        return np.uint8
+        _, data_type = tensor_header(attributes.decode(value.type, value.raw,
+                                                       tensor_label=False))
+        return max(dtype_of(data_type, "value")[1] // 8, 1)
+    except (NotDecoded, TypeError, GraphmemError):  # not a tensor's bytes, or no size
+        return 1
 
 
 def _shown(value: np.ndarray) -> str:

@@ -24,6 +24,15 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from graphmem import wire
+from graphmem.frontend import attributes, onnx_c
+from graphmem.frontend.building import attribute_value
+from graphmem.frontend.protowire import (ELEM_TYPES, EXTERNAL, NotDecoded, static_type,
+                                         tensor_array, tensor_bytes, tensor_header,
+                                         type_bytes)
+from graphmem.frontend.splice import INITIALIZER, NODE, entry_message
+from graphmem.frontend.structure import GRAPH_ATTRS
+
 MS = "com.microsoft"
 NCHWC = "com.microsoft.nchwc"
 ONNX = ""  # ORT registers a few contrib ops in the standard domain
@@ -554,7 +563,8 @@ def _with_types(model, known: dict[str, Value]):
         vi = helper.make_tensor_value_info(name, elem, list(shape))
         if name not in typed:
             out.graph.value_info.append(vi)
-        elif _declared(typed[name]) is None:  # declared without a full shape
+        elif static_type(typed[name].type.SerializeToString()) is None:
+            # declared without a full shape
             typed[name].type.CopyFrom(vi.type)
     return out
 
@@ -563,57 +573,66 @@ def propagate(model) -> dict[str, Value]:
     """(element type, static shape) of every value of ``model``'s top-level graph that the
     declared types, the rules and onnx's per-node inference give, in one pass over the
     nodes in file order (ORT saves its graphs sorted). A node whose inputs are not all
-    known is passed over, and so are control-flow nodes: the loader sizes their bodies."""
-    from onnx import defs, helper
-    g = model.graph
+    known is passed over, and so are control-flow nodes: the loader sizes their bodies.
+
+    ``model``: the serialized ModelProto (or a ModelProto). The walk reads the bytes
+    with :mod:`graphmem.wire` and calls onnx's compiled per-node inference directly
+    (:mod:`graphmem.frontend.onnx_c`): onnx's Python package is not imported."""
+    if not isinstance(model, (bytes, bytearray, memoryview)):
+        model = model.SerializeToString()
+    parsed = wire.parse_model(model)
+    g = parsed["graph"]
     known: dict[str, Value] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        v = _declared(vi)
+    for vi in (*g["inputs"], *g["value_info"], *g["outputs"]):
+        v = _static(vi.type)
         if v is not None:
             known[vi.name] = v
-    small: dict[str, object] = {}
-    for t in g.initializer:
+    small: dict[str, int] = {}  # name -> index among the initializers
+    for i, t in enumerate(g["initializers"]):
         known[t.name] = (t.data_type, tuple(t.dims))
-        if t.data_location != t.EXTERNAL and len(t.raw_data) <= 4096:
-            small[t.name] = t
-    values = _Values(small)
-    opsets = {o.domain or "": o.version for o in model.opset_import}
+        if t.data_location != EXTERNAL and t.raw_bytes <= _Values.SMALL_BYTES:
+            small[t.name] = i
+    values = _Values(model, g, small)
+    opsets = {d or "": v for d, v in parsed["opsets"]}
     opsets.setdefault("", opsets.get("ai.onnx", 0))
-    for node in g.node:
-        outs = [o for o in node.output if o]
-        if node.domain in ("", "ai.onnx") and all(not t or t in known for t in node.input):
+    ir_version = max(parsed["ir_version"], 3)
+    defs = onnx_c.core().defs
+    for k, node in enumerate(g["nodes"]):
+        outs = [o for o in node.outputs if o]
+        standard = node.domain in ("", "ai.onnx")
+        if standard and all(not t or t in known for t in node.inputs):
             for name, value in values.compute(node, known).items():
-                known.setdefault(name, (values.elem[value.dtype.type], value.shape))
+                known.setdefault(name, (ELEM_TYPES[value.dtype.type], value.shape))
         if all(o in known for o in outs):
             continue
         found = rule_for(node.domain, node.op_type)
         if found is not None:
-            call = Call(inputs=[known.get(t) for t in node.input],
-                        attrs={a.name: _attribute(helper.get_attribute_value(a))
-                               for a in node.attribute},
-                        outputs=len(node.output),
-                        values=lambda i, node=node: _small(small, node.input[i]))
+            call = Call(inputs=[known.get(t) for t in node.inputs],
+                        attrs={a.name: attribute_value(a) for a in node.attrs},
+                        outputs=len(node.outputs),
+                        values=lambda i, node=node: values.initializer(node.inputs[i]))
             try:
                 results = found(call)
             except Exception:  # malformed attributes: the outputs stay unknown
                 continue
-            for name, v in zip(node.output, results):
+            for name, v in zip(node.outputs, results):
                 if name and v is not None and v[0] and all(_int(d) for d in v[1]):
                     known[name] = (v[0], tuple(v[1]))
             continue
-        if node.domain not in ("", "ai.onnx") or any(
-                a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
+        if not standard or any(a.type in GRAPH_ATTRS for a in node.attrs):
             continue
-        if any(t and t not in known for t in node.input):
+        if any(t and t not in known for t in node.inputs):
             continue
         try:
             schema = defs.get_schema(node.op_type, opsets[""], "")
-            types = {t: helper.make_tensor_type_proto(*known[t]) for t in node.input if t}
-            inferred = _infer_node(schema, node, types, values.protos(node.input), model)
+            inferred = schema._infer_node_outputs(
+                entry_message(model, g, NODE, k),
+                {t: type_bytes(*known[t]) for t in node.inputs if t},
+                values.tensors(node.inputs), {}, opsets, ir_version)
         except Exception:  # no schema at this opset, or inference refused: unknown
             continue
         for name, tp in inferred.items():
-            v = _declared_type(tp)
+            v = static_type(tp)
             if v is not None:
                 known[name] = v
     return known
@@ -628,19 +647,29 @@ class _Values:
     ViT-B/16) needs no round per layer."""
 
     LIMIT = 4096  # elements: shape-like values only
+    SMALL_BYTES = 4096  # an initializer's raw data: its value is read
 
-    def __init__(self, small: dict):
-        self.small = small
+    def __init__(self, data: bytes, g: dict, small: dict[str, int]):
+        self.data, self.g, self.small = data, g, small
         self.arrays: dict[str, object] = {}
-        from graphmem.frontend.shape_arithmetic import NUMPY_TYPES
-        # numpy scalar type -> TensorProto element type: the types shape_arithmetic computes
-        self.elem = {numpy_type: elem for elem, numpy_type in NUMPY_TYPES.items()}
+
+    def initializer(self, name: str):
+        """A small initializer's value (None: not one, or not read here)."""
+        if name not in self.small:
+            return None
+        if name not in self.arrays:
+            try:
+                self.arrays[name] = tensor_array(self._message(name))
+            except NotDecoded:
+                self.arrays[name] = None
+        return self.arrays[name]
+
+    def _message(self, name: str) -> bytes:
+        return entry_message(self.data, self.g, INITIALIZER, self.small[name])
 
     def get(self, name: str):
-        if name not in self.arrays and name in self.small:
-            from onnx import numpy_helper
-            self.arrays[name] = numpy_helper.to_array(self.small[name])
-        return self.arrays.get(name)
+        found = self.arrays.get(name)
+        return found if found is not None else self.initializer(name)
 
     def compute(self, node, known: dict) -> dict:
         """The values of ``node``'s outputs where they are shape arithmetic on inputs
@@ -649,26 +678,25 @@ class _Values:
 
         from graphmem.frontend.shape_arithmetic import Unsupported, evaluate
         op = node.op_type
-        if op not in _ARITHMETIC or any(
-                a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
+        if op not in _ARITHMETIC or any(a.type in GRAPH_ATTRS for a in node.attrs):
             return {}
         if op in ("Shape", "Size"):
-            if not node.input or node.input[0] not in known:
+            if not node.inputs or node.inputs[0] not in known:
                 return {}
             # a zero-stride array of the static shape: its shape, no bytes
-            ins = {node.input[0]: np.lib.stride_tricks.as_strided(
-                np.zeros(1, np.bool_), known[node.input[0]][1],
-                (0,) * len(known[node.input[0]][1]))}
+            shape = known[node.inputs[0]][1]
+            ins = {node.inputs[0]: np.lib.stride_tricks.as_strided(
+                np.zeros(1, np.bool_), shape, (0,) * len(shape))}
         else:
-            ins = {t: self.get(t) for t in node.input if t}
+            ins = {t: self.get(t) for t in node.inputs if t}
             if any(v is None for v in ins.values()) or not self._small_result(
-                    node, [ins[t] if t else None for t in node.input]):
+                    node, [ins[t] if t else None for t in node.inputs]):
                 return {}
         try:
             out = evaluate([node], ins)
         except Unsupported:
             return {}
-        out = {k: v for k, v in out.items() if v.size <= self.LIMIT and v.dtype.type in self.elem}
+        out = {k: v for k, v in out.items() if v.size <= self.LIMIT and v.dtype.type in ELEM_TYPES}
         self.arrays.update(out)
         return out
 
@@ -684,12 +712,14 @@ class _Values:
         try:
             if op == "Constant":
                 size = 0
-                for a in node.attribute:
-                    if a.type == a.TENSOR:
-                        size = int(np.prod(a.t.dims)) if a.t.dims else 1
-                    elif a.type in (a.INTS, a.FLOATS):
-                        size = len(a.ints) + len(a.floats)
-                    elif a.type != a.STRINGS:
+                for a in node.attrs:
+                    if a.type == attributes.TENSOR:
+                        dims, _ = tensor_header(attributes.decode(a.type, a.raw,
+                                                                  tensor_label=False))
+                        size = int(np.prod(dims)) if dims else 1
+                    elif a.type in (attributes.INTS, attributes.FLOATS):
+                        size = len(attributes.decode(a.type, a.raw))
+                    elif a.type != attributes.STRINGS:
                         size = 1
                     else:
                         size = self.LIMIT + 1
@@ -708,19 +738,21 @@ class _Values:
                 size = ins[0].size
             else:  # element-wise: the broadcast of the inputs
                 size = int(np.prod(np.broadcast_shapes(*(x.shape for x in present))))
-        except (ValueError, TypeError, OverflowError, IndexError):
+        except (ValueError, TypeError, OverflowError, IndexError, NotDecoded):
             return False
         return size <= self.LIMIT
 
-    def protos(self, names) -> dict:
-        """TensorProtos of the values among ``names``, for onnx's per-node inference."""
-        from onnx import numpy_helper
+    def tensors(self, names) -> dict[str, bytes]:
+        """Serialized TensorProtos of the values among ``names``, for onnx's per-node
+        inference."""
         out = {}
         for t in names:
             if t in self.small:
-                out[t] = self.small[t]
-            elif t in self.arrays:
-                out[t] = numpy_helper.from_array(self.arrays[t], t)
+                out[t] = self._message(t)
+            else:
+                value = self.arrays.get(t)
+                if value is not None:
+                    out[t] = tensor_bytes(value, t)
         return out
 
 
@@ -732,38 +764,14 @@ _ARITHMETIC = frozenset((
     "Greater", "Where", "Range", "Reshape", "Expand", "ConstantOfShape"))
 
 
-def _infer_node(schema, node, types, data, model):
-    from onnx import shape_inference
-    return shape_inference.infer_node_outputs(schema, node, types, data,
-                                              opset_imports=list(model.opset_import),
-                                              ir_version=max(model.ir_version, 3))
-
-
-def _small(small: dict, name: str):
-    t = small.get(name)
-    if t is None:
+def _static(t) -> Optional[Value]:
+    """(elem, shape) of a :class:`graphmem.wire.ValueType` of a tensor whose every dim is
+    a number (else None)."""
+    if t is None or t.kind != "tensor" or not t.elem_type or t.shape is None:
         return None
-    from onnx import numpy_helper
-    return numpy_helper.to_array(t)
-
-
-def _declared(vi) -> Optional[Value]:
-    return _declared_type(vi.type)
-
-
-def _declared_type(tp) -> Optional[Value]:
-    """(elem, shape) of a tensor type whose every dim is a number (else None)."""
-    if tp.WhichOneof("value") != "tensor_type":
+    if not all(type(d) is int and d >= 0 for d in t.shape):
         return None
-    t = tp.tensor_type
-    if not t.elem_type or not t.HasField("shape"):
-        return None
-    dims = []
-    for d in t.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return None
-        dims.append(d.dim_value)
-    return (t.elem_type, tuple(dims))
+    return (t.elem_type, tuple(t.shape))
 
 
 def _symbolic(model, int_max: int, notes: list | None = None):

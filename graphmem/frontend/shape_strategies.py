@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 from graphmem import wire
 from graphmem.core.ir import CONTROL_FLOW, Node, Sizing, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
-from graphmem.frontend import annotations, bounds, inference
+from graphmem.frontend import annotations, inference
 from graphmem.frontend.building import ir_node
 from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
-from graphmem.frontend.lazy import helper, onnx as _onnx
+from graphmem.frontend.constant_values import failure_note, infer_with_constant_values
+from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import one_line, to_proto
-from graphmem.frontend.splice import (SHAPE_DATA_BYTES, SMALL_CONSTANT_BYTES, VALUE_INFO,
-                                      entry, splice, tensor_value_info)
+from graphmem.frontend.protowire import NotDecoded, tensor_array
+from graphmem.frontend.splice import (INITIALIZER, SHAPE_DATA_BYTES, SMALL_CONSTANT_BYTES,
+                                      VALUE_INFO, entry, entry_message, splice,
+                                      tensor_value_info)
 from graphmem.frontend.structure import EXTERNAL
 
 if TYPE_CHECKING:
@@ -75,9 +78,6 @@ class LoadState:
         """The values of the initializers among ``names`` that ``work`` carries without
         their data and that hold at most SMALL_CONSTANT_BYTES, read from the model's
         bytes (every such weight that a computation needs, and only those)."""
-        from onnx import numpy_helper
-
-        from graphmem.frontend.splice import initializer_from
         index = {t.name: i for i, t in enumerate(self.g["initializers"])}
         out = {}
         for name in names:
@@ -87,7 +87,12 @@ class LoadState:
             init = self.g["initializers"][i]
             if SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES and \
                     init.data_location != EXTERNAL:
-                out[name] = numpy_helper.to_array(initializer_from(self.data, self.g, i))
+                message = entry_message(self.data, self.g, INITIALIZER, i)
+                try:
+                    out[name] = tensor_array(message)
+                except NotDecoded:  # an element type read by onnx only (bfloat16, ...)
+                    from onnx import numpy_helper
+                    out[name] = numpy_helper.to_array(onnx.TensorProto.FromString(message))
         return out
 
     def with_small_weights(self, model: onnx.ModelProto) -> onnx.ModelProto:
@@ -250,7 +255,7 @@ def contrib_rules(state: LoadState) -> None:
     left open."""
     from graphmem.frontend.contrib_shapes import propagate
     while True:
-        known = propagate(state.model_proto())
+        known = propagate(state.model_bytes())
         found = {name: v for name, v in known.items() if name not in state.tensors}
         if not found:
             return
@@ -269,7 +274,7 @@ def constant_values(state: LoadState) -> None:
     dims (which runs, see ``dim_data_nodes``) is evaluated here too: its values are
     fixed by the bindings, and a Reshape may read it."""
     g, order, reads = state.g, state.order, state.reads
-    model = state.model_proto()
+    model = state.model_bytes()
     computable = constant_nodes(g, order, state.tensors, reads)
     computed: dict = {}  # the values computed so far: a later round computes only new ones
     while True:
@@ -278,7 +283,7 @@ def constant_values(state: LoadState) -> None:
                                            needed=state.shape_values,
                                            stored=state.stored_values, cache=computed)
         state.model = model
-        state.tensors = inference.tensors(model.SerializeToString())
+        state.tensors = inference.tensors(model)
         computable = constant_nodes(g, order, state.tensors, reads)
         state.folded, state.constants = without_dim_data(g, order, reads, state.bindings,
                                                          *computable)
@@ -445,98 +450,6 @@ def data_dependence(g: dict, name: str, tensors) -> str:
                 seen.add(x)
                 queue.append(x)
     return ""
-
-
-def failure_note(failures: dict[str, str]) -> str:
-    """One line for the constants that could not be computed (the first named)."""
-    name, reason = next(iter(failures.items()))
-    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-    return f"constant {name!r}{more} not computed: {reason}"
-
-
-def infer_with_constant_values(model, order, tensors, folded, constants, base_dir,
-                               notes: list[str] | None = None, *, needed=None, stored=None,
-                               cache: dict | None = None):
-    """``model`` with the types onnx's inference gives once the values of the folded
-    constants (up to SMALL_CONSTANT_BYTES each) are initializers; ``notes`` gains a
-    line for the constants that could not be computed.
-
-    ``needed`` (the tensors whose values may size another) limits the computation to
-    the folded nodes upstream of those and of the constants that have no type yet: a
-    weight-sized constant that only feeds data (a DequantizeLinear of a weight) is
-    never computed. ``stored`` gives the values of the weights ``model`` carries
-    without data that those nodes read (name list -> {name: array}). ``cache`` holds
-    the values an earlier round computed (a folded node's value does not change) and
-    gains this round's: their nodes are not run again."""
-    from graphmem.frontend.folding import evaluate_constants
-    failures: dict[str, str] = {}
-    run = [model.graph.node[i] for i in order if i in folded]
-    given = dict(cache or {})
-    if cache:
-        run = [n for n in run if not all(o in cache for o in n.output if o)]
-    if needed is not None:
-        run = upstream(run, set(needed) | {c for c in constants if c not in tensors})
-        if stored is not None:
-            given.update(stored({t for n in run for t in n.input if t} - given.keys()))
-    values = evaluate_constants(model, run, tensors, max_bytes=SMALL_CONSTANT_BYTES,
-                                base_dir=base_dir, initializer_values=given or None,
-                                prefer="reference", failures=failures)
-    if cache is not None:
-        cache.update(values)
-    if failures and notes is not None:
-        notes.append(failure_note(failures))
-    if not values:
-        return model
-    # the values may size an output past anything plannable (a Reshape's target of
-    # 2.3e18 made onnx's inference grow without bound): named here, before inference
-    bounds.check(((i, model.graph.node[i]) for i in order), values, tensors.get,
-                 lambda i, n: f"node {i} ({n.op_type}{' ' + repr(n.name) if n.name else ''})")
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
-    del work.graph.node[:]
-    from onnx import numpy_helper
-    known = {t.name for t in model.graph.initializer}
-    for name, value in values.items():
-        if name not in known:
-            work.graph.initializer.append(numpy_helper.from_array(value, name))
-    # an entry inferred before the value was known ([?, 1] for a ConstantOfShape of a
-    # computed size) would stand for the initializer in inference
-    typed = [vi for vi in work.graph.value_info if vi.name not in values]
-    del work.graph.value_info[:]
-    work.graph.value_info.extend(typed)
-    for idx in order:
-        n = model.graph.node[idx]
-        if idx in folded and all(o in values for o in n.output if o):
-            continue
-        work.graph.node.append(n)
-    inferred = inference.infer_proto(work)
-    # Carry the new knowledge back onto the original graph (nodes untouched).
-    # A computed constant's type is its value's: an entry inferred before it was known
-    # (a ConstantOfShape of computed dims, [?, ?]) is replaced, not kept.
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.value_info[:]
-    valued = {name for name in constants if name in values}
-    out.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in valued)
-    for name in constants:
-        if name in valued:
-            v = values[name]
-            out.graph.value_info.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
-    return out
-
-
-def upstream(nodes, wanted: set[str]) -> list:
-    """The nodes of ``nodes`` (a topological list of NodeProtos without subgraphs) that
-    ``wanted`` tensors are computed from, in order."""
-    wanted = set(wanted)
-    kept = []
-    for n in reversed(nodes):
-        if any(o in wanted for o in n.output if o):
-            kept.append(n)
-            wanted.update(t for t in n.input if t)
-    kept.reverse()
-    return kept
 
 
 def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
