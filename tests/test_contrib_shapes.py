@@ -4,6 +4,7 @@ shapes and element types it produces compared with what graphmem infers."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -322,6 +323,27 @@ def test_a_model_with_ort_own_onnx_domain_op_loads_plans_and_verifies(op, opset,
     plan = graphmem.plan_graph(loaded).plan
     graphmem.validate(plan, loaded)
     assert verify(plan, loaded).passed
+
+
+@pytest.mark.parametrize("with_ms", [False, True])
+def test_ort_own_ops_are_relabelled_on_the_models_bytes(with_ms):
+    """checking.as_ort_contrib: the bytes protobuf reads as the model with those nodes in
+    ORT's domain (the others untouched) and that domain imported once."""
+    from graphmem import wire
+    from graphmem.frontend.checking import as_ort_contrib
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["n"], axis=-1),
+             helper.make_node("Relu", ["n"], ["y"]),
+             helper.make_node("LayerNormalization", ["y", "g"], ["z"], domain="ai.onnx")]
+    graph = helper.make_graph(nodes, "own", [helper.make_tensor_value_info("x", F, [2, 8])],
+                              [helper.make_tensor_value_info("z", F, [2, 8])],
+                              [c("g", np.ones(8))])
+    opsets = [helper.make_opsetid("", 16)] + ([helper.make_opsetid(MS, 1)] if with_ms else [])
+    data = helper.make_model(graph, opset_imports=opsets).SerializeToString()
+    out = onnx.ModelProto.FromString(
+        as_ort_contrib(data, wire.parse_model(data), frozenset({"LayerNormalization"})))
+    assert [n.domain for n in out.graph.node] == [MS, "", MS]
+    assert [(o.domain, o.version) for o in out.opset_import] == [("", 16), (MS, 1)]
+    assert [n.op_type for n in out.graph.node] == [n.op_type for n in nodes]
 
 
 def test_a_model_with_an_unknown_onnx_domain_op_is_still_refused(tmp_path):

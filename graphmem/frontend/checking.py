@@ -8,9 +8,10 @@ from graphmem import wire
 from graphmem.core.memory import release_freed
 from graphmem.errors import GraphmemError
 from graphmem.frontend import onnx_c
-from graphmem.frontend.lazy import helper
 from graphmem.frontend.protos import invalid_text, one_line, to_proto
-from graphmem.frontend.splice import INITIALIZER, INPUT, NODE, entry, splice, tensor_value_info
+from graphmem.frontend.protowire import message
+from graphmem.frontend.splice import (INITIALIZER, INPUT, NODE, entry, entry_message, splice,
+                                      tensor_value_info)
 from graphmem.frontend.structure import EXTERNAL
 
 
@@ -37,13 +38,22 @@ def ort_own_ops(parsed: dict) -> frozenset[str]:
     return frozenset(op for op in used if not defs.has_schema(op, opset, ""))
 
 
-def _as_ort_contrib(model, own: frozenset[str]) -> None:
-    """``model``'s ONNX-domain nodes of the ops ``own`` moved to ORT's contrib domain."""
-    for node in model.graph.node:
-        if node.op_type in own and node.domain in ("", "ai.onnx"):
-            node.domain = ORT_DOMAIN
-    if all(o.domain != ORT_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(ORT_DOMAIN, 1))
+def as_ort_contrib(data: bytes, parsed: dict, own: frozenset[str]) -> bytes:
+    """The model's ONNX-domain nodes of the ops ``own`` moved to ORT's contrib domain (a
+    domain field written after a node's others replaces its domain: the last value of a
+    field wins), and ORT's domain imported at version 1 where it is not."""
+    g = parsed["graph"]
+    changes = [(NODE, i, message(NODE, entry_message(data, g, NODE, i) +
+                                 message(_NODE_DOMAIN, ORT_DOMAIN.encode())))
+               for i, n in enumerate(g["nodes"])
+               if n.op_type in own and n.domain in ("", "ai.onnx")]
+    data = splice(data, parsed, changes)
+    if all(domain != ORT_DOMAIN for domain, _ in parsed["opsets"]):
+        data += message(_MODEL_OPSET_IMPORT, message(1, ORT_DOMAIN.encode()) + b"\x10\x01")
+    return data
+
+
+_NODE_DOMAIN, _MODEL_OPSET_IMPORT = 7, 8  # NodeProto.domain, ModelProto.opset_import
 
 
 def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
@@ -69,10 +79,8 @@ def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
                                      in enumerate(spans[i] for i in order)])
         parsed = wire.parse_model(work)
         g = parsed["graph"]
-    if own:  # rare (ORT's transformer optimizer's RMSNorm): the protobuf way
-        model = to_proto(work)
-        _as_ort_contrib(model, own)
-        work = model.SerializeToString()
+    if own:  # ORT's transformer optimizer's RMSNorm, LayerNormalization below opset 17
+        work = as_ort_contrib(work, parsed, own)
         parsed = wire.parse_model(work)
         g = parsed["graph"]
     inputs = {vi.name for vi in g["inputs"]}

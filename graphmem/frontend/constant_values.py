@@ -20,8 +20,9 @@ from graphmem.frontend.protos import DROPPED, to_proto
 from graphmem.frontend.protowire import ELEM_TYPES, EXTERNAL, NotDecoded, tensor_array, \
     tensor_bytes
 from graphmem.frontend.shape_arithmetic import Unsupported, evaluate
-from graphmem.frontend.splice import (INITIALIZER, NODE, SMALL_CONSTANT_BYTES, VALUE_INFO,
-                                      entry, entry_message, splice, tensor_value_info)
+from graphmem.frontend.splice import (INITIALIZER, NODE, OUTPUT, SMALL_CONSTANT_BYTES,
+                                      VALUE_INFO, entry, entry_message, splice,
+                                      tensor_value_info)
 
 
 def failure_note(failures: dict[str, str]) -> str:
@@ -89,12 +90,17 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
                 if vi.name in values]
     data_prop = not any(nodes[i].op_type in inference.UNBOUNDED_DATA_PROP for i in kept)
     inferred = inference.infer(splice(model, parsed, changes), data_prop)
-    # Carry the new knowledge back onto the original graph (nodes untouched).
+    # Carry the new knowledge back onto the original graph (nodes untouched): the value
+    # infos, and the graph outputs (inference writes what it found for an output over
+    # its declared type: an output whose declared dims are names only this round fixes).
     # A computed constant's type is its value's: an entry inferred before it was known
     # (a ConstantOfShape of computed dims, [?, ?]) is replaced, not kept.
     valued = {name for name in constants if name in values}
     found = wire.parse_values(inferred)["graph"]
     changes = [(VALUE_INFO, k, None) for k in range(len(g["value_info"]))]
+    if [o.name for o in found["outputs"]] == [o.name for o in g["outputs"]]:
+        changes += [(OUTPUT, k, _entry_at(inferred, found, OUTPUT, k))
+                    for k in range(len(g["outputs"]))]
     changes += [(VALUE_INFO, -1, _entry_at(inferred, found, VALUE_INFO, k))
                 for k, vi in enumerate(found["value_info"]) if vi.name not in valued]
     changes += [(VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(

@@ -26,9 +26,9 @@ from graphmem.frontend.constant_values import failure_note, infer_with_constant_
 from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import one_line, to_proto
 from graphmem.frontend.protowire import NotDecoded, tensor_array
-from graphmem.frontend.splice import (INITIALIZER, SHAPE_DATA_BYTES, SMALL_CONSTANT_BYTES,
-                                      VALUE_INFO, entry, entry_message, splice,
-                                      tensor_value_info)
+from graphmem.frontend.splice import (INITIALIZER, OUTPUT, SHAPE_DATA_BYTES,
+                                      SMALL_CONSTANT_BYTES, VALUE_INFO, entry,
+                                      entry_message, splice, tensor_value_info)
 from graphmem.frontend.structure import EXTERNAL
 
 if TYPE_CHECKING:
@@ -229,13 +229,19 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
     """Add tensor types (name -> (TensorProto elem_type, shape)) that a rule found to the
     model as value infos, and size them and (``infer``) what onnx's inference then sizes
     downstream of them: the tool of a strategy that knows an op's outputs from its
-    inputs. Folding is not decided again (such outputs are data)."""
+    inputs. Folding is not decided again (such outputs are data). A graph output's
+    type is written over its declared one (which has a dim that is a name, or none: the
+    declared type would stand for it)."""
     if not found:
         return
-    added = [(VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(name, elem, shape)))
-             for name, (elem, shape) in found.items()]
     data = state.model_bytes()
-    state.model = splice(data, wire.parse_model(data), added)
+    parsed = wire.parse_model(data)
+    outputs = {o.name: k for k, o in enumerate(parsed["graph"]["outputs"])}
+    added = [(OUTPUT, outputs[name], entry(OUTPUT, tensor_value_info(name, elem, shape)))
+             if name in outputs else
+             (VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(name, elem, shape)))
+             for name, (elem, shape) in found.items()]
+    state.model = splice(data, parsed, added)
     if infer:
         state.model = inference.infer(state.model, data_prop(state))
     state.tensors = inference.tensors(state.model)
@@ -259,7 +265,10 @@ def contrib_rules(state: LoadState) -> None:
         found = {name: v for name, v in known.items() if name not in state.tensors}
         if not found:
             return
+        before = len(state.tensors)
         add_types(state, found)
+        if len(state.tensors) == before:  # what the rules found sized nothing: done
+            return
         # folding decided again: a Shape of what the rules sized computes a constant
         state.settle()
         if not state.missing:
