@@ -134,3 +134,36 @@ def test_bindings_keep_one_order_whatever_the_hash_seed(tmp_path):
         seen.add(out)
     assert len(seen) == 1
     assert json.loads(seen.pop()) == ["batch", "seq", "past", *exprs]
+
+
+@pytest.mark.parametrize("text, value, bound", [
+    ("past_seq + 1", 17, {}), ("2*s + 3", 11, {}), ("2*s", 7, {}), ("s - 5", 2, {}),
+    ("(s + seq)/2", 9, {"seq": 4}), ("-s + 20", 3, {}), ("s*seq - 1", 11, {"seq": 3}),
+    ("s/3 + 1", 5, {}), ("s - 10", 2, {}), ("seq*4 + s", 8, {"seq": 2}), ("0*s + 1", 1, {}),
+    ("12/s", 3, {}), ("s*s", 16, {}), ("floor(s/2)", 3, {}), ("max(s, 4)", 9, {}),
+])
+def test_solving_is_sympys(text, value, bound):
+    """The linear form's root where the expression is linear in its free name, sympy's
+    (imported then) where it is not: the same answer either way."""
+    e = parse(text)
+    free = next(n for n in e.names if n not in bound)
+    assert e.solve(value, bound) == e._solve_with_sympy(free, value, bound)
+
+
+def test_evaluating_and_solving_a_linear_expression_imports_no_sympy():
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from graphmem.frontend.dim_expressions import resolve\n"
+            "dims = resolve(['past_seq + 1', 'floor(seq/2) + 1', 'max(seq, 4)'],\n"
+            "               {'past_seq + 1': 17, 'seq': 6})\n"
+            "print(sorted(dims.items()), 'sympy' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == ("[('floor(seq/2) + 1', 4), ('max(seq, 4)', 6), "
+                                   "('past_seq', 16), ('past_seq + 1', 17), ('seq', 6)] False")
+
+
+def test_a_division_by_zero_is_named():
+    with pytest.raises(GraphmemError, match=r"^dimension 'a/b' divides by zero with a=1, b=0$"):
+        parse("a/b").value({"a": 1, "b": 0})

@@ -7,41 +7,49 @@ value given for it that disagrees is refused, naming both.
 
 Parsing is safe: Python's ``ast`` reads the text, and only names, integers, ``+ - * / //``,
 unary minus and the calls ``floor``, ``ceil`` (``ceiling``), ``max`` and ``min`` (any case)
-are turned into a sympy expression; nothing is ever evaluated as code. Anything else
-is refused with a one-line :class:`GraphmemError`.
+are accepted; nothing is ever evaluated as code. Anything else is refused with a
+one-line :class:`GraphmemError`. Values are exact: rationals (``fractions.Fraction``), as
+sympy would compute them; solving for a name an expression reads is done on its linear
+form, and only an expression that is not linear in that name is handed to sympy (a
+quarter of a second to import, as long as planning a decode step takes).
 """
 from __future__ import annotations
 
 import ast
+import math
+from fractions import Fraction
 from typing import Iterable, Mapping
 
 from graphmem.errors import GraphmemError
-from graphmem.frontend.lazy import sympy  # imported when an expression is parsed
+from graphmem.frontend.lazy import sympy  # imported to solve a non-linear expression only
 
 ALLOWED = "names, integers, + - * / //, floor, ceil, max, min"
 
-# the name each allowed function has in sympy
-_FUNCTIONS = {"floor": "floor", "ceil": "ceiling", "ceiling": "ceiling", "max": "Max",
-              "min": "Min"}
-_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-              ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
-              ast.FloorDiv: lambda a, b: sympy.floor(a / b)}
+_FUNCTIONS = {"floor": "floor", "ceil": "ceil", "ceiling": "ceil", "max": "max",
+              "min": "min"}
+_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
+              ast.FloorDiv: "floordiv"}
 
 
 class Expression:
-    """A parsed dim expression: its text, the sympy expression, the dim names it reads."""
+    """A parsed dim expression: its text, its syntax tree, the dim names it reads."""
 
-    __slots__ = ("text", "expr", "names")
+    __slots__ = ("text", "tree", "names")
 
-    def __init__(self, text: str, expr: sympy.Expr, names: dict[str, sympy.Symbol]):
-        self.text, self.expr, self.names = text, expr, names
+    def __init__(self, text: str, tree: ast.AST, names: dict[str, None]):
+        self.text, self.tree, self.names = text, tree, names
 
     def value(self, bound: Mapping[str, int]) -> int | None:
         """The integer value with ``bound``'s dims, or None while a name is unbound."""
         if any(n not in bound for n in self.names):
             return None
-        result = self.expr.subs({s: int(bound[n]) for n, s in self.names.items()})
-        if not result.is_integer:
+        try:
+            result = _walk(self.tree, self.text, _Exact(
+                {n: Fraction(int(bound[n])) for n in self.names}))
+        except ZeroDivisionError:
+            raise GraphmemError(f"dimension {self.text!r} divides by zero with "
+                                f"{_given(self.names, bound)}") from None
+        if result.denominator != 1:
             raise GraphmemError(f"dimension {self.text!r} is {result} with "
                                 f"{_given(self.names, bound)}, not an integer")
         return int(result)
@@ -52,14 +60,150 @@ class Expression:
         free = [n for n in self.names if n not in bound]
         if len(free) != 1:
             return None
-        known = {s: int(bound[n]) for n, s in self.names.items() if n in bound}
-        symbol = self.names[free[0]]
+        known = {n: Fraction(int(bound[n])) for n in self.names if n in bound}
         try:
-            roots = sympy.solve(sympy.Eq(self.expr.subs(known), value), symbol)
+            slope, offset = _walk(self.tree, self.text, _Linear(free[0], known))
+        except _NotLinear:
+            return self._solve_with_sympy(free[0], value, bound)
+        if slope == 0:
+            return None  # the name does not change the value: nothing to solve
+        root = (value - offset) / slope
+        return (free[0], int(root)) if root.denominator == 1 and root >= 0 else None
+
+    def _solve_with_sympy(self, name: str, value: int, bound: Mapping[str, int]):
+        symbols = {n: sympy.Symbol(n, integer=True) for n in self.names}
+        expr = _walk(self.tree, self.text, _Sympy(symbols))
+        known = {symbols[n]: int(bound[n]) for n in self.names if n in bound}
+        try:
+            roots = sympy.solve(sympy.Eq(expr.subs(known), value), symbols[name])
         except (NotImplementedError, ValueError, TypeError):
             return None  # floor, max, ...: not solved; the name stays to be bound
         found = [r for r in roots if r.is_integer and r >= 0]
-        return (free[0], int(found[0])) if len(found) == 1 and len(roots) == 1 else None
+        return (name, int(found[0])) if len(found) == 1 and len(roots) == 1 else None
+
+
+class _Exact:
+    """The operations of an expression on exact rationals."""
+
+    def __init__(self, env: Mapping[str, Fraction]):
+        self.env = env
+
+    def const(self, v: int):
+        return Fraction(v)
+
+    def name(self, n: str):
+        return self.env[n]
+
+    add = staticmethod(lambda a, b: a + b)
+    sub = staticmethod(lambda a, b: a - b)
+    mul = staticmethod(lambda a, b: a * b)
+    div = staticmethod(lambda a, b: a / b)
+    floordiv = staticmethod(lambda a, b: Fraction(math.floor(a / b)))
+    neg = staticmethod(lambda a: -a)
+    floor = staticmethod(lambda a: Fraction(math.floor(a)))
+    ceil = staticmethod(lambda a: Fraction(math.ceil(a)))
+    max = staticmethod(lambda *a: max(a))
+    min = staticmethod(lambda *a: min(a))
+
+
+class _NotLinear(Exception):
+    pass
+
+
+class _Linear:
+    """The operations on linear forms ``(slope, offset)`` of one free name: what is not
+    linear in it (a product of two forms of it, a division by it, floor, max, ...)
+    raises :class:`_NotLinear`."""
+
+    def __init__(self, free: str, known: Mapping[str, Fraction]):
+        self.free, self.known = free, known
+
+    def const(self, v: int):
+        return (Fraction(0), Fraction(v))
+
+    def name(self, n: str):
+        return (Fraction(1), Fraction(0)) if n == self.free else (Fraction(0), self.known[n])
+
+    def add(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def sub(self, a, b):
+        return (a[0] - b[0], a[1] - b[1])
+
+    def mul(self, a, b):
+        if a[0] and b[0]:
+            raise _NotLinear
+        return (a[0] * b[1] + b[0] * a[1], a[1] * b[1])
+
+    def div(self, a, b):
+        if b[0] or not b[1]:
+            raise _NotLinear
+        return (a[0] / b[1], a[1] / b[1])
+
+    def neg(self, a):
+        return (-a[0], -a[1])
+
+    def _constant(self, fn, *args):
+        if any(a[0] for a in args):
+            raise _NotLinear
+        return (Fraction(0), getattr(_Exact, fn)(*(a[1] for a in args)))
+
+    def floordiv(self, a, b):
+        if not b[1]:
+            raise _NotLinear
+        return self._constant("floordiv", a, b)
+
+    def floor(self, a):
+        return self._constant("floor", a)
+
+    def ceil(self, a):
+        return self._constant("ceil", a)
+
+    def max(self, *a):
+        return self._constant("max", *a)
+
+    def min(self, *a):
+        return self._constant("min", *a)
+
+
+class _Sympy:
+    """The operations of an expression as sympy builds it (integer symbols)."""
+
+    def __init__(self, symbols):
+        self.symbols = symbols
+
+    def const(self, v: int):
+        return sympy.Integer(v)
+
+    def name(self, n: str):
+        return self.symbols[n]
+
+    add = staticmethod(lambda a, b: a + b)
+    sub = staticmethod(lambda a, b: a - b)
+    mul = staticmethod(lambda a, b: a * b)
+    div = staticmethod(lambda a, b: a / b)
+    floordiv = staticmethod(lambda a, b: sympy.floor(a / b))
+    neg = staticmethod(lambda a: -a)
+    floor = staticmethod(lambda a: sympy.floor(a))
+    ceil = staticmethod(lambda a: sympy.ceiling(a))
+    max = staticmethod(lambda *a: sympy.Max(*a))
+    min = staticmethod(lambda *a: sympy.Min(*a))
+
+
+class _Names:
+    """No values: the names an expression reads, in the order it reads them."""
+
+    def __init__(self, names: dict[str, None]):
+        self.names = names
+
+    def const(self, v: int):
+        return None
+
+    def name(self, n: str):
+        self.names[n] = None
+
+    def __getattr__(self, op: str):
+        return lambda *args: None
 
 
 _EXPRESSION_CHARS = frozenset("+-*/(), ")
@@ -91,30 +235,33 @@ def parse(text: str) -> Expression:
     except (SyntaxError, ValueError):
         raise GraphmemError(f"dimension {text!r} is not an expression graphmem evaluates "
                             f"({ALLOWED})") from None
-    names: dict[str, sympy.Symbol] = {}
-    return Expression(text, _build(tree.body, text, names), names)
+    names: dict[str, None] = {}
+    _walk(tree.body, text, _Names(names))  # refuses what is not allowed
+    return Expression(text, tree.body, names)
 
 
-def _build(node: ast.AST, text: str, names: dict[str, sympy.Symbol]) -> sympy.Expr:
+def _walk(node: ast.AST, text: str, ops):
+    """The value of the expression ``node`` under ``ops`` (one of the operation sets
+    above); anything but :data:`ALLOWED` is refused."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
-        return sympy.Integer(node.value)
+        return ops.const(node.value)
     if isinstance(node, ast.Name):
         if node.id.lower() in _FUNCTIONS:
             raise _refused(text, f"{node.id!r} without arguments")
-        return names.setdefault(node.id, sympy.Symbol(node.id, integer=True))
+        return ops.name(node.id)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_build(node.left, text, names),
-                                         _build(node.right, text, names))
+        return getattr(ops, _OPERATORS[type(node.op)])(_walk(node.left, text, ops),
+                                                       _walk(node.right, text, ops))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner = _build(node.operand, text, names)
-        return -inner if isinstance(node.op, ast.USub) else inner
+        inner = _walk(node.operand, text, ops)
+        return ops.neg(inner) if isinstance(node.op, ast.USub) else inner
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id.lower() in _FUNCTIONS and node.args and not node.keywords):
-        fn = node.func.id.lower()
-        args = [_build(a, text, names) for a in node.args]
-        if fn in ("floor", "ceil", "ceiling") and len(args) != 1:
+        fn = _FUNCTIONS[node.func.id.lower()]
+        args = [_walk(a, text, ops) for a in node.args]
+        if fn in ("floor", "ceil") and len(args) != 1:
             raise _refused(text, f"{node.func.id} takes one argument")
-        return getattr(sympy, _FUNCTIONS[fn])(*args)
+        return getattr(ops, fn)(*args)
     raise _refused(text, f"{ast.unparse(node)!r}")
 
 
