@@ -4,7 +4,8 @@ The common path of :func:`graphmem.frontend.reader.load` (a model whose every sh
 onnx infers) needs none of it, only onnx's compiled core
 (:mod:`graphmem.frontend.onnx_c`); the shape fallbacks and the proto-level helpers use
 it through :data:`onnx` and :data:`helper`. sympy (a quarter of a second to import)
-is needed only for a dim written as an expression (:mod:`.dim_expressions`).
+is needed only to solve a dim expression that is not linear in the name it determines
+(:mod:`.dim_expressions`).
 """
 from __future__ import annotations
 
