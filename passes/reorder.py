@@ -223,14 +223,17 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
                 rest ^= low
                 v = low.bit_length() - 1
                 during = mem + new_bytes[v]
+                p2 = peak if peak >= during else during
                 d2 = done | low
+                old = nxt.get(d2)
+                if old is not None and p2 > old[0]:
+                    continue  # a lower peak reached this set: what v frees is not needed
                 waiting = ~d2
                 freed = 0
                 for readers, nbytes in frees[v]:
                     if not readers & waiting:
                         freed += nbytes
-                cand = (peak if peak >= during else during, during - freed, d2, ready, v, link)
-                old = nxt.get(d2)
+                cand = (p2, during - freed, d2, ready, v, link)
                 if old is None or cand[:2] < old[:2]:
                     nxt[d2] = cand
         beam = [(p, after, d2, _advance_ready(m, ready, d2, v), (v, link)) for
@@ -263,17 +266,19 @@ def exact_order(m: Schedule, upper: int | None = None,
                 if p2 > limit:
                     continue
                 d2 = done | low
+                old = nxt.get(d2)
+                if old is not None and p2 >= old[0]:
+                    continue  # no better way to this set: what it frees is not needed
                 waiting = ~d2
                 freed = 0
                 for readers, nbytes in frees[v]:
                     if not readers & waiting:
                         freed += nbytes
                 after = during - freed
-                old = nxt.get(d2)
                 if old is None:
                     # the ready set depends only on the executed set, not on the path
                     nxt[d2] = (p2, after, _advance_ready(m, ready, d2, v), (v, link))
-                elif p2 < old[0]:
+                else:
                     nxt[d2] = (p2, after, old[2], (v, link))
         states += len(nxt)
         if states > max_states:

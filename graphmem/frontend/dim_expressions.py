@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import ast
 import math
-from fractions import Fraction
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from graphmem.errors import GraphmemError
-from graphmem.frontend.lazy import sympy  # imported to solve a non-linear expression only
+from graphmem.frontend.lazy import Later, sympy  # sympy: to solve a non-linear expression
+
+fractions = Later("fractions")  # with decimal, 2 ms: imported when a dim is an expression
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 ALLOWED = "names, integers, + - * / //, floor, ceil, max, min"
 
@@ -45,7 +49,7 @@ class Expression:
             return None
         try:
             result = _walk(self.tree, self.text, _Exact(
-                {n: Fraction(int(bound[n])) for n in self.names}))
+                {n: fractions.Fraction(int(bound[n])) for n in self.names}))
         except ZeroDivisionError:
             raise GraphmemError(f"dimension {self.text!r} divides by zero with "
                                 f"{_given(self.names, bound)}") from None
@@ -60,7 +64,7 @@ class Expression:
         free = [n for n in self.names if n not in bound]
         if len(free) != 1:
             return None
-        known = {n: Fraction(int(bound[n])) for n in self.names if n in bound}
+        known = {n: fractions.Fraction(int(bound[n])) for n in self.names if n in bound}
         try:
             slope, offset = _walk(self.tree, self.text, _Linear(free[0], known))
         except _NotLinear:
@@ -89,7 +93,7 @@ class _Exact:
         self.env = env
 
     def const(self, v: int):
-        return Fraction(v)
+        return fractions.Fraction(v)
 
     def name(self, n: str):
         return self.env[n]
@@ -98,10 +102,10 @@ class _Exact:
     sub = staticmethod(lambda a, b: a - b)
     mul = staticmethod(lambda a, b: a * b)
     div = staticmethod(lambda a, b: a / b)
-    floordiv = staticmethod(lambda a, b: Fraction(math.floor(a / b)))
+    floordiv = staticmethod(lambda a, b: fractions.Fraction(math.floor(a / b)))
     neg = staticmethod(lambda a: -a)
-    floor = staticmethod(lambda a: Fraction(math.floor(a)))
-    ceil = staticmethod(lambda a: Fraction(math.ceil(a)))
+    floor = staticmethod(lambda a: fractions.Fraction(math.floor(a)))
+    ceil = staticmethod(lambda a: fractions.Fraction(math.ceil(a)))
     max = staticmethod(lambda *a: max(a))
     min = staticmethod(lambda *a: min(a))
 
@@ -119,10 +123,10 @@ class _Linear:
         self.free, self.known = free, known
 
     def const(self, v: int):
-        return (Fraction(0), Fraction(v))
+        return (fractions.Fraction(0), fractions.Fraction(v))
 
     def name(self, n: str):
-        return (Fraction(1), Fraction(0)) if n == self.free else (Fraction(0), self.known[n])
+        return (fractions.Fraction(1), fractions.Fraction(0)) if n == self.free else (fractions.Fraction(0), self.known[n])
 
     def add(self, a, b):
         return (a[0] + b[0], a[1] + b[1])
@@ -146,7 +150,7 @@ class _Linear:
     def _constant(self, fn, *args):
         if any(a[0] for a in args):
             raise _NotLinear
-        return (Fraction(0), getattr(_Exact, fn)(*(a[1] for a in args)))
+        return (fractions.Fraction(0), getattr(_Exact, fn)(*(a[1] for a in args)))
 
     def floordiv(self, a, b):
         if not b[1]:
