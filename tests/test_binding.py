@@ -14,8 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import wire
 from graphmem.errors import GraphmemError
-from graphmem.frontend.binding import (all_dim_params, bind, bind_dims, value_info,
-                                       wire_dim_params)
+from graphmem.frontend.binding import all_dim_params, bind, bind_dims, wire_dim_params
 from graphmem.frontend.splice import splice
 
 F = TensorProto.FLOAT
@@ -161,13 +160,6 @@ def test_dim_params_are_listed_in_the_order_first_seen():
             all_dim_params(model)
     assert all_dim_params(MODELS["expressions"]) == [
         "batch", "seq", "past_seq + seq", "past_seq", "2*seq", "seq + 1"]
-
-
-@pytest.mark.parametrize("shape", [None, [], [3, "n", None, 0, 1 << 40], ["ä"]])
-@pytest.mark.parametrize("elem", [F, TensorProto.INT64, TensorProto.BFLOAT16, 0])
-def test_a_value_info_is_written_as_onnx_writes_it(shape, elem):
-    assert value_info("tensor", elem, None if shape is None else tuple(shape)) == \
-        _vi("tensor", shape, elem).SerializeToString()
 
 
 def test_a_plan_with_a_dim_imports_none_of_onnxs_python(tmp_path):

@@ -117,3 +117,12 @@ def test_a_type_that_is_not_a_static_tensor_has_none():
     assert [d.WhichOneof("value") for d in merged.tensor_type.shape.dim] == \
         ["dim_value", "dim_param"]
     assert protowire.static_type(data) is None
+
+
+@pytest.mark.parametrize("shape", [None, [], [3, "n", None, 0, 1 << 40], ["ä"]])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.INT64, TensorProto.BFLOAT16, 0])
+def test_a_value_info_is_written_as_onnx_writes_it(shape, elem):
+    """Dims that are names or unknown, and no shape at all (what the binding writes)."""
+    from graphmem.frontend.splice import tensor_value_info
+    assert tensor_value_info("tensor", elem, None if shape is None else tuple(shape)) == \
+        helper.make_tensor_value_info("tensor", elem, shape).SerializeToString()

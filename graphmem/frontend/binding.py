@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 from graphmem.errors import GraphmemError
 from graphmem.frontend.dim_expressions import (expression_names, is_expression, resolve,
                                                unbound_hint)
-from graphmem.frontend.protowire import message, varint
-from graphmem.frontend.splice import INPUT, OUTPUT, VALUE_INFO, entry
+from graphmem.frontend.splice import INPUT, OUTPUT, VALUE_INFO, entry, tensor_value_info
 
 if TYPE_CHECKING:
     import onnx
@@ -127,7 +126,7 @@ def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None,
     for field, i, vi, shape in ([(INPUT, i, vi, s) for (i, vi), s in zip(inputs, bound_inputs)]
                                 + [(*o, s) for o, s in zip(others, bound_others)]):
         if shape != vi.type.shape:
-            changes.append((field, i, entry(field, value_info(vi.name, vi.type.elem_type, shape))))
+            changes.append((field, i, entry(field, tensor_value_info(vi.name, vi.type.elem_type, shape))))
     return bindings, changes
 
 
@@ -141,18 +140,6 @@ def wire_dim_params(g: dict) -> list[str]:
     """:func:`all_dim_params` of a wire graph."""
     return dim_params(vi.type.shape for kind in ("inputs", "outputs", "value_info")
                       for vi in g[kind] if vi.type is not None and vi.type.kind == "tensor")
-
-
-def value_info(name: str, elem_type: int, shape: Shape) -> bytes:
-    """A serialized ValueInfoProto of a tensor: its name, element type and dims (an int,
-    a str, or None: a Dimension with neither), or no shape for None (the bytes
-    ``onnx.helper.make_tensor_value_info`` gives)."""
-    dims = b"".join(message(1, b"" if d is None else
-                            message(2, d.encode()) if d.__class__ is str else
-                            b"\x08" + varint(d & (1 << 64) - 1)) for d in shape or ())
-    tensor = (b"\x08" + varint(elem_type & (1 << 64) - 1)
-              + (message(2, dims) if shape is not None else b""))
-    return message(1, name.encode()) + message(2, message(1, tensor))
 
 
 # --------------------------------------------------------------------------- the proto

@@ -242,9 +242,13 @@ def tensor_bytes(array: np.ndarray, name: str = "") -> bytes:
 
 def type_bytes(elem_type: int, shape) -> bytes:
     """A tensor's serialized TypeProto (the bytes of ``onnx.helper.
-    make_tensor_type_proto(elem_type, shape)`` for a shape of ints)."""
-    dims = b"".join(message(1, b"\x08" + varint(d & (1 << 64) - 1)) for d in shape)
-    return message(1, b"\x08" + varint(elem_type) + message(2, dims))
+    make_tensor_type_proto(elem_type, shape)``): each dim an int, a str (a dim_param) or
+    None (neither); ``shape`` None: no shape."""
+    dims = b"".join(message(1, b"" if d is None else
+                            message(2, d.encode()) if d.__class__ is str else
+                            b"\x08" + varint(d & (1 << 64) - 1)) for d in shape or ())
+    return message(1, b"\x08" + varint(elem_type & (1 << 64) - 1)
+                   + (message(2, dims) if shape is not None else b""))
 
 
 def static_type(data) -> tuple[int, tuple[int, ...]] | None:

@@ -114,5 +114,6 @@ def entry_message(data: bytes, g: dict, field: int, index: int) -> bytes:
 
 def tensor_value_info(name: str, elem_type: int, shape) -> bytes:
     """A serialized ValueInfoProto of a tensor (the bytes onnx.helper's
-    make_tensor_value_info gives)."""
+    make_tensor_value_info gives): each dim an int, a str or None, ``shape`` None for
+    none (:func:`graphmem.frontend.protowire.type_bytes`)."""
     return message(1, name.encode()) + message(2, type_bytes(elem_type, shape))
