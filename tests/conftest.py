@@ -46,6 +46,25 @@ def plan_of(model, passes=graphmem.DEFAULT_PASSES, **kw):
     return result
 
 
+def onnx_python_imported_by_plan(args: list[str]) -> tuple[int, list[str]]:
+    """``graphmem plan ARGS`` in a fresh process: its exit code, and the modules of
+    onnx's Python package it imported (its compiled core, ``onnx.onnx_cpp2py_export``,
+    left out: the loader loads that alone)."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, sys\n"
+            "from graphmem.cli import main\n"
+            f"rc = main(['plan', *{list(args)!r}])\n"
+            "mods = [m for m in sys.modules if (m == 'onnx' or m.startswith('onnx.'))\n"
+            "        and not m.startswith('onnx.onnx_cpp2py_export')]\n"
+            "print(json.dumps({'rc': rc, 'mods': mods}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return found["rc"], found["mods"]
+
+
 @pytest.fixture
 def tmp_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -4,14 +4,13 @@ so the same bindings, the same refusals and the same types either way."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import onnx_python_imported_by_plan
 from graphmem import wire
 from graphmem.errors import GraphmemError
 from graphmem.frontend.binding import all_dim_params, bind, bind_dims, wire_dim_params
@@ -172,13 +171,6 @@ def test_a_plan_with_a_dim_imports_none_of_onnxs_python(tmp_path):
                               [w], value_info=[_vi("h", ["batch", 4])])
     path, out = tmp_path / "m.onnx", tmp_path / "p.json"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    code = ("import json, sys\n"
-            "from graphmem.cli import main\n"
-            f"rc = main(['plan', {str(path)!r}, '--dim', 'batch=2', '-o', {str(out)!r}, '-q'])\n"
-            "mods = [m for m in sys.modules if (m == 'onnx' or m.startswith('onnx.'))\n"
-            "        and not m.startswith('onnx.onnx_cpp2py_export')]\n"
-            "print(json.dumps({'rc': rc, 'mods': mods}))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 0, "mods": []}
+    assert onnx_python_imported_by_plan(
+        [str(path), "--dim", "batch=2", "-o", str(out), "-q"]) == (0, [])
     assert json.loads(out.read_text())["bindings"] == {"batch": 2}

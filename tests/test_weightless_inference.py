@@ -4,7 +4,6 @@ in what onnx's shape inference reads, and constant folding computes only the con
 shapes need, never a weight-sized one that only feeds data."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -13,13 +12,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import onnx_python_imported_by_plan
 from graphmem import wire
 from graphmem.errors import GraphmemError
 from graphmem.frontend import constant_values, folding, onnx_c
 from graphmem.frontend.constant_nodes import shape_values
+from graphmem.frontend.constant_values import upstream
 from graphmem.frontend.protos import drop_tensor_data
 from graphmem.frontend.reader import from_model
-from graphmem.frontend.constant_values import upstream
 from graphmem.frontend.splice import (SHAPE_DATA_BYTES, initializer_from, stripped_tensor,
                                       stripped_weights)
 from graphmem.frontend.structure import all_reads
@@ -201,15 +201,7 @@ def test_a_plan_imports_none_of_onnxs_python(tmp_path, make):
     import none of onnx's Python package (55-65 ms, as long as planning a small model)."""
     path, out = tmp_path / "m.onnx", tmp_path / "p.json"
     path.write_bytes(make().SerializeToString())
-    code = ("import json, sys\n"
-            "from graphmem.cli import main\n"
-            f"rc = main(['plan', {str(path)!r}, '-o', {str(out)!r}, '-q'])\n"
-            "mods = [m for m in sys.modules if (m == 'onnx' or m.startswith('onnx.'))\n"
-            "        and not m.startswith('onnx.onnx_cpp2py_export')]\n"
-            "print(json.dumps({'rc': rc, 'mods': mods}))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 0, "mods": []}
+    assert onnx_python_imported_by_plan([str(path), "-o", str(out), "-q"]) == (0, [])
     graph = from_model(make())
     assert graph.sizing[-1].strategy in ("onnx", "constant-values", "contrib-rules")
 

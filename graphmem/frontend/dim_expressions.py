@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from graphmem.errors import GraphmemError
@@ -86,7 +87,17 @@ class Expression:
         return (name, int(found[0])) if len(found) == 1 and len(roots) == 1 else None
 
 
-class _Exact:
+class _Arithmetic:
+    """``+ - * /`` and unary minus: the values' own operators."""
+
+    add = staticmethod(operator.add)
+    sub = staticmethod(operator.sub)
+    mul = staticmethod(operator.mul)
+    div = staticmethod(operator.truediv)
+    neg = staticmethod(operator.neg)
+
+
+class _Exact(_Arithmetic):
     """The operations of an expression on exact rationals."""
 
     def __init__(self, env: Mapping[str, Fraction]):
@@ -98,12 +109,7 @@ class _Exact:
     def name(self, n: str):
         return self.env[n]
 
-    add = staticmethod(lambda a, b: a + b)
-    sub = staticmethod(lambda a, b: a - b)
-    mul = staticmethod(lambda a, b: a * b)
-    div = staticmethod(lambda a, b: a / b)
     floordiv = staticmethod(lambda a, b: fractions.Fraction(math.floor(a / b)))
-    neg = staticmethod(lambda a: -a)
     floor = staticmethod(lambda a: fractions.Fraction(math.floor(a)))
     ceil = staticmethod(lambda a: fractions.Fraction(math.ceil(a)))
     max = staticmethod(lambda *a: max(a))
@@ -170,7 +176,7 @@ class _Linear:
         return self._constant("min", *a)
 
 
-class _Sympy:
+class _Sympy(_Arithmetic):
     """The operations of an expression as sympy builds it (integer symbols)."""
 
     def __init__(self, symbols):
@@ -182,12 +188,7 @@ class _Sympy:
     def name(self, n: str):
         return self.symbols[n]
 
-    add = staticmethod(lambda a, b: a + b)
-    sub = staticmethod(lambda a, b: a - b)
-    mul = staticmethod(lambda a, b: a * b)
-    div = staticmethod(lambda a, b: a / b)
     floordiv = staticmethod(lambda a, b: sympy.floor(a / b))
-    neg = staticmethod(lambda a: -a)
     floor = staticmethod(lambda a: sympy.floor(a))
     ceil = staticmethod(lambda a: sympy.ceiling(a))
     max = staticmethod(lambda *a: sympy.Max(*a))

@@ -138,6 +138,8 @@ _NAME, _RAW_DATA, _DOUBLE_DATA, _UINT64_DATA, _LOCATION = 8, 9, 10, 11, 14
 _TENSOR_WIRE = {1: (0, 2), 2: (0,), 3: (2,), 4: (5, 2), 5: (0, 2), 6: (2,), 7: (0, 2),
                 8: (2,), 9: (2,), 10: (1, 2), 11: (0, 2), 12: (2,), 13: (2,), 14: (0,),
                 16: (2,)}
+# the fixed-width typed fields: struct code and bytes of a value
+_FIXED = {_FLOAT_DATA: ("f", 4), _DOUBLE_DATA: ("d", 8)}
 # the typed field each element type keeps its values in, without raw_data
 _FIELD_OF = {1: _FLOAT_DATA, 11: _DOUBLE_DATA, 7: _INT64_DATA, 12: _UINT64_DATA,
              13: _UINT64_DATA}
@@ -166,18 +168,12 @@ def tensor_array(data) -> np.ndarray:
                 raw = bytes(value)
             elif field == _LOCATION:
                 location = value
-            elif field == _FLOAT_DATA:
-                typed.setdefault(field, []).extend(
-                    unpack_from(f"<{len(value) // 4}f", value) if wire == 2 else
-                    unpack_from("<f", value))
-                if wire == 2 and len(value) % 4:
+            elif field in _FIXED:  # float_data, double_data: one value, or packed
+                code, size = _FIXED[field]
+                if wire == 2 and len(value) % size:
                     raise Malformed
-            elif field == _DOUBLE_DATA:
                 typed.setdefault(field, []).extend(
-                    unpack_from(f"<{len(value) // 8}d", value) if wire == 2 else
-                    unpack_from("<d", value))
-                if wire == 2 and len(value) % 8:
-                    raise Malformed
+                    unpack_from(f"<{len(value) // size}{code}", value))
             elif field in (_INT32_DATA, _INT64_DATA, _UINT64_DATA):
                 got = packed_varints(value) if wire == 2 else [value]
                 typed.setdefault(field, []).extend(got)
