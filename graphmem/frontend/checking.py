@@ -26,14 +26,13 @@ ORT_ONNX_DOMAIN = frozenset(("LayerNormalization", "SimplifiedLayerNormalization
 ORT_DOMAIN = "com.microsoft"
 
 
-def ort_own_ops(parsed: dict) -> frozenset[str]:
-    """The ops of :data:`ORT_ONNX_DOMAIN` the model's top-level graph uses in the ONNX
-    domain at an opset where ONNX itself defines none of that name."""
-    used = {n.op_type for n in parsed["graph"]["nodes"]
+def ort_own_ops(nodes, opset: int) -> frozenset[str]:
+    """The ops of :data:`ORT_ONNX_DOMAIN` that ``nodes`` (wire records) use in the ONNX
+    domain at ``opset``, where ONNX itself defines none of that name."""
+    used = {n.op_type for n in nodes
             if n.op_type in ORT_ONNX_DOMAIN and n.domain in ("", "ai.onnx")}
     if not used:
         return frozenset()
-    opset = max((v for d, v in parsed["opsets"] if d in ("", "ai.onnx")), default=1)
     defs = onnx_c.core().defs  # not onnx's Python package: asked on every such model
     return frozenset(op for op in used if not defs.has_schema(op, opset, ""))
 
@@ -65,7 +64,8 @@ def check(data: bytes, parsed: dict, stripped, order: list[int]) -> None:
     # optimizer keeps an old model's IR version and adds initializers that are not
     # (folded and fused weights), and runs the file it saved: checked as inputs
     legacy = parsed["ir_version"] < 4
-    own = ort_own_ops(parsed)
+    own = ort_own_ops(g["nodes"], max((v for d, v in parsed["opsets"]
+                                        if d in ("", "ai.onnx")), default=1))
     if (not stripped and identity and not legacy and not own
             and all(t.data_location != EXTERNAL for t in g["initializers"])):
         run_checker(data)

@@ -249,12 +249,14 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
 
 
 def has_contrib_ops(state: LoadState) -> bool:
-    """Ops of ONNX Runtime's domains, or ORT's own ONNX-domain ops the rules know
-    (SimplifiedLayerNormalization, LayerNormalization before opset 17: what its
-    optimizers write for T5's and Llama's RMSNorm, which onnx's inference leaves open)."""
-    from graphmem.frontend.contrib_shapes import ONNX, RULES
-    own = {op for domain, op in RULES if domain == ONNX}
-    return any(not standard_domain(n.domain) or n.op_type in own for n in state.g["nodes"])
+    """Ops of ONNX Runtime's domains, or ORT's own ONNX-domain ops at an opset where
+    ONNX defines none of their name (SimplifiedLayerNormalization, LayerNormalization
+    before opset 17: what its optimizers write for T5's and Llama's RMSNorm, which
+    onnx's inference leaves open; the rules know them)."""
+    from graphmem.frontend.checking import ort_own_ops
+    nodes = state.g["nodes"]
+    return any(not standard_domain(n.domain) for n in nodes) or bool(
+        ort_own_ops(nodes, state.opset))
 
 
 def contrib_rules(state: LoadState) -> None:
