@@ -50,7 +50,8 @@ def bind_shapes(inputs: Sequence[tuple[str, Shape]], others: Sequence[Shape],
     bound_inputs = []
     for name, shape in inputs:
         if shape is None:
-            raise GraphmemError(f"graph input {name!r} has no shape; graphmem needs its rank and dims")
+            raise GraphmemError(f"graph input {name!r} has no shape; "
+                                "graphmem needs its rank and dims")
         new = list(shape)
         for axis, d in enumerate(shape):
             if d.__class__ is int and d >= 0:
@@ -126,7 +127,8 @@ def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None,
     for field, i, vi, shape in ([(INPUT, i, vi, s) for (i, vi), s in zip(inputs, bound_inputs)]
                                 + [(*o, s) for o, s in zip(others, bound_others)]):
         if shape != vi.type.shape:
-            changes.append((field, i, entry(field, tensor_value_info(vi.name, vi.type.elem_type, shape))))
+            changes.append((field, i, entry(field, tensor_value_info(
+                vi.name, vi.type.elem_type, shape))))
     return bindings, changes
 
 

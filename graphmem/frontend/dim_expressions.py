@@ -132,7 +132,9 @@ class _Linear:
         return (fractions.Fraction(0), fractions.Fraction(v))
 
     def name(self, n: str):
-        return (fractions.Fraction(1), fractions.Fraction(0)) if n == self.free else (fractions.Fraction(0), self.known[n])
+        if n == self.free:
+            return (fractions.Fraction(1), fractions.Fraction(0))
+        return (fractions.Fraction(0), self.known[n])
 
     def add(self, a, b):
         return (a[0] + b[0], a[1] + b[1])
