@@ -547,29 +547,38 @@ def export_one(name: str, exporter: str, out: Path) -> str:
     return ""
 
 
-def cmd_export(ns) -> int:
+def export_logged(names, exporters, out: Path, log_path: Path, verbose: bool) -> dict:
+    """Each model of ``names`` through each exporter (:func:`export_one`, which builds
+    through this module's ``build``), one line printed and the log at ``log_path``
+    (read first, written after each export) updated per export: its error or "" and its
+    seconds. An export that fails stays in the log, its file removed. Returns the log."""
     import traceback
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    names = ns.models.split(",") if ns.models else list(MODELS)
-    if ns.tiny:
-        SIZE.update(TINY)
-    log_path = out / "export.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {}
     for name in names:
-        for exporter in ns.exporters.split(","):
+        for exporter in exporters:
             t0 = time.perf_counter()
             try:
                 err = export_one(name, exporter, out)
             except Exception as exc:  # an export that fails stays in the table
                 (out / f"{name}-{exporter}.onnx").unlink(missing_ok=True)
                 err = _export_reason(exc)
-                if ns.verbose:
+                if verbose:
                     traceback.print_exc()
             log[f"{name}-{exporter}"] = {"model": name, "exporter": exporter, "error": err,
                                          "seconds": round(time.perf_counter() - t0, 1)}
             print(f"{name}-{exporter}: {'ok' if not err else err}", flush=True)
             log_path.write_text(json.dumps(log, indent=1))
+    return log
+
+
+def cmd_export(ns) -> int:
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ns.models.split(",") if ns.models else list(MODELS)
+    if ns.tiny:
+        SIZE.update(TINY)
+    log_path = out / "export.json"
+    log = export_logged(names, ns.exporters.split(","), out, log_path, ns.verbose)
     import torch
     import transformers
     import onnx

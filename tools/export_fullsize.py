@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +131,6 @@ def build(name: str):
 
 
 def main(argv=None) -> int:
-    import traceback
     import export_corpus
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
@@ -146,22 +144,9 @@ def main(argv=None) -> int:
         {m: {"dims": d, "model_type": t, "cnn": c, "made_by": MADE_BY[m]}
          for m, (d, t, c) in FULL.items()}, indent=1))
     log_path = out / "export.json"
-    log = json.loads(log_path.read_text()) if log_path.exists() else {}
     export_corpus.build = build  # export_one builds through the module's build()
-    for name in ns.models.split(","):
-        for exporter in ns.exporters.split(","):
-            t0 = time.perf_counter()
-            try:
-                err = export_corpus.export_one(name, exporter, out)
-            except Exception as exc:  # an export that fails stays in the log
-                (out / f"{name}-{exporter}.onnx").unlink(missing_ok=True)
-                err = export_corpus._export_reason(exc)
-                if ns.verbose:
-                    traceback.print_exc()
-            log[f"{name}-{exporter}"] = {"model": name, "exporter": exporter, "error": err,
-                                         "seconds": round(time.perf_counter() - t0, 1)}
-            print(f"{name}-{exporter}: {'ok' if not err else err}", flush=True)
-            log_path.write_text(json.dumps(log, indent=1))
+    log = export_corpus.export_logged(ns.models.split(","), ns.exporters.split(","), out,
+                                      log_path, ns.verbose)
     import onnx
     import torch
     import transformers
