@@ -146,12 +146,18 @@ def test_gelu_backward_holds_three_activation_sized_tensors():
     hidden = 64
     m, _, _ = mlp("div", batch=32, width=4, hidden=hidden)
     size = 32 * hidden * 4  # bytes of one activation-sized float32 tensor
+    assert backward_peaks(m, 32, size) == {True: 3, False: 4}
+
+
+def backward_peaks(m, batch: int, size: int) -> dict[bool, int]:
+    """How many tensors of ``size`` bytes the training plan holds at once at its worst,
+    with our activation rules (True) and with onnx_ad's (False)."""
     peaks = {}
-    for fused in (True, False):
-        tg = build_training(m, 32, loss="sum", fuse_activations=fused)
+    for ours in (True, False):
+        tg = build_training(m, batch, loss="sum", fuse_activations=ours)
         result, _ = plan_training(load_training(tg))
-        peaks[fused] = largest_concurrent(result.plan, size)
-    assert peaks == {True: 3, False: 4}
+        peaks[ours] = largest_concurrent(result.plan, size)
+    return peaks
 
 
 def largest_concurrent(plan, size):
@@ -196,12 +202,7 @@ def test_hard_swish_backward_holds_fewer_activation_sized_tensors():
     holds the input and one more tensor (``t - 1`` beside ``t``), onnx_ad's the input,
     the clipped line's Max or Min and its Where: two against three."""
     m, _, _ = hard_swish_mlp(batch=32, width=4, hidden=64)
-    peaks = {}
-    for ours in (True, False):
-        tg = build_training(m, 32, loss="sum", fuse_activations=ours)
-        result, _ = plan_training(load_training(tg))
-        peaks[ours] = largest_concurrent(result.plan, 32 * 64 * 4)
-    assert peaks == {True: 2, False: 3}
+    assert backward_peaks(m, 32, 32 * 64 * 4) == {True: 2, False: 3}
 
 
 def layer_norm_net(axis=-1, batch=2, tokens=3, width=6, bias=True):
@@ -268,12 +269,7 @@ def test_layer_norm_backward_holds_three_activation_sized_tensors():
     the plan of onnx_ad's rule holds three too (its squared copy made before the
     adjoint exists)."""
     m, _ = layer_norm_net(batch=8, tokens=16, width=64)
-    peaks = {}
-    for ours in (True, False):
-        tg = build_training(m, 8, loss="sum", fuse_activations=ours)
-        result, _ = plan_training(load_training(tg))
-        peaks[ours] = largest_concurrent(result.plan, 8 * 16 * 64 * 4)
-    assert peaks == {True: 3, False: 3}
+    assert backward_peaks(m, 8, 8 * 16 * 64 * 4) == {True: 3, False: 3}
 
 
 def attention_like(m_rows, k, n, batch=2, heads=3):
@@ -360,9 +356,4 @@ def test_softmax_gradients_are_exact(axis):
 def test_softmax_backward_holds_two_softmax_sized_tensors():
     """The probabilities and the output's adjoint; onnx_ad's rule adds their product."""
     m, _, _ = softmax_net(batch=8, rows=16, width=64, out=2)
-    peaks = {}
-    for ours in (True, False):
-        tg = build_training(m, 8, loss="sum", fuse_activations=ours)
-        result, _ = plan_training(load_training(tg))
-        peaks[ours] = largest_concurrent(result.plan, 8 * 16 * 64 * 4)
-    assert peaks == {True: 2, False: 3}
+    assert backward_peaks(m, 8, 8 * 16 * 64 * 4) == {True: 2, False: 3}
