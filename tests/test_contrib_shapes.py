@@ -143,10 +143,12 @@ CASES = {
     "ReorderInput": _case("ReorderInput", NCHWC, [("x", F, [1, 24, 5, 5])]),
     "ReorderInput-channels-last": _case("ReorderInput", NCHWC, [("x", F, [1, 5, 6, 32])],
                                         dict(channels_last=1)),
+    # 30 of 32 channels: the padding (2) is under the block of every MLAS build (4, 8
+    # or 16), as ORT's kernel requires; 24 of 32 runs only where the block is 16 (AVX-512)
     "ReorderOutput": _case("ReorderOutput", NCHWC, [("x", F, [1, 32, 5, 5])],
-                           dict(channels=24)),
+                           dict(channels=30)),
     "ReorderOutput-channels-last": _case("ReorderOutput", NCHWC, [("x", F, [1, 32, 5, 6])],
-                                         dict(channels=24, channels_last=1)),
+                                         dict(channels=30, channels_last=1)),
     # --- quantized: QDQ fusion (EXTENDED) and the NHWC transformer (ALL)
     "QLinearConv-nhwc": _case("QLinearConv", MS, [
         ("x", U8, [1, 7, 7, 8]), *qparams("x"), c("w", np.ones((4, 8, 3, 3)), np.int8),
