@@ -32,7 +32,8 @@ int8 dynamic), each as it is::
 
 ``fullsize DIR`` does the same for the full-size exports ``tools/export_fullsize.py DIR``
 wrote (issue 33's bar): each export bound to its dims (``static``), ORT-saved at each
-level, the transformer optimizer's output, int8 QDQ (the CNNs) and fp16, written into DIR
+level, the transformer optimizer's output, int8 QDQ (the CNNs), fp16, and for the others
+int8 dynamic, int4 (MatMulNBits) and int8 dynamic of the transformers form, written into DIR
 beside it with DIR/README.txt listing the files and their ``--dim`` bindings; each form
 is planned as given and with ``--ort-optimize all`` (``--levels`` for more), verified at
 all, and measured against ORT's pattern at ALL. Rows are kept in DIR/rows.json as they
@@ -268,7 +269,19 @@ def run(names: list[str], built: Path | None = None) -> list[dict]:
 # ---------------------------------------------------------------- full-size exports
 
 FULL_FORMS = ("static", "ort-basic", "ort-extended", "ort-all", "transformers", "qdq-int8",
-              "fp16")
+              "fp16", "int8-dynamic", "int4", "transformers-int8")
+
+
+def int8_dynamic_form(path: Path, out: Path) -> Path:
+    from deployment_corpus import int8_dynamic
+    int8_dynamic(path, out)
+    return out
+
+
+def int4_form(path: Path, out: Path) -> Path:
+    from deployment_corpus import int4
+    int4(path, out)
+    return out
 
 
 def fp16_form(path: Path, out: Path) -> Path:
@@ -305,6 +318,14 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
                     static, model_type, Path(f"{stem}.transformers.onnx"))
             if cnn:
                 makers["qdq-int8"] = lambda: _qdq_in_temp(static, Path(f"{stem}.qdq-int8.onnx"))
+            else:  # what LLM and encoder deployments quantize to
+                makers["int8-dynamic"] = lambda: int8_dynamic_form(
+                    static, Path(f"{stem}.int8-dynamic.onnx"))
+                makers["int4"] = lambda: int4_form(static, Path(f"{stem}.int4.onnx"))
+                if model_type:  # quantize_dynamic after the fusions: QAttention, ...
+                    makers["transformers-int8"] = lambda: int8_dynamic_form(
+                        Path(f"{stem}.transformers.onnx"),
+                        Path(f"{stem}.transformers-int8.onnx"))
             makers["fp16"] = lambda: fp16_form(static, Path(f"{stem}.fp16.onnx"))
             for form in forms:
                 if form not in makers:
@@ -337,7 +358,9 @@ def readme(folder: Path, listed) -> None:
              "--dim. Forms: static, ort-LEVEL (ONNX Runtime CPU's optimizer at LEVEL, saved",
              "by optimized_model_filepath), transformers (onnxruntime.transformers",
              "optimize_model, opt_level 0), qdq-int8 (quantize_static, QDQ), fp16",
-             "(convert_float_to_float16, keep_io_types).", ""]
+             "(convert_float_to_float16, keep_io_types), int8-dynamic (quantize_dynamic,",
+             "int8 weights), int4 (MatMulNBitsQuantizer, block 32, symmetric) and",
+             "transformers-int8 (quantize_dynamic of the transformers form).", ""]
     for model in spec:
         for exporter in ("ts", "dynamo"):
             src = folder / f"{model}-{exporter}.onnx"

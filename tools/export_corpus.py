@@ -316,6 +316,46 @@ def causal_lm(inner, input_ids):
             {"input_ids": bs, "attention_mask": bs, "logits": bs})
 
 
+def decode_step(inner, cfg, layers: int, kv_heads: int, head_dim: int, input_ids,
+                past: int):
+    """One decode step of a transformers causal LM (GPT-2, Llama): new tokens and the
+    cache of earlier ones in, logits and the grown cache out, as flat tensors
+    (past_key_i, past_value_i in; present_key_i, present_value_i out). Symbolic axes:
+    batch, seq, past_seq; the present length (past_seq + seq) is left for the exporter
+    to name."""
+    import torch
+    import transformers as tf
+    from torch import nn
+
+    class DecodeStep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids, *past):
+            cache = tf.DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)],
+                                    config=cfg)
+            o = self.m(input_ids=input_ids, past_key_values=cache, use_cache=True)
+            pk = o.past_key_values
+            flat = []
+            for i in range(layers):
+                layer = pk.layers[i] if hasattr(pk, "layers") else None
+                k, v = (layer.keys, layer.values) if layer is not None else pk[i]
+                flat += [k, v]
+            return (o.logits, *flat)
+
+    batch = input_ids.shape[0]
+    cache = [torch.randn(batch, kv_heads, past, head_dim) for _ in range(2 * layers)]
+    pnames = [f"past_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
+    onames = ["logits"] + [f"present_{kv}_{i}" for i in range(layers)
+                           for kv in ("key", "value")]
+    bs = {0: "batch", 1: "seq"}
+    axes = {"input_ids": bs, "logits": bs}
+    axes.update({p: {0: "batch", 2: "past_seq"} for p in pnames})
+    axes.update({o: {0: "batch"} for o in onames[1:]})
+    return (DecodeStep(), (input_ids, *cache), ["input_ids", *pnames], onames, axes)
+
+
 def whisper_encoder(inner, batch: int):
     """A transformers Whisper encoder on 80 mel bins x the 2 * max_source_positions
     frames it insists on: only the batch varies."""
@@ -384,44 +424,11 @@ def build(name: str):
         cfg = tf.GPT2Config(vocab_size=SIZE["vocab"], n_embd=SIZE["hidden"], n_layer=2, n_head=2,
                             n_positions=2 * SIZE["positions"])
         inner = tf.GPT2LMHeadModel(cfg).eval()
-        bs = {0: "batch", 1: "seq"}
         if name == "gpt2":
             return causal_lm(inner, ids(B, S))
 
-        heads, hd, layers = cfg.n_head, cfg.n_embd // cfg.n_head, cfg.n_layer
-        assert layers == 2  # forward below names two layers' caches
-
-        class Gpt2Past(nn.Module):
-            """One decode step: new tokens and the cache of earlier ones in, logits and the
-            grown cache out (flat tensors: past_key_i, past_value_i, present_*_i)."""
-
-            def __init__(self):
-                super().__init__()
-                self.m = inner
-
-            def forward(self, input_ids, past_key_0, past_value_0, past_key_1, past_value_1):
-                past = (past_key_0, past_value_0, past_key_1, past_value_1)
-                cache = tf.DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(layers)],
-                                        config=cfg)
-                o = self.m(input_ids=input_ids, past_key_values=cache, use_cache=True)
-                pk = o.past_key_values
-                flat = []
-                for i in range(layers):
-                    layer = pk.layers[i] if hasattr(pk, "layers") else None
-                    k, v = (layer.keys, layer.values) if layer is not None else pk[i]
-                    flat += [k, v]
-                return (o.logits, *flat)
-
-        P = 5
-        past = [torch.randn(B, heads, P, hd) for _ in range(2 * layers)]
-        pnames = [f"past_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
-        onames = ["logits"] + [f"present_{kv}_{i}" for i in range(layers)
-                               for kv in ("key", "value")]
-        axes = {"input_ids": bs, "logits": bs}
-        axes.update({p: {0: "batch", 2: "past_seq"} for p in pnames})
-        # present_* hold past_seq + seq positions: left for the exporter to name
-        axes.update({o: {0: "batch"} for o in onames[1:]})
-        return (Gpt2Past(), (ids(B, 3), *past), ["input_ids", *pnames], onames, axes)
+        return decode_step(inner, cfg, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head,
+                           ids(B, 3), past=5)
 
     if name == "t5":
         cfg = tf.T5Config(vocab_size=1000, d_model=64, d_kv=32, d_ff=128, num_layers=2,
@@ -539,12 +546,25 @@ def export_one(name: str, exporter: str, out: Path) -> str:
                 return dims.setdefault(n, torch.export.Dim(n, min=1, max=4096))
             shapes = tuple({a: dim(n) for a, n in axes.get(i, {}).items()} or None
                            for i in inputs)
+            shapes = _as_signature(module, shapes)
             prog = torch.onnx.export(module, args, dynamo=True, opset_version=OPSET[exporter],
                                      input_names=inputs, output_names=outputs,
                                      dynamic_shapes=shapes, external_data=False)
             prog.save(str(path), external_data=False)
     _rename_dims(path, axes)
     return ""
+
+
+def _as_signature(module, shapes: tuple) -> tuple:
+    """``shapes`` (one per flat input) grouped as ``module.forward`` takes its arguments:
+    the inputs a ``*args`` parameter takes become one tuple (torch.export matches the
+    structure of the call)."""
+    import inspect
+    params = list(inspect.signature(module.forward).parameters.values())
+    for k, p in enumerate(params):
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            return (*shapes[:k], tuple(shapes[k:]))
+    return shapes
 
 
 def export_logged(names, exporters, out: Path, log_path: Path, verbose: bool) -> dict:

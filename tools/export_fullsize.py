@@ -18,7 +18,9 @@ medium's n_embd 1024, 24 layers, 16 heads; logits without cache), a Llama-style 
 with grouped-query attention (TinyLlama-1.1B's dims -- hidden 2048, 32 heads, 4 key/value
 heads, intermediate 5632, vocabulary 32000 -- with 2 layers), Whisper-tiny's encoder
 (``WhisperConfig()``: d_model 384, 4 layers, 6 heads, 80 x 3000 log-mel frames) and
-T5-small's encoder (``T5Config()``: d_model 512, 6 layers, 8 heads).
+T5-small's encoder (``T5Config()``: d_model 512, 6 layers, 8 heads); and one decode step
+with its key/value cache of GPT-2 small and of the Llama-style decoder (``gpt2-decode``,
+``llama-gqa-decode``: ``past_seq`` 128, the present cache's length an expression).
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ FULL: dict[str, tuple[dict[str, int], str | None, bool]] = {
     "efficientnet_v2_s": ({"batch": 1}, None, True),
     "deeplabv3_resnet50": ({"batch": 1}, None, True),
     "gpt2-medium": ({"batch": 1, "seq": 128}, "gpt2", False),
+    "gpt2-decode": ({"batch": 1, "seq": 1, "past_seq": 128}, "gpt2", False),
+    "llama-gqa-decode": ({"batch": 1, "seq": 1, "past_seq": 128}, "gpt2", False),
 }
 SIDE = {"deeplabv3_resnet50": 520}
 # what builds each model (the table in docs/corpus.md says it)
@@ -63,6 +67,11 @@ MADE_BY = {
                           "aux_loss=False)`, 520 x 520, output `out`",
     "gpt2-medium": "transformers `GPT2LMHeadModel`, GPT-2 medium's config (n_embd 1024, "
                    "24 layers, 16 heads), logits, no cache",
+    "gpt2-decode": "GPT-2 small as `gpt2`, one decode step: new tokens and the 12 layers' "
+                   "key/value cache in, logits and the grown cache out",
+    "llama-gqa-decode": "the Llama-style decoder of `llama-gqa`, one decode step: new "
+                        "tokens and the cache (4 key/value heads) in, logits and the "
+                        "grown cache out",
 }
 
 
@@ -96,16 +105,23 @@ def build(name: str):
     if name == "bert-base":
         return export_corpus.bert_encoder(tf.BertModel(tf.BertConfig()).eval(), ids(B, S))
 
-    if name in ("gpt2", "gpt2-medium", "llama-gqa"):
-        if name == "gpt2":
-            inner = tf.GPT2LMHeadModel(tf.GPT2Config())
+    if name in ("gpt2", "gpt2-medium", "llama-gqa", "gpt2-decode", "llama-gqa-decode"):
+        if name in ("gpt2", "gpt2-decode"):
+            cfg = tf.GPT2Config()
         elif name == "gpt2-medium":
-            inner = tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=1024, n_layer=24, n_head=16))
+            cfg = tf.GPT2Config(n_embd=1024, n_layer=24, n_head=16)
         else:
-            inner = tf.LlamaForCausalLM(tf.LlamaConfig(
+            cfg = tf.LlamaConfig(
                 hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
                 num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
-                max_position_embeddings=2048))
+                max_position_embeddings=2048)
+        inner = (tf.GPT2LMHeadModel if name.startswith("gpt2") else tf.LlamaForCausalLM)(cfg)
+        if name.endswith("-decode"):
+            heads = cfg.num_attention_heads
+            kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+            return export_corpus.decode_step(inner.eval(), cfg, cfg.num_hidden_layers,
+                                             kv_heads, cfg.hidden_size // heads,
+                                             ids(B, 3), past=5)
         return export_corpus.causal_lm(inner.eval(), ids(B, S))
 
     if name == "t5-small-encoder":
