@@ -436,3 +436,27 @@ def test_the_rules_walk_computes_no_large_value(monkeypatch):
     known = contrib_shapes.propagate(model)
     assert known["mask"][1] == (64, 64, 64) and known["y"][1] == (64, 64, 64)
     assert computed == ["Shape"]  # the 262,144-element mask was never computed
+
+
+def test_an_optional_input_given_but_unknown_is_not_taken_for_absent():
+    """GroupQueryAttention's key comes from an op no rule knows: it is given (so not the
+    packed-QKV form, whose head size would be hidden / (heads + 2 kv_heads)), only not
+    sized yet. The output is the query's shape, and the presents follow the past."""
+    from graphmem.frontend.contrib_shapes import propagate
+    nodes = [helper.make_node("Opaque", ["kx"], ["k"], domain="example.org"),
+             helper.make_node("GroupQueryAttention",
+                              ["q", "k", "v", "pk", "pv", "seqlens", "total"],
+                              ["y", "present_k", "present_v"], domain=MS, num_heads=4,
+                              kv_num_heads=2)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in (
+            ("q", [1, 3, 32]), ("kx", [1, 3, 16]), ("v", [1, 3, 16]), ("pk", [1, 2, 4, 8]),
+            ("pv", [1, 2, 4, 8]))],
+        [helper.make_empty_tensor_value_info("y")],
+        [c("seqlens", [6], np.int32), c("total", 7, np.int32)])
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid(MS, 1),
+        helper.make_opsetid("example.org", 1)], ir_version=8)
+    known = propagate(model)
+    assert known["y"] == (F, (1, 3, 32))
+    assert known["present_k"] == known["present_v"] == (F, (1, 2, 7, 8))

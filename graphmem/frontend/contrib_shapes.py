@@ -47,15 +47,24 @@ Value = tuple  # (elem_type: int, shape: Shape)
 @dataclass
 class Call:
     """What a rule sees of one node: its inputs by position (None: absent or unknown),
-    attributes, the values of constant inputs (None where not constant), and how many
-    outputs it has."""
+    which inputs the node names (an optional input left out is not named), attributes,
+    the values of constant inputs (None where not constant), and how many outputs it
+    has."""
     inputs: list
     attrs: dict
     outputs: int = 1
     values: Callable[[int], object] = lambda i: None  # the value of input i, if constant
+    given: Optional[list] = None  # whether the node names input i (default: it is known)
 
     def input(self, i: int) -> Optional[Value]:
         return self.inputs[i] if i < len(self.inputs) else None
+
+    def has(self, i: int) -> bool:
+        """Whether the node names input ``i``: an optional input it gives may still be
+        unknown here (its producer not sized), and then is no absent one."""
+        if self.given is None:
+            return self.input(i) is not None
+        return i < len(self.given) and bool(self.given[i])
 
     def shape(self, i: int) -> Optional[Shape]:
         v = self.input(i)
@@ -418,7 +427,7 @@ def qgemm(call: Call) -> list:
         return [None]
     m = a[1] if call.attr("transA", 0) else a[0]
     n = b[0] if call.attr("transB", 0) else b[1]
-    elem = FLOAT if call.input(7) is None else _quantized_elem(call, 8, 0)
+    elem = FLOAT if not call.has(7) else _quantized_elem(call, 8, 0)
     return [(elem, (m, n))]
 
 
@@ -487,7 +496,7 @@ def group_query_attention(call: Call) -> list:
     if q is None or len(q[1]) != 3 or not heads or not _int(q[1][2]):
         return [None] * call.outputs
     elem, (batch, seq, hidden) = q
-    packed = call.input(1) is None
+    packed = not call.has(1)
     head = hidden // (heads + 2 * kv_heads) if packed else hidden // heads
     outs = [(elem, (batch, seq, heads * head))]
     past, total = call.shape(3), _scalar(call.value(6))
@@ -609,7 +618,7 @@ def propagate(model) -> dict[str, Value]:
         if found is not None:
             call = Call(inputs=[known.get(t) for t in node.inputs],
                         attrs={a.name: attribute_value(a) for a in node.attrs},
-                        outputs=len(node.outputs),
+                        outputs=len(node.outputs), given=[bool(t) for t in node.inputs],
                         values=lambda i, node=node: values.initializer(node.inputs[i]))
             try:
                 results = found(call)
@@ -824,7 +833,7 @@ def _engine():
             call = Call(inputs=[self._value_of(t) for t in node.input],
                         attrs={a.name: _attribute(helper.get_attribute_value(a))
                                for a in node.attribute},
-                        outputs=len(node.output),
+                        outputs=len(node.output), given=[bool(t) for t in node.input],
                         values=lambda i: self._small_value(node, i))
             try:
                 outs = found(call)
