@@ -11,10 +11,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.frontend.contrib_shapes import MS, NCHWC, RULES, infer, nchwc_block_size
 
-F, U8, I8, I32, I64 = (TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8,
-                       TensorProto.INT32, TensorProto.INT64)
-NP = {TensorProto.BOOL: np.bool_, F: np.float32, U8: np.uint8, I8: np.int8, I32: np.int32, I64: np.int64,
-      TensorProto.INT16: np.int16}
+F, H, U8, I8, I32, I64 = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.UINT8,
+                          TensorProto.INT8, TensorProto.INT32, TensorProto.INT64)
+NP = {TensorProto.BOOL: np.bool_, F: np.float32, H: np.float16, U8: np.uint8, I8: np.int8,
+      I32: np.int32, I64: np.int64, TensorProto.INT16: np.int16, TensorProto.UINT16: np.uint16}
 
 
 def one_node(op, domain, inputs, attrs=None, outputs=1, opset=17):
@@ -94,6 +94,19 @@ def _case(op, domain, inputs, attrs=None, outputs=1, opset=17):
 
 W3 = c("w", np.ones((4, 3, 3, 3)))
 B4 = c("b", np.ones(4))
+
+
+def nbits(k, n, bits=4, block=32, dtype=np.float32):
+    """MatMulNBits' B ([N, blocks, block * bits / 8] bytes) and scales ([N * blocks])."""
+    blocks = -(-k // block)
+    return [c("B", np.full((n, blocks, block * bits // 8), 0x88), np.uint8),
+            c("scales", np.full(n * blocks, 0.01), dtype)]
+
+
+def bnb4(k, n, block=32):
+    """MatMulBnb4's B ([(N * K + 1) / 2] bytes) and absmax ([N * K / block])."""
+    return [c("B", np.full((n * k + 1) // 2, 0x77), np.uint8),
+            c("absmax", np.ones(-(-n * k // block)))]
 
 # (case id -> one_node arguments). Every op of the rule table has a case, and so has
 # every op the fused graphs take from ORT's own symbolic inference.
@@ -255,9 +268,28 @@ CASES = {
         ("ids", I32, [2, 3]), ("seg", I32, [2, 3]), c("we", np.ones((10, 8))),
         c("pe", np.ones((6, 8))), c("se", np.ones((2, 8))), c("g", np.ones(8)),
         c("b", np.zeros(8))], dict(epsilon=1e-5), outputs=["y", "mask_index"]),
-    "MatMulNBits": _case("MatMulNBits", MS, [
-        ("a", F, [2, 3, 64]), c("b", np.ones((5, 2, 16)), np.uint8), c("scales", np.ones(10))],
-        dict(K=64, N=5, bits=4, block_size=32)),
+    # --- weights quantized in blocks (matmul_nbits_quantizer, bitsandbytes)
+    "MatMulNBits": _case("MatMulNBits", MS, [("a", F, [2, 3, 64]), *nbits(64, 5)],
+                         dict(K=64, N=5, bits=4, block_size=32)),
+    "MatMulNBits-2d": _case("MatMulNBits", MS, [("a", F, [3, 64]), *nbits(64, 5)],
+                            dict(K=64, N=5, bits=4, block_size=32)),
+    "MatMulNBits-vector": _case("MatMulNBits", MS, [("a", F, [64]), *nbits(64, 5)],
+                                dict(K=64, N=5, bits=4, block_size=32)),
+    "MatMulNBits-8bit": _case("MatMulNBits", MS, [("a", F, [2, 2, 3, 48]),
+                                                  *nbits(48, 6, bits=8, block=16)],
+                              dict(K=48, N=6, bits=8, block_size=16)),
+    "MatMulNBits-fp16": _case("MatMulNBits", MS, [("a", H, [2, 3, 64]),
+                                                  *nbits(64, 5, dtype=np.float16)],
+                              dict(K=64, N=5, bits=4, block_size=32)),
+    "MatMulNBits-zero-points-bias": _case("MatMulNBits", MS, [
+        ("a", F, [2, 3, 64]), *nbits(64, 5), c("zp", np.full(5, 0x88), np.uint8), None,
+        c("bias", np.ones(5))], dict(K=64, N=5, bits=4, block_size=32, accuracy_level=4)),
+    "MatMulBnb4": _case("MatMulBnb4", MS, [("a", F, [2, 3, 64]), *bnb4(64, 5)],
+                        dict(K=64, N=5, block_size=32, quant_type=1)),
+    "MatMulBnb4-2d-fp4": _case("MatMulBnb4", MS, [("a", F, [3, 64]), *bnb4(64, 5)],
+                               dict(K=64, N=5, block_size=32, quant_type=0)),
+    "MatMulBnb4-not-transposed": _case("MatMulBnb4", MS, [("a", F, [2, 3, 5]), *bnb4(64, 5)],
+                                       dict(K=64, N=5, block_size=32, quant_type=1, transB=0)),
 }
 
 

@@ -543,6 +543,34 @@ def gather_block_quantized(call: Call) -> list:
     return [(scales, (*dims[:gather], *indices, *dims[gather + 1:]))]
 
 
+# Weights quantized in blocks (MatMulNBits: onnxruntime.quantization's
+# matmul_nbits_quantizer, the int4 LLMs of onnxruntime-genai; MatMulBnb4: bitsandbytes'
+# FP4/NF4). B is a packed blob; the attributes K and N give the matrix it stands for.
+
+def _quantized_weight_matmul(call: Call, n_last: bool) -> list:
+    """A [..., K] times the dequantized weight: A's dims but the last, then N (or K when
+    the weight is not transposed); A's element type (contrib_defs.cc,
+    MatmulWithQuantWeightShapeInference)."""
+    a = call.input(0)
+    out = call.attr("N") if n_last else call.attr("K")
+    if a is None or not a[1] or not _int(out):
+        return [None]
+    return [(a[0], (*a[1][:-1], out))]
+
+
+@rule((MS, "MatMulNBits"))
+def matmul_nbits(call: Call) -> list:
+    """B [N, blocks, blob] of ``bits``-bit weights: the output is [..., N]."""
+    return _quantized_weight_matmul(call, True)
+
+
+@rule((MS, "MatMulBnb4"))
+def matmul_bnb4(call: Call) -> list:
+    """transB (default 1) multiplies by B^T, [..., K] -> [..., N]; transB 0 (the backward
+    pass) by B, [..., N] -> [..., K]."""
+    return _quantized_weight_matmul(call, bool(call.attr("transB", 1)))
+
+
 # --------------------------------------------------------------------------- the driver
 
 def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
