@@ -543,6 +543,67 @@ def gather_block_quantized(call: Call) -> list:
     return [(scales, (*dims[:gather], *indices, *dims[gather + 1:]))]
 
 
+# Attention (the transformer optimizer's fusion of BERT's, GPT-2's and ViT's self
+# attention; QAttention: quantize_dynamic of it). ORT's AttentionTypeAndShapeInference
+# (shape_inference_functions.cc), and where it leaves the present unsized, the kernel's
+# shape (attention_base.cc, GetPresent), checked by running it.
+
+def _div(a, b) -> Optional[int]:
+    return a // b if _int(a) and _int(b) and b else None
+
+
+def _attention(call: Call, past_index: int) -> list:
+    """Input [B, S, input_hidden], weights [input_hidden, q + k + v]: the output is
+    [B, S, v] (v from qkv_hidden_sizes, else a third of the bias; without a bias, which
+    the CPU kernel does not run, a third of the weights, as ORT's symbolic inference), of
+    the bias's type. The present, [2, B, heads, total, head]: the past's with S added
+    to its length (with past_present_share_buffer the past's own: one buffer of the
+    longest length), or without a past [2, B, heads, S, v / heads]."""
+    x = call.shape(0)
+    if x is None or len(x) != 3:
+        return [None] * call.outputs
+    sizes = call.attr("qkv_hidden_sizes")
+    if sizes:
+        v_hidden = sizes[2] if len(sizes) == 3 else None
+    else:
+        qkv = call.shape(2) if call.has(2) else call.shape(1)
+        v_hidden = None if qkv is None else _div(qkv[-1], 3)
+    elem = call.elem(2) if call.has(2) else call.elem(0)
+    if v_hidden is None or elem is None:
+        return [None] * call.outputs
+    outs = [(elem, (x[0], x[1], v_hidden))]
+    if call.has(past_index):
+        past = call.shape(past_index)
+        if past is None or len(past) != 5:
+            present = None
+        elif call.attr("past_present_share_buffer", 0):
+            present = (call.elem(past_index), past)
+        elif _int(past[3]) and _int(x[1]):
+            present = (elem, (*past[:3], past[3] + x[1], past[4]))
+        else:
+            present = None
+    else:
+        heads = call.attr("num_heads", 0)
+        head = _div(v_hidden, heads)
+        present = None if head is None else (elem, (2, x[0], heads, x[1], head))
+    return (outs + [present] + [None] * call.outputs)[:call.outputs]
+
+
+@rule((MS, "Attention"))
+def attention(call: Call) -> list:
+    """Inputs: input, weights, bias, mask_index, past, attention_bias,
+    past_sequence_length."""
+    return _attention(call, 4)
+
+
+@rule((MS, "QAttention"))
+def qattention(call: Call) -> list:
+    """Inputs: input, weight, bias, input_scale, weight_scale, mask_index,
+    input_zero_point, weight_zero_point, past: Attention's shapes, a float output (the
+    bias's type) from quantized input and weight."""
+    return _attention(call, 8)
+
+
 # Weights quantized in blocks (MatMulNBits: onnxruntime.quantization's
 # matmul_nbits_quantizer, the int4 LLMs of onnxruntime-genai; MatMulBnb4: bitsandbytes'
 # FP4/NF4). B is a packed blob; the attributes K and N give the matrix it stands for.
