@@ -277,6 +277,26 @@ CASES = {
     "MultiHeadAttention-past": _case("MultiHeadAttention", MS, [
         ("q", F, [2, 1, 8]), ("k", F, [2, 1, 8]), ("v", F, [2, 1, 8]), None, None, None,
         ("pk", F, [2, 2, 5, 4]), ("pv", F, [2, 2, 5, 4])], dict(num_heads=2), outputs=3),
+    "MultiHeadAttention-past-bias-fp16": _case("MultiHeadAttention", MS, [
+        ("q", H, [1, 2, 8]), ("k", H, [1, 2, 8]), ("v", H, [1, 2, 8]),
+        c("b", np.zeros(24), np.float16), None, None, ("pk", H, [1, 4, 3, 2]),
+        ("pv", H, [1, 4, 3, 2])], dict(num_heads=4, unidirectional=1), outputs=3),
+    # presents without a past: key and value split into heads, each of its own width
+    "MultiHeadAttention-present": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 3, 8]), ("k", F, [2, 5, 8]), ("v", F, [2, 5, 6])], dict(num_heads=2),
+        outputs=3),
+    "MultiHeadAttention-present-key-only": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 3, 8]), ("k", F, [2, 5, 8]), ("v", F, [2, 5, 8])], dict(num_heads=2),
+        outputs=["y", "present_k", ""]),
+    # cross attention on the encoder's key and value already split into heads (BNSH)
+    "MultiHeadAttention-cross-bnsh": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 3, 8]), ("k", F, [2, 2, 5, 4]), ("v", F, [2, 2, 5, 4])],
+        dict(num_heads=2), outputs=3),
+    # past_sequence_length given: one buffer for past and present, the past's length
+    "MultiHeadAttention-shared-buffer": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 1, 8]), ("k", F, [2, 1, 8]), ("v", F, [2, 1, 8]), None, None, None,
+        ("pk", F, [2, 2, 7, 4]), ("pv", F, [2, 2, 7, 4]), c("past_length", [3], np.int32)],
+        dict(num_heads=2), outputs=3),
     "GroupQueryAttention": _case("GroupQueryAttention", MS, [
         ("q", F, [1, 3, 32]), ("k", F, [1, 3, 16]), ("v", F, [1, 3, 16]),
         ("pk", F, [1, 2, 0, 8]), ("pv", F, [1, 2, 0, 8]), c("seqlens", [2], np.int32),
@@ -334,6 +354,14 @@ SYMBOLIC_CASES = {
         ("x", F, [2, 1, 8]), W824, B24, c("m", np.ones((2, 7)), np.int32),
         ("past", F, [2, 2, 2, 7, 4]), None, c("past_length", 3, np.int32)],
         dict(num_heads=2, past_present_share_buffer=1), outputs=2),
+    # packed QKV and packed KV: "not implemented for CPU"
+    "MultiHeadAttention-packed-qkv": _case("MultiHeadAttention", MS, [
+        ("qkv", F, [2, 3, 2, 3, 4])], dict(num_heads=2), outputs=3),
+    "MultiHeadAttention-packed-qkv-past": _case("MultiHeadAttention", MS, [
+        ("qkv", F, [2, 1, 2, 3, 4]), None, None, None, None, None, ("pk", F, [2, 2, 5, 4]),
+        ("pv", F, [2, 2, 5, 4])], dict(num_heads=2), outputs=3),
+    "MultiHeadAttention-packed-kv": _case("MultiHeadAttention", MS, [
+        ("q", F, [2, 3, 8]), ("kv", F, [2, 5, 2, 2, 4])], dict(num_heads=2)),
 }
 
 

@@ -604,6 +604,84 @@ def qattention(call: Call) -> list:
     return _attention(call, 8)
 
 
+def _with_length(shape: Shape, axis: int, more) -> Optional[Shape]:
+    """``shape`` with ``more`` added to its dim ``axis`` (None when either is unknown)."""
+    if not _int(shape[axis]) or not _int(more):
+        return None
+    return (*shape[:axis], shape[axis] + more, *shape[axis + 1:])
+
+
+@rule((MS, "MultiHeadAttention"))
+def multi_head_attention(call: Call) -> list:
+    """Inputs: query, key, value, bias, key_padding_mask, attention_bias, past_key,
+    past_value, past_sequence_length, cache_indirection; outputs: output, present_key,
+    present_value, qk (bert_defs.cc, MultiHeadAttentionTypeAndShapeInference).
+
+    The output [B, S, v_hidden] of the query's type: v_hidden the value's last dim
+    (3-D value), heads * head_size of a 4-D one (cross attention on BNSH key and value),
+    heads * head_size of a packed QKV query [B, S, heads, 3, head]; a packed KV key [B,
+    L, heads, 2, head] with no value: the query's shape.
+
+    The presents [B, heads, length, head]: with a past and a 3-D value, the past's
+    length plus the value's (ORT's schema sizes them only so); with the past shared with
+    the present (past_sequence_length given), the past's own; without a past, the 3-D
+    key and value split into heads, or a 4-D key and value as they are (what the CPU
+    kernel makes; the schema leaves them unsized). A packed QKV query's, which the CPU
+    kernel does not run: ORT's symbolic inference's [B, heads, past + S, head]. The qk
+    output is left unknown."""
+    n = call.outputs
+    q = call.input(0)
+    if q is None or len(q[1]) not in (3, 5):
+        return [None] * n
+    elem, qs = q
+    key = call.shape(1) if call.has(1) else ()
+    value = call.shape(2) if call.has(2) else ()
+    outs: list = [None] * max(n, 3)
+    if len(qs) == 5:
+        if _int(qs[2]) and _int(qs[4]):
+            outs[0] = (elem, (qs[0], qs[1], qs[2] * qs[4]))
+    elif value:
+        if len(value) == 3:
+            outs[0] = (elem, (qs[0], qs[1], value[2]))
+        elif len(value) == 4 and _int(value[1]) and _int(value[3]):
+            outs[0] = (elem, (qs[0], qs[1], value[1] * value[3]))
+    elif value == () and key and len(key) == 5:
+        outs[0] = q
+    if n > 1:
+        outs[1], outs[2] = _mha_presents(call, elem, qs, key, value)
+    return outs[:n]
+
+
+def _mha_presents(call: Call, elem: int, qs: Shape, key, value) -> tuple:
+    heads = call.attr("num_heads", 0)
+    if call.has(6):
+        past_k, past_v = call.input(6), call.input(7)
+        if past_k is None or past_v is None or len(past_k[1]) != 4 or len(past_v[1]) != 4:
+            return None, None
+        if call.attr("past_present_share_buffer", 0) or call.has(8):
+            return past_k, past_v
+        if len(qs) == 5:
+            more = qs[1]
+        elif value and len(value) == 3:
+            more = value[1]
+        else:
+            return None, None
+        grown = [_with_length(p[1], 2, more) for p in (past_k, past_v)]
+        return tuple(None if g is None else (elem, g) for g in grown)
+    if len(qs) == 5:
+        present = (elem, (qs[0], qs[2], qs[1], qs[4]))
+        return present, present
+    if not key or not value or len(key) != len(value):
+        return None, None
+    if len(key) == 4:
+        return (elem, key), (elem, value)
+    if len(key) != 3:
+        return None, None
+    split = [_div(x[2], heads) for x in (key, value)]
+    return tuple(None if h is None else (elem, (qs[0], heads, x[1], h))
+                 for h, x in zip(split, (key, value)))
+
+
 # Weights quantized in blocks (MatMulNBits: onnxruntime.quantization's
 # matmul_nbits_quantizer, the int4 LLMs of onnxruntime-genai; MatMulBnb4: bitsandbytes'
 # FP4/NF4). B is a packed blob; the attributes K and N give the matrix it stands for.
