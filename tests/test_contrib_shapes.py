@@ -312,10 +312,29 @@ CASES = {
     "RotaryEmbedding": _case("RotaryEmbedding", MS, [
         ("x", F, [2, 3, 16]), ("pos", I64, [2, 3]), c("cos", np.ones((8, 4))),
         c("sin", np.zeros((8, 4)))], dict(num_heads=2)),
+    "RotaryEmbedding-bnsh": _case("RotaryEmbedding", MS, [
+        ("x", F, [2, 2, 3, 8]), ("pos", I64, [2, 3]), c("cos", np.ones((8, 4))),
+        c("sin", np.zeros((8, 4)))]),
+    "RotaryEmbedding-fp16-interleaved": _case("RotaryEmbedding", MS, [
+        ("x", H, [1, 3, 16]), c("pos", [2], np.int64), c("cos", np.ones((8, 4)), np.float16),
+        c("sin", np.zeros((8, 4)), np.float16)], dict(num_heads=2, interleaved=1)),
     "EmbedLayerNormalization": _case("EmbedLayerNormalization", MS, [
         ("ids", I32, [2, 3]), ("seg", I32, [2, 3]), c("we", np.ones((10, 8))),
         c("pe", np.ones((6, 8))), c("se", np.ones((2, 8))), c("g", np.ones(8)),
         c("b", np.zeros(8))], dict(epsilon=1e-5), outputs=["y", "mask_index"]),
+    "EmbedLayerNormalization-mask-sum": _case("EmbedLayerNormalization", MS, [
+        ("ids", I32, [2, 3]), ("seg", I32, [2, 3]), c("we", np.ones((10, 8))),
+        c("pe", np.ones((6, 8))), c("se", np.ones((2, 8))), c("g", np.ones(8)),
+        c("b", np.zeros(8)), ("mask", I32, [2, 3])], outputs=3),
+    # no segment (DistilBERT, RoBERTa), position ids, the sum without the mask index
+    "EmbedLayerNormalization-no-segment": _case("EmbedLayerNormalization", MS, [
+        ("ids", I32, [2, 3]), None, c("we", np.ones((10, 8))), c("pe", np.ones((6, 8))),
+        None, c("g", np.ones(8)), c("b", np.zeros(8)), None, ("pos", I32, [1, 3])],
+        outputs=["y", "", "sum"]),
+    "EmbedLayerNormalization-fp16": _case("EmbedLayerNormalization", MS, [
+        ("ids", I32, [2, 3]), None, c("we", np.ones((10, 8)), np.float16),
+        c("pe", np.ones((6, 8)), np.float16), None, c("g", np.ones(8), np.float16),
+        c("b", np.zeros(8), np.float16)], outputs=2),
     # --- weights quantized in blocks (matmul_nbits_quantizer, bitsandbytes)
     "MatMulNBits": _case("MatMulNBits", MS, [("a", F, [2, 3, 64]), *nbits(64, 5)],
                          dict(K=64, N=5, bits=4, block_size=32)),
@@ -362,6 +381,25 @@ SYMBOLIC_CASES = {
         ("pv", F, [2, 2, 5, 4])], dict(num_heads=2), outputs=3),
     "MultiHeadAttention-packed-kv": _case("MultiHeadAttention", MS, [
         ("q", F, [2, 3, 8]), ("kv", F, [2, 5, 2, 2, 4])], dict(num_heads=2)),
+    # CUDA (and ROCm) kernels only: Stable Diffusion's UNet through the transformer
+    # optimizer, and GemmFastGelu
+    "BiasAdd": _case("BiasAdd", MS, [("x", F, [2, 3, 8]), c("b", np.ones(8)),
+                                     ("skip", F, [2, 3, 8])]),
+    "BiasSplitGelu": _case("BiasSplitGelu", MS, [("x", H, [2, 3, 8]),
+                                                 c("b", np.ones(8), np.float16)]),
+    "GroupNorm": _case("GroupNorm", MS, [("x", F, [1, 4, 4, 8]), c("g", np.ones(8)),
+                                         c("b", np.zeros(8))], dict(groups=2, activation=1)),
+    "SkipGroupNorm": _case("SkipGroupNorm", MS, [
+        ("x", F, [1, 4, 4, 8]), c("g", np.ones(8)), c("b", np.zeros(8)),
+        ("skip", F, [1, 4, 4, 8])], dict(groups=2, activation=0), outputs=2),
+    "SkipGroupNorm-bias-fp16": _case("SkipGroupNorm", MS, [
+        ("x", H, [1, 4, 4, 8]), c("g", np.ones(8)), c("b", np.zeros(8)),
+        ("skip", H, [1, 1, 1, 8]), c("bias", np.ones(8), np.float16)],
+        dict(groups=2, activation=1)),
+    "GemmFastGelu": _case("GemmFastGelu", MS, [("x", F, [2, 3, 8]), c("w", np.ones((8, 5))),
+                                               c("b", np.ones(5))]),
+    "GemmFastGelu-2d": _case("GemmFastGelu", MS, [("x", H, [3, 8]),
+                                                  c("w", np.ones((8, 5)), np.float16)]),
 }
 
 

@@ -445,9 +445,9 @@ def matmul_integer16(call: Call) -> list:
 
 
 # Transformer fusions (ORT_ENABLE_EXTENDED on CPU and CUDA, and the transformer
-# optimizer): elementwise ops keep their input's shape.
+# optimizer): elementwise ops, and RotaryEmbedding, keep their input's shape.
 
-for _op in ("BiasGelu", "FastGelu", "QuickGelu", "Gelu"):
+for _op in ("BiasGelu", "FastGelu", "QuickGelu", "Gelu", "RotaryEmbedding"):
     RULES[(MS, _op)] = _same(0)
 
 
@@ -680,6 +680,50 @@ def _mha_presents(call: Call, elem: int, qs: Shape, key, value) -> tuple:
     split = [_div(x[2], heads) for x in (key, value)]
     return tuple(None if h is None else (elem, (qs[0], heads, x[1], h))
                  for h, x in zip(split, (key, value)))
+
+
+@rule((MS, "EmbedLayerNormalization"))
+def embed_layer_norm(call: Call) -> list:
+    """Inputs: input_ids [B, S], segment_ids, word_embedding [vocab, hidden], ...;
+    outputs: output [B, S, hidden] of the embeddings' type, mask_index [B] (the ids'
+    type, int32) and embedding_sum, the output's shape and type
+    (shape_inference_functions.cc, EmbedLayerNormalizationShapeInference)."""
+    ids, word = call.input(0), call.input(2)
+    if ids is None or word is None or len(ids[1]) != 2 or len(word[1]) != 2:
+        return [None] * call.outputs
+    out = (word[0], (*ids[1], word[1][1]))
+    return [out, (ids[0], ids[1][:1]), out][:call.outputs]
+
+
+# Stable Diffusion's UNet through the transformer optimizer (diffusion_defs.cc; CUDA
+# kernels), and GemmFastGelu (CUDA and ROCm): checked against ORT's symbolic inference
+
+for _op in ("BiasAdd", "GroupNorm"):
+    RULES[(MS, _op)] = _same(0)
+
+
+@rule((MS, "SkipGroupNorm"))
+def skip_group_norm(call: Call) -> list:
+    """Outputs: Y and S (the sum of input, skip and bias), each the input's shape."""
+    x = call.input(0)
+    return [x, x][:call.outputs]
+
+
+@rule((MS, "BiasSplitGelu"))
+def bias_split_gelu(call: Call) -> list:
+    """X [N, S, D] plus bias [D], halved along D: [N, S, D / 2]."""
+    x, bias = call.input(0), call.shape(1)
+    if x is None or bias is None or len(x[1]) != 3 or len(bias) != 1:
+        return [None]
+    half = _div(bias[0], 2)
+    return [None if half is None else (x[0], (*x[1][:2], half))]
+
+
+@rule((MS, "GemmFastGelu"))
+def gemm_fast_gelu(call: Call) -> list:
+    """MatMul (numpy's shapes) then FastGelu."""
+    out = _matmul(call.shape(0), call.shape(1))
+    return [None if out is None else (call.elem(0), out)]
 
 
 # Weights quantized in blocks (MatMulNBits: onnxruntime.quantization's
