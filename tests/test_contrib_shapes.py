@@ -216,6 +216,20 @@ CASES = {
         ("a", F, [2, 3, 5]), c("b", np.ones((5, 4)), np.int8), scale("bs", [0.1] * 4)]),
     "MatMulInteger16": _case("MatMulInteger16", MS, [("a", TensorProto.INT16, [3, 5]),
                                                      ("b", TensorProto.INT16, [5, 2])]),
+    "DequantizeLinear-contrib": _case("DequantizeLinear", MS, [
+        ("x", U8, [2, 3]), *qparams("x")]),
+    "DequantizeLinear-contrib-int16-per-axis": _case("DequantizeLinear", MS, [
+        ("x", TensorProto.INT16, [2, 3]), scale("s", [0.1, 0.2, 0.3]),
+        zero("z", np.int16, [0, 1, 2])], dict(axis=1)),
+    "DequantizeLinear-contrib-fp16-no-zero-point": _case("DequantizeLinear", MS, [
+        ("x", I8, [2, 3]), c("s", 0.1, np.float16)]),
+    "QuantizeLinear-contrib": _case("QuantizeLinear", MS, [("x", F, [2, 3]), *qparams("y")]),
+    "QuantizeLinear-contrib-no-zero-point": _case("QuantizeLinear", MS, [
+        ("x", F, [2, 3]), scale("s")]),
+    "QuantizeLinear-contrib-uint16-fp16": _case("QuantizeLinear", MS, [
+        ("x", H, [4, 2, 3]), c("s", 0.1, np.float16), zero("z", np.uint16)]),
+    "QuantizeLinear-contrib-int8-per-axis": _case("QuantizeLinear", MS, [
+        ("x", F, [2, 3]), scale("s", [0.1, 0.2]), zero("z", np.int8, [0, 1])], dict(axis=0)),
     # --- transformer fusions
     "BiasGelu": _case("BiasGelu", MS, [("x", F, [2, 3, 8]), c("b", np.ones(8))]),
     "FastGelu": _case("FastGelu", MS, [("x", F, [2, 3, 8]), c("b", np.ones(8))]),

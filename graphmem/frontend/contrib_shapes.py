@@ -444,6 +444,24 @@ def matmul_integer16(call: Call) -> list:
     return [None if out is None else (INT32, out)]
 
 
+# The QDQ pairs quantize_static writes in ORT's domain (extra option UseQDQContribOps,
+# and for 16-bit activations): the input's shape (quantization_defs.cc).
+
+@rule((MS, "DequantizeLinear"))
+def dequantize_linear(call: Call) -> list:
+    """The scale's type (float or float16)."""
+    x, elem = call.shape(0), call.elem(1)
+    return [None if x is None or elem is None else (elem, x)]
+
+
+@rule((MS, "QuantizeLinear"))
+def quantize_linear(call: Call) -> list:
+    """The zero point's type; uint8 without one."""
+    x = call.shape(0)
+    elem = call.elem(2) if call.has(2) else UINT8
+    return [None if x is None or elem is None else (elem, x)]
+
+
 # Transformer fusions (ORT_ENABLE_EXTENDED on CPU and CUDA, and the transformer
 # optimizer): elementwise ops, and RotaryEmbedding, keep their input's shape.
 
