@@ -656,3 +656,88 @@ def test_an_optional_input_given_but_unknown_is_not_taken_for_absent():
     known = propagate(model)
     assert known["y"] == (F, (1, 3, 32))
     assert known["present_k"] == known["present_v"] == (F, (1, 2, 7, 8))
+
+
+def _quantized_block(path):
+    """A BERT-like block in the deployment forms the transformer optimizer and ORT's
+    quantizers write, every op one this table sizes: EmbedLayerNormalization ->
+    MatMulNBits (int4) -> Add -> Attention (mask index) -> RotaryEmbedding ->
+    MultiHeadAttention -> com.microsoft QuantizeLinear -> DequantizeLinear, at symbolic
+    batch and sequence."""
+    hidden = 64
+    inits = [c("we", np.linspace(-1, 1, 10 * hidden).reshape(10, hidden)),
+             c("pe", np.linspace(-1, 1, 16 * hidden).reshape(16, hidden)),
+             c("g", np.ones(hidden)), c("beta", np.zeros(hidden)),
+             *nbits(hidden, hidden), c("bias", np.linspace(-1, 1, hidden)),
+             c("w", np.linspace(-0.1, 0.1, hidden * 3 * hidden).reshape(hidden, 3 * hidden)),
+             c("b", np.zeros(3 * hidden)), c("cos", np.ones((16, 8))),
+             c("sin", np.zeros((16, 8))), scale("qs"), zero("qz")]
+    nodes = [
+        helper.make_node("EmbedLayerNormalization",
+                         ["ids", "", "we", "pe", "", "g", "beta"], ["emb", "mask_index"],
+                         domain=MS),
+        helper.make_node("MatMulNBits", ["emb", "B", "scales"], ["mm"], domain=MS,
+                         K=hidden, N=hidden, bits=4, block_size=32),
+        helper.make_node("Add", ["mm", "bias"], ["h"]),
+        helper.make_node("Attention", ["h", "w", "b", "mask_index"], ["att"], domain=MS,
+                         num_heads=4),
+        helper.make_node("RotaryEmbedding", ["att", "pos", "cos", "sin"], ["rot"],
+                         domain=MS, num_heads=4),
+        helper.make_node("MultiHeadAttention", ["rot", "att", "att"], ["mha"], domain=MS,
+                         num_heads=4),
+        helper.make_node("QuantizeLinear", ["mha", "qs", "qz"], ["q"], domain=MS),
+        helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["y"], domain=MS)]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("ids", I32, ["batch", "seq"]),
+                         helper.make_tensor_value_info("pos", I64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", F, ["batch", "seq", hidden])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)], ir_version=8)
+    path.write_bytes(model.SerializeToString())
+    return model
+
+
+def test_a_quantized_transformer_block_is_sized_by_the_rules_alone(tmp_path):
+    """Every op of the block has a rule: the contrib rules size the whole graph, ONNX
+    Runtime's symbolic inference is not run (it imports sympy and walks the graph in
+    Python: most of the time graphmem took on a BERT-base-sized int4 encoder), and the
+    shapes are the ones ONNX Runtime makes."""
+    import json
+    import subprocess
+    import sys
+
+    import graphmem
+    from graphmem.verify.verifier import verify
+    path = tmp_path / "block.onnx"
+    model = _quantized_block(path)
+    loaded = graphmem.load(path, {"batch": 2, "seq": 5})
+    ran = [s.strategy for s in loaded.sizing if s.count]
+    assert ran[-1] == "contrib-rules" and "onnxruntime-symbolic" not in ran, ran
+    fixed = helper.make_model(model.graph, opset_imports=model.opset_import, ir_version=8)
+    for vi in fixed.graph.input:
+        for d, v in zip(vi.type.tensor_type.shape.dim, (2, 5)):
+            d.dim_value = v
+    for name, (elem, shape) in ort_outputs(_every_output(fixed)).items():
+        assert (loaded.tensors[name].shape, loaded.tensors[name].dtype) == (
+            shape, helper.tensor_dtype_to_np_dtype(elem).name), name
+    plan = graphmem.plan_graph(loaded).plan
+    graphmem.validate(plan, loaded)
+    assert verify(plan, loaded).passed
+    code = ("import json, sys\n"
+            "from graphmem.cli import main\n"
+            f"rc = main(['plan', {str(path)!r}, '--dim', 'batch=2', '--dim', 'seq=5',\n"
+            f"           '-o', {str(tmp_path / 'plan.json')!r}, '-q'])\n"
+            "print(json.dumps([rc, 'sympy' in sys.modules]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, False]
+
+
+def _every_output(model):
+    """``model`` with every node output a graph output."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.output[:]
+    out.graph.output.extend(helper.make_empty_tensor_value_info(o)
+                            for n in model.graph.node for o in n.output if o)
+    return out
