@@ -1,6 +1,7 @@
 """The shape rules of graphmem.frontend.contrib_shapes, op by op: each op alone in a
 one-node model, run in ONNX Runtime (CPU, no graph optimization), and the output
-shapes and element types it produces compared with what graphmem infers."""
+shapes and element types it produces compared with what graphmem infers (an op or form
+no CPU kernel runs: with what ONNX Runtime's symbolic shape inference gives)."""
 from __future__ import annotations
 
 import numpy as np
@@ -112,8 +113,8 @@ def bnb4(k, n, block=32):
     return [c("B", np.full((n * k + 1) // 2, 0x77), np.uint8),
             c("absmax", np.ones(-(-n * k // block)))]
 
-# (case id -> one_node arguments). Every op of the rule table has a case, and so has
-# every op the fused graphs take from ORT's own symbolic inference.
+# (case id -> one_node arguments). Every op of the rule table has a case here, or where
+# no CPU kernel runs it, in SYMBOLIC_CASES below.
 CASES = {
     # --- CPU graph optimizer, EXTENDED
     "FusedConv": _case("FusedConv", MS, [("x", F, [1, 3, 10, 9]), W3, B4],

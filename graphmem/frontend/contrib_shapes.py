@@ -5,18 +5,25 @@ optimizer save graphs of com.microsoft (and com.microsoft.nchwc) ops without sha
 annotations, and onnx's shape inference knows none of them. Each rule here takes the
 (element type, shape) of a node's inputs, its attributes and the values of its constant
 inputs, and gives its outputs' (element type, shape), as the op's schema in ORT's
-sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them; the tests
-(``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime and compare.
+sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them, and where the
+schema leaves an output unsized (attention's presents without a past), as the kernel
+makes it; the tests (``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime
+and compare (an op or form no CPU kernel runs: with ORT's symbolic inference).
 
 :func:`propagate` applies the rules in one pass over the nodes, with onnx's per-node
 inference for the standard ops between them (no sympy, no ONNX Runtime). Where that
 leaves a gap, :func:`infer` falls back on ONNX Runtime's own ``SymbolicShapeInference``,
 which follows shape arithmetic symbolically and knows contrib ops this table leaves to
-it (Attention, MultiHeadAttention, RotaryEmbedding, EmbedLayerNormalization,
-MatMulNBits, ...), with this table's rules in front of its handlers for the ops in
-:data:`RULES`: those it does not know or sizes incompletely (SkipLayerNormalization's
+it (DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
+LongformerAttention, SparseAttention, PagedAttention, RelativePositionBias,
+GatedRelativePositionBias, RemovePadding, RestorePadding, NhwcConv, ...), with this
+table's rules in front of its handlers for the ops in :data:`RULES`. The table has the
+ops ORT's inference does not know or sizes incompletely (SkipLayerNormalization's
 optional outputs, GroupQueryAttention's present length, GatherBlockQuantized's packed
-elements).
+elements, MultiHeadAttention's presents), and those of the deployment forms of common
+models (Attention, MultiHeadAttention, MatMulNBits, RotaryEmbedding,
+EmbedLayerNormalization, ...): the fallback imports sympy and walks the graph again in
+Python, most of the time a plan of such a model took.
 """
 from __future__ import annotations
 
@@ -783,9 +790,10 @@ def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
     missing = [o for n in model.graph.node for o in n.output if o and o not in known]
     if not missing:
         return _with_types(model, known)
-    # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
-    # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again, and
-    # what it leaves open (it stops at an op it asserts on) keeps this pass's types
+    # ORT's own inference knows ops this table leaves to it (DecoderMaskedMultiHeadAttention,
+    # PackedAttention, LongformerAttention, SparseAttention, ...); it walks the whole graph
+    # again, and what it leaves open (it stops at an op it asserts on) keeps this pass's
+    # types
     return _with_types(_symbolic(model, int_max, notes), known)
 
 
