@@ -5,18 +5,25 @@ optimizer save graphs of com.microsoft (and com.microsoft.nchwc) ops without sha
 annotations, and onnx's shape inference knows none of them. Each rule here takes the
 (element type, shape) of a node's inputs, its attributes and the values of its constant
 inputs, and gives its outputs' (element type, shape), as the op's schema in ORT's
-sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them; the tests
-(``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime and compare.
+sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them, and where the
+schema leaves an output unsized (attention's presents without a past), as the kernel
+makes it; the tests (``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime
+and compare (an op or form no CPU kernel runs: with ORT's symbolic inference).
 
 :func:`propagate` applies the rules in one pass over the nodes, with onnx's per-node
 inference for the standard ops between them (no sympy, no ONNX Runtime). Where that
 leaves a gap, :func:`infer` falls back on ONNX Runtime's own ``SymbolicShapeInference``,
 which follows shape arithmetic symbolically and knows contrib ops this table leaves to
-it (Attention, MultiHeadAttention, RotaryEmbedding, EmbedLayerNormalization,
-MatMulNBits, ...), with this table's rules in front of its handlers for the ops in
-:data:`RULES`: those it does not know or sizes incompletely (SkipLayerNormalization's
+it (DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
+LongformerAttention, SparseAttention, PagedAttention, RelativePositionBias,
+GatedRelativePositionBias, RemovePadding, RestorePadding, NhwcConv, ...), with this
+table's rules in front of its handlers for the ops in :data:`RULES`. The table has the
+ops ORT's inference does not know or sizes incompletely (SkipLayerNormalization's
 optional outputs, GroupQueryAttention's present length, GatherBlockQuantized's packed
-elements).
+elements, MultiHeadAttention's presents), and those of the deployment forms of common
+models (Attention, MultiHeadAttention, MatMulNBits, RotaryEmbedding,
+EmbedLayerNormalization, ...): the fallback imports sympy and walks the graph again in
+Python, most of the time a plan of such a model took.
 """
 from __future__ import annotations
 
@@ -47,15 +54,24 @@ Value = tuple  # (elem_type: int, shape: Shape)
 @dataclass
 class Call:
     """What a rule sees of one node: its inputs by position (None: absent or unknown),
-    attributes, the values of constant inputs (None where not constant), and how many
-    outputs it has."""
+    which inputs the node names (an optional input left out is not named), attributes,
+    the values of constant inputs (None where not constant), and how many outputs it
+    has."""
     inputs: list
     attrs: dict
     outputs: int = 1
     values: Callable[[int], object] = lambda i: None  # the value of input i, if constant
+    given: Optional[list] = None  # whether the node names input i (default: it is known)
 
     def input(self, i: int) -> Optional[Value]:
         return self.inputs[i] if i < len(self.inputs) else None
+
+    def has(self, i: int) -> bool:
+        """Whether the node names input ``i``: an optional input it gives may still be
+        unknown here (its producer not sized), and then is no absent one."""
+        if self.given is None:
+            return self.input(i) is not None
+        return i < len(self.given) and bool(self.given[i])
 
     def shape(self, i: int) -> Optional[Shape]:
         v = self.input(i)
@@ -418,7 +434,7 @@ def qgemm(call: Call) -> list:
         return [None]
     m = a[1] if call.attr("transA", 0) else a[0]
     n = b[0] if call.attr("transB", 0) else b[1]
-    elem = FLOAT if call.input(7) is None else _quantized_elem(call, 8, 0)
+    elem = FLOAT if not call.has(7) else _quantized_elem(call, 8, 0)
     return [(elem, (m, n))]
 
 
@@ -435,10 +451,28 @@ def matmul_integer16(call: Call) -> list:
     return [None if out is None else (INT32, out)]
 
 
-# Transformer fusions (ORT_ENABLE_EXTENDED on CPU and CUDA, and the transformer
-# optimizer): elementwise ops keep their input's shape.
+# The QDQ pairs quantize_static writes in ORT's domain (extra option UseQDQContribOps,
+# and for 16-bit activations): the input's shape (quantization_defs.cc).
 
-for _op in ("BiasGelu", "FastGelu", "QuickGelu", "Gelu"):
+@rule((MS, "DequantizeLinear"))
+def dequantize_linear(call: Call) -> list:
+    """The scale's type (float or float16)."""
+    x, elem = call.shape(0), call.elem(1)
+    return [None if x is None or elem is None else (elem, x)]
+
+
+@rule((MS, "QuantizeLinear"))
+def quantize_linear(call: Call) -> list:
+    """The zero point's type; uint8 without one."""
+    x = call.shape(0)
+    elem = call.elem(2) if call.has(2) else UINT8
+    return [None if x is None or elem is None else (elem, x)]
+
+
+# Transformer fusions (ORT_ENABLE_EXTENDED on CPU and CUDA, and the transformer
+# optimizer): elementwise ops, and RotaryEmbedding, keep their input's shape.
+
+for _op in ("BiasGelu", "FastGelu", "QuickGelu", "Gelu", "RotaryEmbedding"):
     RULES[(MS, _op)] = _same(0)
 
 
@@ -487,7 +521,7 @@ def group_query_attention(call: Call) -> list:
     if q is None or len(q[1]) != 3 or not heads or not _int(q[1][2]):
         return [None] * call.outputs
     elem, (batch, seq, hidden) = q
-    packed = call.input(1) is None
+    packed = not call.has(1)
     head = hidden // (heads + 2 * kv_heads) if packed else hidden // heads
     outs = [(elem, (batch, seq, heads * head))]
     past, total = call.shape(3), _scalar(call.value(6))
@@ -534,6 +568,217 @@ def gather_block_quantized(call: Call) -> list:
     return [(scales, (*dims[:gather], *indices, *dims[gather + 1:]))]
 
 
+# Attention (the transformer optimizer's fusion of BERT's, GPT-2's and ViT's self
+# attention; QAttention: quantize_dynamic of it). ORT's AttentionTypeAndShapeInference
+# (shape_inference_functions.cc), and where it leaves the present unsized, the kernel's
+# shape (attention_base.cc, GetPresent), checked by running it.
+
+def _div(a, b) -> Optional[int]:
+    return a // b if _int(a) and _int(b) and b else None
+
+
+def _attention(call: Call, past_index: int) -> list:
+    """Input [B, S, input_hidden], weights [input_hidden, q + k + v]: the output is
+    [B, S, v] (v from qkv_hidden_sizes, else a third of the bias; without a bias, which
+    the CPU kernel does not run, a third of the weights, as ORT's symbolic inference), of
+    the bias's type. The present, [2, B, heads, total, head]: the past's with S added
+    to its length (with past_present_share_buffer the past's own: one buffer of the
+    longest length), or without a past [2, B, heads, S, v / heads]."""
+    x = call.shape(0)
+    if x is None or len(x) != 3:
+        return [None] * call.outputs
+    sizes = call.attr("qkv_hidden_sizes")
+    if sizes:
+        v_hidden = sizes[2] if len(sizes) == 3 else None
+    else:
+        qkv = call.shape(2) if call.has(2) else call.shape(1)
+        v_hidden = None if qkv is None else _div(qkv[-1], 3)
+    elem = call.elem(2) if call.has(2) else call.elem(0)
+    if v_hidden is None or elem is None:
+        return [None] * call.outputs
+    outs = [(elem, (x[0], x[1], v_hidden))]
+    if call.has(past_index):
+        past = call.shape(past_index)
+        if past is None or len(past) != 5:
+            present = None
+        elif call.attr("past_present_share_buffer", 0):
+            present = (call.elem(past_index), past)
+        elif _int(past[3]) and _int(x[1]):
+            present = (elem, (*past[:3], past[3] + x[1], past[4]))
+        else:
+            present = None
+    else:
+        heads = call.attr("num_heads", 0)
+        head = _div(v_hidden, heads)
+        present = None if head is None else (elem, (2, x[0], heads, x[1], head))
+    return (outs + [present] + [None] * call.outputs)[:call.outputs]
+
+
+@rule((MS, "Attention"))
+def attention(call: Call) -> list:
+    """Inputs: input, weights, bias, mask_index, past, attention_bias,
+    past_sequence_length."""
+    return _attention(call, 4)
+
+
+@rule((MS, "QAttention"))
+def qattention(call: Call) -> list:
+    """Inputs: input, weight, bias, input_scale, weight_scale, mask_index,
+    input_zero_point, weight_zero_point, past: Attention's shapes, a float output (the
+    bias's type) from quantized input and weight."""
+    return _attention(call, 8)
+
+
+def _with_length(shape: Shape, axis: int, more) -> Optional[Shape]:
+    """``shape`` with ``more`` added to its dim ``axis`` (None when either is unknown)."""
+    if not _int(shape[axis]) or not _int(more):
+        return None
+    return (*shape[:axis], shape[axis] + more, *shape[axis + 1:])
+
+
+@rule((MS, "MultiHeadAttention"))
+def multi_head_attention(call: Call) -> list:
+    """Inputs: query, key, value, bias, key_padding_mask, attention_bias, past_key,
+    past_value, past_sequence_length, cache_indirection; outputs: output, present_key,
+    present_value, qk (bert_defs.cc, MultiHeadAttentionTypeAndShapeInference).
+
+    The output [B, S, v_hidden] of the query's type: v_hidden the value's last dim
+    (3-D value), heads * head_size of a 4-D one (cross attention on BNSH key and value),
+    heads * head_size of a packed QKV query [B, S, heads, 3, head]; a packed KV key [B,
+    L, heads, 2, head] with no value: the query's shape.
+
+    The presents [B, heads, length, head]: with a past and a 3-D value, the past's
+    length plus the value's (ORT's schema sizes them only so); with the past shared with
+    the present (past_sequence_length given), the past's own; without a past, the 3-D
+    key and value split into heads, or a 4-D key and value as they are (what the CPU
+    kernel makes; the schema leaves them unsized). A packed QKV query's, which the CPU
+    kernel does not run: ORT's symbolic inference's [B, heads, past + S, head]. The qk
+    output is left unknown."""
+    n = call.outputs
+    q = call.input(0)
+    if q is None or len(q[1]) not in (3, 5):
+        return [None] * n
+    elem, qs = q
+    key = call.shape(1) if call.has(1) else ()
+    value = call.shape(2) if call.has(2) else ()
+    outs: list = [None] * max(n, 3)
+    if len(qs) == 5:
+        if _int(qs[2]) and _int(qs[4]):
+            outs[0] = (elem, (qs[0], qs[1], qs[2] * qs[4]))
+    elif value:
+        if len(value) == 3:
+            outs[0] = (elem, (qs[0], qs[1], value[2]))
+        elif len(value) == 4 and _int(value[1]) and _int(value[3]):
+            outs[0] = (elem, (qs[0], qs[1], value[1] * value[3]))
+    elif value == () and key and len(key) == 5:
+        outs[0] = q
+    if n > 1:
+        outs[1], outs[2] = _mha_presents(call, elem, qs, key, value)
+    return outs[:n]
+
+
+def _mha_presents(call: Call, elem: int, qs: Shape, key, value) -> tuple:
+    heads = call.attr("num_heads", 0)
+    if call.has(6):
+        past_k, past_v = call.input(6), call.input(7)
+        if past_k is None or past_v is None or len(past_k[1]) != 4 or len(past_v[1]) != 4:
+            return None, None
+        if call.attr("past_present_share_buffer", 0) or call.has(8):
+            return past_k, past_v
+        if len(qs) == 5:
+            more = qs[1]
+        elif value and len(value) == 3:
+            more = value[1]
+        else:
+            return None, None
+        grown = [_with_length(p[1], 2, more) for p in (past_k, past_v)]
+        return tuple(None if g is None else (elem, g) for g in grown)
+    if len(qs) == 5:
+        present = (elem, (qs[0], qs[2], qs[1], qs[4]))
+        return present, present
+    if not key or not value or len(key) != len(value):
+        return None, None
+    if len(key) == 4:
+        return (elem, key), (elem, value)
+    if len(key) != 3:
+        return None, None
+    split = [_div(x[2], heads) for x in (key, value)]
+    return tuple(None if h is None else (elem, (qs[0], heads, x[1], h))
+                 for h, x in zip(split, (key, value)))
+
+
+@rule((MS, "EmbedLayerNormalization"))
+def embed_layer_norm(call: Call) -> list:
+    """Inputs: input_ids [B, S], segment_ids, word_embedding [vocab, hidden], ...;
+    outputs: output [B, S, hidden] of the embeddings' type, mask_index [B] (the ids'
+    type, int32) and embedding_sum, the output's shape and type
+    (shape_inference_functions.cc, EmbedLayerNormalizationShapeInference)."""
+    ids, word = call.input(0), call.input(2)
+    if ids is None or word is None or len(ids[1]) != 2 or len(word[1]) != 2:
+        return [None] * call.outputs
+    out = (word[0], (*ids[1], word[1][1]))
+    return [out, (ids[0], ids[1][:1]), out][:call.outputs]
+
+
+# Stable Diffusion's UNet through the transformer optimizer (diffusion_defs.cc; CUDA
+# kernels), and GemmFastGelu (CUDA and ROCm): checked against ORT's symbolic inference
+
+for _op in ("BiasAdd", "GroupNorm"):
+    RULES[(MS, _op)] = _same(0)
+
+
+@rule((MS, "SkipGroupNorm"))
+def skip_group_norm(call: Call) -> list:
+    """Outputs: Y and S (the sum of input, skip and bias), each the input's shape."""
+    x = call.input(0)
+    return [x, x][:call.outputs]
+
+
+@rule((MS, "BiasSplitGelu"))
+def bias_split_gelu(call: Call) -> list:
+    """X [N, S, D] plus bias [D], halved along D: [N, S, D / 2]."""
+    x, bias = call.input(0), call.shape(1)
+    if x is None or bias is None or len(x[1]) != 3 or len(bias) != 1:
+        return [None]
+    half = _div(bias[0], 2)
+    return [None if half is None else (x[0], (*x[1][:2], half))]
+
+
+@rule((MS, "GemmFastGelu"))
+def gemm_fast_gelu(call: Call) -> list:
+    """MatMul (numpy's shapes) then FastGelu."""
+    out = _matmul(call.shape(0), call.shape(1))
+    return [None if out is None else (call.elem(0), out)]
+
+
+# Weights quantized in blocks (MatMulNBits: onnxruntime.quantization's
+# matmul_nbits_quantizer, the int4 LLMs of onnxruntime-genai; MatMulBnb4: bitsandbytes'
+# FP4/NF4). B is a packed blob; the attributes K and N give the matrix it stands for.
+
+def _quantized_weight_matmul(call: Call, n_last: bool) -> list:
+    """A [..., K] times the dequantized weight: A's dims but the last, then N (or K when
+    the weight is not transposed); A's element type (contrib_defs.cc,
+    MatmulWithQuantWeightShapeInference)."""
+    a = call.input(0)
+    out = call.attr("N") if n_last else call.attr("K")
+    if a is None or not a[1] or not _int(out):
+        return [None]
+    return [(a[0], (*a[1][:-1], out))]
+
+
+@rule((MS, "MatMulNBits"))
+def matmul_nbits(call: Call) -> list:
+    """B [N, blocks, blob] of ``bits``-bit weights: the output is [..., N]."""
+    return _quantized_weight_matmul(call, True)
+
+
+@rule((MS, "MatMulBnb4"))
+def matmul_bnb4(call: Call) -> list:
+    """transB (default 1) multiplies by B^T, [..., K] -> [..., N]; transB 0 (the backward
+    pass) by B, [..., N] -> [..., K]."""
+    return _quantized_weight_matmul(call, bool(call.attr("transB", 1)))
+
+
 # --------------------------------------------------------------------------- the driver
 
 def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
@@ -545,9 +790,10 @@ def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
     missing = [o for n in model.graph.node for o in n.output if o and o not in known]
     if not missing:
         return _with_types(model, known)
-    # ORT's own inference knows ops this table leaves to it (Attention, RotaryEmbedding,
-    # EmbedLayerNormalization, MatMulNBits, ...); it walks the whole graph again, and
-    # what it leaves open (it stops at an op it asserts on) keeps this pass's types
+    # ORT's own inference knows ops this table leaves to it (DecoderMaskedMultiHeadAttention,
+    # PackedAttention, LongformerAttention, SparseAttention, ...); it walks the whole graph
+    # again, and what it leaves open (it stops at an op it asserts on) keeps this pass's
+    # types
     return _with_types(_symbolic(model, int_max, notes), known)
 
 
@@ -609,7 +855,7 @@ def propagate(model) -> dict[str, Value]:
         if found is not None:
             call = Call(inputs=[known.get(t) for t in node.inputs],
                         attrs={a.name: attribute_value(a) for a in node.attrs},
-                        outputs=len(node.outputs),
+                        outputs=len(node.outputs), given=[bool(t) for t in node.inputs],
                         values=lambda i, node=node: values.initializer(node.inputs[i]))
             try:
                 results = found(call)
@@ -824,7 +1070,7 @@ def _engine():
             call = Call(inputs=[self._value_of(t) for t in node.input],
                         attrs={a.name: _attribute(helper.get_attribute_value(a))
                                for a in node.attribute},
-                        outputs=len(node.output),
+                        outputs=len(node.output), given=[bool(t) for t in node.input],
                         values=lambda i: self._small_value(node, i))
             try:
                 outs = found(call)
