@@ -118,8 +118,18 @@ def dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
     return kept
 
 
+# ONNX Runtime's own quantization pair (what quantize_static writes for 16-bit
+# activations, or with UseQDQContribOps): the standard ops' semantics, folded alike (a
+# weight's DequantizeLinear above all: else every dequantized weight is an arena tensor)
+FOLDABLE_CONTRIB = frozenset((("com.microsoft", "DequantizeLinear"),
+                              ("com.microsoft", "QuantizeLinear")))
+
+
 def foldable(node) -> bool:
-    """A standard-domain, deterministic node without subgraphs."""
+    """A standard-domain, deterministic node without subgraphs, or ORT's own
+    DequantizeLinear and QuantizeLinear."""
+    if (node.domain, node.op_type) in FOLDABLE_CONTRIB:
+        return True
     if not standard_domain(node.domain) or node.op_type in RANDOM_OPS:
         return False
     return not any(a.type in GRAPH_ATTRS for a in node.attrs)

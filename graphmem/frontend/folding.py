@@ -193,11 +193,16 @@ def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
 
 def _on_runtime(sub: onnx.ModelProto, wanted: list[str]) -> list:
     """Run ``sub`` on ONNX Runtime's CPU provider, its outputs typed by onnx's shape
-    inference first (the runtime refuses an output of undefined type)."""
+    inference first, and the contrib rules where it leaves one untyped (ORT's own
+    DequantizeLinear): the runtime refuses an output of undefined type."""
     import onnxruntime as ort
     inferred = onnx.shape_inference.infer_shapes(sub)
     elem = {vi.name: vi.type.tensor_type.elem_type
             for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    if not all(elem.get(o) for o in wanted):
+        from graphmem.frontend.contrib_shapes import propagate
+        for name, (e, _) in propagate(sub.SerializeToString()).items():
+            elem[name] = elem.get(name) or e
     typed = onnx.ModelProto()
     typed.CopyFrom(sub)
     for out in typed.graph.output:

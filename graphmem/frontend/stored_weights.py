@@ -14,8 +14,9 @@ from typing import Iterable, Sequence
 
 from graphmem.core.ir import standard_domain
 
-# ops that make a float tensor out of a quantized one
+# ops that make a float tensor out of a quantized one (in the standard domain or ORT's)
 DEQUANTIZE_OPS = frozenset(("DequantizeLinear",))
+MS = "com.microsoft"
 
 
 def dequantized_sources(folded: Iterable[tuple[str, str, Sequence[str], Sequence[str]]]
@@ -28,7 +29,7 @@ def dequantized_sources(folded: Iterable[tuple[str, str, Sequence[str], Sequence
     sources: dict[str, tuple[str, ...]] = {}
     for op, domain, inputs, outputs in folded:
         reads = [i for i in inputs if i]
-        if not (op in DEQUANTIZE_OPS and standard_domain(domain)) and not any(
+        if not (op in DEQUANTIZE_OPS and (standard_domain(domain) or domain == MS)) and not any(
                 i in sources for i in reads):
             continue
         stored: list[str] = []
