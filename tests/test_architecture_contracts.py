@@ -341,7 +341,6 @@ def is_stdlib(top: str) -> bool:
 def layer_violations(sources: dict[str, Source], imports: list[Import],
                      rows: list[Row]) -> list[str]:
     known = set(sources) | set(EXTENSIONS)
-    by_short = {s: r for r in rows for s in r.short}
     out = []
     for i in imports:
         if not i.importer.startswith("graphmem"):

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from graphmem.frontend.zoo import zoo_path
 

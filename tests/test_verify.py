@@ -5,7 +5,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -14,7 +14,6 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphmem.core.ir import Tensor
-from graphmem.core.ops import RANDOM_OPS
 from graphmem.errors import GraphmemError
 from graphmem.frontend import bounds
 from graphmem.frontend.sparse import dense_values
@@ -177,13 +176,13 @@ def _run_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto],
         [numpy_helper.from_array(values[t], t) for t in needed])
     sub = helper.make_model(graph, opset_imports=list(model.opset_import),
                             ir_version=max(model.ir_version, 4))
-    for i, evaluate in enumerate(evaluators):
+    for i, run in enumerate(evaluators):
         try:
             # numpy's warnings (a Log of 0 in T5's masks) are the model's business, not
             # lines on stderr: folding computes what a run would
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                results = evaluate(sub, wanted)
+                results = run(sub, wanted)
             break
         except Exception:  # the next evaluator is tried; the last one's error is raised
             if i == len(evaluators) - 1:
