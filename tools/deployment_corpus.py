@@ -16,8 +16,10 @@ Runtime's own tools, from three sources:
 Forms: ``fp16`` (``onnxruntime.transformers.float16.convert_float_to_float16``,
 keep_io_types), ``int8-dynamic`` (``quantize_dynamic``, int8 weights), ``int8-qdq``
 (``quantize_static``, QDQ format, int8 weights and uint8 activations, two random
-calibration inputs), ``int4`` (``MatMulNBitsQuantizer``, block 32, symmetric; it needs
-the ``onnx_ir`` package). ``run`` runs ``graphmem report --json`` on each file as a
+calibration inputs), ``int16-qdq`` (the same with uint16 activations, in ORT's own
+QuantizeLinear/DequantizeLinear: ``UseQDQContribOps``), ``int4``
+(``MatMulNBitsQuantizer``, block 32, symmetric; it needs the ``onnx_ir`` package).
+``run`` runs ``graphmem report --json`` on each file as a
 user would (only ``--dim`` bindings) and writes the table between the
 ``<!-- deployment -->`` markers of docs/corpus.md with ``--write``::
 
@@ -43,9 +45,10 @@ DOC = ROOT / "docs" / "corpus.md"
 BEGIN, END = "<!-- deployment -->", "<!-- /deployment -->"
 
 SOURCES = {
-    "resnet50": {"dims": {}, "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq")},
+    "resnet50": {"dims": {}, "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq",
+                                       "int16-qdq")},
     "encoder": {"dims": {"batch": 1, "seq": 128},
-                "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq", "int4")},
+                "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq", "int16-qdq", "int4")},
     "gpt2-decode": {"dims": {"batch": 1, "seq": 1, "past_seq": 64},
                     "forms": ("fp32", "fp16", "int8-dynamic", "int4")},
 }
@@ -114,7 +117,8 @@ def int8_dynamic(src: Path, dst: Path) -> None:
     quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
 
 
-def int8_qdq(src: Path, dst: Path, dims: dict[str, int]) -> None:
+def int8_qdq(src: Path, dst: Path, dims: dict[str, int], activations: str = "QUInt8",
+             extra: dict | None = None) -> None:
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
     m = onnx.load(str(src), load_external_data=False)
@@ -143,7 +147,8 @@ def int8_qdq(src: Path, dst: Path, dims: dict[str, int]) -> None:
             return next(self.it, None)
 
     quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+                    weight_type=QuantType.QInt8,
+                    activation_type=getattr(QuantType, activations), extra_options=extra)
 
 
 def int4(src: Path, dst: Path) -> None:
@@ -175,6 +180,8 @@ def cmd_build(ns) -> int:
                     int8_dynamic(src, dst)
                 elif form == "int8-qdq":
                     int8_qdq(src, dst, spec["dims"])
+                elif form == "int16-qdq":
+                    int8_qdq(src, dst, spec["dims"], "QUInt16", {"UseQDQContribOps": True})
                 else:
                     int4(src, dst)
                 print(f"wrote {dst}", flush=True)
