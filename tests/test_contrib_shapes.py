@@ -61,9 +61,14 @@ def ort_outputs(model) -> dict:
 
 
 def inferred(model) -> dict:
-    out = infer(model)
+    return static_outputs(infer(model), model)
+
+
+def static_outputs(typed, model) -> dict:
+    """{output name of ``model``: (elem_type, shape)} as ``typed`` (``model`` with value
+    infos added) gives it: None where a dim or the type is unknown."""
     found = {}
-    for vi in list(out.graph.value_info) + list(out.graph.output):
+    for vi in list(typed.graph.value_info) + list(typed.graph.output):
         t = vi.type.tensor_type
         if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value")
                                                        for d in t.shape.dim):
@@ -447,14 +452,8 @@ def symbolic_outputs(model) -> dict:
     """{output name: (elem_type, shape)} by ONNX Runtime's SymbolicShapeInference alone
     (None where it leaves a dim or the type unknown)."""
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    out = SymbolicShapeInference.infer_shapes(model, auto_merge=False, guess_output_rank=False)
-    found = {}
-    for vi in list(out.graph.value_info) + list(out.graph.output):
-        t = vi.type.tensor_type
-        if t.elem_type and t.HasField("shape") and all(d.HasField("dim_value")
-                                                       for d in t.shape.dim):
-            found[vi.name] = (t.elem_type, tuple(d.dim_value for d in t.shape.dim))
-    return {o.name: found.get(o.name) for o in model.graph.output}
+    return static_outputs(SymbolicShapeInference.infer_shapes(
+        model, auto_merge=False, guess_output_rank=False), model)
 
 
 def test_every_rule_has_a_case():
