@@ -658,6 +658,33 @@ def test_an_optional_input_given_but_unknown_is_not_taken_for_absent():
     assert known["present_k"] == known["present_v"] == (F, (1, 2, 7, 8))
 
 
+def test_a_computed_total_sequence_length_grows_the_present():
+    """onnxruntime-genai's decoders compute GroupQueryAttention's total_sequence_length
+    from the attention mask's shape (Shape, Gather, Cast) and may declare the presents
+    with no dims: the rule reads the computed value, and the present is the past plus
+    one token, as ONNX Runtime makes it (the past's length alone, before: a plan one row
+    short of what the kernel writes)."""
+    nodes = [helper.make_node("Shape", ["mask"], ["mask_shape"]),
+             helper.make_node("Gather", ["mask_shape", "one"], ["total64"], axis=0),
+             helper.make_node("Cast", ["total64"], ["total"], to=I32),
+             helper.make_node("GroupQueryAttention",
+                              ["qkv", "", "", "pk", "pv", "seqlens", "total"],
+                              ["y", "present_k", "present_v"], domain=MS, num_heads=4,
+                              kv_num_heads=2)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in (
+            ("qkv", F, [1, 1, 64]), ("mask", I64, [1, 5]), ("pk", F, [1, 2, 4, 8]),
+            ("pv", F, [1, 2, 4, 8]))],
+        [helper.make_tensor_value_info(o, F, [None] * 4) for o in ("present_k", "present_v")]
+        + [helper.make_empty_tensor_value_info("y")],
+        [c("seqlens", [4], np.int32), c("one", 1, np.int64)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)], ir_version=8)
+    expected = ort_outputs(model)
+    assert expected["present_k"] == (F, (1, 2, 5, 8))
+    assert by_rules(model) == inferred(model) == expected
+
+
 def _quantized_block(path):
     """A BERT-like block in the deployment forms the transformer optimizer and ORT's
     quantizers write, every op one this table sizes: EmbedLayerNormalization ->

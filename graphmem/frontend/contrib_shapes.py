@@ -856,7 +856,7 @@ def propagate(model) -> dict[str, Value]:
             call = Call(inputs=[known.get(t) for t in node.inputs],
                         attrs={a.name: attribute_value(a) for a in node.attrs},
                         outputs=len(node.outputs), given=[bool(t) for t in node.inputs],
-                        values=lambda i, node=node: values.initializer(node.inputs[i]))
+                        values=lambda i, node=node: values.get(node.inputs[i]))
             try:
                 results = found(call)
             except Exception:  # malformed attributes: the outputs stay unknown
