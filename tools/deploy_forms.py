@@ -278,20 +278,6 @@ def int8_dynamic_form(path: Path, out: Path) -> Path:
     return out
 
 
-def fused_int8_form(path: Path, out: Path) -> Path:
-    """quantize_dynamic of the transformer optimizer's output, typed first by ORT's
-    symbolic shape inference as ORT's quantization pre-processing does (the quantizer
-    needs the type of every MatMul input, and onnx's inference knows no com.microsoft
-    op)."""
-    import onnx
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    typed = SymbolicShapeInference.infer_shapes(onnx.load(str(path)), auto_merge=True)
-    with tempfile.TemporaryDirectory(prefix="deploy-int8-") as tmp:
-        src = Path(tmp) / path.name
-        onnx.save(typed, str(src))
-        return int8_dynamic_form(src, out)
-
-
 def int4_form(path: Path, out: Path) -> Path:
     from deployment_corpus import int4
     int4(path, out)
@@ -337,7 +323,7 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
                     static, Path(f"{stem}.int8-dynamic.onnx"))
                 makers["int4"] = lambda: int4_form(static, Path(f"{stem}.int4.onnx"))
                 if model_type:  # quantize_dynamic after the fusions: QAttention, ...
-                    makers["transformers-int8"] = lambda: fused_int8_form(
+                    makers["transformers-int8"] = lambda: int8_dynamic_form(
                         Path(f"{stem}.transformers.onnx"),
                         Path(f"{stem}.transformers-int8.onnx"))
             makers["fp16"] = lambda: fp16_form(static, Path(f"{stem}.fp16.onnx"))

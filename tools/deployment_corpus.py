@@ -3,7 +3,7 @@
 Issue 34: what a deployment engineer plans is rarely the fp32 export; it is the fp16
 conversion, the int8 quantization (dynamic, or static in QDQ format), the int4
 MatMulNBits form, or a KV-cache decode step. ``build`` writes those forms with ONNX
-Runtime's own tools, from three sources:
+Runtime's own tools, from four sources:
 
 - ``resnet50``: the Model Zoo graph shipped with onnx (``graphmem models``), whose
   weights are ``ConstantOfShape`` constants in that "light" copy: here they become seeded
@@ -11,7 +11,9 @@ Runtime's own tools, from three sources:
 - ``encoder``: ``models/transformer.py`` at BERT-base's dims (12 layers, d_model 768,
   12 heads, d_ff 3072, vocabulary 30522; seeded random weights);
 - ``gpt2-decode``: the dynamo exporter's GPT-2 decode step with past key values kept in
-  ``tests/data/corpus/`` (hidden size 32).
+  ``tests/data/corpus/`` (hidden size 32);
+- ``decoder``: ``models/decoder.py``, a decode step as onnxruntime-genai's builder writes
+  it (GroupQueryAttention, RMSNorm, ...), at TinyLlama-1.1B's dims with 2 layers.
 
 Forms: ``fp16`` (``onnxruntime.transformers.float16.convert_float_to_float16``,
 keep_io_types), ``int8-dynamic`` (``quantize_dynamic``, int8 weights), ``int8-qdq``
@@ -51,6 +53,9 @@ SOURCES = {
                 "forms": ("fp32", "fp16", "int8-dynamic", "int8-qdq", "int16-qdq", "int4")},
     "gpt2-decode": {"dims": {"batch": 1, "seq": 1, "past_seq": 64},
                     "forms": ("fp32", "fp16", "int8-dynamic", "int4")},
+    "decoder": {"dims": {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 128,
+                         "total_sequence_length": 129},
+                "forms": ("fp32", "fp16", "int8-dynamic", "int4")},
 }
 
 
@@ -99,6 +104,18 @@ def encoder(out: Path) -> Path:
     return path
 
 
+def decoder(out: Path) -> Path:
+    """models/decoder.py at TinyLlama-1.1B's dims with 2 layers (hidden 2048, 32 heads,
+    4 key/value heads, intermediate 5632, vocabulary 32000)."""
+    sys.path.insert(0, str(ROOT))
+    from models.decoder import build
+    m = build(layers=2, hidden=2048, heads=32, kv_heads=4, ffn=5632, vocab=32000,
+              max_length=2048)
+    path = out / "decoder-fp32.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
 def gpt2_decode(out: Path) -> Path:
     path = out / "gpt2-decode-fp32.onnx"
     path.write_bytes((ROOT / "tests" / "data" / "corpus" / "gpt2-past-dynamo.onnx").read_bytes())
@@ -113,8 +130,23 @@ def fp16(src: Path, dst: Path) -> None:
 
 
 def int8_dynamic(src: Path, dst: Path) -> None:
+    """quantize_dynamic, int8 weights. A model with ORT's own ops (the transformer
+    optimizer's output, a genai decoder) is typed first by ORT's symbolic shape inference,
+    as ORT's quantization pre-processing does: the quantizer needs the type of every
+    MatMul input, and onnx's inference knows no com.microsoft op."""
+    import tempfile
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    m = onnx.load(str(src), load_external_data=False)
+    if not any(n.domain == "com.microsoft" for n in m.graph.node):
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        return
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    typed = SymbolicShapeInference.infer_shapes(onnx.load(str(src)), auto_merge=True)
+    with tempfile.TemporaryDirectory(prefix="int8-dynamic-") as tmp:
+        path = Path(tmp) / src.name
+        onnx.save(typed, str(path))
+        quantize_dynamic(path, dst, weight_type=QuantType.QInt8)
 
 
 def int8_qdq(src: Path, dst: Path, dims: dict[str, int], activations: str = "QUInt8",
@@ -163,7 +195,8 @@ def cmd_build(ns) -> int:
     out.mkdir(parents=True, exist_ok=True)
     logging.disable(logging.WARNING)  # the quantizers' advice to pre-process
     failures = {}
-    makers = {"resnet50": resnet50, "encoder": encoder, "gpt2-decode": gpt2_decode}
+    makers = {"resnet50": resnet50, "encoder": encoder, "gpt2-decode": gpt2_decode,
+              "decoder": decoder}
     for name, spec in SOURCES.items():
         if ns.models and name not in ns.models.split(","):
             continue
