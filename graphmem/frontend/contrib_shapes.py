@@ -934,9 +934,13 @@ class _Values:
             ins = {node.inputs[0]: np.lib.stride_tricks.as_strided(
                 np.zeros(1, np.bool_), shape, (0,) * len(shape))}
         else:
-            ins = {t: self.get(t) for t in node.inputs if t}
-            if any(v is None for v in ins.values()) or not self._small_result(
-                    node, [ins[t] if t else None for t in node.inputs]):
+            ins = {}
+            for t in node.inputs:  # an input without a value ends it: none decoded after
+                if t:
+                    ins[t] = self.get(t)
+                    if ins[t] is None:
+                        return {}
+            if not self._small_result(node, [ins[t] if t else None for t in node.inputs]):
                 return {}
         try:
             out = evaluate([node], ins)
