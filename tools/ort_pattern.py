@@ -83,7 +83,10 @@ def worker(path: str, optimize: bool | str) -> dict:
     io = sess.io_binding()
     keep = []  # the bound buffers must outlive the runs
     for i in sess.get_inputs():
-        value = np.zeros([d if isinstance(d, int) else 1 for d in i.shape], _numpy_type(i.type))
+        # zeros, but an attention mask of ones: GroupQueryAttention computes its lengths
+        # from the mask (a mask of zeros is a length of -1, which the kernel refuses)
+        fill = np.ones if "mask" in i.name.lower() else np.zeros
+        value = fill([d if isinstance(d, int) else 1 for d in i.shape], _numpy_type(i.type))
         keep.append(value)
         io.bind_cpu_input(i.name, value)
     for o in sess.get_outputs():
