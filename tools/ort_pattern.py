@@ -55,6 +55,20 @@ def _numpy_type(ort_type: str):
 LEVELS = ("off", "basic", "extended", "all")
 
 
+def _declared_output_shapes(path: str) -> dict[str, list[int]]:
+    """The graph outputs the file declares with every dim a number. They win over the
+    session's own output shapes, which come from ORT's schema inference: without
+    optimizations that gives a GroupQueryAttention's present the past's length when
+    the total length is computed, one token short of what the kernel writes."""
+    import onnx
+    out = {}
+    for o in onnx.load(path, load_external_data=False).graph.output:
+        dims = o.type.tensor_type.shape.dim
+        if o.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[o.name] = [d.dim_value for d in dims]
+    return out
+
+
 def worker(path: str, optimize: bool | str) -> dict:
     """Run the model three times with logging on; the log goes to fd 2. ``optimize``:
     True (ORT_ENABLE_ALL), False (off), or a level name of :data:`LEVELS`."""
@@ -89,9 +103,10 @@ def worker(path: str, optimize: bool | str) -> dict:
         value = fill([d if isinstance(d, int) else 1 for d in i.shape], _numpy_type(i.type))
         keep.append(value)
         io.bind_cpu_input(i.name, value)
+    declared = _declared_output_shapes(path)
     for o in sess.get_outputs():
-        v = ort.OrtValue.ortvalue_from_shape_and_type(
-            [d if isinstance(d, int) else 1 for d in o.shape], _numpy_type(o.type))
+        shape = declared.get(o.name) or [d if isinstance(d, int) else 1 for d in o.shape]
+        v = ort.OrtValue.ortvalue_from_shape_and_type(shape, _numpy_type(o.type))
         keep.append(v)
         io.bind_ortvalue_output(o.name, v)
     ro = ort.RunOptions()
