@@ -317,6 +317,7 @@ def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tup
     if evals is None:
         evals = max(50, LOCAL_SEARCH_WORK // max(n, 1))
     best = list(order)
+    at = {u: i for i, u in enumerate(best)}  # each node's position in best
     prof = _Profile(m, best)
     cost = prof.cost
     improved = True
@@ -325,18 +326,21 @@ def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tup
         for v in list(best):
             if evals <= 0:
                 break
-            pos = best.index(v)
+            pos = at[v]
             rest = best[:pos] + best[pos + 1:]
-            where = {u: i for i, u in enumerate(rest)}
-            lo = max((where[p] + 1 for p in _bits(m.preds[v])), default=0)
-            hi = min((where[s] for s in m.succs[v]), default=len(rest))
+            # positions in rest: a predecessor is before v (the same), a successor after
+            # it (one less)
+            lo = max((at[p] + 1 for p in _bits(m.preds[v])), default=0)
+            hi = min((at[s] - 1 for s in m.succs[v]), default=len(rest))
             for target in {lo, hi} - {pos}:
                 cand = rest[:target] + [v] + rest[target:]
                 evals -= 1
-                c = prof.cost_of(cand, min(pos, target), max(pos, target))
+                a, b = min(pos, target), max(pos, target)
+                c = prof.cost_of(cand, a, b)
                 if c < cost:
                     best, cost, improved = cand, c, True
-                    prof.move_to(best, min(pos, target), max(pos, target))
+                    prof.move_to(best, a, b)
+                    at.update(zip(best[a:b + 1], range(a, b + 1)))
                     break
     return best, cost[0]
 

@@ -64,6 +64,16 @@ CASES = [
                "d": np.array([1], I64), "e": np.array([-1], I64)}, {}),
     ("Slice", {"a": shape, "b": np.array([1], I64), "c": np.array([3], I64),
                "d": np.array([0], I64)}, {}),
+    # a quantized embedding row gathered with constant indices, dequantized
+    ("DequantizeLinear", {"a": np.array([[-128, 3, 127]], np.int8),
+                          "b": np.array(0.05, np.float32), "c": np.array(-3, np.int8)}, {}),
+    ("DequantizeLinear", {"a": np.array([[0, 17, 255]], np.uint8),
+                          "b": np.array([0.25, 2.0, 0.5], np.float32),
+                          "c": np.array([128, 0, 3], np.uint8)}, {"axis": 1}),
+    ("DequantizeLinear", {"a": np.array([7, -9], np.int32), "b": np.array([0.5], np.float32)},
+     {"axis": 0}),
+    ("DequantizeLinear", {"a": np.array([[300, -2]], np.int16),
+                          "b": np.array(0.1, np.float16)}, {}),
 ]
 
 
@@ -71,7 +81,8 @@ CASES = [
 def test_each_op_gives_the_reference_evaluators_value(op, inputs, attrs):
     node = helper.make_node(op, list(inputs), ["y"], **attrs)
     ours = evaluate([node], inputs)["y"]
-    theirs = np.asarray(_reference(node, inputs)["y"])
+    # the reference evaluator has DequantizeLinear from opset 19 only
+    theirs = np.asarray(_reference(node, inputs, 21 if op == "DequantizeLinear" else 17)["y"])
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
     assert np.array_equal(ours, theirs, equal_nan=ours.dtype.kind == "f")
 
@@ -103,6 +114,8 @@ def test_a_chain_reads_what_the_nodes_before_it_computed():
     (helper.make_node("Gather", ["a", "b"], ["y"]), {"a": b, "b": np.array([], I64)}),
     (helper.make_node("Add", ["a", "b"], ["y"], domain="com.microsoft"), {"a": a, "b": b}),
     (helper.make_node("Add", ["a", "missing"], ["y"]), {"a": a}),
+    (helper.make_node("DequantizeLinear", ["a", "b"], ["y"], block_size=2),  # blocks
+     {"a": np.array([[1, 2]], np.int8), "b": np.array([[0.5]], np.float32)}),
 ])
 def test_what_it_does_not_know_is_left_to_the_reference_evaluator(node, values):
     with pytest.raises(Unsupported):

@@ -234,7 +234,35 @@ def _run(node, ins: list) -> list[np.ndarray]:
             for k, (s, e, ax) in enumerate(zip(starts, ends, axes)):
                 slices[ax] = slice(s, e) if steps is None else slice(s, e, steps[k])
         return [data[tuple(slices)]]
+    if op == "DequantizeLinear" and 2 <= len(ins) <= 3:
+        return [_dequantize(ins, a)]
     raise Unsupported(op)
+
+
+def _dequantize(ins: list, a: dict) -> np.ndarray:
+    """DequantizeLinear of an integer tensor, per tensor or per axis (a quantized
+    embedding row the exporter gathered with constant indices: the position and token
+    type embeddings of quantize_dynamic's BERT), as the reference evaluator computes it:
+    in float32, then the scale's type. Blocks, float8 and 4-bit types are left to it."""
+    x, scale = ins[0], ins[1]
+    zero = ins[2] if len(ins) > 2 else None
+    if (x.dtype.kind not in "iu" or x.dtype.itemsize > 4 or a.get("block_size", 0)
+            or "output_dtype" in a or scale.dtype not in (np.float32, np.float16)
+            or scale.ndim > 1 or (zero is not None and zero.dtype != x.dtype)):
+        raise Unsupported("DequantizeLinear's form")
+
+    def along_axis(v):
+        if v.ndim == 0:
+            return v
+        if v.size == 1:
+            return v[0]
+        dims = [1] * x.ndim
+        dims[a.get("axis", 1)] = v.size
+        return v.reshape(dims)
+    dx = x.astype(np.float32)
+    if zero is not None:
+        dx = dx - along_axis(zero)
+    return (dx * along_axis(scale)).astype(scale.dtype)
 
 
 def evaluate(nodes, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
