@@ -465,24 +465,39 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
                              "file_peak": file_peak, "peak": file_peak, "bound": bound}
     ids, peak = beam_order(m)
     method = "beam"
+    file_ids = list(range(len(order)))
     if peak > file_peak:
-        ids, peak = list(range(len(order))), file_peak
+        ids, peak = file_ids, file_peak
     if peak <= floor:
         exact_states = 0  # the heuristic met the lower bound: nothing to search
         method = "beam (meets the layer floor)"
-    found = exact_order(m, upper=peak, max_states=exact_states) if exact_states else None
-    if found is not None:
-        ids, peak, method = found[0], found[1], "exact"
-    if method != "exact" and peak > floor:
-        for start in ([ids] if ids == list(range(len(order))) else
-                      [ids, list(range(len(order)))]):
-            cand, cand_peak = local_search(m, start)
-            if cand_peak < peak:
-                ids, peak, method = cand, cand_peak, "beam+local"
+    # the cheap steps first, each later one only while what it could still win (the
+    # best peak so far above the bound) is more than MIN_GAIN of the peak: moves from
+    # the beam's order, then the exact search, then moves from the file order
+    starts = [ids] if ids == file_ids else [ids, file_ids]
+    if peak > floor:
+        ids, peak, method = _moved(m, starts.pop(0), ids, peak, method)
+    if peak - bound > peak * MIN_GAIN:
+        found = exact_order(m, upper=peak, max_states=exact_states) if exact_states else None
+        if found is not None and found[1] <= peak:
+            ids, peak, method = found[0], found[1], "exact"
+    if method != "exact" and peak > floor and peak - bound > peak * MIN_GAIN:
+        for start in starts:
+            ids, peak, method = _moved(m, start, ids, peak, method)
     if peak >= file_peak:
         ids, peak = list(range(len(order))), file_peak
     detail = {"method": method, "file_peak": file_peak, "peak": peak}
     return [m.nodes[i] for i in ids], detail
+
+
+def _moved(m: Schedule, start: list[int], ids: list[int], peak: int, method: str
+           ) -> tuple[list[int], int, str]:
+    """The local search from ``start``, where it beats the best order so far."""
+    cand, cand_peak = local_search(m, start)
+    if cand_peak < peak:
+        return cand, cand_peak, ("beam+local" if method.startswith("beam") else
+                                 method + "+local")
+    return ids, peak, method
 
 
 def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
