@@ -15,15 +15,17 @@ pipeline plans both orders with the real passes and keeps the better arena).
 - ``beam_order``: beam search over the same states, ranking partial orders by
   (peak so far, live bytes now) and, in a second run, by (live bytes, peak); the
   better result wins. A fast heuristic for any size.
-- ``local_search``: when the exact search gave up, single-node moves (as early or as
-  late as dependencies allow) from the beam's order and from the file order.
+- ``local_search``: single-node moves (as early or as late as dependencies allow) from
+  the beam's order, and when the exact search gave up, from the file order.
 - ``layer_floor``: no order can go below the largest inputs + outputs of one node; an
   order that meets it is optimal and ends the search. ``kept_floor``: nor below the
   graph outputs, all live at the end; a file order that meets it is not searched.
 - ``live_floor``: nor below, while any node runs, what it touches and every unit made
   before it in every order (by an ancestor) that a descendant still reads. The search's
   budget follows what it can still win: a file order within MIN_GAIN of it is kept
-  unsearched.
+  unsearched, and the searches run cheapest first (beam, moves from its order, exact,
+  moves from the file order), each only while the best peak so far is more than
+  MIN_GAIN above it.
 
 The pass returns its order as ``Assignment.order``; the pipeline plans the rest for it
 and for the given order and keeps the smaller arena. It never returns an order whose
@@ -195,13 +197,17 @@ def _unwind(link) -> list[int]:
 RANKINGS = {"peak": lambda s: (s[0], s[1], s[2]), "live": lambda s: (s[1], s[0], s[2])}
 
 
-def beam_order(m: Schedule, width: int | None = None) -> tuple[list[int], int]:
-    """(order as internal ids, its modelled peak): the better of the beam searches."""
+def beam_order(m: Schedule, width: int | None = None, enough: int = 0
+               ) -> tuple[list[int], int]:
+    """(order as internal ids, its modelled peak): the better of the beam searches, or
+    the first whose peak is ``enough`` or less."""
     best = None
     for rank in RANKINGS.values():
         order, peak = _beam(m, width, rank)
         if best is None or peak < best[1]:
             best = (order, peak)
+        if best[1] <= enough:
+            break
     return best
 
 
@@ -463,7 +469,10 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     if file_peak - bound <= file_peak * MIN_GAIN:
         return list(order), {"method": "floor" if file_peak <= bound else "gap",
                              "file_peak": file_peak, "peak": file_peak, "bound": bound}
-    ids, peak = beam_order(m)
+    # the search ends at a peak within MIN_GAIN of the bound (MIN_GAIN of the peak: at
+    # most bound / (1 - MIN_GAIN))
+    enough = int(bound / (1 - MIN_GAIN))
+    ids, peak = beam_order(m, enough=enough)
     method = "beam"
     file_ids = list(range(len(order)))
     if peak > file_peak:
@@ -471,21 +480,21 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     if peak <= floor:
         exact_states = 0  # the heuristic met the lower bound: nothing to search
         method = "beam (meets the layer floor)"
-    # the cheap steps first, each later one only while what it could still win (the
-    # best peak so far above the bound) is more than MIN_GAIN of the peak: moves from
-    # the beam's order, then the exact search, then moves from the file order
+    # the cheap steps first, each later one only while the best peak so far is above
+    # that: the beam searches (one ranking, then the other), moves from the beam's
+    # order, the exact search, moves from the file order
     starts = [ids] if ids == file_ids else [ids, file_ids]
-    if peak > floor:
+    if peak > floor and peak > enough:
         ids, peak, method = _moved(m, starts.pop(0), ids, peak, method)
-    if peak - bound > peak * MIN_GAIN:
+    if peak > enough:
         found = exact_order(m, upper=peak, max_states=exact_states) if exact_states else None
         if found is not None and found[1] <= peak:
             ids, peak, method = found[0], found[1], "exact"
-    if method != "exact" and peak > floor and peak - bound > peak * MIN_GAIN:
+    if method != "exact" and peak > floor and peak > enough:
         for start in starts:
             ids, peak, method = _moved(m, start, ids, peak, method)
     if peak >= file_peak:
-        ids, peak = list(range(len(order))), file_peak
+        ids, peak = file_ids, file_peak
     detail = {"method": method, "file_peak": file_peak, "peak": peak}
     return [m.nodes[i] for i in ids], detail
 
