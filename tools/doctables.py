@@ -134,6 +134,10 @@ SECTIONS = (
             "--write", (), None,
             why_unchecked="full-size models exported with torch (tools/export_fullsize.py), "
                           "their forms made by ONNX Runtime, and ORT's own pattern measured"),
+    Section("deploy-fullsize-round2", "docs/corpus.md", "python tools/deploy_forms.py "
+            "fullsize DIR --write --section deploy-fullsize-round2", (), None,
+            why_unchecked="as deploy-fullsize: the decode steps and the quantized forms of "
+                          "the full-size exports"),
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),
