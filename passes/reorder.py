@@ -455,7 +455,8 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     if len(order) > MAX_NODES:
         return list(order), {"method": f"skipped ({len(order)} nodes > {MAX_NODES})"}
     m = build_schedule(graph, order)
-    file_peak = peak_of(m, list(range(len(order))))
+    file_ids = list(range(len(order)))
+    file_peak = peak_of(m, file_ids)
     floor = max(layer_floor(m), m.base)
     # no order is below the outputs kept to the end either: a graph whose file order
     # meets that (thousands of outputs read from one input) needs no search, which would
@@ -474,7 +475,6 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     enough = int(bound / (1 - MIN_GAIN))
     ids, peak = beam_order(m, enough=enough)
     method = "beam"
-    file_ids = list(range(len(order)))
     if peak > file_peak:
         ids, peak = file_ids, file_peak
     if peak <= floor:

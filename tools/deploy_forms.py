@@ -285,9 +285,8 @@ def int4_form(path: Path, out: Path) -> Path:
 
 
 def fp16_form(path: Path, out: Path) -> Path:
-    import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-    onnx.save(convert_float_to_float16(onnx.load(str(path)), keep_io_types=True), str(out))
+    from deployment_corpus import fp16
+    fp16(path, out)
     return out
 
 

@@ -577,6 +577,13 @@ def _div(a, b) -> Optional[int]:
     return a // b if _int(a) and _int(b) and b else None
 
 
+def _with_length(shape: Shape, axis: int, more) -> Optional[Shape]:
+    """``shape`` with ``more`` added to its dim ``axis`` (None when either is unknown)."""
+    if not _int(shape[axis]) or not _int(more):
+        return None
+    return (*shape[:axis], shape[axis] + more, *shape[axis + 1:])
+
+
 def _attention(call: Call, past_index: int) -> list:
     """Input [B, S, input_hidden], weights [input_hidden, q + k + v]: the output is
     [B, S, v] (v from qkv_hidden_sizes, else a third of the bias; without a bias, which
@@ -603,10 +610,9 @@ def _attention(call: Call, past_index: int) -> list:
             present = None
         elif call.attr("past_present_share_buffer", 0):
             present = (call.elem(past_index), past)
-        elif _int(past[3]) and _int(x[1]):
-            present = (elem, (*past[:3], past[3] + x[1], past[4]))
         else:
-            present = None
+            grown = _with_length(past, 3, x[1])
+            present = None if grown is None else (elem, grown)
     else:
         heads = call.attr("num_heads", 0)
         head = _div(v_hidden, heads)
@@ -627,13 +633,6 @@ def qattention(call: Call) -> list:
     input_zero_point, weight_zero_point, past: Attention's shapes, a float output (the
     bias's type) from quantized input and weight."""
     return _attention(call, 8)
-
-
-def _with_length(shape: Shape, axis: int, more) -> Optional[Shape]:
-    """``shape`` with ``more`` added to its dim ``axis`` (None when either is unknown)."""
-    if not _int(shape[axis]) or not _int(more):
-        return None
-    return (*shape[:axis], shape[axis] + more, *shape[axis + 1:])
 
 
 @rule((MS, "MultiHeadAttention"))
