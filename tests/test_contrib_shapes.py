@@ -634,6 +634,36 @@ def test_the_rules_walk_computes_no_large_value(monkeypatch):
     assert computed == ["Shape"]  # the 262,144-element mask was never computed
 
 
+def test_the_rules_walk_computes_sized_arithmetic_only_where_it_is_read(monkeypatch):
+    """Shape arithmetic whose outputs are sized already (what onnx's inference leaves,
+    the walk's usual input) is computed when a node left open reads its value, and not
+    otherwise: here the Reshape after the contrib op reads ``s``; ``m`` is read by
+    nothing."""
+    from graphmem.frontend import contrib_shapes, shape_arithmetic
+    computed = []
+    real = shape_arithmetic.evaluate
+    monkeypatch.setattr(shape_arithmetic, "evaluate",
+                        lambda nodes, values: computed.append(nodes[0].outputs[0])
+                        or real(nodes, values))
+    nodes = [helper.make_node("Shape", ["x"], ["s2"]),
+             helper.make_node("Mod", ["s2", "big"], ["m"]),
+             helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("BiasGelu", ["x", "bias"], ["b"], domain=MS),
+             helper.make_node("Reshape", ["b", "s"], ["y"]),
+             helper.make_node("Relu", ["m"], ["r"])]
+    i64 = TensorProto.INT64
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3, 8])],
+        [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info(
+            "r", i64, [3])], [c("bias", np.zeros(8)), c("big", [1 << 20], np.int64)],
+        value_info=[helper.make_tensor_value_info(t, i64, [3]) for t in ("s2", "m", "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    known = contrib_shapes.propagate(model)
+    assert known["y"][1] == (2, 3, 8)
+    assert computed == ["s"]
+
+
 def test_an_optional_input_given_but_unknown_is_not_taken_for_absent():
     """GroupQueryAttention's key comes from an op no rule knows: it is given (so not the
     packed-QKV form, whose head size would be hidden / (heads + 2 kv_heads)), only not
