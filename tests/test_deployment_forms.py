@@ -128,6 +128,26 @@ def test_an_annotation_is_kept_where_nothing_computes_the_tensor():
     assert g.tensors["y"].shape == (4, 64)
 
 
+def test_an_opaque_ops_annotation_sizes_what_follows_in_the_first_round(monkeypatch):
+    """The annotation of a contrib op's output goes into onnx's first inference: what
+    follows it is computed there (one inference in all), and checked, so a lying
+    annotation after the opaque op is caught as one before it is."""
+    from graphmem.frontend import inference
+    m = mis_annotated()
+    m.graph.node[0].op_type, m.graph.node[0].domain = "Mystery", "example.custom"
+    m.opset_import.append(helper.make_opsetid("example.custom", 1))
+    m.graph.value_info[0].type.tensor_type.elem_type = F  # the opaque op's output: true
+    m.graph.value_info.append(helper.make_tensor_value_info("y", TensorProto.FLOAT16,
+                                                            [4, 64]))  # a lie
+    rounds = []
+    infer = inference.infer
+    monkeypatch.setattr(inference, "infer", lambda *a: rounds.append(1) or infer(*a))
+    g = from_model(m)
+    assert g.tensors["g"].shape == (4, 64) and g.tensors["y"].dtype == "float32"
+    assert any("'y'" in n and "float16" in n for n in g.load_notes)
+    assert len(rounds) == 1
+
+
 # ---------------------------------------------------------------------- weights as stored
 
 def qdq_convnet(tmp_path):

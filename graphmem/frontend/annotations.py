@@ -10,7 +10,7 @@ size (an opaque op's outputs), for a second round.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Container, Mapping
 
 from graphmem import wire
 from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
@@ -19,19 +19,30 @@ from graphmem.core.ir import Tensor
 from graphmem.frontend.splice import VALUE_INFO, splice
 
 
-def without_annotations(work: bytes) -> tuple[bytes, dict[str, tuple[int, tuple | None]]]:
+def without_annotations(work: bytes, opaque: Container[str] = ()
+                        ) -> tuple[bytes, dict[str, tuple[int, tuple | None]]]:
     """``work`` (the model's bytes, dims bound) without its value_info entries, and those
-    entries' tensor types: name -> (elem_type, shape or None)."""
+    entries' tensor types: name -> (elem_type, shape or None).
+
+    The static annotations of the tensors named in ``opaque`` (outputs of ops onnx's
+    inference has no schema for: ONNX Runtime's contrib ops) are kept, and are not among
+    those returned: nothing would check them, and given in the first round they size
+    what follows them there (a second round of inference for them alone took as long as
+    the first on an int4 Whisper encoder)."""
     parsed = wire.parse_model(work)
     g = parsed["graph"]
     if g is None or not g["value_info"]:
         return work, {}
     found = {}
-    for vi in g["value_info"]:
+    drops = []
+    for i, vi in enumerate(g["value_info"]):
         t = vi.type
-        if t is not None and t.kind == "tensor" and t.elem_type:
+        typed = t is not None and t.kind == "tensor" and t.elem_type
+        if typed and vi.name in opaque and _static(t.shape):
+            continue
+        if typed:
             found[vi.name] = (t.elem_type, tuple(t.shape) if t.shape is not None else None)
-    drops = [(VALUE_INFO, i, None) for i in range(len(g["value_info"]))]
+        drops.append((VALUE_INFO, i, None))
     return splice(work, parsed, drops), found
 
 

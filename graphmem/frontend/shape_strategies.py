@@ -143,10 +143,12 @@ class Strategy(NamedTuple):
 # --------------------------------------------------------------------------- the strategies
 
 def onnx_inference(state: LoadState) -> None:
-    """onnx's inference on the model without its value_info annotations; those that
+    """onnx's inference on the model without its value_info annotations, but for the
+    static ones of contrib ops' outputs, which it has no schema to check; those that
     disagree with what it computes are named in a note, and those of tensors it left
     unsized given back for a second round (:mod:`graphmem.frontend.annotations`)."""
-    work, said = annotations.without_annotations(state.work)
+    opaque = {o for n in state.g["nodes"] if not standard_domain(n.domain) for o in n.outputs}
+    work, said = annotations.without_annotations(state.work, opaque)
     state.model = inference.infer(work, data_prop(state))
     state.tensors = inference.tensors(state.model)
     if said:
