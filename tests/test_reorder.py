@@ -238,3 +238,23 @@ def test_the_search_runs_only_where_it_can_win_more_than_min_gain(monkeypatch):
     monkeypatch.setattr(reorder, "MIN_GAIN", gain / file_peak)
     kept, detail = reorder.best_order(graph, order)
     assert kept == order and detail["method"] == "gap" and detail["peak"] == file_peak
+
+
+def test_a_narrow_graph_is_searched_exactly_before_any_beam(monkeypatch):
+    """The exact search, pruned at the file order's peak, is tried first with a small
+    budget: on a narrow graph it ends there, with the optimum, and no beam runs; where
+    the budget runs out the beams run as before, never worse than the file order."""
+    from graphmem.passes import reorder
+    beams = []
+    real = reorder.beam_order
+    monkeypatch.setattr(reorder, "beam_order", lambda *a, **k: beams.append(1) or real(*a, **k))
+    graph = graph_of(_two_branches())
+    order = [n.index for n in graph.nodes]
+    m = build_schedule(graph, order)
+    best = exact_order(m, max_states=10 ** 6)[1]
+    found, detail = reorder.best_order(graph, order)
+    assert detail["method"] == "exact" and detail["peak"] == best < detail["file_peak"]
+    assert not beams
+    monkeypatch.setattr(reorder, "EXACT_FIRST_STATES", 1)
+    found, detail = reorder.best_order(graph, order)
+    assert beams and detail["peak"] == best
