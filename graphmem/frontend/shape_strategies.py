@@ -250,6 +250,13 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
     state.missing = unknown(state.g, state.order, state.tensors, state.folded)
 
 
+def infer_again(state: LoadState) -> None:
+    """onnx's inference on the model as it stands (the types added so far in it)."""
+    state.model = inference.infer(state.model_bytes(), data_prop(state))
+    state.tensors = inference.tensors(state.model)
+    state.missing = unknown(state.g, state.order, state.tensors, state.folded)
+
+
 def has_contrib_ops(state: LoadState) -> bool:
     """Ops of ONNX Runtime's domains, or ORT's own ONNX-domain ops at an opset where
     ONNX defines none of their name (SimplifiedLayerNormalization, LayerNormalization
@@ -275,7 +282,12 @@ def contrib_rules(state: LoadState) -> None:
         if not found:
             return
         before = len(state.tensors)
-        add_types(state, found)
+        # the walk ran onnx's per-node inference on every node after what the rules
+        # sized: the whole-model inference (its data propagation) only where it left
+        # some open
+        add_types(state, found, infer=False)
+        if state.missing:
+            infer_again(state)
         if len(state.tensors) == before:  # what the rules found sized nothing: done
             return
         # folding decided again: a Shape of what the rules sized computes a constant
