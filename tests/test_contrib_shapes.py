@@ -664,6 +664,22 @@ def test_the_rules_walk_computes_sized_arithmetic_only_where_it_is_read(monkeypa
     assert computed == ["s"]
 
 
+def test_the_rules_walk_computes_each_distinct_arithmetic_once(monkeypatch, tmp_path):
+    """Layers compute the same shapes from same-shaped tensors: the walk evaluates each
+    distinct (op, attributes, input values) once, and every layer still gets its value
+    (the layered model: BiasGelu -> Shape -> Mod -> Reshape, six times)."""
+    import graphmem
+    from graphmem.frontend import shape_arithmetic
+    computed = []
+    real = shape_arithmetic.evaluate
+    monkeypatch.setattr(shape_arithmetic, "evaluate",
+                        lambda nodes, values: computed.append(nodes[0].op_type)
+                        or real(nodes, values))
+    loaded = graphmem.load(_layered_model(tmp_path, 6))
+    assert all(loaded.tensors[f"x{i}"].shape == (2, 3, 8) for i in range(7))
+    assert sorted(computed) == ["Mod", "Shape"]
+
+
 def test_an_optional_input_given_but_unknown_is_not_taken_for_absent():
     """GroupQueryAttention's key comes from an op no rule knows: it is given (so not the
     packed-QKV form, whose head size would be hidden / (heads + 2 kv_heads)), only not
