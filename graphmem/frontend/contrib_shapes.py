@@ -842,7 +842,7 @@ def propagate(model) -> dict[str, Value]:
     opsets.setdefault("", opsets.get("ai.onnx", 0))
     ir_version = max(parsed["ir_version"], 3)
     defs = onnx_c.core().defs
-    types: dict[str, bytes] = {}  # name -> its serialized TypeProto, made once
+    types: dict[Value, bytes] = {}  # (elem, shape) -> its serialized TypeProto, made once
     statics: dict[bytes, Optional[Value]] = {}  # serialized TypeProto -> static_type
     for k, node in enumerate(g["nodes"]):
         outs = [o for o in node.outputs if o]
@@ -879,8 +879,8 @@ def propagate(model) -> dict[str, Value]:
             schema = defs.get_schema(node.op_type, opsets[""], "")
             inferred = schema._infer_node_outputs(
                 entry_message(model, g, NODE, k),
-                {t: types[t] if t in types else types.setdefault(t, type_bytes(*known[t]))
-                 for t in node.inputs if t},
+                {t: types[known[t]] if known[t] in types else
+                 types.setdefault(known[t], type_bytes(*known[t])) for t in node.inputs if t},
                 values.tensors(node.inputs), {}, opsets, ir_version)
         except Exception:  # no schema at this opset, or inference refused: unknown
             continue
