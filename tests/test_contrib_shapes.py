@@ -456,10 +456,38 @@ def symbolic_outputs(model) -> dict:
         model, auto_merge=False, guess_output_rank=False), model)
 
 
+# CUDA-only channels-last convolutions that ORT's symbolic inference does not know
+# either: their schema's inference (contrib_ops nhwc_inference_context.h) is ONNX Conv's
+# on the input transposed to NCHW, the weight as given; checked against onnx's Conv
+# inference that way. (x, w, attributes)
+NHWC_CONV_CASES = {
+    "NhwcConv": ("NhwcConv", [1, 16, 15, 3], (8, 3, 3, 3),
+                 dict(pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3])),
+    "NhwcConv-no-kernel-shape": ("NhwcConv", [2, 9, 9, 4], (6, 4, 2, 2), dict(dilations=[2, 2])),
+    "NhwcConv-same-group": ("NhwcConv", [1, 7, 10, 4], (4, 2, 3, 3),
+                            dict(auto_pad="SAME_UPPER", group=2, strides=[2, 3])),
+    "NhwcFusedConv": ("NhwcFusedConv", [1, 8, 8, 3], (5, 3, 1, 1),
+                      dict(activation="Relu", kernel_shape=[1, 1])),
+}
+
+
+@pytest.mark.parametrize("case", list(NHWC_CONV_CASES))
+def test_channels_last_conv_is_onnx_conv_on_the_transposed_input(case):
+    op, x, w, attrs = NHWC_CONV_CASES[case]
+    model = one_node(op, MS, [("x", F, x), c("w", np.ones(w))], attrs)
+    conv_attrs = {k: v for k, v in attrs.items() if k != "activation"}
+    nchw = one_node("Conv", "", [("x", F, [x[0], x[-1], *x[1:-1]]), c("w", np.ones(w))],
+                    conv_attrs)
+    (elem, (n, m, *spatial)), = static_outputs(onnx.shape_inference.infer_shapes(nchw),
+                                               nchw).values()
+    assert by_rules(model) == {"y0": (elem, (n, *spatial, m))}
+
+
 def test_every_rule_has_a_case():
     """Each (domain, op) of the table is checked against ONNX Runtime above (or, where
-    no CPU kernel runs it, against ORT's symbolic inference)."""
+    no CPU kernel runs it, against ORT's symbolic inference, or its schema's own way)."""
     covered = {(c["domain"], c["op"]) for c in (*CASES.values(), *SYMBOLIC_CASES.values())}
+    covered |= {(MS, op) for op, *_ in NHWC_CONV_CASES.values()}
     assert set(RULES) <= covered, sorted(set(RULES) - covered)
 
 

@@ -375,6 +375,16 @@ def qlinear_conv(call: Call) -> list:
     return [None if out is None else (_quantized_elem(call, 7, 0), out)]
 
 
+# The channels-last convolutions the transformer optimizer writes for CUDA (Stable
+# Diffusion's UNet: fusion_nhwc_conv.py). ORT's schema (convPoolShapeInferenceNhwc) runs
+# ONNX Conv's inference on the input transposed to NCHW and the weight as given: the
+# kernel is kernel_shape (which the fusion copies from the Conv), else W's dims from 2.
+@rule((MS, "NhwcConv"), (MS, "NhwcFusedConv"))
+def nhwc_conv(call: Call) -> list:
+    out = _conv(call.shape(0), call.shape(1), call.attrs, channels_last=True)
+    return [None if out is None else (call.elem(0), out)]
+
+
 @rule((MS, "NhwcMaxPool"))
 def nhwc_max_pool(call: Call) -> list:
     out = _pool(call.shape(0), call.attrs, channels_last=True)
