@@ -279,18 +279,20 @@ def test_onnxruntimes_symbolic_inference_sees_the_weights_it_reads(monkeypatch):
     assert seen == [{"bias": (8192, TensorProto.DEFAULT)}]
 
 
-def test_each_unknown_node_is_made_an_ir_node_once_per_load(monkeypatch):
-    """What is still unknown is asked after every strategy: the IR node of each wire node
-    is made once (ORT's saved graphs start with most nodes unknown)."""
-    from graphmem.frontend import shape_strategies
+def test_each_unknown_node_is_read_once_per_load_without_its_attributes(monkeypatch):
+    """What is still unknown is asked after every strategy: the record of each open node
+    is made once (ORT's saved graphs start with most nodes unknown), and its attributes
+    are not decoded (nothing that reads what is open needs them)."""
+    from graphmem.frontend import attributes, shape_strategies
     made = []
-    real = shape_strategies.ir_node
+    real = shape_strategies.OpenNode
 
-    def spy(idx, n, *rest):
+    def spy(idx, *rest):
         made.append(idx)
-        return real(idx, n, *rest)
-    monkeypatch.setattr(shape_strategies, "ir_node", spy)
-    nodes = [helper.make_node("Opaque", ["x"], ["a"], domain="example.org"),
+        return real(idx, *rest)
+    monkeypatch.setattr(shape_strategies, "OpenNode", spy)
+    monkeypatch.setattr(attributes, "decode", lambda *a, **k: pytest.fail("decoded"))
+    nodes = [helper.make_node("Opaque", ["x"], ["a"], domain="example.org", size=3),
              helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["y"])]
     model = helper.make_model(
         helper.make_graph(nodes, "g", [_vi("x", [4])], [_vi("y", ["n"])]),

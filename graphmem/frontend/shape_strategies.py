@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from graphmem import wire
-from graphmem.core.ir import CONTROL_FLOW, Node, Sizing, Tensor, standard_domain
+from graphmem.core.ir import CONTROL_FLOW, Sizing, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
 from graphmem.frontend import annotations, inference
-from graphmem.frontend.building import ir_node
 from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
 from graphmem.frontend.constant_values import failure_note, infer_with_constant_values
 from graphmem.frontend.lazy import onnx as _onnx
@@ -57,7 +56,7 @@ class LoadState:
         self.tensors: dict[str, Tensor] = {}
         self.folded: set[int] = set()
         self.constants: list[str] = []
-        self.missing: list[tuple[str, Node]] | None = None
+        self.missing: list[tuple[str, OpenNode]] | None = None
         self.scopes: dict = {}
         self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
         # the tensors whose values may size another (constant_nodes.shape_values): the
@@ -413,7 +412,19 @@ def run_strategies(state: LoadState, strategies: tuple[Strategy, ...] | None = N
 
 # --------------------------------------------------------------------------- the helpers
 
-def unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
+class OpenNode(NamedTuple):
+    """A node with an output left unsized, as the strategies and the error read it: its
+    attributes are not decoded (a graph ONNX Runtime saved starts with most of its nodes
+    open, and this is asked after every round)."""
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple
+    outputs: tuple
+
+
+def unknown(g: dict, order, tensors, folded) -> list[tuple[str, OpenNode]]:
     """The outputs of running nodes without a static shape, with their nodes; a graph
     input without one is refused."""
     nodes = g["nodes"]
@@ -421,9 +432,7 @@ def unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
     for vi in g["inputs"]:
         if vi.name not in tensors:
             raise GraphmemError(f"graph input {vi.name!r} has no static shape")
-    # the IR node of each wire node, made once per load (a graph ONNX Runtime saved
-    # starts with most of its nodes unknown, and this is asked after every round)
-    made = g.setdefault("_ir_nodes", {})
+    made = g.setdefault("_open_nodes", {})  # each made once per load
     for idx in order:
         if idx in folded:
             continue
@@ -431,7 +440,9 @@ def unknown(g: dict, order, tensors, folded) -> list[tuple[str, Node]]:
             if out and out not in tensors:
                 node = made.get(idx)
                 if node is None:
-                    node = made[idx] = ir_node(idx, nodes[idx])
+                    n = nodes[idx]
+                    node = made[idx] = OpenNode(idx, n.name, n.op_type, n.domain,
+                                                tuple(n.inputs), tuple(n.outputs))
                 missing.append((out, node))
     return missing
 
