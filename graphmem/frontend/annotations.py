@@ -3,10 +3,11 @@
 An fp16 conversion (onnxconverter-common 1.16, keep_io_types) annotates BERT's pooler
 Gather as float16 where the tensor is float32; onnx's checker passes the file, and its
 shape inference keeps an annotation that disagrees with what it computes. So the loader
-infers without the annotations (:func:`without_annotations`), compares what it computed
-with them, keeps the computed type and says which tensor was annotated wrong
-(:func:`check`), and gives inference back only the annotations of tensors it could not
-size (an opaque op's outputs), for a second round.
+infers without the annotations (:func:`without_annotations`; those of the outputs of ops
+onnx has no schema for, ONNX Runtime's contrib ops, stay: nothing could check them),
+compares what it computed with them, keeps the computed type and says which tensor was
+annotated wrong (:func:`check`), and gives inference back only the annotations of
+tensors it could not size, for a second round.
 """
 from __future__ import annotations
 

@@ -913,7 +913,8 @@ class _Values:
     The arithmetic of a node whose outputs are sized already (on a graph onnx's own
     inference has been through: nearly all of it) is deferred until a value is read,
     by a rule, by onnx's inference of a node left open, or by the arithmetic after it:
-    most of it is never read (Whisper's encoder in int4: 222 evaluations, 20 ms)."""
+    most of it is never read. What is computed is computed once per distinct (op,
+    attributes, input values): every layer computes the same shapes."""
 
     LIMIT = 4096  # elements: shape-like values only
     SMALL_BYTES = 4096  # an initializer's raw data: its value is read
