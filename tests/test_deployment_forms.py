@@ -148,6 +148,20 @@ def test_an_opaque_ops_annotation_sizes_what_follows_in_the_first_round(monkeypa
     assert len(rounds) == 1
 
 
+def test_an_annotation_of_a_name_no_node_makes_is_passed_over(monkeypatch):
+    """ORT's transformer optimizer leaves value_info for the tensors it removed: they
+    are no tensors of the graph, and cost no second round of inference."""
+    from graphmem.frontend import inference
+    m = mis_annotated()
+    m.graph.value_info[0].type.tensor_type.elem_type = F
+    m.graph.value_info.append(helper.make_tensor_value_info("removed", F, [4, 64]))
+    rounds = []
+    infer = inference.infer
+    monkeypatch.setattr(inference, "infer", lambda *a: rounds.append(1) or infer(*a))
+    g = from_model(m)
+    assert "removed" not in g.tensors and not g.load_notes and len(rounds) == 1
+
+
 # ---------------------------------------------------------------------- weights as stored
 
 def qdq_convnet(tmp_path):
