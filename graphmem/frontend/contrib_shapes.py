@@ -862,7 +862,7 @@ def propagate(model) -> dict[str, Value]:
             if done:  # its values are computed where something reads them
                 values.defer(node)
                 continue
-            for name, value in values.compute(node, known).items():
+            for name, value in values.compute(node).items():
                 known.setdefault(name, (ELEM_TYPES[value.dtype.type], value.shape))
             done = all(o in known for o in outs)
         if done:
@@ -950,7 +950,7 @@ class _Values:
             stack.pop()
             for o in node.outputs:
                 self.pending.pop(o, None)
-            self.compute(node, self.known)
+            self.compute(node)
 
     def initializer(self, name: str):
         """A small initializer's value (None: not one, or not read here)."""
@@ -975,7 +975,7 @@ class _Values:
             return self.arrays.get(name)
         return self.initializer(name)
 
-    def compute(self, node, known: dict) -> dict:
+    def compute(self, node) -> dict:
         """The values of ``node``'s outputs where they are shape arithmetic on inputs
         whose values are known (a Shape needs only its input's static shape)."""
         import numpy as np
@@ -983,10 +983,10 @@ class _Values:
         if op not in _ARITHMETIC or any(a.type in GRAPH_ATTRS for a in node.attrs):
             return {}
         if op in ("Shape", "Size"):
-            if not node.inputs or node.inputs[0] not in known:
+            if not node.inputs or node.inputs[0] not in self.known:
                 return {}
             # a zero-stride array of the static shape: its shape, no bytes
-            shape = known[node.inputs[0]][1]
+            shape = self.known[node.inputs[0]][1]
             ins = {node.inputs[0]: np.lib.stride_tricks.as_strided(
                 np.zeros(1, np.bool_), shape, (0,) * len(shape))}
         else:

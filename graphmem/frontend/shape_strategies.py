@@ -248,14 +248,19 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
              for name, (elem, shape) in found.items()]
     state.model = splice(data, parsed, added)
     if infer:
-        state.model = inference.infer(state.model, data_prop(state))
-    state.tensors = inference.tensors(state.model)
-    state.missing = unknown(state.g, state.order, state.tensors, state.folded)
+        infer_again(state)
+    else:
+        _read_types(state)
 
 
 def infer_again(state: LoadState) -> None:
     """onnx's inference on the model as it stands (the types added so far in it)."""
     state.model = inference.infer(state.model_bytes(), data_prop(state))
+    _read_types(state)
+
+
+def _read_types(state: LoadState) -> None:
+    """The tensors the model's types size, and what is still open."""
     state.tensors = inference.tensors(state.model)
     state.missing = unknown(state.g, state.order, state.tensors, state.folded)
 
