@@ -1,17 +1,23 @@
 """Memory-aware execution order: the order that keeps the fewest bytes live.
 
-The cost of an order is its peak under the **no-alias live total with views merged**:
-at each step, the bytes of every storage unit produced and still to be read, plus the
-outputs of the node that runs (its inputs are still live while it runs), where a
-storage unit is a tensor together with the chain of view outputs (Reshape, Flatten,
-...) that share its storage. This equals the plan's ``lower_bound_bytes`` except that
-views are counted once; in-place writes and Concat slices are not modelled (the
-pipeline plans both orders with the real passes and keeps the better arena).
+The cost of an order is its peak under the **live total with views merged and
+writes in place**: at each step, the bytes of every storage unit produced and still to
+be read, plus the outputs of the node that runs (its inputs are still live while it
+runs), where a storage unit is a tensor together with the chain of view outputs
+(Reshape, Flatten, ...) that share its storage, and an output the in-place pass may
+write over an input (its provider's overwrite pairs, ``overwrites_of``) takes that
+input's bytes at the step that reads the input last. Concat slices are not modelled,
+nor the in-place pass's finer rules (the pipeline plans both orders with the real
+passes and keeps the better arena). Without the writes the search's best order can
+be the worse one: on a small training step the least peak without them (14,116
+bytes) planned 12,800, the least with them (12,176) plans 12,416 (tests/test_reorder.py).
 
 - ``exact_order``: dynamic programming over the sets of executed nodes (a set's live
   bytes do not depend on how it was reached, so the minimum peak to reach each set is
-  enough), layer by layer, pruned by an upper bound from the heuristic. Gives up
-  (returns None) past ``max_states`` sets.
+  enough), layer by layer, pruned by an upper bound from the heuristic; where a ready
+  node frees at least what it makes, under the peak so far, it alone is run next (no
+  order is better for trying the others first). Gives up (returns None) past
+  ``max_states`` sets.
 - ``beam_order``: beam search over the same states, ranking partial orders by
   (peak so far, live bytes now) and, in a second run, by (live bytes, peak); the
   better result wins. A fast heuristic for any size.
@@ -26,7 +32,9 @@ pipeline plans both orders with the real passes and keeps the better arena).
   unsearched, and the searches run cheapest first (exact with a budget of
   EXACT_FIRST_STATES sets, pruned at the file order's peak: a narrow graph's ends
   there; then beam, moves from its order, exact, moves from the file order), each
-  only while the best peak so far is more than MIN_GAIN above it.
+  only while the best peak so far is more than MIN_GAIN above it. An exact order is
+  compacted by ``local_search`` (the same peak, fewer live bytes summed over the
+  steps): of the many orders at the minimum peak, a compact one places at that peak.
 
 The pass returns its order as ``Assignment.order``; the pipeline plans the rest for it
 and for the given order and keeps the smaller arena. It never returns an order whose
@@ -37,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import add
+from typing import Iterable
 
 from graphmem.core.ir import Graph
 from graphmem.core.ops import view_pairs
@@ -74,16 +83,28 @@ class Schedule:
     # per unit: the node that creates it; -1: a graph input (live from the start);
     # empty: not known (live_floor then bounds nothing beyond the layer floor)
     unit_producer: tuple[int, ...] = ()
+    # per node: () or (bytes, readers of each unit it may overwrite): the node's output
+    # of those bytes is written over the first such unit that no later step reads
+    # (the in-place pass's overwrite pairs); empty: nothing is written in place
+    writes: tuple[tuple, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.writes:
+            object.__setattr__(self, "writes", ((),) * len(self.nodes))
         if not self.frees:
             object.__setattr__(self, "frees", tuple(
                 tuple((self.unit_readers[u], self.unit_bytes[u]) for u in units
                       if self.unit_readers[u] != -1) for units in self.touched))
 
 
-def build_schedule(graph: Graph, nodes: list[int] | None = None) -> Schedule:
-    """The cost model of ``graph`` (node ids follow ``nodes``, default the file order)."""
+def build_schedule(graph: Graph, nodes: list[int] | None = None,
+                   overwrites: Iterable[tuple[int, str, str]] = ()) -> Schedule:
+    """The cost model of ``graph`` (node ids follow ``nodes``, default the file order).
+
+    ``overwrites``: (graph node index, input, output) of each pair whose output the
+    node may write over its input (:func:`overwrites_of`: the in-place pass's pairs);
+    a node's write is modelled where its input's unit is read by no later step, holds
+    no graph input and is not the output's own."""
     by_index = {n.index: n for n in graph.nodes}
     nodes = list(nodes) if nodes is not None else [n.index for n in graph.nodes]
     nid = {idx: i for i, idx in enumerate(nodes)}
@@ -142,9 +163,32 @@ def build_schedule(graph: Graph, nodes: list[int] | None = None) -> Schedule:
         for t in by_index[idx].outputs:
             if t in arena and unit(t) == t:
                 made[uid[t]] = i
+    writes: list[dict[str, list[int]]] = [{} for _ in nodes]  # per node: output -> units
+    for idx, src, out in overwrites:
+        i = nid.get(idx)
+        if (i is None or src not in arena or out not in arena or unit(out) != out
+                or graph.tensors[src].bytes != graph.tensors[out].bytes):
+            continue
+        u = uid[unit(src)]
+        if u not in base_units and u != uid[out] and readers[u] != -1:
+            writes[i].setdefault(out, []).append(readers[u])
+    # one write a node: its first output with a unit to write over (an element-wise
+    # kernel has one output)
+    node_writes = tuple(next(((graph.tensors[out].bytes, tuple(r)) for out, r in w.items()),
+                             ()) for w in writes)
     return Schedule(tuple(nodes), tuple(preds), tuple(tuple(s) for s in succs), tuple(new_bytes),
                  tuple(touched), tuple(unit_bytes), tuple(readers), base,
-                 unit_producer=tuple(made))
+                 unit_producer=tuple(made), writes=node_writes)
+
+
+def overwrites_of(ctx: Context) -> list[tuple[int, str, str]]:
+    """(graph node index, input, output) of each overwrite pair of ``ctx``'s order: the
+    pairs the in-place pass may take, from its provider's table."""
+    pos, overwrite, src, out = ctx.edges
+    names, order = ctx.index.names, ctx.order
+    return [(order[p], names[a], names[b]) for p, o, a, b in
+            zip(pos.tolist(), overwrite.tolist(), src.tolist(), out.tolist())
+            if o and a >= 0 and b >= 0]
 
 
 def _bits(mask: int):
@@ -156,13 +200,25 @@ def _bits(mask: int):
 
 def _step(m: Schedule, done: int, mem: int, v: int) -> tuple[int, int]:
     """(bytes live while node ``v`` runs, bytes live after it) from executed set ``done``."""
-    during = mem + m.new_bytes[v]
+    made = mem + m.new_bytes[v]
     waiting = ~(done | (1 << v))  # the nodes not run after v
     freed = 0
     for readers, nbytes in m.frees[v]:  # a loop, not sum() over a generator: the
         if not readers & waiting:  # searches call this a million times
             freed += nbytes
-    return during, during - freed
+    return made - _written_over(m.writes[v], waiting), made - freed
+
+
+def _written_over(write: tuple, waiting: int) -> int:
+    """The bytes a node's output takes from a unit it writes over (``Schedule.writes``),
+    given the nodes still ``waiting`` after it: the output's, if one such unit is read
+    by none of them, else 0."""
+    if write:
+        nbytes, readers = write
+        for r in readers:
+            if not r & waiting:
+                return nbytes
+    return 0
 
 
 def peak_of(m: Schedule, order: list[int]) -> int:
@@ -218,7 +274,7 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
     if width is None:
         width = max(4, min(32, BEAM_WORK // max(n, 1)))
     beam = [(m.base, m.base, 0, _initial_ready(m), None)]  # (peak, mem, done, ready, link)
-    new_bytes, frees = m.new_bytes, m.frees
+    new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
     for _ in range(n):
         # (peak, mem, done, the parent's ready set, v, the parent's link): the ready set
         # after v (it depends on the executed set alone) is made for the kept states only;
@@ -230,18 +286,19 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
                 low = rest & -rest
                 rest ^= low
                 v = low.bit_length() - 1
-                during = mem + new_bytes[v]
-                p2 = peak if peak >= during else during
+                made = mem + new_bytes[v]
                 d2 = done | low
+                waiting = ~d2
+                during = made - _written_over(writes[v], waiting) if writes[v] else made
+                p2 = peak if peak >= during else during
                 old = nxt.get(d2)
                 if old is not None and p2 > old[0]:
                     continue  # a lower peak reached this set: what v frees is not needed
-                waiting = ~d2
                 freed = 0
                 for readers, nbytes in frees[v]:
                     if not readers & waiting:
                         freed += nbytes
-                cand = (p2, during - freed, d2, ready, v, link)
+                cand = (p2, made - freed, d2, ready, v, link)
                 if old is None or cand[:2] < old[:2]:
                     nxt[d2] = cand
         beam = [(p, after, d2, _advance_ready(m, ready, d2, v), (v, link)) for
@@ -255,34 +312,49 @@ def exact_order(m: Schedule, upper: int | None = None,
     """(an order of minimum modelled peak, that peak), or None past ``max_states`` sets.
 
     ``upper``: a peak some order is known to reach; states above it are pruned.
+
+    From a set where a ready node ``v`` frees at least the bytes it makes, and runs
+    without raising the peak so far, ``v`` alone is tried next: take any order from
+    there and move ``v`` to the front. The steps it jumps over each have at most the
+    bytes live they had (``v``'s outputs live longer, the inputs only ``v`` still read
+    are freed sooner, and those are no fewer bytes), ``v``'s own step is under the
+    peak, and everything after ``v``'s old place is as it was: the peak does not rise.
+    On a transformer encoder this leaves a third to a fifth of the sets to search.
     """
     n = len(m.nodes)
     layer = {0: (m.base, m.base, _initial_ready(m), None)}  # done -> (peak, mem, ready, link)
     states = 1
-    new_bytes, frees = m.new_bytes, m.frees
+    new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
     limit = upper if upper is not None else float("inf")
     for _ in range(n):
         nxt: dict[int, tuple] = {}
         for done, (peak, mem, ready, link) in layer.items():
+            steps = []  # (v, its bit, peak after it, live bytes after it)
             rest = ready
             while rest:  # _bits and _step written out (see _beam)
                 low = rest & -rest
                 rest ^= low
                 v = low.bit_length() - 1
-                during = mem + new_bytes[v]
-                p2 = peak if peak >= during else during
+                made = mem + new_bytes[v]
+                waiting = ~(done | low)
+                during = made - _written_over(writes[v], waiting) if writes[v] else made
+                freed = 0
+                for readers, nbytes in frees[v]:
+                    if not readers & waiting:
+                        freed += nbytes
+                if during <= peak and freed >= new_bytes[v]:
+                    # v frees at least what it makes, below the peak so far: some
+                    # best order runs it next (see the docstring), the one step tried
+                    steps = [(v, low, peak, made - freed)]
+                    break
+                steps.append((v, low, peak if peak >= during else during, made - freed))
+            for v, low, p2, after in steps:
                 if p2 > limit:
                     continue
                 d2 = done | low
                 old = nxt.get(d2)
                 if old is not None and p2 >= old[0]:
                     continue  # no better way to this set: what it frees is not needed
-                waiting = ~d2
-                freed = 0
-                for readers, nbytes in frees[v]:
-                    if not readers & waiting:
-                        freed += nbytes
-                after = during - freed
                 if old is None:
                     # the ready set depends only on the executed set, not on the path
                     nxt[d2] = (p2, after, _advance_ready(m, ready, d2, v), (v, link))
@@ -391,10 +463,16 @@ class _Profile:
         return max(peak, self.tail_peak[b + 1]), area + self.tail_area[b + 1]
 
 
+def _most_written(m: Schedule, v: int) -> int:
+    """The most bytes node ``v``'s output can take from a unit it writes over."""
+    return m.writes[v][0] if m.writes[v] else 0
+
+
 def layer_floor(m: Schedule) -> int:
-    """A lower bound on every order's peak: a node's inputs and outputs are live together."""
-    return max((sum(m.unit_bytes[u] for u in m.touched[v]) for v in range(len(m.nodes))),
-               default=0)
+    """A lower bound on every order's peak: a node's inputs and outputs are live together
+    (an output written over an input shares its bytes)."""
+    return max((sum(m.unit_bytes[u] for u in m.touched[v]) - _most_written(m, v)
+                for v in range(len(m.nodes))), default=0)
 
 
 def kept_floor(m: Schedule) -> int:
@@ -403,7 +481,8 @@ def kept_floor(m: Schedule) -> int:
     the last node is one no other node waits for."""
     kept = sum(b for b, readers in zip(m.unit_bytes, m.unit_readers) if readers == -1)
     last = min((sum(m.unit_bytes[u] for u in m.touched[v] if m.unit_readers[u] != -1)
-                for v in range(len(m.nodes)) if not m.succs[v]), default=0)
+                - _most_written(m, v) for v in range(len(m.nodes)) if not m.succs[v]),
+               default=0)
     return kept + last
 
 
@@ -426,7 +505,8 @@ def live_floor(m: Schedule) -> int:
         for s in m.succs[i]:
             d |= desc[s] | (1 << s)
         desc[i] = d
-    floor = [sum(m.unit_bytes[u] for u in m.touched[v]) for v in range(n)]
+    floor = [sum(m.unit_bytes[u] for u in m.touched[v]) - _most_written(m, v)
+             for v in range(n)]
     everyone = (1 << n) - 1
     touching = [0] * len(m.unit_bytes)
     for v, units in enumerate(m.touched):
@@ -451,12 +531,13 @@ def live_floor(m: Schedule) -> int:
     return max(floor, default=0)
 
 
-def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STATES
-               ) -> tuple[list[int], dict]:
-    """The best order found for ``graph`` (graph node indices) and what was tried."""
+def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STATES,
+               overwrites: Iterable[tuple[int, str, str]] = ()) -> tuple[list[int], dict]:
+    """The best order found for ``graph`` (graph node indices) and what was tried;
+    ``overwrites`` as :func:`build_schedule` takes them."""
     if len(order) > MAX_NODES:
         return list(order), {"method": f"skipped ({len(order)} nodes > {MAX_NODES})"}
-    m = build_schedule(graph, order)
+    m = build_schedule(graph, order, overwrites)
     file_ids = list(range(len(order)))
     file_peak = peak_of(m, file_ids)
     floor = max(layer_floor(m), m.base)
@@ -476,8 +557,8 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     # thousand sets: cheaper than the beams (an int4 Whisper encoder: 2 ms against 15).
     # It is tried first with a small budget; where it runs out, the search goes on below
     if exact_states:
-        found = exact_order(m, upper=file_peak, max_states=min(EXACT_FIRST_STATES,
-                                                               exact_states))
+        found = _compact_exact(m, upper=file_peak,
+                               max_states=min(EXACT_FIRST_STATES, exact_states))
         if found is not None:
             ids, peak = found if found[1] < file_peak else (file_ids, file_peak)
             return [m.nodes[i] for i in ids], {"method": "exact", "file_peak": file_peak,
@@ -499,7 +580,7 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     if peak > floor and peak > enough:
         ids, peak, method = _moved(m, starts.pop(0), ids, peak, method)
     if peak > enough:
-        found = exact_order(m, upper=peak, max_states=exact_states) if exact_states else None
+        found = _compact_exact(m, upper=peak, max_states=exact_states) if exact_states else None
         if found is not None and found[1] <= peak:
             ids, peak, method = found[0], found[1], "exact"
     if method != "exact" and peak > floor and peak > enough:
@@ -509,6 +590,15 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
         ids, peak = file_ids, file_peak
     detail = {"method": method, "file_peak": file_peak, "peak": peak}
     return [m.nodes[i] for i in ids], detail
+
+
+def _compact_exact(m: Schedule, upper: int, max_states: int) -> tuple[list[int], int] | None:
+    """:func:`exact_order`, its order then compacted by :func:`local_search`: the same
+    minimum peak, the fewest live bytes summed over the steps the moves reach. Of the
+    many orders at the minimum peak, the search's own pick can leave placement far
+    from that peak (a Llama decode step: 4.6% above it), a compact one does not."""
+    found = exact_order(m, upper=upper, max_states=max_states)
+    return found and local_search(m, found[0])
 
 
 def _moved(m: Schedule, start: list[int], ids: list[int], peak: int, method: str
@@ -522,7 +612,10 @@ def _moved(m: Schedule, start: list[int], ids: list[int], peak: int, method: str
 
 
 def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
-    order, detail = best_order(ctx.graph, list(ctx.order))
+    if len(ctx.order) > MAX_NODES:  # no search: the overwrite pairs are not needed
+        order, detail = best_order(ctx.graph, list(ctx.order))
+        return a.with_(order=tuple(order)), detail
+    order, detail = best_order(ctx.graph, list(ctx.order), overwrites=overwrites_of(ctx))
     return a.with_(order=tuple(order)), detail
 
 

@@ -272,14 +272,16 @@ def test_selective_planned_never_plans_larger_than_none():
 # --- recomputation never costs ---------------------------------------------------------------
 
 def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys):
-    """tiny_model at batch 4: Chen's cuts plan 64 bytes more than none (as vgg19 at batch
-    32 planned 2,083.6 MiB against 2,045.6); --recompute sqrt keeps no checkpoints."""
+    """tiny_model at batch 4, Chen's cuts as one segment: they plan 64 bytes more than
+    none (as vgg19 at batch 32 planned 2,083.6 MiB against 2,045.6), so no checkpoints
+    are kept; the CLI's --recompute sqrt (Chen's sqrt(n) segments, which plan smaller
+    there) never plans larger than none or than Chen's cuts."""
     from test_training import tiny_model
 
     from graphmem.training.recompute import recompute_planned
 
     tg = build_training(tiny_model("Relu", batch=4), 4, loss="sum")
-    rc_tg, _, result, _, info = recompute_planned(tg, "sgd", 4)
+    rc_tg, _, result, _, info = recompute_planned(tg, "sgd", 4, segments=1)
     assert info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]  # the case
     assert info["choice"] == "none" and info["segments"] == 1
     assert result.plan.arena_bytes == info["unsegmented_arena_bytes"]
@@ -290,8 +292,7 @@ def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys):
     assert main(["train", str(path), "--batch", "4", "--loss", "sum", "--json",
                  "--recompute", "sqrt"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["arena_bytes"] == d["baseline_arena_bytes"] < d["chen_arena_bytes"]
-    assert d["recompute_macs"] == 0 and d["choice"] == "none"
+    assert d["arena_bytes"] <= min(d["baseline_arena_bytes"], d["chen_arena_bytes"])
 
 
 def test_budget_tries_the_programs_cuts(tmp_path, capsys):
