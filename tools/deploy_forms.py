@@ -33,8 +33,9 @@ int8 dynamic), each as it is::
 ``fullsize DIR`` does the same for the full-size exports ``tools/export_fullsize.py DIR``
 wrote (issue 33's bar): each export bound to its dims (``static``), ORT-saved at each
 level, the transformer optimizer's output, int8 QDQ (the CNNs), fp16, and for the others
-int8 dynamic, int4 (MatMulNBits) and int8 dynamic of the transformers form, written into DIR
-beside it with DIR/README.txt listing the files and their ``--dim`` bindings; each form
+int8 dynamic, int4 (MatMulNBits) and int8 dynamic of the transformers form, and the
+transformer optimizer's GPU output in float16 (``use_gpu``, then float16: a CUDA
+deployment's file; ORT's CPU provider runs it too), written into DIR beside it with DIR/README.txt listing the files and their ``--dim`` bindings; each form
 is planned as given and with ``--ort-optimize all`` (``--levels`` for more), verified at
 all, and measured against ORT's pattern at ALL. Rows are kept in DIR/rows.json as they
 are made (a run resumes; ``--redo`` measures again), ``--write`` puts the table between
@@ -109,10 +110,16 @@ def saved_at(path: Path, level: str, out: Path) -> Path:
     return out
 
 
-def transformers_form(path: Path, model_type: str, out: Path) -> Path:
+def transformers_form(path: Path, model_type: str, out: Path, gpu_fp16: bool = False
+                      ) -> Path:
+    """The transformer optimizer's fusions (opt_level 0: no ORT session); ``gpu_fp16``:
+    for a GPU (``use_gpu``) and then in float16 with float inputs and outputs, as a CUDA
+    deployment runs it (``optimizer.py --use_gpu --float16``)."""
     from onnxruntime.transformers.optimizer import optimize_model
     opt = optimize_model(str(path), model_type=model_type, num_heads=0, hidden_size=0,
-                         opt_level=0)
+                         opt_level=0, use_gpu=gpu_fp16)
+    if gpu_fp16:
+        opt.convert_float_to_float16(keep_io_types=True)
     opt.save_model_to_file(str(out))
     return out
 
@@ -269,7 +276,7 @@ def run(names: list[str], built: Path | None = None) -> list[dict]:
 # ---------------------------------------------------------------- full-size exports
 
 FULL_FORMS = ("static", "ort-basic", "ort-extended", "ort-all", "transformers", "qdq-int8",
-              "fp16", "int8-dynamic", "int4", "transformers-int8")
+              "fp16", "int8-dynamic", "int4", "transformers-int8", "transformers-gpu-fp16")
 
 
 def int8_dynamic_form(path: Path, out: Path) -> Path:
@@ -315,6 +322,9 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
             if model_type:
                 makers["transformers"] = lambda: transformers_form(
                     static, model_type, Path(f"{stem}.transformers.onnx"))
+                makers["transformers-gpu-fp16"] = lambda: transformers_form(
+                    static, model_type, Path(f"{stem}.transformers-gpu-fp16.onnx"),
+                    gpu_fp16=True)
             if cnn:
                 makers["qdq-int8"] = lambda: _qdq_in_temp(static, Path(f"{stem}.qdq-int8.onnx"))
             else:  # what LLM and encoder deployments quantize to
@@ -359,7 +369,9 @@ def readme(folder: Path, listed) -> None:
              "optimize_model, opt_level 0), qdq-int8 (quantize_static, QDQ), fp16",
              "(convert_float_to_float16, keep_io_types), int8-dynamic (quantize_dynamic,",
              "int8 weights), int4 (MatMulNBitsQuantizer, block 32, symmetric) and",
-             "transformers-int8 (quantize_dynamic of the transformers form).", ""]
+             "transformers-int8 (quantize_dynamic of the transformers form),",
+             "transformers-gpu-fp16 (optimize_model with use_gpu, then float16 with float",
+             "inputs and outputs: what a CUDA deployment runs).", ""]
     for model in spec:
         for exporter in ("ts", "dynamo"):
             src = folder / f"{model}-{exporter}.onnx"
