@@ -317,7 +317,8 @@ def exact_order(m: Schedule, upper: int | None = None,
     without raising the peak so far, ``v`` alone is tried next: take any order from
     there and move ``v`` to the front. The steps it jumps over each have at most the
     bytes live they had (``v``'s outputs live longer, the inputs only ``v`` still read
-    are freed sooner, and those are no fewer bytes), ``v``'s own step is under the
+    are freed sooner, and those are no fewer bytes; a write in place there can only
+    gain, as fewer steps are left to read each input), ``v``'s own step is under the
     peak, and everything after ``v``'s old place is as it was: the peak does not rise.
     On a transformer encoder this leaves a third to a fifth of the sets to search.
     """

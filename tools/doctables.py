@@ -138,6 +138,11 @@ SECTIONS = (
             "fullsize DIR --write --section deploy-fullsize-round2", (), None,
             why_unchecked="as deploy-fullsize: the decode steps and the quantized forms of "
                           "the full-size exports"),
+    Section("deploy-fullsize-round3", "docs/corpus.md", "python tools/deploy_forms.py "
+            "fullsize DIR --table-only --store DIR/rows-gpu-fp16.json --write --section "
+            "deploy-fullsize-round3", (), None,
+            why_unchecked="as deploy-fullsize: the transformer optimizer's GPU output in "
+                          "float16 of the full-size exports"),
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),
