@@ -206,7 +206,8 @@ def _step(m: Schedule, done: int, mem: int, v: int) -> tuple[int, int]:
     for readers, nbytes in m.frees[v]:  # a loop, not sum() over a generator: the
         if not readers & waiting:  # searches call this a million times
             freed += nbytes
-    return made - _written_over(m.writes[v], waiting), made - freed
+    write = m.writes[v]
+    return (made - _written_over(write, waiting) if write else made), made - freed
 
 
 def _written_over(write: tuple, waiting: int) -> int:
@@ -478,8 +479,8 @@ def layer_floor(m: Schedule) -> int:
 
 def kept_floor(m: Schedule) -> int:
     """A lower bound on every order's peak: while the last node runs, the units no step
-    frees (graph outputs) are all live, and so are the other units that node touches;
-    the last node is one no other node waits for."""
+    frees (graph outputs) are all live, and so are the other units that node touches
+    (less what its output may write over); the last node is one no other node waits for."""
     kept = sum(b for b, readers in zip(m.unit_bytes, m.unit_readers) if readers == -1)
     last = min((sum(m.unit_bytes[u] for u in m.touched[v] if m.unit_readers[u] != -1)
                 - _most_written(m, v) for v in range(len(m.nodes)) if not m.succs[v]),
@@ -489,10 +490,10 @@ def kept_floor(m: Schedule) -> int:
 
 def live_floor(m: Schedule) -> int:
     """A lower bound on every order's peak, at least the layer floor: while node ``v``
-    runs, every unit it touches is live, and so is every unit created before it in every
-    order (by an ancestor of ``v``, or a graph input) that a descendant of ``v`` still
-    reads (or that no step frees). Units whose producer is not known count only where
-    ``v`` touches them."""
+    runs, every unit it touches is live (less what its output may write over), and so
+    is every unit created before it in every order (by an ancestor of ``v``, or a graph
+    input) that a descendant of ``v`` still reads (or that no step frees). Units whose
+    producer is not known count only where ``v`` touches them."""
     n = len(m.nodes)
     anc = [0] * n  # ids are in a topological order: preds come first
     for i in range(n):
@@ -613,10 +614,9 @@ def _moved(m: Schedule, start: list[int], ids: list[int], peak: int, method: str
 
 
 def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
-    if len(ctx.order) > MAX_NODES:  # no search: the overwrite pairs are not needed
-        order, detail = best_order(ctx.graph, list(ctx.order))
-        return a.with_(order=tuple(order)), detail
-    order, detail = best_order(ctx.graph, list(ctx.order), overwrites=overwrites_of(ctx))
+    # above MAX_NODES there is no search: the overwrite pairs are not needed
+    overwrites = overwrites_of(ctx) if len(ctx.order) <= MAX_NODES else ()
+    order, detail = best_order(ctx.graph, list(ctx.order), overwrites=overwrites)
     return a.with_(order=tuple(order)), detail
 
 
