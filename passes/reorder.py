@@ -10,14 +10,16 @@ input's bytes at the step that reads the input last. Concat slices are not model
 nor the in-place pass's finer rules (the pipeline plans both orders with the real
 passes and keeps the better arena). Without the writes the search's best order can
 be the worse one: on a small training step the least peak without them (14,116
-bytes) planned 12,800, the least with them (12,176) plans 12,416 (tests/test_reorder.py).
+bytes) planned 12,800, the least with them (12,176) plans 12,416-12,544, by which
+order at that peak the search keeps (tests/test_reorder.py).
 
-- ``exact_order``: dynamic programming over the sets of executed nodes (a set's live
-  bytes do not depend on how it was reached, so the minimum peak to reach each set is
-  enough), layer by layer, pruned by an upper bound from the heuristic; where a ready
-  node frees at least what it makes, under the peak so far, it alone is run next (no
-  order is better for trying the others first). Gives up (returns None) past
-  ``max_states`` sets.
+- ``ExactSearch`` (``exact_order`` runs it once): dynamic programming over the sets of
+  executed nodes (a set's live bytes do not depend on how it was reached, so the
+  minimum peak to reach each set is enough), layer by layer, pruned by an upper bound;
+  where a ready node frees at least what it makes, under the peak so far, it alone is
+  run next (no order is better for trying the others first). A run gives up (None) past
+  its budget of sets, and a later run goes on from there, pruned at the best peak the
+  heuristics found meanwhile: the first try's sets are not made twice.
 - ``beam_order``: beam search over the same states, ranking partial orders by
   (peak so far, live bytes now) and, in a second run, by (live bytes, peak); the
   better result wins. A fast heuristic for any size.
@@ -30,9 +32,10 @@ bytes) planned 12,800, the least with them (12,176) plans 12,416 (tests/test_reo
   before it in every order (by an ancestor) that a descendant still reads. The search's
   budget follows what it can still win: a file order within MIN_GAIN of it is kept
   unsearched, and the searches run cheapest first (exact with a budget of
-  EXACT_FIRST_STATES sets, pruned at the file order's peak: a narrow graph's ends
-  there; then beam, moves from its order, exact, moves from the file order), each
-  only while the best peak so far is more than MIN_GAIN above it. An exact order is
+  EXACT_FIRST_STATES sets, pruned at the file order's peak, and stopped sooner where
+  its pace says it will not end within twice that: a narrow graph's ends there; then
+  beam, moves from its order, the same exact search resumed, moves from the file
+  order), each only while the best peak so far is more than MIN_GAIN above it. An exact order is
   compacted by ``local_search`` (the same peak, fewer live bytes summed over the
   steps): of the many orders at the minimum peak, a compact one places at that peak.
 
@@ -53,8 +56,11 @@ from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
 
-EXACT_MAX_STATES = 10_000  # DP sets before giving up on the exact search (about 0.1 s)
-EXACT_FIRST_STATES = 1_000  # ... when it is tried first, before the beams (a few ms)
+EXACT_MAX_STATES = 10_000  # DP sets, all runs of one search, before it gives up (0.1 s)
+# ... of them the first try, before the beams (5-30 ms): a Llama decode step ends within
+# 4,000 sets (18 ms; the beams and moves that ran after 1,000 took 40-60 ms)
+EXACT_FIRST_STATES = 4_000
+PACE_STATES = 500  # sets made before the first try's pace may end it
 BEAM_WORK = 8_000  # beam width x nodes; the width shrinks for large graphs
 LOCAL_SEARCH_WORK = 300_000  # local search: order evaluations x nodes (about 0.1 s a start)
 # Executed-node sets are Python int bitmasks, so each search step costs O(n / 64):
@@ -310,9 +316,20 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
 
 def exact_order(m: Schedule, upper: int | None = None,
                 max_states: int = EXACT_MAX_STATES) -> tuple[list[int], int] | None:
-    """(an order of minimum modelled peak, that peak), or None past ``max_states`` sets.
+    """(an order of minimum modelled peak, that peak), or None past ``max_states`` sets
+    or where no order reaches ``upper`` or less (:class:`ExactSearch`, run once)."""
+    return ExactSearch(m, upper).run(max_states)
 
-    ``upper``: a peak some order is known to reach; states above it are pruned.
+
+class ExactSearch:
+    """Dynamic programming over the sets of executed nodes, layer by layer (the sets of
+    k nodes, then of k + 1), keeping the lowest peak that reaches each set.
+
+    ``upper``: a peak some order is known to reach; sets above it are pruned.
+    :meth:`run` goes on from where the last run's budget ran out, and :meth:`tighten`
+    prunes the sets kept so far at a lower ``upper`` (a heuristic's order found since):
+    a search tried with a small budget first and resumed later costs what one run with
+    the whole budget costs.
 
     From a set where a ready node ``v`` frees at least the bytes it makes, and runs
     without raising the peak so far, ``v`` alone is tried next: take any order from
@@ -323,53 +340,79 @@ def exact_order(m: Schedule, upper: int | None = None,
     peak, and everything after ``v``'s old place is as it was: the peak does not rise.
     On a transformer encoder this leaves a third to a fifth of the sets to search.
     """
-    n = len(m.nodes)
-    layer = {0: (m.base, m.base, _initial_ready(m), None)}  # done -> (peak, mem, ready, link)
-    states = 1
-    new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
-    limit = upper if upper is not None else float("inf")
-    for _ in range(n):
-        nxt: dict[int, tuple] = {}
-        for done, (peak, mem, ready, link) in layer.items():
-            steps = []  # (v, its bit, peak after it, live bytes after it)
-            rest = ready
-            while rest:  # _bits and _step written out (see _beam)
-                low = rest & -rest
-                rest ^= low
-                v = low.bit_length() - 1
-                made = mem + new_bytes[v]
-                waiting = ~(done | low)
-                during = made - _written_over(writes[v], waiting) if writes[v] else made
-                freed = 0
-                for readers, nbytes in frees[v]:
-                    if not readers & waiting:
-                        freed += nbytes
-                if during <= peak and freed >= new_bytes[v]:
-                    # v frees at least what it makes, below the peak so far: some
-                    # best order runs it next (see the docstring), the one step tried
-                    steps = [(v, low, peak, made - freed)]
-                    break
-                steps.append((v, low, peak if peak >= during else during, made - freed))
-            for v, low, p2, after in steps:
-                if p2 > limit:
-                    continue
-                d2 = done | low
-                old = nxt.get(d2)
-                if old is not None and p2 >= old[0]:
-                    continue  # no better way to this set: what it frees is not needed
-                if old is None:
-                    # the ready set depends only on the executed set, not on the path
-                    nxt[d2] = (p2, after, _advance_ready(m, ready, d2, v), (v, link))
-                else:
-                    nxt[d2] = (p2, after, old[2], (v, link))
-        states += len(nxt)
-        if states > max_states:
+
+    def __init__(self, m: Schedule, upper: int | None = None):
+        self.m = m
+        self.limit = upper if upper is not None else float("inf")
+        # done -> (peak, mem, ready, link), the sets of ``self.k`` executed nodes
+        self.layer = {0: (m.base, m.base, _initial_ready(m), None)}
+        self.k = 0
+        self.states = 1  # sets made so far, over every run
+        self.exhausted = False  # no order at or under the bound: nothing left to search
+
+    def tighten(self, upper: int) -> None:
+        """Prune at ``upper`` from here on, and drop the kept sets above it."""
+        if upper < self.limit:
+            self.limit = upper
+            self.layer = {d: s for d, s in self.layer.items() if s[0] <= upper}
+            self.exhausted = self.exhausted or not self.layer
+
+    def run(self, max_states: int, paced: bool = False) -> tuple[list[int], int] | None:
+        """(an order of minimum peak, that peak) once the search ends with at most
+        ``max_states`` sets made in all; None while the budget does not reach the end
+        (a later run goes on) or where it ended with no order (:attr:`exhausted`).
+
+        ``paced``: stop sooner, once past PACE_STATES sets, where the sets per layer so
+        far, over every layer, would come to twice the budget (a BERT encoder's first
+        layers alone pass it: its many ready nodes)."""
+        m, layer, limit = self.m, self.layer, self.limit
+        n = len(m.nodes)
+        new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
+        while self.k < n and not self.exhausted:
+            if self.states > max_states or (paced and self.states > PACE_STATES
+                                             and self.states * n > 2 * max_states * self.k):
+                return None
+            nxt: dict[int, tuple] = {}
+            for done, (peak, mem, ready, link) in layer.items():
+                steps = []  # (v, its bit, peak after it, live bytes after it)
+                rest = ready
+                while rest:  # _bits and _step written out (see _beam)
+                    low = rest & -rest
+                    rest ^= low
+                    v = low.bit_length() - 1
+                    made = mem + new_bytes[v]
+                    waiting = ~(done | low)
+                    during = made - _written_over(writes[v], waiting) if writes[v] else made
+                    freed = 0
+                    for readers, nbytes in frees[v]:
+                        if not readers & waiting:
+                            freed += nbytes
+                    if during <= peak and freed >= new_bytes[v]:
+                        # v frees at least what it makes, below the peak so far: some
+                        # best order runs it next (see the docstring), the one step tried
+                        steps = [(v, low, peak, made - freed)]
+                        break
+                    steps.append((v, low, peak if peak >= during else during, made - freed))
+                for v, low, p2, after in steps:
+                    if p2 > limit:
+                        continue
+                    d2 = done | low
+                    old = nxt.get(d2)
+                    if old is not None and p2 >= old[0]:
+                        continue  # no better way to this set: what it frees is not needed
+                    if old is None:
+                        # the ready set depends only on the executed set, not on the path
+                        nxt[d2] = (p2, after, _advance_ready(m, ready, d2, v), (v, link))
+                    else:
+                        nxt[d2] = (p2, after, old[2], (v, link))
+            self.states += len(nxt)
+            self.layer = layer = nxt
+            self.k += 1
+            self.exhausted = not layer
+        if self.exhausted:
             return None
-        layer = nxt
-        if not layer:
-            return None
-    (peak, _, _, link), = layer.values()
-    return _unwind(link), peak
+        (peak, _, _, link), = layer.values()
+        return _unwind(link), peak
 
 
 def _cost(m: Schedule, order: list[int]) -> tuple[int, int]:
@@ -558,9 +601,9 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     # a narrow graph's exact search, pruned at the file order's peak, ends in a few
     # thousand sets: cheaper than the beams (an int4 Whisper encoder: 2 ms against 15).
     # It is tried first with a small budget; where it runs out, the search goes on below
+    search = ExactSearch(m, upper=file_peak)
     if exact_states:
-        found = _compact_exact(m, upper=file_peak,
-                               max_states=min(EXACT_FIRST_STATES, exact_states))
+        found = _compacted(m, search.run(min(EXACT_FIRST_STATES, exact_states), paced=True))
         if found is not None:
             ids, peak = found if found[1] < file_peak else (file_ids, file_peak)
             return [m.nodes[i] for i in ids], {"method": "exact", "file_peak": file_peak,
@@ -581,8 +624,9 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     starts = [ids] if ids == file_ids else [ids, file_ids]
     if peak > floor and peak > enough:
         ids, peak, method = _moved(m, starts.pop(0), ids, peak, method)
-    if peak > enough:
-        found = _compact_exact(m, upper=peak, max_states=exact_states) if exact_states else None
+    if peak > enough and exact_states:  # the first search goes on, pruned at the best peak
+        search.tighten(peak)
+        found = _compacted(m, search.run(exact_states))
         if found is not None and found[1] <= peak:
             ids, peak, method = found[0], found[1], "exact"
     if method != "exact" and peak > floor and peak > enough:
@@ -594,12 +638,12 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
     return [m.nodes[i] for i in ids], detail
 
 
-def _compact_exact(m: Schedule, upper: int, max_states: int) -> tuple[list[int], int] | None:
-    """:func:`exact_order`, its order then compacted by :func:`local_search`: the same
-    minimum peak, the fewest live bytes summed over the steps the moves reach. Of the
-    many orders at the minimum peak, the search's own pick can leave placement far
-    from that peak (a Llama decode step: 4.6% above it), a compact one does not."""
-    found = exact_order(m, upper=upper, max_states=max_states)
+def _compacted(m: Schedule, found: tuple[list[int], int] | None
+               ) -> tuple[list[int], int] | None:
+    """An exact search's order compacted by :func:`local_search`: the same minimum
+    peak, the fewest live bytes summed over the steps the moves reach. Of the many
+    orders at the minimum peak, the search's own pick can leave placement far from
+    that peak (a Llama decode step: 4.6% above it), a compact one does not."""
     return found and local_search(m, found[0])
 
 

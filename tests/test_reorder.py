@@ -107,7 +107,9 @@ def test_reorder_models_writes_in_place_on_a_training_step():
     the order whose modelled peak is least without in-place writes (14,116 bytes) is not
     the best once they are made (12,800 bytes planned from it, its aliased peak 12,676);
     with them modelled the search's peak is the plan's aliased peak (12,176) and the
-    arena 12,416."""
+    arena under 12,800 (12,416 or 12,544: placement is 2-3% above the aliased peak on
+    the orders at that peak, and which of them the exact search keeps depends on the
+    budget it ends within)."""
     from test_training import tiny_model
 
     from graphmem.training.build import build_training
@@ -118,7 +120,7 @@ def test_reorder_models_writes_in_place_on_a_training_step():
     detail = result.reports[0].detail
     assert detail["reordered"]
     assert detail["peak"] == result.plan.stats["aliased_peak_bytes"]
-    assert result.plan.arena_bytes <= 12_416
+    assert result.plan.arena_bytes <= 12_544
 
 
 def test_exact_matches_bruteforce_where_nodes_free_what_they_make():
@@ -195,13 +197,13 @@ def test_the_exact_order_is_compacted_at_the_same_peak():
     single-node moves: the same peak, never more live bytes summed over the steps, and
     on these random graphs often fewer (what keeps placement at the peak: a Llama decode
     step was placed 4.6% above it from the uncompacted order)."""
-    from graphmem.passes.reorder import _compact_exact, _cost
+    from graphmem.passes.reorder import _compacted, _cost
     fewer = 0
     for seed in range(40):
         graph = _random_graph(random.Random(seed), 12)
         m = build_schedule(graph)
         order, peak = exact_order(m, max_states=10 ** 6)
-        compact, compact_peak = _compact_exact(m, upper=peak, max_states=10 ** 6)
+        compact, compact_peak = _compacted(m, exact_order(m, upper=peak, max_states=10 ** 6))
         assert _valid(m, compact) and compact_peak == peak == _cost(m, compact)[0]
         assert _cost(m, compact)[1] <= _cost(m, order)[1]
         fewer += _cost(m, compact)[1] < _cost(m, order)[1]
@@ -413,3 +415,69 @@ def test_a_narrow_graph_is_searched_exactly_before_any_beam(monkeypatch):
     monkeypatch.setattr(reorder, "EXACT_FIRST_STATES", 1)
     found, detail = reorder.best_order(graph, order)
     assert beams and detail["peak"] == best
+
+
+def test_an_exact_search_resumed_ends_where_one_run_does():
+    """ExactSearch.run goes on where its budget ran out: a search run a few sets at a
+    time, or stopped by its pace, ends with the order and peak of one run; tightened
+    at a heuristic's peak, with the peak of a search pruned there from the start."""
+    from graphmem.passes.reorder import ExactSearch
+    for seed in range(15):
+        graph = _random_graph(random.Random(seed), 14)
+        m = build_schedule(graph)
+        file_peak = peak_of(m, list(range(len(m.nodes))))
+        whole = exact_order(m, upper=file_peak, max_states=10 ** 6)
+        search, budget, found = ExactSearch(m, upper=file_peak), 1, None
+        while found is None:
+            assert not search.exhausted
+            budget *= 2
+            found = search.run(budget, paced=budget < 64)
+        assert found == whole, seed
+        _, beam_peak = beam_order(m, width=4)
+        search = ExactSearch(m, upper=file_peak)
+        assert search.run(3) is None  # three sets: not the end of 14 layers
+        search.tighten(beam_peak)
+        found = search.run(10 ** 6)
+        pruned = exact_order(m, upper=beam_peak, max_states=10 ** 6)
+        assert found[1] == pruned[1] == whole[1] and _valid(m, found[0]), seed
+
+
+def test_an_exact_search_with_no_order_under_its_bound_is_exhausted():
+    """Pruned below every order's peak the search ends with nothing, and says so: no
+    later run is worth its time."""
+    from graphmem.passes.reorder import ExactSearch
+    graph = _random_graph(random.Random(3), 10)
+    m = build_schedule(graph)
+    _, best = exact_order(m, max_states=10 ** 6)
+    search = ExactSearch(m, upper=best - 1)
+    assert search.run(10 ** 6) is None and search.exhausted
+    search = ExactSearch(m)
+    search.tighten(best - 1)
+    assert search.run(10 ** 6) is None and search.exhausted
+
+
+def test_the_first_exact_try_stops_at_its_pace_and_the_search_goes_on(monkeypatch):
+    """A graph of many independent branches makes more sets in its first layers than
+    the first try's budget allows over all of them: the paced first try stops early
+    (fewer sets than its budget), and the search the beams tighten later goes on from
+    there to the optimum."""
+    from graphmem.passes import reorder
+    rng = random.Random(7)
+    nodes, tensors, outs = [], {"x": Tensor("x", "float32", (16,), 64)}, []
+    for b in range(8):  # eight branches of three nodes: big, bigger, small
+        prev = "x"
+        for j, size in enumerate((1024, 4096, 16)):
+            out = f"b{b}_{j}"
+            tensors[out] = Tensor(out, "float32", (size + rng.randrange(16),),
+                                  4 * (size + 16))
+            nodes.append(Node(len(nodes), out, "Sum", "", (prev,), (out,)))
+            prev = out
+        outs.append(prev)
+    graph = Graph("branches", tuple(nodes), tensors, ("x",), tuple(outs), frozenset(), ())
+    m = build_schedule(graph)
+    n = len(m.nodes)
+    search = reorder.ExactSearch(m, upper=peak_of(m, list(range(n))))
+    assert search.run(600, paced=True) is None
+    assert reorder.PACE_STATES < search.states < 600 and search.k < n // 2
+    assert search.run(10 ** 6) == exact_order(m, upper=peak_of(m, list(range(n))),
+                                             max_states=10 ** 6)

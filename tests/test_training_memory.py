@@ -272,17 +272,22 @@ def test_selective_planned_never_plans_larger_than_none():
 # --- recomputation never costs ---------------------------------------------------------------
 
 def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys):
-    """tiny_model at batch 4, Chen's cuts as one segment: they plan 64 bytes more than
-    none (as vgg19 at batch 32 planned 2,083.6 MiB against 2,045.6), so no checkpoints
-    are kept; the CLI's --recompute sqrt (Chen's sqrt(n) segments, which plan smaller
-    there) never plans larger than none or than Chen's cuts."""
+    """tiny_model at a small batch where Chen's cuts as one segment plan more than none
+    (batch 2: 6,592 bytes against 6,464; as vgg19 at batch 32 planned 2,083.6 MiB against
+    2,045.6; which small batch shows it moves with the order the reorder pass keeps among
+    those at the least peak), so no checkpoints are kept; the CLI's --recompute sqrt
+    (Chen's sqrt(n) segments, which plan smaller there) never plans larger than none or
+    than Chen's cuts."""
     from test_training import tiny_model
 
     from graphmem.training.recompute import recompute_planned
 
-    tg = build_training(tiny_model("Relu", batch=4), 4, loss="sum")
-    rc_tg, _, result, _, info = recompute_planned(tg, "sgd", 4, segments=1)
-    assert info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]  # the case
+    for batch in (2, 4, 1, 3):
+        tg = build_training(tiny_model("Relu", batch=batch), batch, loss="sum")
+        rc_tg, _, result, _, info = recompute_planned(tg, "sgd", batch, segments=1)
+        if info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]:
+            break  # the case
+    assert info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]
     assert info["choice"] == "none" and info["segments"] == 1
     assert result.plan.arena_bytes == info["unsegmented_arena_bytes"]
     assert not any(n.name.startswith("r:") and n.op_type == "Conv"
