@@ -22,7 +22,10 @@ order at that peak the search keeps (tests/test_reorder.py).
   heuristics found meanwhile: the first try's sets are not made twice.
 - ``beam_order``: beam search over the same states, ranking partial orders by
   (peak so far, live bytes now) and, in a second run, by (live bytes, peak); the
-  better result wins. A fast heuristic for any size.
+  better result wins. A fast heuristic for any size. It runs next the node that frees
+  what it makes, as the exact search does: half the beams' time on the speed and
+  full-size files, and a lower peak on 16 of them (the Llama decode steps) and on two
+  of ten randomly wired networks, higher on none.
 - ``local_search``: single-node moves (as early or as late as dependencies allow) from
   the beam's order, and when the exact search gave up, from the file order.
 - ``layer_floor``: no order can go below the largest inputs + outputs of one node; an
@@ -288,6 +291,7 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
         # _bits and _step written out, as the searches run them a million times
         nxt: dict[int, tuple] = {}
         for peak, mem, done, ready, link in beam:
+            steps = []
             rest = ready
             while rest:
                 low = rest & -rest
@@ -297,17 +301,21 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
                 d2 = done | low
                 waiting = ~d2
                 during = made - _written_over(writes[v], waiting) if writes[v] else made
-                p2 = peak if peak >= during else during
-                old = nxt.get(d2)
-                if old is not None and p2 > old[0]:
-                    continue  # a lower peak reached this set: what v frees is not needed
                 freed = 0
                 for readers, nbytes in frees[v]:
                     if not readers & waiting:
                         freed += nbytes
-                cand = (p2, made - freed, d2, ready, v, link)
+                if during <= peak and freed >= new_bytes[v]:
+                    # some best order from here runs v next (ExactSearch's docstring):
+                    # the beam's places go to other sets
+                    steps = [(peak, made - freed, d2, ready, v, link)]
+                    break
+                steps.append((peak if peak >= during else during, made - freed, d2, ready,
+                              v, link))
+            for cand in steps:
+                old = nxt.get(cand[2])
                 if old is None or cand[:2] < old[:2]:
-                    nxt[d2] = cand
+                    nxt[cand[2]] = cand
         beam = [(p, after, d2, _advance_ready(m, ready, d2, v), (v, link)) for
                 p, after, d2, ready, v, link in sorted(nxt.values(), key=rank)[:width]]
     best = min(beam, key=lambda s: (s[0], s[1], s[2]))
