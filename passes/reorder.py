@@ -460,20 +460,22 @@ def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tup
             if evals <= 0:
                 break
             pos = at[v]
-            rest = best[:pos] + best[pos + 1:]
-            # positions in rest: a predecessor is before v (the same), a successor after
-            # it (one less)
+            # v's place in the order without it: after its last predecessor (the same
+            # positions), before its first successor (one less, as v is taken out)
             lo = max((at[p] + 1 for p in _bits(m.preds[v])), default=0)
-            hi = min((at[s] - 1 for s in m.succs[v]), default=len(rest))
+            hi = min((at[s] - 1 for s in m.succs[v]), default=n - 1)
             for target in {lo, hi} - {pos}:
-                cand = rest[:target] + [v] + rest[target:]
                 evals -= 1
-                a, b = min(pos, target), max(pos, target)
-                c = prof.cost_of(cand, a, b)
+                # the steps a..b of the moved order; the rest is the order's own
+                if target < pos:
+                    a, b, span = target, pos, [v] + best[target:pos]
+                else:
+                    a, b, span = pos, target, best[pos + 1:target + 1] + [v]
+                c = prof.span_cost(span, a)
                 if c < cost:
-                    best, cost, improved = cand, c, True
+                    best, cost, improved = best[:a] + span + best[b + 1:], c, True
                     prof.move_to(best, a, b)
-                    at.update(zip(best[a:b + 1], range(a, b + 1)))
+                    at.update(zip(span, range(a, b + 1)))
                     break
     return best, cost[0]
 
@@ -506,9 +508,15 @@ class _Profile:
 
     def cost_of(self, order: list[int], a: int, b: int) -> tuple[int, int]:
         """:func:`_cost` of ``order``, equal to the profiled one outside ``a..b``."""
+        return self.span_cost(order[a:b + 1], a)
+
+    def span_cost(self, span: list[int], a: int) -> tuple[int, int]:
+        """:func:`_cost` of the profiled order with its steps from ``a`` on replaced by
+        ``span`` (the same nodes as those steps, in another order)."""
         m = self.m
+        b = a + len(span) - 1
         done, mem, peak, area = self.done[a], self.mem[a], self.peak[a], self.area[a]
-        for v in order[a:b + 1]:
+        for v in span:
             during, mem = _step(m, done, mem, v)
             peak = max(peak, during)
             area += during
