@@ -279,43 +279,49 @@ def beam_order(m: Schedule, width: int | None = None, enough: int = 0
     return best
 
 
+def _next_steps(m: Schedule, done: int, mem: int, peak: int, ready: int
+                ) -> list[tuple[int, int, int, int]]:
+    """The steps the searches try from the executed set ``done`` (``mem`` bytes live,
+    ``peak`` so far, ``ready`` its ready set): (v, its bit, the peak after v, the bytes
+    live after v) for each ready node; only one where a node frees at least what it
+    makes without raising the peak (some best order from here runs it next:
+    :class:`ExactSearch`'s docstring). :func:`_bits` and :func:`_step` written out, as
+    the searches run this a million times."""
+    new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
+    steps = []
+    rest = ready
+    while rest:
+        low = rest & -rest
+        rest ^= low
+        v = low.bit_length() - 1
+        made = mem + new_bytes[v]
+        waiting = ~(done | low)
+        during = made - _written_over(writes[v], waiting) if writes[v] else made
+        freed = 0
+        for readers, nbytes in frees[v]:
+            if not readers & waiting:
+                freed += nbytes
+        if during <= peak and freed >= new_bytes[v]:
+            return [(v, low, peak, made - freed)]
+        steps.append((v, low, peak if peak >= during else during, made - freed))
+    return steps
+
+
 def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
     n = len(m.nodes)
     if width is None:
         width = max(4, min(32, BEAM_WORK // max(n, 1)))
     beam = [(m.base, m.base, 0, _initial_ready(m), None)]  # (peak, mem, done, ready, link)
-    new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
     for _ in range(n):
         # (peak, mem, done, the parent's ready set, v, the parent's link): the ready set
-        # after v (it depends on the executed set alone) is made for the kept states only;
-        # _bits and _step written out, as the searches run them a million times
+        # after v (it depends on the executed set alone) is made for the kept states only
         nxt: dict[int, tuple] = {}
         for peak, mem, done, ready, link in beam:
-            steps = []
-            rest = ready
-            while rest:
-                low = rest & -rest
-                rest ^= low
-                v = low.bit_length() - 1
-                made = mem + new_bytes[v]
+            for v, low, p2, after in _next_steps(m, done, mem, peak, ready):
                 d2 = done | low
-                waiting = ~d2
-                during = made - _written_over(writes[v], waiting) if writes[v] else made
-                freed = 0
-                for readers, nbytes in frees[v]:
-                    if not readers & waiting:
-                        freed += nbytes
-                if during <= peak and freed >= new_bytes[v]:
-                    # some best order from here runs v next (ExactSearch's docstring):
-                    # the beam's places go to other sets
-                    steps = [(peak, made - freed, d2, ready, v, link)]
-                    break
-                steps.append((peak if peak >= during else during, made - freed, d2, ready,
-                              v, link))
-            for cand in steps:
-                old = nxt.get(cand[2])
-                if old is None or cand[:2] < old[:2]:
-                    nxt[cand[2]] = cand
+                old = nxt.get(d2)
+                if old is None or (p2, after) < old[:2]:
+                    nxt[d2] = (p2, after, d2, ready, v, link)
         beam = [(p, after, d2, _advance_ready(m, ready, d2, v), (v, link)) for
                 p, after, d2, ready, v, link in sorted(nxt.values(), key=rank)[:width]]
     best = min(beam, key=lambda s: (s[0], s[1], s[2]))
@@ -375,33 +381,13 @@ class ExactSearch:
         layers alone pass it: its many ready nodes)."""
         m, layer, limit = self.m, self.layer, self.limit
         n = len(m.nodes)
-        new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
         while self.k < n and not self.exhausted:
             if self.states > max_states or (paced and self.states > PACE_STATES
                                              and self.states * n > 2 * max_states * self.k):
                 return None
             nxt: dict[int, tuple] = {}
             for done, (peak, mem, ready, link) in layer.items():
-                steps = []  # (v, its bit, peak after it, live bytes after it)
-                rest = ready
-                while rest:  # _bits and _step written out (see _beam)
-                    low = rest & -rest
-                    rest ^= low
-                    v = low.bit_length() - 1
-                    made = mem + new_bytes[v]
-                    waiting = ~(done | low)
-                    during = made - _written_over(writes[v], waiting) if writes[v] else made
-                    freed = 0
-                    for readers, nbytes in frees[v]:
-                        if not readers & waiting:
-                            freed += nbytes
-                    if during <= peak and freed >= new_bytes[v]:
-                        # v frees at least what it makes, below the peak so far: some
-                        # best order runs it next (see the docstring), the one step tried
-                        steps = [(v, low, peak, made - freed)]
-                        break
-                    steps.append((v, low, peak if peak >= during else during, made - freed))
-                for v, low, p2, after in steps:
+                for v, low, p2, after in _next_steps(m, done, mem, peak, ready):
                     if p2 > limit:
                         continue
                     d2 = done | low
