@@ -11,11 +11,11 @@ import bisect
 import random
 from typing import Callable, Sequence
 
-# The four plain orderings and the climbing budget are the pass's own: only best fit,
+# The six plain orderings and the climbing budget are the pass's own: only best fit,
 # breadth and the loops around them are restated here.
-from graphmem.passes.placement import by_area, by_duration, by_size, in_order
+from graphmem.passes.placement import by_area, by_duration, by_end, by_size, in_order, kept_first
 from graphmem.passes.placement.items import Tied
-from graphmem.passes.placement.search import CLIMB_MAX_RUNS, CLIMB_WORK
+from graphmem.passes.placement.search import CLIMB_MAX_RUNS, CLIMB_STARTS, CLIMB_WORK
 from graphmem.planning.context import align_up
 from graphmem.planning.groups import Record
 
@@ -49,6 +49,8 @@ STRATEGIES: dict[str, Callable[[Sequence[Record]], list[Record]]] = {
     "greedy_by_area": by_area.order,
     "greedy_by_duration": by_duration.order,
     "greedy_in_order": in_order.order,
+    "greedy_by_end": by_end.order,
+    "greedy_kept_first": kept_first.order,
 }
 
 
@@ -158,7 +160,7 @@ def place_records(recs: Sequence[Record], strategy: str = "best",
     if strategy == "best" and recs:
         floor = max_live(recs)
         budget = min(CLIMB_MAX_RUNS, CLIMB_WORK // (len(recs) ** 2))
-        per_start = budget // len(starts)
+        per_start = budget // CLIMB_STARTS
         for _, _, name, ordered in sorted(starts, key=lambda s: (s[0], s[1])):
             if best[1] <= floor or per_start == 0:
                 break

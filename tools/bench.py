@@ -31,7 +31,8 @@ from graphmem.frontend.folding import evaluate_constants  # noqa: E402
 from graphmem.frontend.reader import read_model  # noqa: E402
 from graphmem.frontend.zoo import ZOO, zoo_path  # noqa: E402
 from graphmem.passes.registry import PASSES  # noqa: E402
-from graphmem.passes.placement.search import STRATEGIES, max_live, place_records  # noqa: E402
+from graphmem.passes.placement.search import (SHORT, STRATEGIES, max_live,  # noqa: E402
+                                              place_records)
 from graphmem.plan.io import write_atomic  # noqa: E402
 from graphmem.planning.assignment import Assignment  # noqa: E402
 from graphmem.planning.context import Context  # noqa: E402
@@ -166,8 +167,7 @@ def optimal_reference(time_limit: float) -> str:
     """Each strategy, the default (best + hill climbing) and the exact placement on small random DAGs."""
     from graphmem.passes.placement.optimal import place_optimal
     import scale
-    short = {"greedy_by_size": "size", "greedy_by_breadth": "breadth", "greedy_by_area": "area",
-             "greedy_by_duration": "duration", "greedy_in_order": "in order"}
+    short = SHORT
     lines = ["| graph | buffers | overlapping pairs | floor (max live) | "
              + " | ".join(short[s] for s in STRATEGIES)
              + " | graphmem default | optimal (CP-SAT) | proven? | CP-SAT s |",
@@ -208,8 +208,7 @@ def ms(v) -> str:
 
 
 def zoo_tables(rows: list[dict]) -> tuple[str, list[str]]:
-    short = {"greedy_by_size": "size", "greedy_by_breadth": "breadth", "greedy_by_area": "area",
-             "greedy_by_duration": "duration", "greedy_in_order": "in order"}
+    short = SHORT
     a_cols = ["graphmem", *STRATEGIES, "optimal", "share", "onnx_tool"]
     head = ("| model | nodes | naive | unaliased peak | aliased peak | **graphmem** | "
             + " | ".join(f"{short[s]} only" for s in STRATEGIES)

@@ -33,11 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphmem.planning.groups import Record  # noqa: E402
 from graphmem.passes.placement.optimal import place_optimal  # noqa: E402
-from graphmem.passes.placement.search import STRATEGIES, max_live, place_records  # noqa: E402
+from graphmem.passes.placement.search import (SHORT, STRATEGIES, max_live,  # noqa: E402
+                                              place_records)
 
 ALIGNMENT = 64
-SHORT = {"greedy_by_size": "size", "greedy_by_breadth": "breadth", "greedy_by_area": "area",
-         "greedy_by_duration": "duration", "greedy_in_order": "in order"}
 EXACT = {"mip": "MIP (HiGHS)", "cpsat": "CP-SAT"}
 
 

@@ -9,8 +9,8 @@ they are interchangeable and compared on the same input (TFLite GPU's
   index of every time-overlapping pair of their parts (``part_pairs``);
 - ``best_fit``: the insertion loop every greedy strategy shares (compiled,
   ``graphmem/fitloops.c``; its specification is ``tests/reference_place.py``);
-- ``by_size``, ``by_breadth``, ``by_area``, ``by_duration``, ``in_order``: the
-  orderings best fit inserts in (``STRATEGIES`` in ``search``);
+- ``by_size``, ``by_breadth``, ``by_area``, ``by_duration``, ``in_order``, ``by_end``,
+  ``kept_first``: the orderings best fit inserts in (``STRATEGIES`` in ``search``);
 - ``search``: the best of the strategies, then seeded hill climbing, within a work
   budget; the max-live floor;
 - ``optimal``: the exact MIP (HiGHS) for one order, warm-started by ``search``.
