@@ -38,9 +38,10 @@ order at that peak the search keeps (tests/test_reorder.py).
   EXACT_FIRST_STATES sets, pruned at the file order's peak, and stopped sooner where
   its pace says it will not end within twice that: a narrow graph's ends there; then
   beam, moves from its order, the same exact search resumed, moves from the file
-  order), each only while the best peak so far is more than MIN_GAIN above it. An exact order is
-  compacted by ``local_search`` (the same peak, fewer live bytes summed over the
-  steps): of the many orders at the minimum peak, a compact one places at that peak.
+  order), each only while the best peak so far is more than MIN_GAIN above it. An
+  exact order is compacted by ``local_search`` (the same peak, fewer live bytes summed
+  over the steps): of the many orders at the minimum peak, a compact one places at
+  that peak.
 
 The pass returns its order as ``Assignment.order``; the pipeline plans the rest for it
 and for the given order and keeps the smaller arena. It never returns an order whose

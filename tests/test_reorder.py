@@ -456,10 +456,10 @@ def test_an_exact_search_with_no_order_under_its_bound_is_exhausted():
     assert search.run(10 ** 6) is None and search.exhausted
 
 
-def test_the_first_exact_try_stops_at_its_pace_and_the_search_goes_on(monkeypatch):
+def test_the_first_exact_try_stops_at_its_pace_and_the_search_goes_on():
     """A graph of many independent branches makes more sets in its first layers than
     the first try's budget allows over all of them: the paced first try stops early
-    (fewer sets than its budget), and the search the beams tighten later goes on from
+    (fewer sets than its budget, before half the layers), and a later run goes on from
     there to the optimum."""
     from graphmem.passes import reorder
     rng = random.Random(7)
