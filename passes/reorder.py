@@ -493,10 +493,6 @@ class _Profile:
         self.tail_area = list(accumulate(reversed(during), add, initial=0))[::-1]
         self.cost = (self.peak[-1], self.area[-1])
 
-    def cost_of(self, order: list[int], a: int, b: int) -> tuple[int, int]:
-        """:func:`_cost` of ``order``, equal to the profiled one outside ``a..b``."""
-        return self.span_cost(order[a:b + 1], a)
-
     def span_cost(self, span: list[int], a: int) -> tuple[int, int]:
         """:func:`_cost` of the profiled order with its steps from ``a`` on replaced by
         ``span`` (the same nodes as those steps, in another order)."""

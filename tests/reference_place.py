@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 
 # The six plain orderings and the climbing budget are the pass's own: only best fit,
 # breadth and the loops around them are restated here.
-from graphmem.passes.placement import by_area, by_duration, by_end, by_size, in_order, kept_first
+from graphmem.passes.placement import (by_area, by_duration, by_end, by_size, in_order,
+                                       kept_first)
 from graphmem.passes.placement.items import Tied
 from graphmem.passes.placement.search import CLIMB_MAX_RUNS, CLIMB_STARTS, CLIMB_WORK
 from graphmem.planning.context import align_up

@@ -316,7 +316,7 @@ def test_local_search_costs_each_move_as_the_whole_order_would():
             target = rng.randint(lo, hi)  # anywhere its dependencies allow
             cand = rest[:target] + [v] + rest[target:]
             a, b = min(pos, target), max(pos, target)
-            assert prof.cost_of(cand, a, b) == reorder._cost(m, cand)
+            assert prof.span_cost(cand[a:b + 1], a) == reorder._cost(m, cand)
             if rng.random() < 0.5:
                 order = cand
                 prof.move_to(order, a, b)

@@ -167,9 +167,8 @@ def optimal_reference(time_limit: float) -> str:
     """Each strategy, the default (best + hill climbing) and the exact placement on small random DAGs."""
     from graphmem.passes.placement.optimal import place_optimal
     import scale
-    short = SHORT
     lines = ["| graph | buffers | overlapping pairs | floor (max live) | "
-             + " | ".join(short[s] for s in STRATEGIES)
+             + " | ".join(SHORT[s] for s in STRATEGIES)
              + " | graphmem default | optimal (CP-SAT) | proven? | CP-SAT s |",
              "|---|---:|---:|---:|" + "---:|" * len(STRATEGIES) + "---:|---:|---|---:|"]
     from graphmem.planning.groups import Record
@@ -208,10 +207,9 @@ def ms(v) -> str:
 
 
 def zoo_tables(rows: list[dict]) -> tuple[str, list[str]]:
-    short = SHORT
     a_cols = ["graphmem", *STRATEGIES, "optimal", "share", "onnx_tool"]
     head = ("| model | nodes | naive | unaliased peak | aliased peak | **graphmem** | "
-            + " | ".join(f"{short[s]} only" for s in STRATEGIES)
+            + " | ".join(f"{SHORT[s]} only" for s in STRATEGIES)
             + " | optimal | MXNet share | onnx-tool |")
     lines = ["Whole arena, graph inputs and outputs included (MiB):", "", head,
              "|---|---:|" + "---:|" * (len(a_cols) + 3)]
@@ -259,7 +257,7 @@ def zoo_tables(rows: list[dict]) -> tuple[str, list[str]]:
               "load excluded; onnx-tool: `compress_memory` alone; ORT: the whole session "
               "creation, which includes its planner but also kernel creation and, when on, "
               "graph optimization):", "",
-              "| model | load | **graphmem** | " + " | ".join(f"{short[s]} only" for s in STRATEGIES)
+              "| model | load | **graphmem** | " + " | ".join(f"{SHORT[s]} only" for s in STRATEGIES)
               + " | optimal | MXNet share | naive | onnx-tool | ORT off | ORT on |",
               "|---|---:|" + "---:|" * len(t_cols)]
     for r in rows:
