@@ -35,7 +35,8 @@ wrote (issue 33's bar): each export bound to its dims (``static``), ORT-saved at
 level, the transformer optimizer's output, int8 QDQ (the CNNs), fp16, and for the others
 int8 dynamic, int4 (MatMulNBits) and int8 dynamic of the transformers form, and the
 transformer optimizer's GPU output in float16 (``use_gpu``, then float16: a CUDA
-deployment's file; ORT's CPU provider runs it too), written into DIR beside it with DIR/README.txt listing the files and their ``--dim`` bindings; each form
+deployment's file; ORT's CPU provider runs it too), written into DIR beside it with
+DIR/README.txt listing the files and their ``--dim`` bindings; each form
 is planned as given and with ``--ort-optimize all`` (``--levels`` for more), verified at
 all, and measured against ORT's pattern at ALL. Rows are kept in DIR/rows.json as they
 are made (a run resumes; ``--redo`` measures again), ``--write`` puts the table between
