@@ -127,3 +127,34 @@ def test_a_value_replaces_the_entry_inferred_before_it_was_known():
     dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
             for v in out.graph.value_info}
     assert dims["z"] == [16, 1] and dims["y"] == [16, 1]
+
+
+def test_constant_values_infer_the_same_whatever_the_files_node_order():
+    """The computed nodes are dropped from the model inference reads: in place when the
+    file lists its nodes in the order given, else each kept node written in order (onnx's
+    inference reads nodes in the file's order). Both give the same types."""
+    from graphmem.core.ir import Tensor
+    from graphmem.frontend.constant_values import infer_with_constant_values
+    i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    N = helper.make_node
+    nodes = [N("Shape", ["x"], ["s"]), N("ConstantOfShape", ["s"], ["z"]),
+             N("Add", ["z", "x"], ["y"]), N("Relu", ["y"], ["out"])]
+
+    def types(file_order):
+        g = helper.make_graph([nodes[i] for i in file_order], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [i64("unused", [1])])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        at = {n: k for k, n in enumerate(file_order)}
+        out = onnx.ModelProto.FromString(infer_with_constant_values(
+            model.SerializeToString(), [at[i] for i in range(4)],
+            {"x": Tensor("x", "float32", (3, 2), 32)}, {at[0], at[1]}, ["s", "z"], None))
+        assert len(out.graph.node) == 4  # the nodes are carried back untouched
+        return {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in (*out.graph.value_info, *out.graph.output)}
+
+    in_order = types([0, 1, 2, 3])
+    assert in_order["y"] == [3, 2] and in_order["out"] == [3, 2] and in_order["z"] == [3, 2]
+    assert types([3, 2, 1, 0]) == in_order

@@ -78,10 +78,13 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
     bounds.check(((i, nodes[i]) for i in order), values, tensors.get,
                  lambda i, n: f"node {i} ({n.op_type}{' ' + repr(n.name) if n.name else ''})")
     inits = {t.name for t in g["initializers"]}
-    kept = [i for i in order
-            if not (i in folded and all(o in values for o in nodes[i].outputs if o))]
-    changes = [(NODE, k, _entry_at(model, g, NODE, i)) for k, i in enumerate(kept)]
-    changes += [(NODE, k, None) for k in range(len(kept), len(nodes))]
+    gone = {i for i in folded if all(o in values for o in nodes[i].outputs if o)}
+    kept = [i for i in order if i not in gone]
+    if list(order) == list(range(len(nodes))):  # the file's nodes in order: the computed dropped
+        changes = [(NODE, i, None) for i in sorted(gone)]
+    else:  # each kept node's entry written in the place of the k-th in order
+        changes = [(NODE, k, _entry_at(model, g, NODE, i)) for k, i in enumerate(kept)]
+        changes += [(NODE, k, None) for k in range(len(kept), len(nodes))]
     changes += [(INITIALIZER, -1, entry(INITIALIZER, _tensor_message(value, name)))
                 for name, value in values.items() if name not in inits]
     # an entry inferred before the value was known ([?, 1] for a ConstantOfShape of a
