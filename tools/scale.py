@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphmem.core.ir import Graph, Node, Tensor  # noqa: E402
+from graphmem.planning.loop import TRIAL_TENSORS  # noqa: E402
 
 FAMILIES = ("chain", "eltwise", "residual", "random", "transformer", "fanout")
 # Timings on a shared machine move by a quarter between runs of the same code: below
@@ -333,8 +334,9 @@ def _report(args, rows: list[dict], status: str) -> None:
         environment(), "", *([f"**{status}**", ""] if status else []),
         "Synthetic graphs built directly as graphmem IR (tools/scale.py; no ONNX file, "
         "so no load time), planned by `graphmem.plan_graph(graph)` as `graphmem plan` does: "
-        "the default passes (reorder, which skips graphs over 4,000 nodes; concat; inplace; "
-        "share; place, best of all strategies within its work budget) and the validation "
+        "the default passes (reorder, which skips graphs over 4,000 nodes; concat, whose "
+        "trial, the rest planned again without its slices and counted in its column, runs "
+        f"up to {TRIAL_TENSORS:,} arena tensors; inplace; share; place, best of all strategies within its work budget) and the validation "
         "of the finished plan. *rest* is everything but the passes: the order check, "
         "liveness, the storage groups, writing the Plan and validating it (not given "
         "where reorder kept a new order: its time then includes planning that order). "
