@@ -30,7 +30,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphmem.core.ir import Graph, Node, Tensor  # noqa: E402
-from graphmem.planning.loop import TRIAL_TENSORS  # noqa: E402
 
 FAMILIES = ("chain", "eltwise", "residual", "random", "transformer", "fanout")
 # Timings on a shared machine move by a quarter between runs of the same code: below
@@ -329,6 +328,9 @@ def _report(args, rows: list[dict], status: str) -> None:
         if len(pts) >= 2:
             (n0, t0), (n1, t1) = pts[-2], pts[-1]
             slopes.append(f"{family} {math.log(t1 / t0) / math.log(n1 / n0):.2f}")
+    # imported here, not at the top: a measured process's "graph alone" RSS is taken
+    # before planning imports the planner (and numpy)
+    from graphmem.planning.loop import TRIAL_TENSORS
     body = "\n".join([
         "## Planning at scale", "",
         environment(), "", *([f"**{status}**", ""] if status else []),
