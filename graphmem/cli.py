@@ -35,6 +35,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graphmem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    parser.commands = sub  # the commands' parsers: ``sub.choices``, by name
     named = next((a for a in argv or () if not a.startswith("-")), None)
     for name in [named] if named in COMMANDS else COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
@@ -169,10 +170,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return build_parser(argv).parse_args(argv)
+        parser = build_parser(argv)
+        args, extra = parser.parse_known_args(argv)
     finally:
         if enabled:
             gc.enable()
+    if extra:  # said by the command's parser, which names the command and its --help
+        parser.commands.choices.get(args.command, parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def _negative_values(argv: list[str]) -> list[str]:

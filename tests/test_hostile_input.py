@@ -27,7 +27,11 @@ def model(tmp_path, monkeypatch):
     (["verify", "m.onnx", "--seed", "-1"], "-1 is negative"),
     (["plan", "m.onnx", "--dim-default", str(2 ** 62)], "past the largest dimension"),
     (["plan", "m.onnx", "--dim", f"N={2 ** 50}"], "past the largest dimension"),
-    (["plan", "m.onnx", "--no-such-option"], "unrecognized arguments"),
+    (["plan", "m.onnx", "--no-such-option"],
+     "plan: unrecognized arguments: --no-such-option (see graphmem plan --help)"),
+    # a second positional (verify reads its plan with --plan): the command's help is named
+    (["verify", "m.onnx", "m.plan.json"],
+     "verify: unrecognized arguments: m.plan.json (see graphmem verify --help)"),
     (["plan"], "required: model"),
 ])
 def test_one_line_and_exit_2(model, capsys, argv, says):
