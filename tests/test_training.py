@@ -584,6 +584,20 @@ def test_train_recompute_optimal_command_json(tmp_path, capfd):
     assert out["arena_bytes"] <= out["chen_arena_bytes"]
 
 
+def test_the_first_solver_of_a_process_prints_no_banner():
+    """highspy's banner comes from C++ on descriptor 1, once per process: checked in a
+    fresh process (in this one an earlier test may have made the first solver), where
+    Python's stdout is another descriptor onto the same pipe, as under pytest's capfd."""
+    import subprocess
+    import sys
+    code = ("import os, sys; sys.stdout = os.fdopen(os.dup(1), 'w'); "
+            "from graphmem.core.highs import quiet_highs; quiet_highs(); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok\n"
+
+
 def test_budget_and_recompute_together_are_refused(tmp_path, capsys):
     from graphmem.cli import main
     path = tmp_path / "chain.onnx"

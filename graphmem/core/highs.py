@@ -2,13 +2,17 @@
 
 highspy prints its banner ("Running HiGHS ...") to the process's standard output the
 first time a ``Highs`` is made, from C++, before any option can turn output off: it
-would land in the middle of ``--json`` output. The standard output's file descriptor
-points at /dev/null for that moment.
+would land in the middle of ``--json`` output. File descriptor 1, where C++ writes,
+points at /dev/null for that moment: not ``sys.stdout``'s descriptor, which is another
+one where Python's output is captured (pytest's ``capfd`` gives it a file of its own,
+and the banner went to descriptor 1 all the same).
 """
 from __future__ import annotations
 
 import os
 import sys
+
+_STDOUT = 1  # the C library's standard output
 
 
 def quiet_highs():
@@ -17,20 +21,18 @@ def quiet_highs():
 
     sys.stdout.flush()
     try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):  # no real descriptor (captured)
-        fd = None
-    saved = None
-    if fd is not None:
-        saved = os.dup(fd)
+        saved = os.dup(_STDOUT)
+    except OSError:  # no standard output at all: nothing to keep clean
+        saved = None
+    if saved is not None:
         null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, fd)
+        os.dup2(null, _STDOUT)
         os.close(null)
     try:
         h = highspy.Highs()
     finally:
         if saved is not None:
-            os.dup2(saved, fd)
+            os.dup2(saved, _STDOUT)
             os.close(saved)
     h.setOptionValue("output_flag", False)
     return h
