@@ -42,9 +42,9 @@ def test_the_dropout_mask_of_opset_9_is_sized_by_its_strategy():
     assert g.tensors["mask"].shape == (2, 3) and g.tensors["mask"].dtype == "float32"
 
 
-def test_shape_arithmetic_without_data_propagation_is_sized_by_constant_values():
-    """A Range turns onnx's data propagation off (UNBOUNDED_DATA_PROP): the Reshape's
-    target, a Mul of constants, is then known only from its computed value."""
+def _range_model():
+    """A Range (it turns onnx's data propagation off: UNBOUNDED_DATA_PROP) beside a
+    Reshape whose target is a Mul of constants, known only from its computed value."""
     inits = [numpy_helper.from_array(np.array([3, 4], np.int64), "c"),
              numpy_helper.from_array(np.array(1, np.int64), "one"),
              numpy_helper.from_array(np.array(0, np.int64), "zero"),
@@ -54,11 +54,28 @@ def test_shape_arithmetic_without_data_propagation_is_sized_by_constant_values()
              helper.make_node("Range", ["zero", "four", "one"], ["r"]),
              helper.make_node("Cast", ["r"], ["rf"], to=F),
              helper.make_node("Add", ["y", "rf"], ["z"])]
-    g = from_model(_model(nodes, [_vi("x", [2, 6])], [_vi("z", ["p", "q"])], inits))
+    return _model(nodes, [_vi("x", [2, 6])], [_vi("z", ["p", "q"])], inits)
+
+
+def test_shape_arithmetic_without_data_propagation_is_sized_by_the_shape_walk():
+    """The walk computes the Mul as it goes and sizes the Reshape, then the Range and
+    what reads it, in one pass: no constant-value round runs."""
+    g = from_model(_range_model())
     ran = {s.strategy: s.tensors for s in g.sizing}
-    # and z = Add(y, Cast(Range)), a graph output declared [p, q]: the inference with
-    # the values types it, and that type is written over the declared one (it was left
-    # to ONNX Runtime's symbolic inference, which imports onnxruntime and sympy)
+    assert ran["shape-walk"] == ("y", "z")
+    assert "constant-values" not in ran and "contrib-rules" not in ran
+    assert g.tensors["z"].shape == (3, 4)
+
+
+def test_shape_arithmetic_without_data_propagation_is_sized_by_constant_values(monkeypatch):
+    """Without the walk, the constant values size it: the inference with the computed
+    values types z = Add(y, Cast(Range)), a graph output declared [p, q], and that type
+    is written over the declared one (it was left to ONNX Runtime's symbolic inference,
+    which imports onnxruntime and sympy)."""
+    monkeypatch.setattr(shape_strategies, "STRATEGIES",
+                        tuple(s for s in STRATEGIES if s.name != "shape-walk"))
+    g = from_model(_range_model())
+    ran = {s.strategy: s.tensors for s in g.sizing}
     assert ran["constant-values"] == ("y", "z")
     assert "onnxruntime-symbolic" not in ran
     assert g.tensors["z"].shape == (3, 4)

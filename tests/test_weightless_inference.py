@@ -230,9 +230,13 @@ def test_the_checker_still_reads_an_unsorted_model_with_weights():
         from_model(_model(nodes, [_vi("x", [8, 64])], [_vi("y", [8, 64])], [w]))
 
 
-def test_a_later_constant_values_round_computes_only_new_constants(folding_runs):
+def test_a_later_constant_values_round_computes_only_new_constants(folding_runs, monkeypatch):
     """The Reshape's target (a Mul of constants) sizes y in the first round; the second
-    computes the target read from y's Shape, and does not compute the Mul again."""
+    computes the target read from y's Shape, and does not compute the Mul again. (The
+    shape walk before the rounds would size it all in one pass: taken out here.)"""
+    from graphmem.frontend import shape_strategies
+    monkeypatch.setattr(shape_strategies, "STRATEGIES", tuple(
+        s for s in shape_strategies.STRATEGIES if s.name != "shape-walk"))
     ran = folding_runs
     inits = [numpy_helper.from_array(np.array([3, 4], np.int64), "c"),
              numpy_helper.from_array(np.array(1, np.int64), "one"),

@@ -276,13 +276,25 @@ def has_contrib_ops(state: LoadState) -> bool:
         ort_own_ops(nodes, state.opset))
 
 
+def has_no_contrib_ops(state: LoadState) -> bool:
+    return not has_contrib_ops(state)
+
+
 def contrib_rules(state: LoadState) -> None:
     """The ops ONNX Runtime's optimizers write (FusedConv, the NCHWc ops, QLinear*,
     SkipLayerNormalization, ...): their rules (:mod:`graphmem.frontend.contrib_shapes`)
     in one pass with onnx's per-node inference between them, then onnx's inference with
     data propagation downstream of what they sized, round after round while a round
     sizes more. Before the constant-value rounds: on a graph ORT saved, nothing else is
-    left open."""
+    left open.
+
+    On a graph without contrib ops it is the ``shape-walk``: the shape arithmetic a
+    Reshape reads after a tensor only the walk sized (a TorchScript export's, where a
+    Range turns onnx's data propagation off) is computed as the walk goes, so one pass
+    sizes what the constant values took a round per step for (T5-small's encoder:
+    three rounds, each a whole-model inference). Its values stay shape-sized
+    (``contrib_shapes._Values.LIMIT``), and onnx's per-node inference propagates no
+    data, so nothing is materialized as a Range in a propagating inference is."""
     from graphmem.frontend.contrib_shapes import propagate
     while True:
         known = propagate(state.model_bytes())
@@ -347,10 +359,35 @@ def contrib_rules_and_values(state: LoadState) -> None:
             return
 
 
+# ONNX Runtime's symbolic inference fills the output of an int64 ConstantOfShape whose
+# shape it knows (np.ones of it, then times the value): above this many bytes it is not
+# run (a Reshape target of 2**40 in a file sized one of 8 TiB; 2**31 would have filled
+# 16 GB where the machine had them)
+ORT_FILL_BYTES = 1 << 26
+
+
+def filled_by_ort(state: LoadState) -> str | None:
+    """The first int64 ConstantOfShape output sized past ORT_FILL_BYTES, in words."""
+    for i in state.order:
+        n = state.g["nodes"][i]
+        if n.op_type != "ConstantOfShape" or not standard_domain(n.domain) or not n.outputs:
+            continue
+        t = state.tensors.get(n.outputs[0])
+        if t is not None and t.dtype == "int64" and t.bytes > ORT_FILL_BYTES:
+            return (f"ConstantOfShape node {i} ({n.name!r}) would hold {t.bytes:,} bytes of "
+                    f"int64, which ONNX Runtime's symbolic inference fills")
+    return None
+
+
 def onnxruntime_symbolic(state: LoadState) -> None:
     """ONNX Runtime's symbolic shape inference (it knows the contrib ops and attention
     blocks that onnx's own inference leaves open), kept only where it knows more: it
-    may give symbolic dims to tensors the strategies before sized."""
+    may give symbolic dims to tensors the strategies before sized. Not run where it
+    would fill a large int64 ConstantOfShape (:func:`filled_by_ort`): a note says so."""
+    too_large = filled_by_ort(state)
+    if too_large:
+        state.notes.append(f"ONNX Runtime's symbolic shape inference not run: {too_large}")
+        return
     g, order, reads = state.g, state.order, state.reads
     model = state.with_small_weights(state.model_proto())
     sym = symbolic_infer(model, state.notes)
@@ -371,6 +408,10 @@ STRATEGIES: tuple[Strategy, ...] = (
              summary="Dropout's mask, which opsets 7-9 leave untyped (cheap, first)"),
     Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
              summary="the shape rules of the ops ONNX Runtime's optimizers write"),
+    Strategy("shape-walk", contrib_rules, applies=has_no_contrib_ops,
+             summary="the same walk on a graph without contrib ops: onnx's per-node "
+                     "inference with the shape arithmetic computed on the way, in one "
+                     "pass where the constant values would take a round per step"),
     Strategy("constant-values", constant_values,
              summary="inference again with small computed constants as initializers"),
     Strategy("dropout-mask", dropout_mask,
