@@ -294,7 +294,7 @@ def contrib_rules(state: LoadState) -> None:
     sizes what the constant values took a round per step for (T5-small's encoder:
     three rounds, each a whole-model inference). Its values stay shape-sized
     (``contrib_shapes._Values.LIMIT``), and onnx's per-node inference propagates no
-    data, so nothing is materialized as a Range in a propagating inference is."""
+    data: nothing is filled the way onnx's data propagation fills a Range."""
     from graphmem.frontend.contrib_shapes import propagate
     while True:
         known = propagate(state.model_bytes())
@@ -361,8 +361,8 @@ def contrib_rules_and_values(state: LoadState) -> None:
 
 # ONNX Runtime's symbolic inference fills the output of an int64 ConstantOfShape whose
 # shape it knows (np.ones of it, then times the value): above this many bytes it is not
-# run (a Reshape target of 2**40 in a file sized one of 8 TiB; 2**31 would have filled
-# 16 GB where the machine had them)
+# run (issue 38's Reshape target of 2**40 sized one of 8 TiB; at 2**31 elements, 16 GiB,
+# the allocation can succeed and the fill take the machine's memory)
 ORT_FILL_BYTES = 1 << 26
 
 
