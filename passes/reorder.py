@@ -494,8 +494,9 @@ class _Profile:
         self.cost = (self.peak[-1], self.area[-1])
 
     def span_cost(self, span: list[int], a: int) -> tuple[int, int]:
-        """:func:`_cost` of the profiled order with its steps from ``a`` on replaced by
-        ``span`` (the same nodes as those steps, in another order)."""
+        """:func:`_cost` of the profiled order with its steps ``a`` to
+        ``a + len(span) - 1`` replaced by ``span`` (the same nodes as those steps, in
+        another order); the steps after them are the profiled order's own."""
         m = self.m
         b = a + len(span) - 1
         done, mem, peak, area = self.done[a], self.mem[a], self.peak[a], self.area[a]
