@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -23,6 +22,7 @@ from graphmem.core.ir import Graph
 from graphmem.core.nogc import gc_paused
 from graphmem.core.ops import DEFAULT_TABLE
 from graphmem.core.order import file_order
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.passes.registry import DEFAULT_PASSES, PASSES
@@ -40,7 +40,7 @@ __all__ = ["DEFAULT_PASSES", "PassReport", "Result", "plan_graph", "plan_model",
            "resolve_passes"]
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     plan: Plan
     graph: Graph

@@ -49,13 +49,13 @@ modelled peak is above the given order's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import accumulate
 from operator import add
 from typing import Iterable
 
 from graphmem.core.ir import Graph
 from graphmem.core.ops import view_pairs
+from graphmem.core.records import record
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
@@ -76,7 +76,7 @@ MAX_NODES = 4_000
 MIN_GAIN = 0.01
 
 
-@dataclass(frozen=True)
+@record
 class Schedule:
     """The scheduling problem: nodes 0..n-1 with dependency masks and storage units."""
 

@@ -20,7 +20,7 @@ Pure functions: nothing here loads or plans; callers hand in a loaded
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.analysis.macs import im2col_bytes, mac_totals, node_macs
@@ -56,7 +56,7 @@ _EIGHT_BIT = {"int8", "uint8", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
 FLOAT_TYPES = {"float32", "float64", "float16", "bfloat16"}
 
 
-@dataclass(frozen=True)
+@record
 class Device:
     """A roofline device: peak FLOP/s for the graph's element type, and bytes per second."""
 

@@ -11,7 +11,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 import onnx
@@ -20,6 +20,7 @@ from onnx import numpy_helper
 from graphmem.analysis.breakdown import FLOAT_TYPES, param_count, weight_bytes, workspace
 from graphmem.analysis.macs import mac_totals
 from graphmem.core.dtypes import BITS_BY_NAME
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Tensor
 from graphmem.frontend.folding import constant_value
@@ -52,7 +53,7 @@ def float_dtype(graph: Graph) -> str:
 
 # ---------------------------------------------------------------------- batch
 
-@dataclass(frozen=True)
+@record
 class BatchAxis:
     """How a model's batch is set: a symbolic dim name, or a fixed size to rewrite."""
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from itertools import repeat
 from math import prod
 from typing import Any, Iterable, Mapping, NamedTuple
+
+from graphmem.core.records import record
 
 # The standard ONNX operator domain, by either of its names.
 STANDARD_DOMAINS = frozenset(("", "ai.onnx"))
@@ -39,7 +41,7 @@ def from_columns(cls, count: int, **columns: Iterable) -> list:
     return out
 
 
-@dataclass(frozen=True, slots=True)  # slots: a large graph holds a million of these
+@record(slots=True)  # slots: a large graph holds a million of these
 class Tensor:
     """A value of the graph with a fully known static shape."""
 
@@ -59,7 +61,7 @@ class Tensor:
         return prod(self.shape)  # prod(()) == 1: a scalar is one element
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Node:
     """One operator. ``index`` is its position in the model's top-level ``graph.node``."""
 
@@ -93,7 +95,7 @@ class Sizing(NamedTuple):
     tensors: tuple[str, ...]  # their names; () for the first (it sizes them all)
 
 
-@dataclass(frozen=True)
+@record
 class Graph:
     """A loaded model: the nodes that run, and every tensor's static type.
 
@@ -204,7 +206,7 @@ class Graph:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class Scope:
     """One body of a control-flow node (a Loop's or Scan's ``body``, an If's
     ``then_branch`` or ``else_branch``) as a graph of its own.

@@ -12,9 +12,9 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 
 LEVELS = ("basic", "extended", "all")
@@ -28,7 +28,7 @@ EXTERNAL_WEIGHTS_BYTES = 1 << 30
 _FOLDERS: list[str] = []
 
 
-@dataclass(frozen=True)
+@record
 class Optimized:
     """An optimized model: where it lies, what made it, and what it cost to make."""
     path: Path

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import islice
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 from graphmem.core.ir import from_columns
 from graphmem.core.nogc import gc_paused
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.plan.io import write_atomic
 
@@ -24,7 +25,7 @@ FORMAT = "graphmem.plan/1"
 KINDS = ("input", "output", "activation")
 
 
-@dataclass(frozen=True, slots=True)  # slots: 88 bytes a tensor instead of 344
+@record(slots=True)  # slots: 88 bytes a tensor instead of 344
 class TensorPlan:
     kind: str
     bytes: int
@@ -73,7 +74,7 @@ def tensor_plans(kind, nbytes, offset, live, alias_of, alias, slice_of) -> list[
 assert not hasattr(TensorPlan, "__post_init__")  # from_columns would not run it
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
     model: str
     bindings: dict[str, int]
@@ -237,7 +238,7 @@ class Plan:
 _INHERITED = ("format", "model", "bindings", "alignment", "target")
 
 
-@dataclass(frozen=True)
+@record
 class ScopePlan:
     """The plan of one body of a control-flow node: ``plan`` is a plan of the body's
     graph (order, tensors with offsets inside the body's own arena, stats, and its own

@@ -6,8 +6,7 @@ from the plan and the graph's static types, never from the planner's internals.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.plan.format import Plan
@@ -16,7 +15,7 @@ from graphmem.plan.stats import live_timelines
 from graphmem.plan.validate import problems
 
 
-@dataclass(frozen=True)
+@record
 class TensorRow:
     """One arena tensor with everything a reviewer asks about it."""
 
@@ -37,7 +36,7 @@ class TensorRow:
     producer_name: str
 
 
-@dataclass(frozen=True)
+@record
 class StepRow:
     """One position of the execution order (a node that runs)."""
 
@@ -49,7 +48,7 @@ class StepRow:
     live_bytes_unaliased: int  # the same with every tensor counted on its own
 
 
-@dataclass(frozen=True)
+@record
 class PlanView:
     plan: Plan
     tensors: list[TensorRow]  # in plan order (graph inputs, then node outputs)

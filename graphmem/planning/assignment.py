@@ -7,9 +7,11 @@ groups made from the names (``groups``) are integer columns over the context's p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from itertools import chain
 from typing import TYPE_CHECKING, Mapping
+
+from graphmem.core.records import record
 
 if TYPE_CHECKING:
     from graphmem.planning.group_table import GroupTable
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 _GROUPING = frozenset(("alias", "slice_of", "slice_offset"))
 
 
-@dataclass(frozen=True)
+@record
 class Assignment:
     """Where every arena tensor lives, as decided so far.
 

@@ -29,9 +29,9 @@ What a pass reads and provides are the products of :data:`PRODUCTS`, each a part
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
@@ -48,7 +48,7 @@ PRODUCTS = tuple(FIELDS)
 CONTEXT_PROVIDES = ("order", "groups")
 
 
-@dataclass(frozen=True)
+@record
 class PassOptions:
     """The planning options a pass may read: the placement strategy (``"best"``, one of
     the strategies, or ``"optimal"``) and the exact solver's time limit in seconds."""
@@ -57,7 +57,7 @@ class PassOptions:
     time_limit: float = 10.0
 
 
-@dataclass(frozen=True)
+@record
 class Pass:
     """A planning pass: ``run(ctx, assignment, options) -> (assignment, detail)``, where
     ``detail`` is a small JSON-able dict of what it did (shown in the report)."""

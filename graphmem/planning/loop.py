@@ -17,9 +17,10 @@ A tie keeps the given order and the trial pass's decisions. The loop names no pa
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Sequence
 
+from graphmem.core.records import record
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
@@ -30,7 +31,7 @@ from graphmem.planning.writer import finish_layout
 TRIAL_TENSORS = 50_000
 
 
-@dataclass(frozen=True)
+@record
 class PassReport:
     name: str
     bytes_saved: int  # arena before the pass minus after it (one buffer per group if unplaced)
@@ -39,7 +40,7 @@ class PassReport:
     detail: dict = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class Planned:
     """The passes' result for one context: the finished assignment (every storage group
     placed) and one report per pass, in the order they ran."""

@@ -14,13 +14,14 @@ backward (everything onnx_ad added), ``r:<i>`` recomputation (see :mod:`.recompu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem.core.ir import CONTROL_FLOW, standard_domain
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import onnx_opset
 from graphmem.training.activations import fuse, unfuse
@@ -34,7 +35,7 @@ BN_MODES = ("training", "inference")
 RUNNING = "running/"  # prefix of the updated running statistics' output names
 
 
-@dataclass(frozen=True)
+@record
 class TrainingGraph:
     """A training step as one ONNX model, and what its names mean."""
 

@@ -12,13 +12,14 @@ its backward runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Callable, Sequence
 
 import onnx
 
 from graphmem.analysis.macs import MATRIX_OPS
 from graphmem.core.ir import Graph
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.pipeline import Result
 from graphmem.training.build import TrainingGraph
@@ -206,7 +207,7 @@ def recompute_chosen(tg: TrainingGraph, chosen: list[str], found: list,
     return rewrite(tg, chosen, extra), info
 
 
-@dataclass(frozen=True)
+@record
 class Attempt:
     """One recomputation choice, planned."""
 

@@ -1,12 +1,12 @@
 """Running a model node by node inside one planned arena, and explaining a difference."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 import onnx
 
+from graphmem.core.records import record
 from graphmem.verify.arena import HostArena, OrtArena
 from graphmem.verify.compare import OutputCheck, max_abs_diff, same
 from graphmem.core.ir import Graph, Node
@@ -17,7 +17,7 @@ from graphmem.verify.poison import PoisonSchedule
 from graphmem.plan.format import Plan, TensorPlan
 
 
-@dataclass(frozen=True)
+@record
 class Mismatch:
     """Where the arena run first disagrees with the reference, and why it might."""
 

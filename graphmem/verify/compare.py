@@ -2,12 +2,12 @@
 provider that is not deterministic); the whole-model line at per-dtype tolerances."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
 from graphmem.core.ir import Graph
+from graphmem.core.records import record
 
 # (rtol, atol) per dtype for the whole-model line (one-node sessions against the whole
 # model, whose kernels and fusions may differ). Integer and bool tensors match exactly.
@@ -45,7 +45,7 @@ def tolerance_dtypes(graph: Graph) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
+@record
 class OutputCheck:
     name: str
     dtype: str

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ FUSED_CONV = frozenset(("com.microsoft:FusedConv", "com.microsoft.nchwc:Conv"))
 CONV_SHAPES: tuple[tuple[int, ...], ...] = ((1, 16, 5, 5), (2, 32, 9, 7))
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Case:
     """One probe: ``op`` writing its output over input ``index``; with ``small`` set,
     that input is broadcast (its shape is the others' without the first axis)."""
@@ -60,7 +61,7 @@ class Case:
         return f"{self.op} input {self.index} -> output 0, shape {list(self.shape)}{form}"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Outcome:
     case: Case
     passed: bool

@@ -25,11 +25,12 @@ the report (``whole_model``): it can warn, never decide the verdict.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Callable, Mapping
 
 import numpy as np
 
+from graphmem.core.records import record
 from graphmem.verify.arena import check_fits
 from graphmem.verify.arena_run import ArenaRun, Mismatch
 from graphmem.verify.compare import OutputCheck, max_abs_diff, same
@@ -52,7 +53,7 @@ __all__ = ["verify", "VerifyReport", "Mismatch", "OutputCheck", "PROVIDERS", "ra
 PROVIDERS = {"cpu": ("CPUExecutionProvider", "cpu"), "cuda": ("CUDAExecutionProvider", "cuda")}
 
 
-@dataclass(frozen=True)
+@record
 class VerifyReport:
     model: str
     provider: str

@@ -4,12 +4,12 @@ their parts whose lives overlap (:class:`PartPairs`), which every best-fit run s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from graphmem.core.liveness import count_overlapping_pairs, overlapping_pairs
+from graphmem.core.records import record
 from graphmem.core.regions import NO_SPAN, byte_regions
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context, align_up
@@ -17,7 +17,7 @@ from graphmem.planning.groups import (BYTES, FIRST, ID, LAST, Record, group_reco
                                       make_record)
 
 
-@dataclass(frozen=True)
+@record
 class Tied:
     """Records that must sit at fixed offsets from one another (XLA-style colocation).
 

@@ -43,12 +43,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from graphmem.core.liveness import overlapping_pairs
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.planning.groups import Record
 from graphmem.passes.placement.search import max_live, place_records
@@ -58,7 +59,7 @@ SOLVERS = ("cpsat", "mip")
 DEFAULT_SOLVER = "cpsat"
 
 
-@dataclass(frozen=True)
+@record
 class ExactResult:
     offsets: dict[int, int]
     total: int
