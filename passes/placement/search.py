@@ -14,15 +14,14 @@ from graphmem.passes.placement import (by_area, by_breadth, by_duration, by_end,
 from graphmem.passes.placement.best_fit import best_fit
 from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
 
+_MODULES = (by_size, by_breadth, by_area, by_duration, in_order, by_end, kept_first)
 # name -> how records are ordered before best-fit insertion; ties go to the first
-STRATEGIES: dict[str, Callable[[Sequence], list]] = {
-    s.NAME: s.order for s in (by_size, by_breadth, by_area, by_duration, in_order, by_end,
-                              kept_first)}
-# ... and its short name in tables (tools/bench.py, tools/exact_bench.py)
-SHORT: dict[str, str] = {"greedy_by_size": "size", "greedy_by_breadth": "breadth",
-                         "greedy_by_area": "area", "greedy_by_duration": "duration",
-                         "greedy_in_order": "in order", "greedy_by_end": "end",
-                         "greedy_kept_first": "kept first"}
+STRATEGIES: dict[str, Callable[[Sequence], list]] = {s.NAME: s.order for s in _MODULES}
+# ... and its short name in tables (tools/bench.py, tools/exact_bench.py): the name
+# without "greedy_" and "by_" ("size", "in order", "kept first")
+SHORT: dict[str, str] = {
+    s.NAME: s.NAME.removeprefix("greedy_").removeprefix("by_").replace("_", " ")
+    for s in _MODULES}
 
 # "best" runs every strategy on inputs of up to this much work (parts plus
 # time-overlapping part pairs, what one best-fit run visits), fewer above it: after
