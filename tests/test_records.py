@@ -171,3 +171,12 @@ def test_an_undocumented_record_gets_its_twins_docstring():
             d: tuple[int, int] = (1, 2)
         made.append(Bare.__doc__)
     assert made[0] == made[1]
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_a_records_signature_is_its_twins(slots):
+    import inspect
+    rec, dc = _pair(slots)
+    assert str(inspect.signature(rec)) == str(inspect.signature(dc))
+    assert str(inspect.signature(rec)) == ("(name: 'str', shape: 'tuple', attrs: 'dict' = "
+                                           "<factory>, note: 'str' = '') -> None")

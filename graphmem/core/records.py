@@ -77,13 +77,44 @@ def _make(cls, slots: bool):
     cls._record_class = cls
     methods = {"__init__": _init, "__repr__": _repr, "__eq__": _eq, "__hash__": _hash,
                "__setattr__": _setattr, "__delattr__": _delattr,
-               "__match_args__": tuple(name for name, _, _ in cls._record_init)}
+               "__match_args__": tuple(name for name, _, _ in cls._record_init),
+               "__signature__": _SIGNATURE}
     if slots:  # as dataclass(frozen=True, slots=True): unpickled and copied field by field
         methods.update(__getstate__=_getstate, __setstate__=_setstate)
     for name, value in methods.items():
         if name not in own:
             setattr(cls, name, value)
     return cls
+
+
+class _Factory:
+    """The default a signature shows for a field with a default factory."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+class _Signature:
+    """A record's ``__signature__``: its fields, as the dataclass's ``__init__`` would
+    take them (what ``inspect.signature`` and ``help`` show), made when first asked."""
+
+    def __get__(self, obj, cls):
+        sig = cls.__dict__.get("_record_signature")
+        if sig is None:
+            import inspect  # dataclasses imported it already
+            fields = {f.name: f for f in dataclasses.fields(cls)}
+            sig = inspect.Signature([
+                inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default=(default if default is not _MISSING else
+                                           _Factory() if factory is not _MISSING else
+                                           inspect.Parameter.empty),
+                                  annotation=fields[name].type)
+                for name, default, factory in cls._record_init], return_annotation=None)
+            type.__setattr__(cls, "_record_signature", sig)
+        return sig
+
+
+_SIGNATURE = _Signature()
 
 
 def _init(self, *args, **kwargs) -> None:
