@@ -5,8 +5,12 @@
 it when the module is imported: about 1.3 ms a class on CPython 3.11, and the 15
 classes a ``graphmem plan`` imports came to 15-22 ms of a command that takes 0.25 s
 on a Whisper encoder (``tools/bench.py --whole``). ``@record`` makes the same class
-from a dataclass without methods (0.07 ms) and methods shared by every record, which
-read the class's fields when they are called: no source is written or compiled.
+from a dataclass without methods (0.07 ms), methods shared by every record that read
+the class's fields when called (``__repr__``, ``__eq__``, ``__hash__``, the frozen
+``__setattr__`` and ``__delattr__``), and an ``__init__`` written and compiled as the
+dataclass writes it, but when the class first makes an object: a class that a run
+never instantiates costs none of it, and one that makes a million objects makes them
+as fast as the dataclass's own.
 
 A record is a dataclass (``dataclasses.fields``, ``replace``, ``asdict`` and
 ``is_dataclass`` work, and ``__dataclass_params__`` says ``frozen``), and behaves as
@@ -15,10 +19,9 @@ position or name, with their defaults and default factories, then calls
 ``__post_init__``; ``__repr__``, ``__eq__`` (same class, fields with ``compare``) and
 ``__hash__`` (fields with ``hash``, else ``compare``) are the dataclass's; assigning or
 deleting a field raises ``dataclasses.FrozenInstanceError``; ``__match_args__`` names
-the fields. A method the class defines itself is kept. The shared ``__init__`` makes
-an object as fast as the generated one (both set each field with
-``object.__setattr__``: 2.0 us for an eight-field Node), ``__eq__`` and ``__hash__``
-are slower but no planner path compares records in bulk.
+the fields and ``inspect.signature`` shows them. A method the class defines itself is
+kept. The shared ``__eq__`` and ``__hash__`` are slower than generated ones, but no
+planner path compares records in bulk.
 (tests/test_records.py holds each behaviour against a ``@dataclass(frozen=True)`` twin.)
 
 Not supported, and refused when the class is made: keyword-only fields and ``InitVar``
@@ -64,6 +67,7 @@ def _make(cls, slots: bool):
     params = cls.__dataclass_params__  # what the class is: as dataclass(frozen=True)
     params.init = params.repr = params.eq = params.frozen = True
     cls._record_init = tuple((f.name, f.default, f.default_factory) for f in fields if f.init)
+    cls._record_init_names = tuple(name for name, _, _ in cls._record_init)
     # init=False fields with a default are set to it; one without is __post_init__'s
     cls._record_derived = tuple((f.name, f.default, f.default_factory) for f in fields
                                 if not f.init and (f.default is not _MISSING
@@ -77,7 +81,7 @@ def _make(cls, slots: bool):
     cls._record_class = cls
     methods = {"__init__": _init, "__repr__": _repr, "__eq__": _eq, "__hash__": _hash,
                "__setattr__": _setattr, "__delattr__": _delattr,
-               "__match_args__": tuple(name for name, _, _ in cls._record_init),
+               "__match_args__": cls._record_init_names,
                "__signature__": _SIGNATURE}
     if slots:  # as dataclass(frozen=True, slots=True): unpickled and copied field by field
         methods.update(__getstate__=_getstate, __setstate__=_setstate)
@@ -88,10 +92,14 @@ def _make(cls, slots: bool):
 
 
 class _Factory:
-    """The default a signature shows for a field with a default factory."""
+    """The default of a field with a default factory, in the signature and in the
+    compiled ``__init__`` (where it stands for "not given")."""
 
     def __repr__(self) -> str:
         return "<factory>"
+
+
+_FACTORY = _Factory()
 
 
 class _Signature:
@@ -106,7 +114,7 @@ class _Signature:
             sig = inspect.Signature([
                 inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                   default=(default if default is not _MISSING else
-                                           _Factory() if factory is not _MISSING else
+                                           _FACTORY if factory is not _MISSING else
                                            inspect.Parameter.empty),
                                   annotation=fields[name].type)
                 for name, default, factory in cls._record_init], return_annotation=None)
@@ -118,40 +126,46 @@ _SIGNATURE = _Signature()
 
 
 def _init(self, *args, **kwargs) -> None:
-    cls = type(self)
-    spec = cls._record_init
-    given = len(args)
-    if given > len(spec):
-        required = sum(d is _MISSING and f is _MISSING for _, d, f in spec)
-        takes = (f"from {required + 1} to " if required < len(spec) else "") + str(len(spec) + 1)
-        raise TypeError(f"{cls.__qualname__}.__init__() takes {takes} positional arguments "
-                        f"but {given + 1} were given")
-    put = object.__setattr__
-    for i, (name, default, factory) in enumerate(spec):
-        if i < given:
-            if name in kwargs:
-                raise TypeError(f"{cls.__qualname__}.__init__() got multiple values for "
-                                f"argument {name!r}")
-            put(self, name, args[i])
-        elif name in kwargs:
-            put(self, name, kwargs.pop(name))
-        elif default is not _MISSING:
-            put(self, name, default)
+    """A record's first ``__init__``: compiles the class's own (:func:`_compiled_init`),
+    which replaces this one, and runs it."""
+    cls = type(self)._record_class
+    if cls.__dict__.get("__init__") is _init:
+        type.__setattr__(cls, "__init__", _compiled_init(cls))
+    cls.__init__(self, *args, **kwargs)
+
+
+def _compiled_init(cls):
+    """``cls.__init__`` as the dataclass writes it: each field set with
+    ``object.__setattr__``, a default factory called where its field is not given, the
+    ``init=False`` fields with a default set to it, then ``__post_init__``. Compiled the
+    first time the class makes an object (about 0.3 ms), so a class that an import
+    defines and a run never instantiates costs none of it."""
+    ns = {"__put": object.__setattr__, "__factory": _FACTORY}
+    params, body = [], []
+    for i, (name, default, factory) in enumerate(cls._record_init):
+        if default is not _MISSING:
+            ns[f"__d{i}"] = default
+            params.append(f"{name}=__d{i}")
+            body.append(f"__put(__self, {name!r}, {name})")
         elif factory is not _MISSING:
-            put(self, name, factory())
+            ns[f"__f{i}"] = factory
+            params.append(f"{name}=__factory")
+            body.append(f"__put(__self, {name!r}, __f{i}() if {name} is __factory else {name})")
         else:
-            missing = [n for n, d, f in spec[i:]
-                       if n not in kwargs and d is _MISSING and f is _MISSING]
-            raise TypeError(f"{cls.__qualname__}.__init__() missing {len(missing)} required "
-                            f"positional argument{'s' if len(missing) > 1 else ''}: "
-                            + _listed(missing))
-    if kwargs:  # the fields given by name were taken out above: these are no fields
-        raise TypeError(f"{cls.__qualname__}.__init__() got an unexpected keyword argument "
-                        f"{next(iter(kwargs))!r}")
-    for name, default, factory in cls._record_derived:
-        put(self, name, default if factory is _MISSING else factory())
+            params.append(name)
+            body.append(f"__put(__self, {name!r}, {name})")
+    for i, (name, default, factory) in enumerate(cls._record_derived):
+        ns[f"__e{i}"] = default if factory is _MISSING else factory
+        body.append(f"__put(__self, {name!r}, __e{i}{'' if factory is _MISSING else '()'})")
     if cls._record_post:
-        self.__post_init__()
+        body.append("__self.__post_init__()")
+    source = (f"def __init__(__self, {', '.join(params)}):\n    "
+              + "\n    ".join(body or ["pass"]))
+    exec(source, ns)  # noqa: S102 -- source made above from the field names alone
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    return init
 
 
 def _annotation(annotation) -> str:
@@ -160,14 +174,6 @@ def _annotation(annotation) -> str:
         return (annotation.__qualname__ if annotation.__module__ == "builtins"
                 else f"{annotation.__module__}.{annotation.__qualname__}")
     return repr(annotation) if isinstance(annotation, str) else str(annotation)
-
-
-def _listed(names: list[str]) -> str:
-    """Names as Python's own TypeError lists them: 'a', 'a' and 'b', 'a', 'b', and 'c'."""
-    quoted = [repr(n) for n in names]
-    if len(quoted) < 3:
-        return " and ".join(quoted)
-    return ", ".join(quoted[:-1]) + ", and " + quoted[-1]
 
 
 @reprlib.recursive_repr()
