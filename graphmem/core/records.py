@@ -47,18 +47,13 @@ def _make(cls, slots: bool):
     own = {name for name in ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__",
                              "__delattr__", "__match_args__") if name in cls.__dict__}
     # dataclass writes a missing docstring from inspect.signature (3-4 ms the first
-    # time: it compiles tokenize's expressions); a record writes it from the fields
+    # time: it compiles tokenize's expressions); a record writes the same text from its
+    # own __signature__ (below), which reads the fields
     undocumented = not cls.__doc__
     if undocumented:
         cls.__doc__ = "-"
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=slots)
     fields = dataclasses.fields(cls)
-    if undocumented:
-        cls.__doc__ = f"{cls.__name__}(" + ", ".join(
-            f"{f.name}: {_annotation(f.type)}"
-            + ("" if f.default is _MISSING else f" = {f.default!r}")
-            + ("" if f.default_factory is _MISSING else " = <factory>")
-            for f in fields if f.init) + ")"
     named = {f.name for f in fields}
     for f in cls.__dataclass_fields__.values():
         if f.kw_only or (f.name not in named and "InitVar" in str(f.type)):
@@ -67,7 +62,6 @@ def _make(cls, slots: bool):
     params = cls.__dataclass_params__  # what the class is: as dataclass(frozen=True)
     params.init = params.repr = params.eq = params.frozen = True
     cls._record_init = tuple((f.name, f.default, f.default_factory) for f in fields if f.init)
-    cls._record_init_names = tuple(name for name, _, _ in cls._record_init)
     # init=False fields with a default are set to it; one without is __post_init__'s
     cls._record_derived = tuple((f.name, f.default, f.default_factory) for f in fields
                                 if not f.init and (f.default is not _MISSING
@@ -81,13 +75,15 @@ def _make(cls, slots: bool):
     cls._record_class = cls
     methods = {"__init__": _init, "__repr__": _repr, "__eq__": _eq, "__hash__": _hash,
                "__setattr__": _setattr, "__delattr__": _delattr,
-               "__match_args__": cls._record_init_names,
+               "__match_args__": tuple(name for name, _, _ in cls._record_init),
                "__signature__": _SIGNATURE}
     if slots:  # as dataclass(frozen=True, slots=True): unpickled and copied field by field
         methods.update(__getstate__=_getstate, __setstate__=_setstate)
     for name, value in methods.items():
         if name not in own:
             setattr(cls, name, value)
+    if undocumented:  # dataclass's text, from the signature the record already gives
+        cls.__doc__ = cls.__name__ + str(cls.__signature__).replace(" -> None", "")
     return cls
 
 
@@ -166,14 +162,6 @@ def _compiled_init(cls):
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     return init
-
-
-def _annotation(annotation) -> str:
-    """An annotation as inspect.formatannotation writes it in a signature."""
-    if isinstance(annotation, type):
-        return (annotation.__qualname__ if annotation.__module__ == "builtins"
-                else f"{annotation.__module__}.{annotation.__qualname__}")
-    return repr(annotation) if isinstance(annotation, str) else str(annotation)
 
 
 @reprlib.recursive_repr()
