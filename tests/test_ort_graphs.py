@@ -74,6 +74,43 @@ def test_verify_runs_the_optimized_graph(own_tmp, capsys):
     assert not list(own_tmp.iterdir())
 
 
+def test_verify_optimized_where_the_weights_lie_beside_the_model(own_tmp, tmp_path, capsys):
+    """A model whose weights are in a file beside it: ORT's optimized copy, saved into
+    a temporary folder, must not point at that file by its relative name (ORT keeps
+    the references of the weights it leaves as they are: BERT's MatMul weights)."""
+    import onnx
+    model = onnx.load(str(CORPUS / "bert-ts.onnx"))
+    onnx.save_model(model, str(tmp_path / "bert.onnx"), save_as_external_data=True,
+                    location="bert.weights", size_threshold=1024)
+    assert main(["verify", str(tmp_path / "bert.onnx"), "--dim-default", "2",
+                 "--ort-optimize", "all"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert not list(own_tmp.iterdir())
+
+
+def test_annotated_export_of_the_optimized_model_carries_its_weights(own_tmp, tmp_path,
+                                                                     capsys):
+    """The optimized model's folder is removed when the command ends: the annotated
+    model holds the weights the source kept beside it, and ORT runs it."""
+    import onnx
+    model = onnx.load(str(CORPUS / "bert-ts.onnx"))
+    onnx.save_model(model, str(tmp_path / "bert.onnx"), save_as_external_data=True,
+                    location="bert.weights", size_threshold=1024)
+    out = tmp_path / "out" / "annotated.onnx"
+    out.parent.mkdir()
+    assert main(["export", str(tmp_path / "bert.onnx"), "--dim-default", "2",
+                 "--ort-optimize", "extended", "--annotated", str(out)]) == 0
+    capsys.readouterr()
+    saved = onnx.load(str(out), load_external_data=False)
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in saved.graph.initializer)
+    assert any(n.domain == "com.microsoft" for n in saved.graph.node)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.ones([2 if isinstance(d, str) or d is None else d for d in i.shape],
+                             np.int64) for i in session.get_inputs()}
+    assert session.run(None, feeds)
+    assert not list(own_tmp.iterdir())
+
+
 def test_report_json_gives_both_arenas(own_tmp, capsys):
     assert main(["report", "squeezenet", "--ort-optimize", "extended", "--json",
                  "--no-layers"]) == 0

@@ -14,6 +14,7 @@ import onnx
 
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
+from graphmem.frontend.protos import one_line
 from graphmem.frontend.reader import load, read_model
 from graphmem.pipeline import DEFAULT_PASSES, plan_graph
 from graphmem.plan.format import Plan
@@ -81,9 +82,13 @@ def run(args) -> int:
         for flag, path in outputs:
             progress(f"rendering {flag} ({path})")
             if flag == "annotated":
-                model = annotate_model(view, graph, args.raise_ir_version)
+                # ORT's optimized model lies in a folder removed when the command
+                # ends: its weights go inside the annotated model
+                inline = getattr(args, "optimized", None) is not None
+                model = annotate_model(view, graph, args.raise_ir_version,
+                                       load_weights=inline)
                 _check_external_data(model, graph.model_path, path)
-                texts.append((path, model.SerializeToString()))
+                texts.append((path, _serialized(model, path)))
             elif flag == "html":
                 from graphmem.export.html import page
                 from graphmem.export.html_parts import inference_sections
@@ -136,11 +141,21 @@ def planned_view(args) -> tuple[PlanView, Graph]:
     return build(result.plan, result.graph), result.graph
 
 
-def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False
-                   ) -> onnx.ModelProto:
+def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False,
+                   load_weights: bool = False) -> onnx.ModelProto:
+    """The model of ``graph`` annotated with ``view``'s plan; ``load_weights``: with the
+    weights it keeps in external files read into it."""
     from graphmem.export.annotate import annotate
-    return annotate(read_model(graph.model_path), view, graph,
+    return annotate(read_model(graph.model_path, load_weights=load_weights), view, graph,
                     raise_ir_version=raise_ir_version)
+
+
+def _serialized(model: onnx.ModelProto, out: str) -> bytes:
+    try:
+        return model.SerializeToString()
+    except ValueError as exc:  # protobuf refuses a message over 2 GiB
+        raise GraphmemError(f"{out}: the annotated model does not fit in one ONNX file "
+                            f"({one_line(exc)})") from None
 
 
 def _check_external_data(model: onnx.ModelProto, model_path: str, out: str) -> None:
