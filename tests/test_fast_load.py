@@ -130,3 +130,18 @@ def test_string_attributes_reach_the_ir_as_text():
                                             helper.make_tensor_value_info("b", 1, [3, 4])],
                               [helper.make_tensor_value_info("y", 1, [2, 4])])
     assert from_model(runtime_model(graph, 17)).nodes[0].attrs["equation"] == "ij,jk->ik"
+
+
+def test_repeated_attributes_are_equal_and_each_node_s_own():
+    """Each distinct attribute is decoded once a load; two nodes with the same list get
+    equal lists, not one list (changing one node's leaves the other's)."""
+    from conftest import runtime_model
+    from graphmem.frontend.reader import from_model
+    nodes = [helper.make_node("Transpose", ["a"], ["t"], perm=[1, 0]),
+             helper.make_node("Transpose", ["t"], ["y"], perm=[1, 0])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", 1, [2, 3])],
+                              [helper.make_tensor_value_info("y", 1, [2, 3])])
+    first, second = from_model(runtime_model(graph, 17)).nodes
+    assert first.attrs["perm"] == second.attrs["perm"] == [1, 0]
+    first.attrs["perm"].append(5)
+    assert second.attrs["perm"] == [1, 0]

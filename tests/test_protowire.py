@@ -95,6 +95,16 @@ def test_a_type_is_make_tensor_type_protos(elem, shape):
     data = protowire.type_bytes(elem, shape)
     assert data == want.SerializeToString()
     assert protowire.static_type(data) == (elem, tuple(shape))
+    # a tuple shape's bytes are kept: made, then found, the same
+    assert protowire.type_bytes(elem, tuple(shape)) == data
+    assert protowire.type_bytes(elem, tuple(shape)) == data
+
+
+@pytest.mark.parametrize("shape", [("batch", None, 3), (None,), None])
+def test_a_type_with_named_or_open_dims_is_make_tensor_type_protos(shape):
+    want = helper.make_tensor_type_proto(TensorProto.FLOAT, shape).SerializeToString()
+    for _ in range(2):  # made, then found
+        assert protowire.type_bytes(TensorProto.FLOAT, shape) == want
 
 
 def test_a_type_that_is_not_a_static_tensor_has_none():
@@ -126,3 +136,19 @@ def test_a_value_info_is_written_as_onnx_writes_it(shape, elem):
     from graphmem.frontend.splice import tensor_value_info
     assert tensor_value_info("tensor", elem, None if shape is None else tuple(shape)) == \
         helper.make_tensor_value_info("tensor", elem, shape).SerializeToString()
+
+
+@given(st.one_of(st.integers(0, 1 << 15), st.integers(0, (1 << 64) - 1)))
+@settings(max_examples=300, deadline=None)
+def test_varint_is_protobufs(n):
+    """A varint as protobuf writes it (a dim of a TensorProto: tag 0x08, then the
+    varint), around the one- and two-byte fast paths and up to 2**64 - 1 (a negative
+    int64 as protobuf writes it)."""
+    t = TensorProto()
+    t.dims.append(n - (1 << 64) if n >= 1 << 63 else n)
+    assert protowire.varint(n) == t.SerializeToString()[1:]
+
+
+def test_varint_refuses_a_negative_number():
+    with pytest.raises(ValueError):
+        protowire.varint(-1)

@@ -40,12 +40,25 @@ def ir_node(idx: int, n, outer_reads: tuple[str, ...] = ()) -> Node:
 def ir_nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]],
              lost: list[str] | None = None) -> list[Node]:
     """IR nodes of the wire nodes ``ns`` (made column by column: a million nodes)."""
+    # a model's layers repeat their attributes (a ResNet's Convs: a few distinct
+    # kernel_shape, pads and strides): each distinct one is decoded once, and a list
+    # is each node's own copy
+    decoded: dict[tuple[int, bytes], object] = {}
+
+    def value(a):
+        key = (a.type, a.raw)
+        found = decoded.get(key)
+        if found is None:
+            found = attribute_value(a, lost)
+            if found is not None:  # None: not kept (what onnx could not read is noted each time)
+                decoded[key] = found
+        return list(found) if found.__class__ is list else found
+
     return from_columns(
         Node, len(ns), index=indices, name=[n.name for n in ns],
         op_type=[n.op_type for n in ns], domain=[n.domain for n in ns],
         inputs=[n.inputs for n in ns], outputs=[n.outputs for n in ns],
-        attrs=[{a.name: attribute_value(a, lost) for a in n.attrs} if n.attrs else {}
-               for n in ns],
+        attrs=[{a.name: value(a) for a in n.attrs} if n.attrs else {} for n in ns],
         implicit_inputs=outer_reads)
 
 

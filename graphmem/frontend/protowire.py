@@ -114,7 +114,18 @@ def message_of(entry) -> bytes:
 
 # --------------------------------------------------------------------------- writing
 
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
+
+
 def varint(n: int) -> bytes:
+    """``n`` (at least 0) as a protobuf varint. The loader writes thousands of them per
+    model (value infos: lengths, tags and dims), nearly all under 2**14."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
+    if 0x80 <= n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
+    if n < 0:
+        raise ValueError(f"varint of a negative number ({n}): write it as 2**64 + n")
     out = bytearray()
     while True:
         low, n = n & 0x7F, n >> 7
@@ -127,7 +138,11 @@ def varint(n: int) -> bytes:
 
 def message(field: int, body: bytes) -> bytes:
     """A length-delimited field: its tag, the length, the bytes."""
-    return varint(field << 3 | 2) + varint(len(body)) + body
+    return ((_LD_TAGS[field] if 0 < field < 16 else varint(field << 3 | 2))
+            + varint(len(body)) + body)
+
+
+_LD_TAGS = tuple(bytes((f << 3 | 2,)) for f in range(16))  # one byte: field numbers < 16
 
 
 # --------------------------------------------------------------------------- TensorProto
@@ -239,12 +254,25 @@ def tensor_bytes(array: np.ndarray, name: str = "") -> bytes:
 def type_bytes(elem_type: int, shape) -> bytes:
     """A tensor's serialized TypeProto (the bytes of ``onnx.helper.
     make_tensor_type_proto(elem_type, shape)``): each dim an int, a str (a dim_param) or
-    None (neither); ``shape`` None: no shape."""
+    None (neither); ``shape`` None: no shape. A model's tensors share few types: those
+    of a tuple shape are made once (:data:`_TYPES`)."""
+    key = (elem_type, shape) if shape is None or shape.__class__ is tuple else None
+    if key is not None:
+        found = _TYPES.get(key)
+        if found is not None:
+            return found
     dims = b"".join(message(1, b"" if d is None else
                             message(2, d.encode()) if d.__class__ is str else
                             b"\x08" + varint(d & (1 << 64) - 1)) for d in shape or ())
-    return message(1, b"\x08" + varint(elem_type & (1 << 64) - 1)
+    made = message(1, b"\x08" + varint(elem_type & (1 << 64) - 1)
                    + (message(2, dims) if shape is not None else b""))
+    if key is not None and len(_TYPES) < _TYPES_KEPT:
+        _TYPES[key] = made
+    return made
+
+
+_TYPES: dict[tuple, bytes] = {}  # (elem_type, shape) -> type_bytes, for all models
+_TYPES_KEPT = 1 << 16  # entries at most: a few MB in a process that loads many models
 
 
 def static_type(data) -> tuple[int, tuple[int, ...]] | None:
