@@ -142,3 +142,81 @@ def test_refused_random_inputs_name_the_input_and_how_to_pass_real_ones(tmp_path
     assert "'shape'" in err[0] and "--inputs FILE.npz" in err[0]
     np.savez(tmp_path / "in.npz", x=np.ones([2, 6], np.float32), shape=np.array([3, 4]))
     assert main(["verify", str(path), "--inputs", str(tmp_path / "in.npz")]) == 0
+
+
+def _verifies_bit_for_bit(graph) -> None:
+    for passes in (list(graphmem.DEFAULT_PASSES), []):
+        plan = graphmem.plan_graph(graph, passes).plan
+        for seed in (0, 1, 2):
+            report = verify(plan, graph, seed=seed)
+            assert report.passed, (seed, report.mismatch and report.mismatch.describe())
+            assert all(o.max_abs_diff == 0 for o in report.outputs)
+
+
+def test_int4_block_quantized_weights_verify_and_count_as_stored(tmp_path):
+    """The int4 QDQ form (MatMulNBitsQuantizer's quant_format QDQ, for providers without
+    MatMulNBits): an INT4 weight dequantized block by block (opset 21, block_size)
+    before its MatMul. Two int4 values a byte, scales by block."""
+    from onnx import TensorProto, helper
+    from conftest import make_model
+    from graphmem.analysis import breakdown
+    rng = np.random.default_rng(0)
+    k, n, block = 64, 32, 32
+    w = helper.make_tensor("w", TensorProto.INT4, [k, n],
+                           rng.integers(-8, 8, k * n).tolist())
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [k // block, n],
+                               (rng.random(k // block * n) * 0.1 + 0.01).tolist())
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale"], ["wf"], axis=0,
+                              block_size=block),
+             helper.make_node("MatMul", ["x", "wf"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("MatMul", ["r", "wt"], ["y"])]
+    wt = helper.make_tensor("wt", TensorProto.FLOAT, [n, 8], rng.random(n * 8).tolist())
+    model = make_model(nodes, [("x", TensorProto.FLOAT, ["batch", k])],
+                       [("y", TensorProto.FLOAT, ["batch", 8])], [w, scale, wt], opset=21)
+    path = tmp_path / "int4-qdq.onnx"
+    path.write_bytes(model.SerializeToString())
+    graph = graphmem.load(path, {"batch": 4})
+    assert breakdown.weight_bytes(graph) == k * n // 2 + (k // block) * n * 4 + n * 8 * 4
+    _verifies_bit_for_bit(graph)
+
+
+def test_qoperator_static_int8_verifies(tmp_path):
+    """quantize_static in the QOperator format: QLinearConv, and ORT's contrib QLinearAdd
+    and QLinearGlobalAveragePool (the QDQ format is in tests/data/dtypes/)."""
+    import logging
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    from conftest import make_model
+    rng = np.random.default_rng(0)
+    conv = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32), n)
+            for n, s in (("w0", (16, 3, 3, 3)), ("w1", (16, 16, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1] * 4),
+             helper.make_node("Add", ["c1", "r0"], ["a"]),
+             helper.make_node("GlobalAveragePool", ["a"], ["y"])]
+    src, dst = tmp_path / "fp32.onnx", tmp_path / "qop.onnx"
+    onnx.save(make_model(nodes, [("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                         [("y", TensorProto.FLOAT, [1, 16, 1, 1])], conv, opset=17), src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+                            for _ in range(2)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    logging.disable(logging.WARNING)
+    try:
+        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    graph = graphmem.load(dst)
+    ops = {n.op_type for n in graph.nodes}
+    assert {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool"} <= ops, ops
+    _verifies_bit_for_bit(graph)
