@@ -78,3 +78,26 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("graphmem", max_examples=200, deadline=None)
 settings.register_profile("long", max_examples=3000, deadline=None)
 settings.load_profile("graphmem")
+
+
+def quantize_static_quietly(src, dst, feeds: list[dict], quant_format: str = "QDQ") -> None:
+    """ONNX Runtime's ``quantize_static`` of ``src`` into ``dst``, calibrated on
+    ``feeds`` (input name -> array), int8 weights and uint8 activations, in the
+    ``quant_format`` "QDQ" or "QOperator"; its warnings silenced."""
+    import logging
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    logging.disable(logging.WARNING)
+    try:
+        quantize_static(src, dst, Reader(), quant_format=getattr(QuantFormat, quant_format),
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+    finally:
+        logging.disable(logging.NOTSET)

@@ -4,7 +4,6 @@ counted as stored (issue 34)."""
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import onnx
@@ -165,8 +164,7 @@ def test_an_annotation_of_a_name_no_node_makes_is_passed_over(monkeypatch):
 # ---------------------------------------------------------------------- weights as stored
 
 def qdq_convnet(tmp_path):
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
+    from conftest import quantize_static_quietly
     rng = np.random.default_rng(0)
     nodes, inits, x, cin = [], [], "x", 3
     for i in range(3):
@@ -181,19 +179,8 @@ def qdq_convnet(tmp_path):
     src, dst = tmp_path / "fp32.onnx", tmp_path / "qdq.onnx"
     onnx.save(runtime_model(graph, 17), src)
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    logging.disable(logging.WARNING)
-    try:
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ,
-                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
-    finally:
-        logging.disable(logging.NOTSET)
+    quantize_static_quietly(src, dst, [{"x": rng.standard_normal((1, 3, 16, 16)).astype(
+        np.float32)}])
     return src, dst
 
 

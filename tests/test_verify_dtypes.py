@@ -184,12 +184,9 @@ def test_int4_block_quantized_weights_verify_and_count_as_stored(tmp_path):
 def test_qoperator_static_int8_verifies(tmp_path):
     """quantize_static in the QOperator format: QLinearConv, and ORT's contrib QLinearAdd
     and QLinearGlobalAveragePool (the QDQ format is in tests/data/dtypes/)."""
-    import logging
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-    from conftest import make_model
+    from conftest import make_model, quantize_static_quietly
     rng = np.random.default_rng(0)
     conv = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32), n)
             for n, s in (("w0", (16, 3, 3, 3)), ("w1", (16, 16, 3, 3)))]
@@ -202,20 +199,8 @@ def test_qoperator_static_int8_verifies(tmp_path):
     onnx.save(make_model(nodes, [("x", TensorProto.FLOAT, [1, 3, 12, 12])],
                          [("y", TensorProto.FLOAT, [1, 16, 1, 1])], conv, opset=17), src)
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
-                            for _ in range(2)])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    logging.disable(logging.WARNING)
-    try:
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
-                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
-    finally:
-        logging.disable(logging.NOTSET)
+    quantize_static_quietly(src, dst, [{"x": rng.standard_normal((1, 3, 12, 12)).astype(
+        np.float32)} for _ in range(2)], "QOperator")
     graph = graphmem.load(dst)
     ops = {n.op_type for n in graph.nodes}
     assert {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool"} <= ops, ops
