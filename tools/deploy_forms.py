@@ -35,7 +35,13 @@ wrote (issue 33's bar): each export bound to its dims (``static``), ORT-saved at
 level, the transformer optimizer's output, int8 QDQ (the CNNs), fp16, and for the others
 int8 dynamic, int4 (MatMulNBits) and int8 dynamic of the transformers form, and the
 transformer optimizer's GPU output in float16 (``use_gpu``, then float16: a CUDA
-deployment's file; ORT's CPU provider runs it too), written into DIR beside it with
+deployment's file; ORT's CPU provider runs it too), and the forms of ORT's tools the
+others leave out: quantize_static's QOperator format (``qop-int8``, the CNNs, per
+channel), ORT's optimizer's graph at ALL of the QDQ and of the fp16 form
+(``qdq-int8.ort-all``, ``fp16.ort-all``), MatMulNBitsQuantizer's QDQ format (``int4-qdq``:
+INT4 weights dequantized by block at opset 21; a file ORT itself refuses is not made)
+and ORT's optimizer's graph at EXTENDED with its weights in a file beside it
+(``external.ort-extended``); written into DIR beside it with
 DIR/README.txt listing the files and their ``--dim`` bindings; each form
 is planned as given and with ``--ort-optimize all`` (``--levels`` for more), verified at
 all, and measured against ORT's pattern at ALL. Rows are kept in DIR/rows.json as they
@@ -125,7 +131,9 @@ def transformers_form(path: Path, model_type: str, out: Path, gpu_fp16: bool = F
     return out
 
 
-def qdq_form(path: Path, out: Path, work: Path) -> Path:
+def qdq_form(path: Path, out: Path, work: Path, operators: bool = False) -> Path:
+    """quantize_static of ``path`` (QDQ; ``operators``: the QOperator format, QLinearConv
+    and ORT's QLinear ops, weights per channel)."""
     import numpy as np
     import onnx
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
@@ -152,8 +160,10 @@ def qdq_form(path: Path, out: Path, work: Path) -> Path:
 
         def get_next(self):
             return next(self.batches, None)
-    quantize_static(str(folded), str(out), Random(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    quantize_static(str(folded), str(out), Random(),
+                    quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
+                    per_channel=operators, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
     return out
 
 
@@ -277,7 +287,9 @@ def run(names: list[str], built: Path | None = None) -> list[dict]:
 # ---------------------------------------------------------------- full-size exports
 
 FULL_FORMS = ("static", "ort-basic", "ort-extended", "ort-all", "transformers", "qdq-int8",
-              "fp16", "int8-dynamic", "int4", "transformers-int8", "transformers-gpu-fp16")
+              "fp16", "int8-dynamic", "int4", "transformers-int8", "transformers-gpu-fp16",
+              "qop-int8", "qdq-int8.ort-all", "fp16.ort-all", "int4-qdq",
+              "external.ort-extended")
 
 
 def int8_dynamic_form(path: Path, out: Path) -> Path:
@@ -317,6 +329,7 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
             stem = folder / f"{model}-{exporter}"
             static = Path(f"{stem}.static.onnx")
             makers = {"static": lambda: bound(src, dims, static)}
+            bound_ = lambda: _made(static, makers["static"])  # noqa: E731
             for lv in LEVELS:
                 makers[f"ort-{lv}"] = (lambda lv=lv: saved_at(static, lv,
                                                                Path(f"{stem}.ort-{lv}.onnx")))
@@ -327,7 +340,7 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
                     static, model_type, Path(f"{stem}.transformers-gpu-fp16.onnx"),
                     gpu_fp16=True)
             if cnn:
-                makers["qdq-int8"] = lambda: _qdq_in_temp(static, Path(f"{stem}.qdq-int8.onnx"))
+                makers["qdq-int8"] = lambda: _qdq_in_temp(bound_(), Path(f"{stem}.qdq-int8.onnx"))
             else:  # what LLM and encoder deployments quantize to
                 makers["int8-dynamic"] = lambda: int8_dynamic_form(
                     static, Path(f"{stem}.int8-dynamic.onnx"))
@@ -336,7 +349,24 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
                     makers["transformers-int8"] = lambda: int8_dynamic_form(
                         Path(f"{stem}.transformers.onnx"),
                         Path(f"{stem}.transformers-int8.onnx"))
-            makers["fp16"] = lambda: fp16_form(static, Path(f"{stem}.fp16.onnx"))
+            makers["fp16"] = lambda: fp16_form(bound_(), Path(f"{stem}.fp16.onnx"))
+            # forms ORT's tools make that the ones above do not: QOperator ops, the
+            # optimizer's graph of a quantized or float16 model, int4 weights
+            # dequantized by block (opset 21), weights in a file beside the model
+            if cnn:
+                makers["qop-int8"] = lambda: _qdq_in_temp(
+                    bound_(), Path(f"{stem}.qop-int8.onnx"), operators=True)
+                makers["qdq-int8.ort-all"] = lambda: saved_at(
+                    _made(Path(f"{stem}.qdq-int8.onnx"), makers["qdq-int8"]), "all",
+                    Path(f"{stem}.qdq-int8.ort-all.onnx"))
+            else:
+                makers["int4-qdq"] = lambda: _loads(int4_qdq_form(
+                    bound_(), Path(f"{stem}.int4-qdq.onnx")))
+            makers["fp16.ort-all"] = lambda: saved_at(
+                _made(Path(f"{stem}.fp16.onnx"), makers["fp16"]), "all",
+                Path(f"{stem}.fp16.ort-all.onnx"))
+            makers["external.ort-extended"] = lambda: saved_with_external_weights(
+                bound_(), "extended", Path(f"{stem}.external.ort-extended.onnx"))
             for form in forms:
                 if form not in makers:
                     continue
@@ -353,9 +383,66 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
     return out
 
 
-def _qdq_in_temp(path: Path, out: Path) -> Path:
+def _qdq_in_temp(path: Path, out: Path, operators: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="deploy-qdq-") as tmp:
-        return qdq_form(path, out, Path(tmp))
+        return qdq_form(path, out, Path(tmp), operators)
+
+
+def _made(path: Path, maker) -> Path:
+    """``path``, made by ``maker`` first where it is not there yet."""
+    if not path.exists():
+        maker()
+    return path
+
+
+def _loads(path: Path) -> Path:
+    """``path`` where ONNX Runtime loads it; a file its own tools wrote that it refuses
+    (MatMulNBitsQuantizer's QDQ output of a model with ReduceMean's ``axes`` attribute,
+    which opset 21 no longer has) is not a form to plan."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        path.unlink(missing_ok=True)
+        text = " ".join(str(exc).split())
+        why = text.rpartition(" Error ")[2] if " Error " in text else text
+        raise RuntimeError(f"ONNX Runtime refuses the file its quantizer wrote: "
+                           f"{why[:160]}") from None
+    return path
+
+
+def int4_qdq_form(path: Path, out: Path) -> Path:
+    """MatMulNBitsQuantizer's QDQ output: each MatMul weight as INT4 dequantized by
+    blocks of 32 (opset 21), for providers without MatMulNBits."""
+    import onnx
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer)
+    config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True,
+                                          quant_format=QuantFormat.QDQ)
+    q = MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=config)
+    q.process()
+    q.model.save_model_to_file(str(out))
+    return out
+
+
+def saved_with_external_weights(path: Path, level: str, out: Path) -> Path:
+    """ORT's optimizer's graph at ``level`` with every initializer of 1 KiB or more in a
+    file beside it (``session.optimized_model_external_initializers_file_name``)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                          f"ORT_ENABLE_{level.upper()}")
+    so.optimized_model_filepath = str(out)
+    so.log_severity_level = 4
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                out.stem + ".weights")
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return out
 
 
 def readme(folder: Path, listed) -> None:
@@ -372,7 +459,10 @@ def readme(folder: Path, listed) -> None:
              "int8 weights), int4 (MatMulNBitsQuantizer, block 32, symmetric) and",
              "transformers-int8 (quantize_dynamic of the transformers form),",
              "transformers-gpu-fp16 (optimize_model with use_gpu, then float16 with float",
-             "inputs and outputs: what a CUDA deployment runs).", ""]
+             "inputs and outputs: what a CUDA deployment runs), qop-int8 (quantize_static,",
+             "QOperator, per channel), qdq-int8.ort-all and fp16.ort-all (those forms saved",
+             "by ORT's optimizer at ALL), int4-qdq (MatMulNBitsQuantizer, QDQ format) and",
+             "external.ort-extended (ORT-saved at EXTENDED, weights in a .weights file).", ""]
     for model in spec:
         for exporter in ("ts", "dynamo"):
             src = folder / f"{model}-{exporter}.onnx"
