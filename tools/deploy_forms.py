@@ -329,7 +329,10 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
             stem = folder / f"{model}-{exporter}"
             static = Path(f"{stem}.static.onnx")
             makers = {"static": lambda: bound(src, dims, static)}
-            bound_ = lambda: _made(static, makers["static"])  # noqa: E731
+
+            def bound_() -> Path:  # the static form, made first where it is not there
+                return _made(static, makers["static"])
+
             for lv in LEVELS:
                 makers[f"ort-{lv}"] = (lambda lv=lv: saved_at(static, lv,
                                                                Path(f"{stem}.ort-{lv}.onnx")))
