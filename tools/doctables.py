@@ -143,6 +143,11 @@ SECTIONS = (
             "deploy-fullsize-round3", (), None,
             why_unchecked="as deploy-fullsize: the transformer optimizer's GPU output in "
                           "float16 of the full-size exports"),
+    Section("deploy-fullsize-round4", "docs/corpus.md", "python tools/deploy_forms.py "
+            "fullsize DIR --table-only --store DIR/rows-round4.json --write --section "
+            "deploy-fullsize-round4", (), None,
+            why_unchecked="as deploy-fullsize: the QOperator, int4 QDQ, ORT-saved quantized "
+                          "and float16, and external-weights forms of the full-size exports"),
     Section("verify-mutations", "docs/verify-mutations.md",
             "python tools/mutate_plans.py --per-kind 4 --doc", (), None,
             why_unchecked="minutes of ONNX Runtime runs over planted defects"),
