@@ -20,13 +20,13 @@ from graphmem.errors import GraphmemError
 LEVELS = ("basic", "extended", "all")
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
-# Past this many bytes of weights ORT writes them beside the optimized model (protobuf
-# refuses a message over 2 GiB); below it they stay inside, so that the optimized model
-# is one file, as `export --annotated` needs. A model that keeps its weights in files
-# beside it has ORT write them beside the optimized model too: left to itself, ORT
-# saves references to the source's files by their relative names, which the temporary
-# folder does not hold.
-EXTERNAL_WEIGHTS_BYTES = 1 << 30
+# ORT writes the optimized model's weights of at least this many bytes into a file
+# beside it in the temporary folder. Inline, a model over protobuf's 2 GiB could not be
+# saved; and left to itself, ORT saves a source's external weights that it does not
+# change as references to the source's files by their relative names, which the
+# temporary folder does not hold. graphmem plans without reading the weights; verify
+# reads them from there, and `export --annotated` writes them inside the annotated model.
+EXTERNAL_MIN_BYTES = 1024
 
 _FOLDERS: list[str] = []
 
@@ -72,11 +72,11 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
     # does not load) are not the user's: graphmem says in one line what failed
     so.log_severity_level = 4
     ort.set_default_logger_severity(4)
-    if src.stat().st_size > EXTERNAL_WEIGHTS_BYTES or keeps_weights_outside(src):
-        so.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
-        so.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes",
+        str(EXTERNAL_MIN_BYTES))
     t0 = time.perf_counter()
     try:
         session = ort.InferenceSession(str(src), so, providers=[ep])
@@ -92,19 +92,6 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
     if not out.is_file():
         raise GraphmemError(f"{src}: ONNX Runtime saved no optimized model at level {level}")
     return Optimized(path=out, source=src, level=level, provider=provider, seconds=seconds)
-
-
-def keeps_weights_outside(path: Path) -> bool:
-    """Does the model at ``path`` keep any weight in a file beside it (external data)?
-    A parse of the file's structure, not of its weights."""
-    from graphmem import wire
-    from graphmem.frontend.reader import contents
-    from graphmem.frontend.structure import external_locations
-    try:
-        g = wire.parse_model(contents(path))["graph"]
-    except ValueError:
-        return False  # not a model: ONNX Runtime says so next, in its own words
-    return g is not None and next(external_locations(g), None) is not None
 
 
 def temporary_folder() -> str:

@@ -130,7 +130,7 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
     small constant's value is needed for shape inference.
     """
     p = _model_file(path)
-    return _load(contents(p), dims, check=check, base_dir=str(p.parent),
+    return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p)
 
 
@@ -141,7 +141,7 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
 MAP_BYTES = 1 << 20
 
 
-def contents(p: Path):
+def _contents(p: Path):
     """The file's bytes, or for a large file a read-only map of it (a buffer the wire
     reader parses in place, whose slices are bytes); read whole where it cannot be
     mapped."""
