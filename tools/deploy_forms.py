@@ -106,13 +106,21 @@ def bound(path: Path, dims: dict[str, int], out: Path) -> Path:
     return out
 
 
-def saved_at(path: Path, level: str, out: Path) -> Path:
+def saved_at(path: Path, level: str, out: Path, external: bool = False) -> Path:
+    """ORT's optimizer's graph of ``path`` at ``level`` (CPU), saved as ``out``;
+    ``external``: with every initializer of 1 KiB or more in a file beside it
+    (``session.optimized_model_external_initializers_file_name``)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
                                           f"ORT_ENABLE_{level.upper()}")
     so.optimized_model_filepath = str(out)
     so.log_severity_level = 4
+    if external:
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return out
 
@@ -368,8 +376,9 @@ def full_forms(folder: Path, models: list[str] | None, forms: tuple[str, ...],
             makers["fp16.ort-all"] = lambda: saved_at(
                 _made(Path(f"{stem}.fp16.onnx"), makers["fp16"]), "all",
                 Path(f"{stem}.fp16.ort-all.onnx"))
-            makers["external.ort-extended"] = lambda: saved_with_external_weights(
-                bound_(), "extended", Path(f"{stem}.external.ort-extended.onnx"))
+            makers["external.ort-extended"] = lambda: saved_at(
+                bound_(), "extended", Path(f"{stem}.external.ort-extended.onnx"),
+                external=True)
             for form in forms:
                 if form not in makers:
                     continue
@@ -428,23 +437,6 @@ def int4_qdq_form(path: Path, out: Path) -> Path:
     q = MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=config)
     q.process()
     q.model.save_model_to_file(str(out))
-    return out
-
-
-def saved_with_external_weights(path: Path, level: str, out: Path) -> Path:
-    """ORT's optimizer's graph at ``level`` with every initializer of 1 KiB or more in a
-    file beside it (``session.optimized_model_external_initializers_file_name``)."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
-                                          f"ORT_ENABLE_{level.upper()}")
-    so.optimized_model_filepath = str(out)
-    so.log_severity_level = 4
-    so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
-                                out.stem + ".weights")
-    so.add_session_config_entry(
-        "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return out
 
 
