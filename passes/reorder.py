@@ -43,16 +43,20 @@ order at that peak the search keeps (tests/test_reorder.py).
   over the steps): of the many orders at the minimum peak, a compact one places at
   that peak.
 
+The exact, beam and local searches run compiled (``graphmem.orderloops``,
+graphmem/orderloops.c), from the schedule compiled once (:func:`_compiled`); their
+specification is the Python of tests/reference_reorder.py, which the tests run beside
+them. The schedule, the floors and the costs of whole orders stay here.
+
 The pass returns its order as ``Assignment.order``; the pipeline plans the rest for it
 and for the given order and keeps the smaller arena. It never returns an order whose
 modelled peak is above the given order's.
 """
 from __future__ import annotations
 
-from itertools import accumulate
-from operator import add
 from typing import Iterable
 
+from graphmem import orderloops
 from graphmem.core.ir import Graph
 from graphmem.core.ops import view_pairs
 from graphmem.core.records import record
@@ -60,16 +64,19 @@ from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
 from graphmem.planning.contract import Pass, PassOptions
 
-EXACT_MAX_STATES = 10_000  # DP sets, all runs of one search, before it gives up (0.1 s)
-# ... of them the first try, before the beams (5-30 ms): a Llama decode step ends within
-# 4,000 sets (18 ms; the beams and moves that ran after 1,000 took 40-60 ms)
+# The searches run compiled (graphmem/orderloops.c); their budgets are counted in work,
+# not time. Ten times these budgets found no lower peak on the full-size BERT, GPT-2,
+# Llama, T5 and ViT forms (the same orders).
+EXACT_MAX_STATES = 10_000  # DP sets, all runs of one search, before it gives up
+# ... of them the first try, before the beams: a Llama decode step ends within 4,000 sets
 EXACT_FIRST_STATES = 4_000
 PACE_STATES = 500  # sets made before the first try's pace may end it
 BEAM_WORK = 8_000  # beam width x nodes; the width shrinks for large graphs
-LOCAL_SEARCH_WORK = 300_000  # local search: order evaluations x nodes (about 0.1 s a start)
-# Executed-node sets are Python int bitmasks, so each search step costs O(n / 64):
-# the searches grow as n^2 (10k random nodes: 11 s; 100k: 450 s). Above this size
-# the pass keeps the given order and says so, which keeps planning near-linear.
+LOCAL_SEARCH_WORK = 300_000  # local search: order evaluations x nodes
+# Executed-node sets are bitsets of n / 64 words, and the schedule and its lower bounds
+# are built from Python int masks: the pass grows as n^2 (random DAGs of 4,000 nodes:
+# 0.5 s; of 10,000: 5 s). Above this size the pass keeps the given order and says so,
+# which keeps planning near-linear.
 MAX_NODES = 4_000
 # The search runs only where an order may lower the modelled peak by more than this
 # part of the file order's (live_floor): under it, what it could win is not worth its time
@@ -213,8 +220,8 @@ def _step(m: Schedule, done: int, mem: int, v: int) -> tuple[int, int]:
     made = mem + m.new_bytes[v]
     waiting = ~(done | (1 << v))  # the nodes not run after v
     freed = 0
-    for readers, nbytes in m.frees[v]:  # a loop, not sum() over a generator: the
-        if not readers & waiting:  # searches call this a million times
+    for readers, nbytes in m.frees[v]:
+        if not readers & waiting:
             freed += nbytes
     write = m.writes[v]
     return (made - _written_over(write, waiting) if write else made), made - freed
@@ -237,96 +244,33 @@ def peak_of(m: Schedule, order: list[int]) -> int:
     return _cost(m, order)[0]
 
 
-def _initial_ready(m: Schedule) -> int:
-    ready = 0
-    for i, p in enumerate(m.preds):
-        if p == 0:
-            ready |= 1 << i
-    return ready
-
-
-def _advance_ready(m: Schedule, ready: int, done: int, v: int) -> int:
-    ready &= ~(1 << v)
-    for s in m.succs[v]:
-        if m.preds[s] & ~done == 0:
-            ready |= 1 << s
-    return ready
-
-
-def _unwind(link) -> list[int]:
-    out = []
-    while link is not None:
-        v, link = link
-        out.append(v)
-    return out[::-1]
-
-
 # Beam rankings of partial orders: by peak so far then live bytes, and the reverse
 # (keeping the live bytes low first pays off on randomly wired graphs); both are run.
-RANKINGS = {"peak": lambda s: (s[0], s[1], s[2]), "live": lambda s: (s[1], s[0], s[2])}
+RANKINGS = ("peak", "live")
 
 
 def beam_order(m: Schedule, width: int | None = None, enough: int = 0
                ) -> tuple[list[int], int]:
     """(order as internal ids, its modelled peak): the better of the beam searches, or
-    the first whose peak is ``enough`` or less."""
+    the first whose peak is ``enough`` or less.
+
+    Each beam keeps, step by step, the ``width`` best partial orders (by their peak,
+    then live bytes, then executed set as an integer; or by live bytes first), and of
+    the partial orders that reach the same set the one of least (peak, live bytes). It
+    runs next the node that frees what it makes, as the exact search does. Compiled
+    (``graphmem.orderloops.beam``); its specification is ``_beam`` in
+    tests/reference_reorder.py."""
+    n = len(m.nodes)
+    if width is None:
+        width = max(4, min(32, BEAM_WORK // max(n, 1)))
     best = None
-    for rank in RANKINGS.values():
-        order, peak = _beam(m, width, rank)
+    for rank in RANKINGS:
+        order, peak = orderloops.beam(_compiled(m), width, rank == "live")
         if best is None or peak < best[1]:
             best = (order, peak)
         if best[1] <= enough:
             break
     return best
-
-
-def _next_steps(m: Schedule, done: int, mem: int, peak: int, ready: int
-                ) -> list[tuple[int, int, int, int]]:
-    """The steps the searches try from the executed set ``done`` (``mem`` bytes live,
-    ``peak`` so far, ``ready`` its ready set): (v, its bit, the peak after v, the bytes
-    live after v) for each ready node; only one where a node frees at least what it
-    makes without raising the peak (some best order from here runs it next:
-    :class:`ExactSearch`'s docstring). :func:`_bits` and :func:`_step` written out, as
-    the searches run this a million times."""
-    new_bytes, frees, writes = m.new_bytes, m.frees, m.writes
-    steps = []
-    rest = ready
-    while rest:
-        low = rest & -rest
-        rest ^= low
-        v = low.bit_length() - 1
-        made = mem + new_bytes[v]
-        waiting = ~(done | low)
-        during = made - _written_over(writes[v], waiting) if writes[v] else made
-        freed = 0
-        for readers, nbytes in frees[v]:
-            if not readers & waiting:
-                freed += nbytes
-        if during <= peak and freed >= new_bytes[v]:
-            return [(v, low, peak, made - freed)]
-        steps.append((v, low, peak if peak >= during else during, made - freed))
-    return steps
-
-
-def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
-    n = len(m.nodes)
-    if width is None:
-        width = max(4, min(32, BEAM_WORK // max(n, 1)))
-    beam = [(m.base, m.base, 0, _initial_ready(m), None)]  # (peak, mem, done, ready, link)
-    for _ in range(n):
-        # (peak, mem, done, the parent's ready set, v, the parent's link): the ready set
-        # after v (it depends on the executed set alone) is made for the kept states only
-        nxt: dict[int, tuple] = {}
-        for peak, mem, done, ready, link in beam:
-            for v, low, p2, after in _next_steps(m, done, mem, peak, ready):
-                d2 = done | low
-                old = nxt.get(d2)
-                if old is None or (p2, after) < old[:2]:
-                    nxt[d2] = (p2, after, d2, ready, v, link)
-        beam = [(p, after, d2, _advance_ready(m, ready, d2, v), (v, link)) for
-                p, after, d2, ready, v, link in sorted(nxt.values(), key=rank)[:width]]
-    best = min(beam, key=lambda s: (s[0], s[1], s[2]))
-    return _unwind(best[4]), best[0]
 
 
 def exact_order(m: Schedule, upper: int | None = None,
@@ -354,23 +298,34 @@ class ExactSearch:
     gain, as fewer steps are left to read each input), ``v``'s own step is under the
     peak, and everything after ``v``'s old place is as it was: the peak does not rise.
     On a transformer encoder this leaves a third to a fifth of the sets to search.
+
+    The search runs compiled (``graphmem.orderloops``, graphmem/orderloops.c); its
+    specification is ``ExactSearch`` in tests/reference_reorder.py, which keeps a
+    layer's sets in a dict (the order they were first reached decides ties), as the
+    compiled one does.
     """
 
     def __init__(self, m: Schedule, upper: int | None = None):
-        self.m = m
-        self.limit = upper if upper is not None else float("inf")
-        # done -> (peak, mem, ready, link), the sets of ``self.k`` executed nodes
-        self.layer = {0: (m.base, m.base, _initial_ready(m), None)}
-        self.k = 0
-        self.states = 1  # sets made so far, over every run
-        self.exhausted = False  # no order at or under the bound: nothing left to search
+        self._search = orderloops.exact_new(_compiled(m), upper)
+
+    @property
+    def states(self) -> int:
+        """Sets made so far, over every run."""
+        return orderloops.exact_state(self._search)[0]
+
+    @property
+    def k(self) -> int:
+        """Executed nodes in each set of the layer kept."""
+        return orderloops.exact_state(self._search)[1]
+
+    @property
+    def exhausted(self) -> bool:
+        """No order at or under the bound: nothing left to search."""
+        return orderloops.exact_state(self._search)[2]
 
     def tighten(self, upper: int) -> None:
         """Prune at ``upper`` from here on, and drop the kept sets above it."""
-        if upper < self.limit:
-            self.limit = upper
-            self.layer = {d: s for d, s in self.layer.items() if s[0] <= upper}
-            self.exhausted = self.exhausted or not self.layer
+        orderloops.exact_tighten(self._search, upper)
 
     def run(self, max_states: int, paced: bool = False) -> tuple[list[int], int] | None:
         """(an order of minimum peak, that peak) once the search ends with at most
@@ -380,34 +335,7 @@ class ExactSearch:
         ``paced``: stop sooner, once past PACE_STATES sets, where the sets per layer so
         far, over every layer, would come to twice the budget (a BERT encoder's first
         layers alone pass it: its many ready nodes)."""
-        m, layer, limit = self.m, self.layer, self.limit
-        n = len(m.nodes)
-        while self.k < n and not self.exhausted:
-            if self.states > max_states or (paced and self.states > PACE_STATES
-                                             and self.states * n > 2 * max_states * self.k):
-                return None
-            nxt: dict[int, tuple] = {}
-            for done, (peak, mem, ready, link) in layer.items():
-                for v, low, p2, after in _next_steps(m, done, mem, peak, ready):
-                    if p2 > limit:
-                        continue
-                    d2 = done | low
-                    old = nxt.get(d2)
-                    if old is not None and p2 >= old[0]:
-                        continue  # no better way to this set: what it frees is not needed
-                    if old is None:
-                        # the ready set depends only on the executed set, not on the path
-                        nxt[d2] = (p2, after, _advance_ready(m, ready, d2, v), (v, link))
-                    else:
-                        nxt[d2] = (p2, after, old[2], (v, link))
-            self.states += len(nxt)
-            self.layer = layer = nxt
-            self.k += 1
-            self.exhausted = not layer
-        if self.exhausted:
-            return None
-        (peak, _, _, link), = layer.values()
-        return _unwind(link), peak
+        return orderloops.exact_run(self._search, max_states, paced)
 
 
 def _cost(m: Schedule, order: list[int]) -> tuple[int, int]:
@@ -431,81 +359,25 @@ def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tup
     A move changes only the steps between the node's old and new place: before them
     the order is the same, and after them the executed set, so the live bytes, are
     the same again. Each candidate is costed from the current order's prefix and
-    suffix (:class:`_Profile`) over that span alone: the same (peak, area) as
-    :func:`_cost` of the whole candidate, in time of the span, not of the order."""
-    n = len(order)
+    suffix over that span alone: the same (peak, area) as :func:`_cost` of the whole
+    candidate, in time of the span, not of the order. Each pass goes over the nodes
+    in the order's order, and tries a node's earliest place before its latest.
+
+    Compiled (``graphmem.orderloops.local_search``); its specification is
+    ``local_search`` in tests/reference_reorder.py."""
     if evals is None:
-        evals = max(50, LOCAL_SEARCH_WORK // max(n, 1))
-    best = list(order)
-    at = {u: i for i, u in enumerate(best)}  # each node's position in best
-    prof = _Profile(m, best)
-    cost = prof.cost
-    improved = True
-    while improved and evals > 0:
-        improved = False
-        for v in list(best):
-            if evals <= 0:
-                break
-            pos = at[v]
-            # v's place in the order without it: after its last predecessor (the same
-            # positions), before its first successor (one less, as v is taken out)
-            lo = max((at[p] + 1 for p in _bits(m.preds[v])), default=0)
-            hi = min((at[s] - 1 for s in m.succs[v]), default=n - 1)
-            for target in {lo, hi} - {pos}:
-                evals -= 1
-                # the steps a..b of the moved order; the rest is the order's own
-                if target < pos:
-                    a, b, span = target, pos, [v] + best[target:pos]
-                else:
-                    a, b, span = pos, target, best[pos + 1:target + 1] + [v]
-                c = prof.span_cost(span, a)
-                if c < cost:
-                    best, cost, improved = best[:a] + span + best[b + 1:], c, True
-                    prof.move_to(best, a, b)
-                    at.update(zip(span, range(a, b + 1)))
-                    break
-    return best, cost[0]
+        evals = max(50, LOCAL_SEARCH_WORK // max(len(order), 1))
+    return orderloops.local_search(_compiled(m), order, evals)
 
 
-class _Profile:
-    """An order's state before each step (executed set, live bytes), the bytes live
-    during each step, and the peak and area of the steps before and from each step:
-    enough to cost an order that differs only at positions ``a..b``, and to become
-    that order's profile by redoing those steps alone."""
-
-    def __init__(self, m: Schedule, order: list[int]):
-        self.m = m
-        n = len(order)
-        self.done, self.mem, self.during = [0] * (n + 1), [m.base] * (n + 1), [0] * n
-        self.move_to(order, 0, n - 1)
-
-    def move_to(self, order: list[int], a: int, b: int) -> None:
-        """Become the profile of ``order``, equal to the profiled one outside ``a..b``:
-        redo those steps, then the running sums around them."""
-        m, done, mem, during = self.m, self.done, self.mem, self.during
-        for k in range(a, b + 1):
-            during[k], mem[k + 1] = _step(m, done[k], mem[k], order[k])
-            done[k + 1] = done[k] | (1 << order[k])
-        # over the steps before k (peak from the inputs' bytes), and from k to the end
-        self.peak = list(accumulate(during, max, initial=m.base))
-        self.area = list(accumulate(during, add, initial=0))
-        self.tail_peak = list(accumulate(reversed(during), max, initial=0))[::-1]
-        self.tail_area = list(accumulate(reversed(during), add, initial=0))[::-1]
-        self.cost = (self.peak[-1], self.area[-1])
-
-    def span_cost(self, span: list[int], a: int) -> tuple[int, int]:
-        """:func:`_cost` of the profiled order with its steps ``a`` to
-        ``a + len(span) - 1`` replaced by ``span`` (the same nodes as those steps, in
-        another order); the steps after them are the profiled order's own."""
-        m = self.m
-        b = a + len(span) - 1
-        done, mem, peak, area = self.done[a], self.mem[a], self.peak[a], self.area[a]
-        for v in span:
-            during, mem = _step(m, done, mem, v)
-            peak = max(peak, during)
-            area += during
-            done |= 1 << v
-        return max(peak, self.tail_peak[b + 1]), area + self.tail_area[b + 1]
+def _compiled(m: Schedule):
+    """``m`` as the compiled searches take it, made once per schedule."""
+    compiled = m.__dict__.get("_orderloops")
+    if compiled is None:
+        compiled = orderloops.schedule(m.preds, m.succs, m.new_bytes, m.frees, m.writes,
+                                       m.base)
+        object.__setattr__(m, "_orderloops", compiled)
+    return compiled
 
 
 def _most_written(m: Schedule, v: int) -> int:
@@ -593,14 +465,14 @@ def best_order(graph: Graph, order: list[int], exact_states: int = EXACT_MAX_STA
         return list(order), {"method": "floor", "file_peak": file_peak, "peak": file_peak}
     # what any order can still win is the file order's peak above the units live in
     # every order (live_floor): when that is nothing, or under MIN_GAIN of the peak,
-    # the search (a third of a second on BERT) is not run
+    # the search is not run
     bound = max(live_floor(m), kept_floor(m))
     if file_peak - bound <= file_peak * MIN_GAIN:
         return list(order), {"method": "floor" if file_peak <= bound else "gap",
                              "file_peak": file_peak, "peak": file_peak, "bound": bound}
     # a narrow graph's exact search, pruned at the file order's peak, ends in a few
-    # thousand sets: cheaper than the beams (an int4 Whisper encoder: 2 ms against 15).
-    # It is tried first with a small budget; where it runs out, the search goes on below
+    # thousand sets: cheaper than the beams, and optimal. It is tried first with a small
+    # budget; where it runs out, the search goes on below
     search = ExactSearch(m, upper=file_peak)
     if exact_states:
         found = _compacted(m, search.run(min(EXACT_FIRST_STATES, exact_states), paced=True))

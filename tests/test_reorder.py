@@ -294,35 +294,6 @@ def test_large_graphs_keep_their_order(monkeypatch):
     assert result.reports[0].detail["method"].startswith("skipped")
 
 
-def test_local_search_costs_each_move_as_the_whole_order_would():
-    """local_search costs a moved node over the span it moved through (the rest of the
-    order, and so of its live bytes, is unchanged): every such cost must equal
-    ``_cost`` of the whole candidate order, before and after profiles are moved on."""
-    from graphmem.passes import reorder
-    rng = random.Random(7)
-    for _ in range(40):
-        m = build_schedule(_random_graph(rng, rng.randint(2, 30)))
-        n = len(m.nodes)
-        order = list(range(n))
-        prof = reorder._Profile(m, order)
-        assert prof.cost == reorder._cost(m, order)
-        for _ in range(30):
-            pos = rng.randrange(n)
-            rest = order[:pos] + order[pos + 1:]
-            where = {u: i for i, u in enumerate(rest)}
-            v = order[pos]
-            lo = max((where[p] + 1 for p in reorder._bits(m.preds[v])), default=0)
-            hi = min((where[s] for s in m.succs[v]), default=len(rest))
-            target = rng.randint(lo, hi)  # anywhere its dependencies allow
-            cand = rest[:target] + [v] + rest[target:]
-            a, b = min(pos, target), max(pos, target)
-            assert prof.span_cost(cand[a:b + 1], a) == reorder._cost(m, cand)
-            if rng.random() < 0.5:
-                order = cand
-                prof.move_to(order, a, b)
-                assert prof.cost == reorder._cost(m, order)
-
-
 def test_a_file_order_at_the_outputs_kept_to_the_end_is_not_searched():
     """Relu nodes all reading one input, every output a graph output: every order's
     peak is all the outputs plus the input the last node reads (kept_floor), which the

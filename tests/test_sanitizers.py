@@ -1,10 +1,11 @@
 """graphmem's C code under AddressSanitizer and UndefinedBehaviorSanitizer (issue 38).
 
-tools/sanitize.py --quick builds graphmem/fitloops.c and graphmem/wire.c with
--fsanitize=address,undefined in a scratch folder and runs, in a process that loads those
-builds: a self-test (a read past a heap block must be reported), the bounds tests of
-both modules, issue 38's fitloops reproducers, and wire.parse_model on nesting 20,000
-deep, floods and mutants. The whole workload: ``python tools/sanitize.py``.
+tools/sanitize.py --quick builds graphmem/fitloops.c, graphmem/wire.c and
+graphmem/orderloops.c with -fsanitize=address,undefined in a scratch folder and runs, in a
+process that loads those builds: a self-test (a read past a heap block must be reported),
+the bounds tests of the modules, the order searches against their specification, issue
+38's fitloops reproducers, and wire.parse_model on nesting 20,000 deep, floods and
+mutants. The whole workload: ``python tools/sanitize.py``.
 """
 from __future__ import annotations
 

@@ -1,17 +1,19 @@
-"""Build graphmem's two C extensions with AddressSanitizer and UndefinedBehaviorSanitizer
+"""Build graphmem's C extensions with AddressSanitizer and UndefinedBehaviorSanitizer
 and run them on hostile input (issue 38).
 
     python tools/sanitize.py            # the whole workload (about a minute)
     python tools/sanitize.py --quick    # what tests/test_sanitizers.py runs
     python tools/sanitize.py --check    # exit 3 when no compiler here can build them
 
-graphmem/fitloops.c and graphmem/wire.c are compiled into a scratch folder with
-``-fsanitize=address,undefined -fno-sanitize-recover=all``; a Python process then loads
-those builds in place of the installed ones (ASan's runtime preloaded, Python's own
-allocator off so that ASan sees every PyMem block) and runs:
+graphmem/fitloops.c, graphmem/wire.c and graphmem/orderloops.c are compiled into a
+scratch folder with ``-fsanitize=address,undefined -fno-sanitize-recover=all``; a Python
+process then loads those builds in place of the installed ones (ASan's runtime
+preloaded, Python's own allocator off so that ASan sees every PyMem block) and runs:
 
-- the tests of the compiled code: tests/test_fitloops_bounds.py, tests/test_wire.py
-  (and, without --quick, tests/test_place_reference.py and tests/test_share_reference.py);
+- the tests of the compiled code: tests/test_fitloops_bounds.py, tests/test_wire.py,
+  tests/test_reorder_reference.py (the order searches against their specification, and
+  the schedules and orders they refuse) and, without --quick,
+  tests/test_place_reference.py and tests/test_share_reference.py;
 - the reproducers of issue 38: ``fitloops.run`` with a plain item that has no parts, and
   values near 2^63;
 - wire.parse_model on the generated cases of tools/fuzz_reader.py (nesting 20,000 deep,
@@ -33,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
          "-g", "-O1", "-shared", "-fPIC"]
-MODULES = ("fitloops", "wire")
+MODULES = ("fitloops", "wire", "orderloops")
 
 # runs inside the sanitized process: the scratch builds stand in for graphmem's modules
 PRELUDE = """
@@ -45,8 +47,8 @@ for name in {modules!r}:
     spec.loader.exec_module(module)
     sys.modules['graphmem.' + name] = module
     setattr(graphmem, name, module)
-from graphmem import fitloops, wire
-assert wire.__file__.startswith({folder!r}) and fitloops.__file__.startswith({folder!r})
+from graphmem import fitloops, orderloops, wire
+assert all(m.__file__.startswith({folder!r}) for m in (fitloops, orderloops, wire))
 """
 
 REPRODUCERS = """
@@ -156,7 +158,7 @@ def _runtime(cc: str) -> str | None:
 
 
 def build(cc: str, folder: Path) -> str:
-    """Both extensions, sanitized, into ``folder``; returns their file suffix."""
+    """The extensions, sanitized, into ``folder``; returns their file suffix."""
     include = sysconfig.get_paths()["include"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for name in MODULES:
@@ -199,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(f"sanitize: {cc} ({_runtime(cc)})")
         return 0
-    tests = ["tests/test_fitloops_bounds.py", "tests/test_wire.py"]
+    tests = ["tests/test_fitloops_bounds.py", "tests/test_wire.py",
+             "tests/test_reorder_reference.py"]
     if not args.quick:
         tests += ["tests/test_place_reference.py", "tests/test_share_reference.py"]
     with tempfile.TemporaryDirectory(prefix="graphmem-sanitize-") as tmp:
