@@ -109,24 +109,9 @@ def beam_order(m: Schedule, width: int | None = None, enough: int = 0
 
 
 class ExactSearch:
-    """Dynamic programming over the sets of executed nodes, layer by layer (the sets of
-    k nodes, then of k + 1), keeping the lowest peak that reaches each set.
-
-    ``upper``: a peak some order is known to reach; sets above it are pruned.
-    :meth:`run` goes on from where the last run's budget ran out, and :meth:`tighten`
-    prunes the sets kept so far at a lower ``upper`` (a heuristic's order found since):
-    a search tried with a small budget first and resumed later costs what one run with
-    the whole budget costs.
-
-    From a set where a ready node ``v`` frees at least the bytes it makes, and runs
-    without raising the peak so far, ``v`` alone is tried next: take any order from
-    there and move ``v`` to the front. The steps it jumps over each have at most the
-    bytes live they had (``v``'s outputs live longer, the inputs only ``v`` still read
-    are freed sooner, and those are no fewer bytes; a write in place there can only
-    gain, as fewer steps are left to read each input), ``v``'s own step is under the
-    peak, and everything after ``v``'s old place is as it was: the peak does not rise.
-    On a transformer encoder this leaves a third to a fifth of the sets to search.
-    """
+    """passes/reorder.py's ExactSearch (its docstring says what it searches and why the
+    one-step rule keeps it exact), with a layer's sets in a dict keyed by the executed
+    set as an int: a set keeps the place where it was first reached."""
 
     def __init__(self, m: Schedule, upper: int | None = None):
         self.m = m
@@ -145,13 +130,7 @@ class ExactSearch:
             self.exhausted = self.exhausted or not self.layer
 
     def run(self, max_states: int, paced: bool = False) -> tuple[list[int], int] | None:
-        """(an order of minimum peak, that peak) once the search ends with at most
-        ``max_states`` sets made in all; None while the budget does not reach the end
-        (a later run goes on) or where it ended with no order (:attr:`exhausted`).
-
-        ``paced``: stop sooner, once past PACE_STATES sets, where the sets per layer so
-        far, over every layer, would come to twice the budget (a BERT encoder's first
-        layers alone pass it: its many ready nodes)."""
+        """As passes/reorder.py's ExactSearch.run."""
         m, layer, limit = self.m, self.layer, self.limit
         n = len(m.nodes)
         while self.k < n and not self.exhausted:
@@ -183,16 +162,9 @@ class ExactSearch:
 
 
 def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tuple[list[int], int]:
-    """Improve an order by moving single nodes as early or as late as their
-    dependencies allow (a helper node as late as possible, a consumer right after its
-    producer), keeping a move when (peak, summed live bytes) drops. Bounded by ``evals``
-    order evaluations. Returns (order, peak).
-
-    A move changes only the steps between the node's old and new place: before them
-    the order is the same, and after them the executed set, so the live bytes, are
-    the same again. Each candidate is costed from the current order's prefix and
-    suffix (:class:`_Profile`) over that span alone: the same (peak, area) as
-    :func:`_cost` of the whole candidate, in time of the span, not of the order."""
+    """passes/reorder.py's local_search (its docstring says what it moves and how a move
+    is costed, here by :class:`_Profile`): each pass goes over the nodes in the order
+    they had when it began, and tries a node's earliest place, then its latest."""
     n = len(order)
     if evals is None:
         evals = max(50, LOCAL_SEARCH_WORK // max(n, 1))
