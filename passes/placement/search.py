@@ -11,7 +11,7 @@ import numpy as np
 from graphmem.planning.groups import BYTES, FIRST, LAST, Record
 from graphmem.passes.placement import (by_area, by_breadth, by_duration, by_end, by_size,
                                        in_order, kept_first)
-from graphmem.passes.placement.best_fit import best_fit
+from graphmem.passes.placement.best_fit import BestFit, best_fit
 from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
 
 _MODULES = (by_size, by_breadth, by_area, by_duration, in_order, by_end, kept_first)
@@ -74,19 +74,25 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
     order = list(ordered)
     if pairs is None:
         pairs = part_pairs(order)
-    offsets, total = best_fit(order, alignment, pairs)
+    fit = BestFit(pairs, alignment)
+    seq = fit.positions(order)  # the order as the items' positions in pairs
+    size = np.array([r.bytes for r in order], dtype=np.int64)  # in the same order
+    base, total = fit.run(seq)
     used = 0
     while used < runs and total > floor:
-        top = [i for i, r in enumerate(order) if offsets[r.id] + r.bytes == total]
+        top = np.flatnonzero(base[seq] + size == total).tolist()
         i = rng.choice(top)
         j = rng.randrange(i) if i > 0 else 0
-        candidate = order[:]
-        candidate.insert(j, candidate.pop(i))
-        new_offsets, new_total = best_fit(candidate, alignment, pairs)
+        # the record at i moved to j (j <= i), in the order and in its two columns
+        cand_seq, cand_size = seq.copy(), size.copy()
+        cand_seq[j + 1:i + 1], cand_size[j + 1:i + 1] = seq[j:i], size[j:i]
+        cand_seq[j], cand_size[j] = seq[i], size[i]
+        new_base, new_total = fit.run(cand_seq)
         used += 1
         if new_total <= total:
-            order, offsets, total = candidate, new_offsets, new_total
-    return offsets, total, order, used
+            seq, size, base, total = cand_seq, cand_size, new_base, new_total
+            order.insert(j, order.pop(i))
+    return fit.offsets(base), total, order, used
 
 
 def place_records(recs: Sequence[Record], strategy: str = "best", alignment: int = 1,
