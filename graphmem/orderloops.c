@@ -314,6 +314,37 @@ static PyObject *ol_schedule(PyObject *self, PyObject *args)
     s->succ_start[n] = ks;
     s->free_start[n] = kf;
     s->write_start[n] = kw;
+    /* succs are the preds turned round: u in succs[v] once exactly where v is in
+     * preds[u] (the searches step along succs and move nodes within preds' bounds) */
+    int64_t pred_bits = 0;
+    for (Py_ssize_t v = 0; v < n; v++)
+        for (int32_t j = s->preds[v].start; j < s->preds[v].start + s->preds[v].len; j++)
+            pred_bits += __builtin_popcountll(s->wb[j]);
+    if (pred_bits != ks) {
+        PyErr_SetString(PyExc_ValueError, "orderloops.schedule: the succs are not the preds "
+                        "turned round");
+        goto fail;
+    }
+    memset(scratch, 0, ((size_t)s->nw + 1) * sizeof(uint64_t));
+    for (Py_ssize_t v = 0; v < n; v++) {
+        for (int32_t k = s->succ_start[v]; k < s->succ_start[v + 1]; k++) {
+            int32_t u = s->succs[k];
+            uint64_t ub = (uint64_t)1 << (u & 63);
+            smask_t m = s->preds[u];
+            int listed = 0;
+            for (int32_t j = m.start; j < m.start + m.len; j++)
+                if (s->wi[j] == (uint32_t)v >> 6 && (s->wb[j] >> (v & 63)) & 1)
+                    listed = 1;
+            if (!listed || (scratch[u >> 6] & ub)) {
+                PyErr_SetString(PyExc_ValueError, "orderloops.schedule: the succs are not the "
+                                "preds turned round");
+                goto fail;
+            }
+            scratch[u >> 6] |= ub;
+        }
+        for (int32_t k = s->succ_start[v]; k < s->succ_start[v + 1]; k++)
+            scratch[s->succs[k] >> 6] &= ~((uint64_t)1 << (s->succs[k] & 63));
+    }
     /* every live total, peak and summed area is within total * (n + 1) in magnitude */
     int64_t bound;
     if (__builtin_mul_overflow(total, (int64_t)n + 1, &bound)) {
@@ -525,6 +556,7 @@ static PyObject *ol_exact_new(PyObject *self, PyObject *args)
     e->limit = limit;
     e->states = 1;
     if (layer_reserve(&e->layer, 1, s->nw) < 0) {
+        layer_free(&e->layer);
         free(e);
         return PyErr_NoMemory();
     }
@@ -745,13 +777,13 @@ static PyObject *unwind(exact_t *e, int32_t link, Py_ssize_t n)
     return order;
 }
 
-/* exact_run(search, max_states, paced) -> (order, peak) or None (ExactSearch.run) */
+/* exact_run(search, max_states, pace) -> (order, peak) or None (ExactSearch.run, paced
+ * past pace sets where pace > 0) */
 static PyObject *ol_exact_run(PyObject *self, PyObject *args)
 {
     PyObject *o_e;
-    long long max_states;
-    int paced;
-    if (!PyArg_ParseTuple(args, "OLp", &o_e, &max_states, &paced))
+    long long max_states, pace;
+    if (!PyArg_ParseTuple(args, "OLL", &o_e, &max_states, &pace))
         return NULL;
     exact_t *e = get_exact(o_e);
     if (!e)
@@ -759,7 +791,6 @@ static PyObject *ol_exact_run(PyObject *self, PyObject *args)
     const sched_t *s = e->s;
     const int32_t n = s->n;
     const size_t nw = (size_t)s->nw;
-    const int64_t PACE_STATES = 500;
     /* past 2^40 sets a budget is no budget; the pace test stays within 63 bits */
     if (max_states > ((long long)1 << 40))
         max_states = (long long)1 << 40;
@@ -770,7 +801,7 @@ static PyObject *ol_exact_run(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     while (e->k < n && !e->exhausted) {
         if (e->states > max_states ||
-            (paced && e->states > PACE_STATES &&
+            (pace > 0 && e->states > pace &&
              e->states * (int64_t)n > 2 * (int64_t)max_states * e->k)) {
             free(steps);
             free(ix.slots);
@@ -1185,6 +1216,11 @@ static PyObject *ol_local_search(PyObject *self, PyObject *args)
             for (int32_t k = s->succ_start[v]; k < s->succ_start[v + 1]; k++)
                 if (at[s->succs[k]] - 1 < hi)
                     hi = at[s->succs[k]] - 1;
+            if (lo > pos || hi < pos) { /* cannot be, the order and schedule checked */
+                PyErr_SetString(PyExc_RuntimeError, "orderloops.local_search: a node outside "
+                                "its dependencies' bounds");
+                goto out;
+            }
             int32_t targets[2] = {lo, hi};
             int ntargets = lo == hi ? 1 : 2;
             for (int t = 0; t < ntargets; t++) {
@@ -1255,7 +1291,8 @@ static PyMethodDef ol_methods[] = {
     {"exact_new", ol_exact_new, METH_VARARGS,
      "exact_new(schedule, upper) -> search: an exact search pruned at upper (None: none)"},
     {"exact_run", ol_exact_run, METH_VARARGS,
-     "exact_run(search, max_states, paced) -> (order, peak) or None (ExactSearch.run)"},
+     "exact_run(search, max_states, pace) -> (order, peak) or None (ExactSearch.run;\n"
+     "paced past pace sets where pace > 0)"},
     {"exact_tighten", ol_exact_tighten, METH_VARARGS,
      "exact_tighten(search, upper): prune at upper, dropping the kept sets above it"},
     {"exact_state", ol_exact_state, METH_O,

@@ -335,7 +335,7 @@ class ExactSearch:
         ``paced``: stop sooner, once past PACE_STATES sets, where the sets per layer so
         far, over every layer, would come to twice the budget (a BERT encoder's first
         layers alone pass it: its many ready nodes)."""
-        return orderloops.exact_run(self._search, max_states, paced)
+        return orderloops.exact_run(self._search, max_states, PACE_STATES if paced else 0)
 
 
 def _cost(m: Schedule, order: list[int]) -> tuple[int, int]:

@@ -144,11 +144,30 @@ def _compile(preds=(0, 1), succs=((1,), ()), new=(4, 4), frees=(((2, 4),), ()),
     (dict(new=(2 ** 62, 0)), "times its steps"),             # 2^62 bytes x 3 steps
     (dict(frees=(((2, 4, 0),), ())), "wrong length"),
     (dict(writes=((4,), ())), "() or (bytes, readers)"),
+    (dict(succs=((), ())), "turned round"),                 # node 1 waits for node 0
+    (dict(succs=((1,), (0,))), "turned round"),              # node 0 waits for none
+    (dict(preds=(0, 0), succs=((1,), ())), "turned round"),
+    (dict(preds=(0, 1), succs=((1, 1), ())), "turned round"),  # listed twice
 ])
 def test_a_schedule_it_cannot_search_is_refused(change, words):
     _compile()  # the unchanged schedule is taken
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         _compile(**change)
+
+
+def test_masks_of_whole_words():
+    """A mask with the top bit of a word set is a node, not a sign; one past the last
+    node is refused (64 nodes: one word)."""
+    n = 64
+    preds = tuple([0] * 63 + [1 << 62])  # node 63 waits for node 62
+    succs = tuple([()] * 62 + [(63,), ()])
+    frees = tuple([((1 << 63, 8),)] + [()] * 63)  # node 0's unit is read by node 63
+    m = orderloops.schedule(preds, succs, (8,) * n, frees, ((),) * n, 0)
+    order, peak = orderloops.local_search(m, list(range(n)), 1_000)
+    assert sorted(order) == list(range(n)) and order.index(62) < order.index(63)
+    with pytest.raises(ValueError, match="past the last"):
+        orderloops.schedule(preds, succs, (8,) * n, ((((1 << 64), 8),),) + frees[1:],
+                            ((),) * n, 0)
 
 
 def test_an_order_it_cannot_move_is_refused():
