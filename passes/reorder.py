@@ -105,6 +105,11 @@ class Schedule:
     # (the in-place pass's overwrite pairs); empty: nothing is written in place
     writes: tuple[tuple, ...] = ()
 
+    def __getstate__(self) -> dict:
+        """Pickled and copied without its compiled form (:func:`_compiled`), which is
+        made again where a copy is searched."""
+        return {k: v for k, v in self.__dict__.items() if k != "_orderloops"}
+
     def __post_init__(self) -> None:
         if not self.writes:
             object.__setattr__(self, "writes", ((),) * len(self.nodes))

@@ -128,6 +128,16 @@ def test_local_search_costs_each_move_as_the_whole_order_would():
                 assert prof.cost == reorder._cost(m, order)
 
 
+def test_a_searched_schedule_is_copied_and_pickled_without_its_compiled_form():
+    import copy
+    import pickle
+    _, m = next(_schedules(1, 12, 12))
+    found = reorder.exact_order(m, max_states=10 ** 6)
+    for twin in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert twin == m and "_orderloops" not in twin.__dict__
+        assert reorder.exact_order(twin, max_states=10 ** 6) == found
+
+
 def _compile(preds=(0, 1), succs=((1,), ()), new=(4, 4), frees=(((2, 4),), ()),
              writes=((), ()), base=0):
     return orderloops.schedule(preds, succs, new, frees, writes, base)
