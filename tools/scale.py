@@ -349,7 +349,8 @@ def _report(args, rows: list[dict], status: str) -> None:
         "that process's high-water mark (graph included), *graph alone* its RSS before "
         "planning. Below 1M nodes each row is the fastest of three fresh processes "
         "(timings on this shared machine move by a quarter between runs), 1M-node rows "
-        "are one run. Best fit and the storage pool run compiled (graphmem/fitloops.c). "
+        "are one run. Best fit and the storage pool run compiled (graphmem/fitloops.c), "
+        "and so do the reorder searches (graphmem/orderloops.c). "
         + _check_line(args),
         "", "\n".join(table), "",
         "Log-log slope of plan time between the two largest sizes (1.0 is linear): "
