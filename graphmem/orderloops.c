@@ -778,7 +778,7 @@ static PyObject *unwind(exact_t *e, int32_t link, Py_ssize_t n)
 }
 
 /* exact_run(search, max_states, pace) -> (order, peak) or None (ExactSearch.run, paced
- * past pace sets where pace > 0) */
+ * past pace sets where pace >= 0; -1: not paced) */
 static PyObject *ol_exact_run(PyObject *self, PyObject *args)
 {
     PyObject *o_e;
@@ -801,7 +801,7 @@ static PyObject *ol_exact_run(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     while (e->k < n && !e->exhausted) {
         if (e->states > max_states ||
-            (pace > 0 && e->states > pace &&
+            (pace >= 0 && e->states > pace &&
              e->states * (int64_t)n > 2 * (int64_t)max_states * e->k)) {
             free(steps);
             free(ix.slots);
@@ -1292,7 +1292,7 @@ static PyMethodDef ol_methods[] = {
      "exact_new(schedule, upper) -> search: an exact search pruned at upper (None: none)"},
     {"exact_run", ol_exact_run, METH_VARARGS,
      "exact_run(search, max_states, pace) -> (order, peak) or None (ExactSearch.run;\n"
-     "paced past pace sets where pace > 0)"},
+     "paced past pace sets where pace >= 0; -1: not paced)"},
     {"exact_tighten", ol_exact_tighten, METH_VARARGS,
      "exact_tighten(search, upper): prune at upper, dropping the kept sets above it"},
     {"exact_state", ol_exact_state, METH_O,

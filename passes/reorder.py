@@ -23,9 +23,9 @@ order at that peak the search keeps (tests/test_reorder.py).
 - ``beam_order``: beam search over the same states, ranking partial orders by
   (peak so far, live bytes now) and, in a second run, by (live bytes, peak); the
   better result wins. A fast heuristic for any size. It runs next the node that frees
-  what it makes, as the exact search does: half the beams' time on the speed and
-  full-size files, and a lower peak on 16 of them (the Llama decode steps) and on two
-  of ten randomly wired networks, higher on none.
+  what it makes, as the exact search does: a lower peak on 16 of the speed and
+  full-size files (the Llama decode steps) and on two of ten randomly wired networks,
+  higher on none.
 - ``local_search``: single-node moves (as early or as late as dependencies allow) from
   the beam's order, and when the exact search gave up, from the file order.
 - ``layer_floor``: no order can go below the largest inputs + outputs of one node; an
@@ -74,9 +74,9 @@ PACE_STATES = 500  # sets made before the first try's pace may end it
 BEAM_WORK = 8_000  # beam width x nodes; the width shrinks for large graphs
 LOCAL_SEARCH_WORK = 300_000  # local search: order evaluations x nodes
 # Executed-node sets are bitsets of n / 64 words, and the schedule and its lower bounds
-# are built from Python int masks: the pass grows as n^2 (random DAGs of 4,000 nodes:
-# 0.5 s; of 10,000: 5 s). Above this size the pass keeps the given order and says so,
-# which keeps planning near-linear.
+# are built from Python int masks: the pass grows as n^2 (the scale section of
+# docs/benchmarks.md: random DAGs of 1,000 nodes). Above this size the pass keeps the
+# given order and says so, which keeps planning near-linear.
 MAX_NODES = 4_000
 # The search runs only where an order may lower the modelled peak by more than this
 # part of the file order's (live_floor): under it, what it could win is not worth its time
@@ -262,8 +262,9 @@ def beam_order(m: Schedule, width: int | None = None, enough: int = 0
     Each beam keeps, step by step, the ``width`` best partial orders (by their peak,
     then live bytes, then executed set as an integer; or by live bytes first), and of
     the partial orders that reach the same set the one of least (peak, live bytes). It
-    runs next the node that frees what it makes, as the exact search does. Compiled
-    (``graphmem.orderloops.beam``); its specification is ``_beam`` in
+    runs next the node that frees what it makes, as the exact search does. ``width``:
+    1 to 10^6 (default from BEAM_WORK). Compiled (``graphmem.orderloops.beam``); its
+    specification is ``_beam`` in
     tests/reference_reorder.py."""
     n = len(m.nodes)
     if width is None:
@@ -340,12 +341,13 @@ class ExactSearch:
         ``paced``: stop sooner, once past PACE_STATES sets, where the sets per layer so
         far, over every layer, would come to twice the budget (a BERT encoder's first
         layers alone pass it: its many ready nodes)."""
-        return orderloops.exact_run(self._search, max_states, PACE_STATES if paced else 0)
+        return orderloops.exact_run(self._search, max_states, PACE_STATES if paced else -1)
 
 
 def _cost(m: Schedule, order: list[int]) -> tuple[int, int]:
     """(peak, live bytes summed over the steps): peak first, then compactness. Local
-    search gets the same figures from a :class:`_Profile` (tests compare the two)."""
+    search gets the same figures from its profile of the order (the specification's
+    ``_Profile``, tests/reference_reorder.py; tests compare the two)."""
     done, mem, peak, area = 0, m.base, m.base, 0
     for v in order:
         during, mem = _step(m, done, mem, v)
@@ -366,7 +368,8 @@ def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tup
     the same again. Each candidate is costed from the current order's prefix and
     suffix over that span alone: the same (peak, area) as :func:`_cost` of the whole
     candidate, in time of the span, not of the order. Each pass goes over the nodes
-    in the order's order, and tries a node's earliest place before its latest.
+    in the order they had when the pass began, and tries a node's earliest place
+    before its latest.
 
     Compiled (``graphmem.orderloops.local_search``); its specification is
     ``local_search`` in tests/reference_reorder.py."""

@@ -1,6 +1,7 @@
 """The specification of graphmem/orderloops.c: the reorder pass's exact search, beam
 search and local search in plain Python, as passes/reorder.py ran them before they were
-compiled.
+compiled (but for the order in which the local search tries a node's two places: it
+followed a set's hash order).
 
 tests/test_reorder_reference.py runs both on the same schedules and wants the same
 orders, peaks and search states. Ties resolve as the Python does: a layer's sets are a
@@ -13,8 +14,8 @@ from __future__ import annotations
 from itertools import accumulate
 from operator import add
 
-from graphmem.passes.reorder import (BEAM_WORK, LOCAL_SEARCH_WORK, PACE_STATES, Schedule, _bits,
-                                     _step, _written_over)
+from graphmem.passes import reorder
+from graphmem.passes.reorder import Schedule, _bits, _step, _written_over
 
 
 def _initial_ready(m: Schedule) -> int:
@@ -77,7 +78,7 @@ def _next_steps(m: Schedule, done: int, mem: int, peak: int, ready: int
 def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
     n = len(m.nodes)
     if width is None:
-        width = max(4, min(32, BEAM_WORK // max(n, 1)))
+        width = max(4, min(32, reorder.BEAM_WORK // max(n, 1)))
     beam = [(m.base, m.base, 0, _initial_ready(m), None)]  # (peak, mem, done, ready, link)
     for _ in range(n):
         # (peak, mem, done, the parent's ready set, v, the parent's link): the ready set
@@ -93,6 +94,7 @@ def _beam(m: Schedule, width: int | None, rank) -> tuple[list[int], int]:
                 p, after, d2, ready, v, link in sorted(nxt.values(), key=rank)[:width]]
     best = min(beam, key=lambda s: (s[0], s[1], s[2]))
     return _unwind(best[4]), best[0]
+
 
 def beam_order(m: Schedule, width: int | None = None, enough: int = 0
                ) -> tuple[list[int], int]:
@@ -134,7 +136,7 @@ class ExactSearch:
         m, layer, limit = self.m, self.layer, self.limit
         n = len(m.nodes)
         while self.k < n and not self.exhausted:
-            if self.states > max_states or (paced and self.states > PACE_STATES
+            if self.states > max_states or (paced and self.states > reorder.PACE_STATES
                                              and self.states * n > 2 * max_states * self.k):
                 return None
             nxt: dict[int, tuple] = {}
@@ -167,7 +169,7 @@ def local_search(m: Schedule, order: list[int], evals: int | None = None) -> tup
     they had when it began, and tries a node's earliest place, then its latest."""
     n = len(order)
     if evals is None:
-        evals = max(50, LOCAL_SEARCH_WORK // max(n, 1))
+        evals = max(50, reorder.LOCAL_SEARCH_WORK // max(n, 1))
     best = list(order)
     at = {u: i for i, u in enumerate(best)}  # each node's position in best
     prof = _Profile(m, best)
