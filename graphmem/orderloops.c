@@ -479,6 +479,24 @@ static int layer_reserve(layer_t *l, size_t want, int32_t nw)
     return 0;
 }
 
+/* The layer of one set, nothing executed: the nodes with no preds ready, the graph
+ * inputs' bytes live (ExactSearch's first layer and the beam's first state). */
+static int layer_start(layer_t *l, const sched_t *s)
+{
+    size_t nw = (size_t)s->nw;
+    if (layer_reserve(l, 1, s->nw) < 0)
+        return -1;
+    memset(l->done, 0, nw * sizeof(uint64_t));
+    memset(l->ready, 0, nw * sizeof(uint64_t));
+    for (int32_t v = 0; v < s->n; v++)
+        if (s->preds[v].len == 0)
+            l->ready[v >> 6] |= (uint64_t)1 << (v & 63);
+    l->peak[0] = l->mem[0] = s->base;
+    l->link[0] = -1;
+    l->len = 1;
+    return 0;
+}
+
 static void exact_capsule_free(PyObject *cap)
 {
     exact_t *e = (exact_t *)PyCapsule_GetPointer(cap, "graphmem.orderloops.exact");
@@ -555,21 +573,11 @@ static PyObject *ol_exact_new(PyObject *self, PyObject *args)
     e->s = s;
     e->limit = limit;
     e->states = 1;
-    if (layer_reserve(&e->layer, 1, s->nw) < 0) {
+    if (layer_start(&e->layer, s) < 0) {
         layer_free(&e->layer);
         free(e);
         return PyErr_NoMemory();
     }
-    size_t nw = (size_t)s->nw;
-    memset(e->layer.done, 0, nw * sizeof(uint64_t));
-    memset(e->layer.ready, 0, nw * sizeof(uint64_t));
-    for (int32_t v = 0; v < s->n; v++)
-        if (s->preds[v].len == 0)
-            e->layer.ready[v >> 6] |= (uint64_t)1 << (v & 63);
-    e->layer.peak[0] = s->base;
-    e->layer.mem[0] = s->base;
-    e->layer.link[0] = -1;
-    e->layer.len = 1;
     Py_INCREF(o_sched);
     e->sched_cap = o_sched;
     PyObject *cap = PyCapsule_New(e, "graphmem.orderloops.exact", exact_capsule_free);
@@ -581,14 +589,21 @@ static PyObject *ol_exact_new(PyObject *self, PyObject *args)
     return cap;
 }
 
+#define HASH_SEED 0x9e3779b97f4a7c15ull
+
+/* One word more into a set's hash (hash_words, and index_find's hash of done | v). */
+static inline uint64_t hash_step(uint64_t h, uint64_t word)
+{
+    h ^= word + HASH_SEED + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
 static inline uint64_t hash_words(const uint64_t *w, int32_t nw)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ull;
-    for (int32_t i = 0; i < nw; i++) {
-        h ^= w[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 33;
-    }
+    uint64_t h = HASH_SEED;
+    for (int32_t i = 0; i < nw; i++)
+        h = hash_step(h, w[i]);
     return h;
 }
 
@@ -665,13 +680,9 @@ static int32_t index_find(const index_t *ix, const layer_t *l, const uint64_t *d
 {
     uint64_t vb = (uint64_t)1 << (v & 63);
     size_t vw = (size_t)v >> 6;
-    uint64_t h = 0x9e3779b97f4a7c15ull;
-    for (size_t w = 0; w < nw; w++) {
-        uint64_t word = done[w] | (w == vw ? vb : 0);
-        h ^= word + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 33;
-    }
+    uint64_t h = HASH_SEED;
+    for (size_t w = 0; w < nw; w++)
+        h = hash_step(h, done[w] | (w == vw ? vb : 0));
     size_t at = (size_t)h & (ix->nslots - 1);
     while (ix->slots[at] >= 0) {
         const uint64_t *d = l->done + (size_t)ix->slots[at] * nw;
@@ -932,16 +943,8 @@ static PyObject *ol_beam(PyObject *self, PyObject *args)
     rankc_t *ranks = NULL;
     stepc_t *steps = malloc(((size_t)n + 1) * sizeof(stepc_t));
     size_t cap = 0;
-    if (!steps || layer_reserve(&cur, 1, s->nw) < 0)
+    if (!steps || layer_start(&cur, s) < 0)
         goto nomem;
-    memset(cur.done, 0, nw * sizeof(uint64_t));
-    memset(cur.ready, 0, nw * sizeof(uint64_t));
-    for (int32_t v = 0; v < n; v++)
-        if (s->preds[v].len == 0)
-            cur.ready[v >> 6] |= (uint64_t)1 << (v & 63);
-    cur.peak[0] = cur.mem[0] = s->base;
-    cur.link[0] = -1;
-    cur.len = 1;
     for (int32_t k = 0; k < n; k++) {
         nxt.len = 0;
         if (index_clear(&ix) < 0)
