@@ -76,21 +76,22 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
         pairs = part_pairs(order)
     fit = BestFit(pairs, alignment)
     seq = fit.positions(order)  # the order as the items' positions in pairs
-    size = np.array([r.bytes for r in order], dtype=np.int64)  # in the same order
+    size = np.zeros(len(pairs.ids), dtype=np.int64)  # each item's bytes, by position
+    size[seq] = [r.bytes for r in order]
     base, total = fit.run(seq)
     used = 0
     while used < runs and total > floor:
-        top = np.flatnonzero(base[seq] + size == total).tolist()
+        top = np.flatnonzero((base + size)[seq] == total).tolist()
         i = rng.choice(top)
         j = rng.randrange(i) if i > 0 else 0
-        # the record at i moved to j (j <= i), in the order and in its two columns
-        cand_seq, cand_size = seq.copy(), size.copy()
-        cand_seq[j + 1:i + 1], cand_size[j + 1:i + 1] = seq[j:i], size[j:i]
-        cand_seq[j], cand_size[j] = seq[i], size[i]
-        new_base, new_total = fit.run(cand_seq)
+        # the record at i moved to j (j <= i)
+        cand = seq.copy()
+        cand[j + 1:i + 1] = seq[j:i]
+        cand[j] = seq[i]
+        new_base, new_total = fit.run(cand)
         used += 1
         if new_total <= total:
-            seq, size, base, total = cand_seq, cand_size, new_base, new_total
+            seq, base, total = cand, new_base, new_total
             order.insert(j, order.pop(i))
     return fit.offsets(base), total, order, used
 
