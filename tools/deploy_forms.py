@@ -108,8 +108,8 @@ def bound(path: Path, dims: dict[str, int], out: Path) -> Path:
 
 def saved_at(path: Path, level: str, out: Path, external: bool = False) -> Path:
     """ORT's optimizer's graph of ``path`` at ``level`` (CPU), saved as ``out``;
-    ``external``: with every initializer of 1 KiB or more in a file beside it
-    (``session.optimized_model_external_initializers_file_name``)."""
+    ``external``: with its weights in a file beside it, as ``--ort-optimize`` saves them
+    (graphmem.frontend.ort_optimize.weights_beside)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
@@ -117,10 +117,8 @@ def saved_at(path: Path, level: str, out: Path, external: bool = False) -> Path:
     so.optimized_model_filepath = str(out)
     so.log_severity_level = 4
     if external:
-        so.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
-        so.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        from graphmem.frontend.ort_optimize import weights_beside
+        weights_beside(so, out)
     ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return out
 

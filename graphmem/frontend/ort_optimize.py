@@ -72,11 +72,7 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
     # does not load) are not the user's: graphmem says in one line what failed
     so.log_severity_level = 4
     ort.set_default_logger_severity(4)
-    so.add_session_config_entry(
-        "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
-    so.add_session_config_entry(
-        "session.optimized_model_external_initializers_min_size_in_bytes",
-        str(EXTERNAL_MIN_BYTES))
+    weights_beside(so, out)
     t0 = time.perf_counter()
     try:
         session = ort.InferenceSession(str(src), so, providers=[ep])
@@ -92,6 +88,16 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
     if not out.is_file():
         raise GraphmemError(f"{src}: ONNX Runtime saved no optimized model at level {level}")
     return Optimized(path=out, source=src, level=level, provider=provider, seconds=seconds)
+
+
+def weights_beside(so, out: Path) -> None:
+    """Have the session of ``so`` save the optimized model ``out`` with its weights of
+    EXTERNAL_MIN_BYTES or more in ``out.stem + ".weights"`` beside it."""
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", out.stem + ".weights")
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes",
+        str(EXTERNAL_MIN_BYTES))
 
 
 def temporary_folder() -> str:
