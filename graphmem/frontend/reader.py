@@ -26,6 +26,7 @@ from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
 from graphmem.frontend.constant_nodes import shape_values
+from graphmem.frontend.function_budget import check_functions
 from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import drop_tensor_data, one_line
 from graphmem.frontend.shape_strategies import LoadState, run_strategies
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 else:
     onnx = _onnx
 
-__all__ = ["SMALL_CONSTANT_BYTES", "bind_dims", "check_external_data", "copy_without_weights",
+__all__ = ["SMALL_CONSTANT_BYTES", "bind_dims", "check_external_data", "check_model", "copy_without_weights",
            "from_model", "load", "onnx_opset", "plan_size_bound", "read_model"]
 
 
@@ -193,15 +194,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     bad = parsed["not_utf8"] and invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
-    # Our own structural checks first: they name the node and tensor, where the
-    # checker only says "not topologically sorted" for a cycle or a missing producer.
-    producer = check_names(g)
-    reads = all_reads(g)
-    order = topological_order(g, reads, producer)
-    values = shape_values(g, reads)
-    stripped = stripped_weights(g, values)
-    if check:
-        run_check(data, parsed, stripped, order)
+    reads, order, values, stripped = _checked(data, parsed, g, check)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     state = LoadState(
@@ -216,6 +209,42 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         for line in graph.load_notes:
             note(line)
     return graph
+
+
+def _checked(data, parsed: dict, g: dict, check: bool):
+    """The structural checks, the function budget and (``check``) onnx's checker on the
+    model's bytes: (reads, order, shape values, stripped weights) for the stages after."""
+    # Our own structural checks first: they name the node and tensor, where the
+    # checker only says "not topologically sorted" for a cycle or a missing producer.
+    producer = check_names(g)
+    check_functions(data, g["nodes"])  # before onnx's C++ inlines them
+    reads = all_reads(g)
+    order = topological_order(g, reads, producer)
+    values = shape_values(g, reads)
+    stripped = stripped_weights(g, values)
+    if check:
+        run_check(data, parsed, stripped, order)
+    return reads, order, values, stripped
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    """Refuse in one line a model ``plan`` would refuse before its shape inference (its
+    names, its order, its local functions' budget, onnx's checker): what a command checks
+    before handing the model to one of onnx's C++ passes (the version converter, whose
+    crashes on a wrong-typed attribute take the process down)."""
+    data = model.SerializeToString()
+    try:
+        parsed = wire.parse_model(data)
+    except ValueError as exc:
+        raise GraphmemError(f"the model is corrupt ({one_line(exc)})") from None
+    g = parsed["graph"]
+    if g is None:
+        raise GraphmemError("not an ONNX model (no graph in the file)")
+    if g["sparse_initializers"]:
+        from graphmem.frontend.sparse import densify
+        data, parsed, _ = densify(data, parsed)
+        g = parsed["graph"]
+    _checked(data, parsed, g, True)
 
 
 def copy_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, version_converter
+from onnx import numpy_helper
 
 from graphmem.frontend.folding import constant_value
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import onnx_opset
+from graphmem.frontend.reader import check_model, onnx_opset
+from graphmem.isolated import convert_version
 
 TARGET_OPSET = 17
 
@@ -24,6 +25,8 @@ def prepare_inference(model: onnx.ModelProto, batch: int | None = None, *,
     ``ConstantOfShape`` weights get random values (scaled by fan-in; BN variances
     positive): memory work needs shapes, gradient checks need non-degenerate values.
     """
+    # checked as plan checks it, before onnx's C++ passes see it
+    check_model(model)
     m = onnx.ModelProto()
     m.CopyFrom(model)
     rng = np.random.default_rng(seed)
@@ -33,16 +36,39 @@ def prepare_inference(model: onnx.ModelProto, batch: int | None = None, *,
     m.ir_version = max(m.ir_version, 7)
     opset = onnx_opset(m)
     if opset < TARGET_OPSET:
-        try:
-            m = version_converter.convert_version(m, TARGET_OPSET)
-        except Exception as exc:
-            raise GraphmemError(f"cannot convert the model from opset {opset} to "
-                                f"{TARGET_OPSET}: {' '.join(str(exc).split())[:200]}") from None
+        m = _converted(m, opset)
         m.ir_version = max(m.ir_version, 8)
     # After the conversion: it copies the model, which is cheap while weights are shapes.
     _materialize_constant_of_shape(m, rng)
     _drop_initializer_inputs(m)
     return m
+
+
+# Initializers with more raw data than this travel to the converter's process without
+# it, and get it back by name after (the converter keeps initializers as they are)
+STRIP_BYTES = 1 << 16
+
+
+def _converted(m: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """``m`` converted to TARGET_OPSET by onnx's version converter, run in a bounded
+    process (:mod:`graphmem.isolated`): its large weights' data stays here."""
+    kept: dict[str, bytes] = {}
+    for t in m.graph.initializer:
+        if len(t.raw_data) > STRIP_BYTES and t.name not in kept:
+            kept[t.name] = t.raw_data
+            t.ClearField("raw_data")
+    try:
+        data = m.SerializeToString()
+    finally:
+        for t in m.graph.initializer:
+            if t.name in kept:
+                t.raw_data = kept[t.name]
+    out = onnx.ModelProto.FromString(
+        convert_version(data, TARGET_OPSET, f"the model from opset {opset}"))
+    for t in out.graph.initializer:
+        if t.name in kept and not t.HasField("raw_data") and not t.external_data:
+            t.raw_data = kept[t.name]
+    return out
 
 
 def _materialize_constant_of_shape(m: onnx.ModelProto, rng) -> None:

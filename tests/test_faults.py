@@ -1,0 +1,94 @@
+"""Issue 55's fault classes (tools/fault_suite.py makes the reproducers): train checks a
+model before onnx's version converter, which runs in a bounded process; local functions
+are budgeted before onnx's inference inlines them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import onnx
+import pytest
+
+from graphmem.errors import GraphmemError
+from graphmem.frontend import function_budget
+from graphmem.frontend.function_budget import MAX_INLINED_NODES, check_functions
+from graphmem.frontend.reader import load
+from graphmem.isolated import convert_version
+from tools import fault_suite
+
+
+def _cli(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "graphmem", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def _one_line(proc):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("graphmem: "), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", [fault_suite.CONVERTER_CASES[i] for i in (0, 3, 9, 11)])
+def test_train_checks_the_model_before_the_converter(tmp_path, case):
+    p = tmp_path / "m.onnx"
+    p.write_bytes(fault_suite.converter_model(*case))
+    line = _one_line(_cli("train", p))
+    assert "onnx.checker" in line and case[0] in line
+
+
+def test_a_converter_crash_is_one_error_not_a_signal(tmp_path):
+    # the converter itself, unchecked: it dies of SIGSEGV in its own process
+    data = fault_suite.converter_model("Pad", "pads", 1, 2)
+    with pytest.raises(GraphmemError, match="crashed"):
+        convert_version(data, 17, "the model")
+
+
+def test_the_converter_still_converts():
+    m = onnx.helper.make_model(
+        onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+                               [fault_suite.vi("x", fault_suite.F, [2])],
+                               [fault_suite.vi("y", fault_suite.F, [2])]),
+        opset_imports=[onnx.helper.make_opsetid("", 9)])
+    out = onnx.ModelProto.FromString(convert_version(m.SerializeToString(), 17, "m"))
+    assert out.opset_import[0].version == 17
+
+
+def test_functions_within_the_budget_plan(tmp_path):
+    p = tmp_path / "f.onnx"
+    p.write_bytes(fault_suite.function_bomb(8))
+    assert load(p).nodes
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: fault_suite.function_bomb(22), "nodes once inlined"),
+    (lambda: fault_suite.function_bomb(64), "calls deep"),
+    (lambda: fault_suite.function_bomb(300), "calls deep"),
+    (fault_suite.recursive_function, "calls itself"),
+], ids=["2**21 nodes", "depth 64", "depth 300", "recursive"])
+def test_function_bombs_are_refused_before_onnx(make, message):
+    data = make()
+    start = time.perf_counter()
+    with pytest.raises(GraphmemError, match=message):
+        check_functions(data)
+    assert time.perf_counter() - start < 5  # counted, not inlined
+
+
+def test_the_budget_is_the_inlined_node_count(monkeypatch):
+    data = fault_suite.function_bomb(6)  # a call that inlines to 2**5 Relus
+    monkeypatch.setattr(function_budget, "MAX_INLINED_NODES", 32)
+    check_functions(data)
+    monkeypatch.setattr(function_budget, "MAX_INLINED_NODES", 31)
+    with pytest.raises(GraphmemError, match="more than 31 nodes"):
+        check_functions(data)
+    assert MAX_INLINED_NODES >= 1 << 20
+
+
+@pytest.mark.parametrize("command", ["plan", "report", "verify", "train"])
+def test_every_command_refuses_a_function_bomb_in_one_line(tmp_path, command):
+    p = tmp_path / "bomb.onnx"
+    p.write_bytes(fault_suite.function_bomb(40))
+    start = time.monotonic()
+    _one_line(_cli(command, p, cwd=tmp_path))
+    assert time.monotonic() - start < 60

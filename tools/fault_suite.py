@@ -1,0 +1,169 @@
+"""Issue 55's fault classes as reproducers, and a campaign that runs every command on them.
+
+Classes (each a function that makes the files): ``converter`` -- models whose nodes carry
+wrong-typed attributes, at an old opset, with a trainable weight, so that ``train`` would
+hand them to onnx's version converter (which crashed on them: SIGSEGV); ``functions`` --
+local functions calling each other twice per level (2**depth nodes once inlined) and a
+function calling itself; ``output`` -- stdout on /dev/full, closed, and a broken pipe.
+
+    python tools/fault_suite.py run [--out DIR]      # every command on every file
+
+prints, per class and command, how the runs ended (one line exit 2, plan, traceback,
+several lines, signal, timeout). Each run is limited to 2 GB of address space and 60 s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+vi = helper.make_tensor_value_info
+
+# (op, attribute, wrong value, opset): an attribute of another type than the schema's
+CONVERTER_CASES = [
+    ("Pad", "pads", 1, 2), ("Pad", "pads", "one", 2), ("Pad", "mode", 3, 2),
+    ("Squeeze", "axes", "abc", 11), ("Squeeze", "axes", 1.5, 11), ("Squeeze", "axes", 1, 11),
+    ("Unsqueeze", "axes", 1.5, 11), ("Unsqueeze", "axes", "x", 11),
+    ("ReduceSum", "axes", "a", 11), ("ReduceMean", "axes", 2.0, 11),
+    ("ReduceMax", "keepdims", "yes", 11), ("Split", "split", 2, 11),
+    ("Split", "axis", "z", 11), ("Softmax", "axis", 1.0, 11),
+    ("Transpose", "perm", 1, 9), ("Concat", "axis", "q", 9),
+    ("Gemm", "transB", 1.0, 9), ("LeakyRelu", "alpha", "a", 9),
+]
+
+
+def converter_model(op: str, attr: str, value, opset: int) -> bytes:
+    """x -> Mul by a weight W -> ``op`` with ``attr`` set to ``value`` -> y, at ``opset``
+    (IR version 6): the model a user trains, with one wrong-typed attribute."""
+    w = numpy_helper.from_array(np.ones([1, 3, 4, 4], np.float32), "W")
+    node = helper.make_node(op, ["h"] + (["h"] if op in ("Concat", "Gemm") else []), ["y"])
+    node.attribute.append(helper.make_attribute(attr, value))
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]), node], "g",
+                          [vi("x", F, [1, 3, 4, 4])], [vi("y", F, [1, 3, 4, 4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 6
+    return m.SerializeToString()
+
+
+def function_bomb(depth: int, *, weight: bool = True) -> bytes:
+    """Local functions f0..f{depth-1}, each f{i} calling f{i-1} twice: one call of the
+    last is 2**(depth-1) Relus once inlined."""
+    funcs = []
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    for i in range(depth):
+        nodes = ([helper.make_node("Relu", ["a"], ["b"])] if i == 0 else
+                 [helper.make_node(f"f{i - 1}", ["a"], ["t"], domain="local"),
+                  helper.make_node(f"f{i - 1}", ["t"], ["b"], domain="local")])
+        funcs.append(helper.make_function("local", f"f{i}", ["a"], ["b"], nodes, opsets))
+    nodes = [helper.make_node("Mul", ["x", "W"], ["h"]),
+             helper.make_node(f"f{depth - 1}", ["h"], ["y"], domain="local")]
+    g = helper.make_graph(nodes, "g", [vi("x", F, [4])], [vi("y", F, [4])],
+                          [numpy_helper.from_array(np.ones(4, np.float32), "W")])
+    m = helper.make_model(g, opset_imports=opsets, functions=funcs)
+    return m.SerializeToString()
+
+
+def recursive_function() -> bytes:
+    """A local function that calls itself."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    f = helper.make_function("local", "f", ["a"], ["b"],
+                             [helper.make_node("f", ["a"], ["b"], domain="local")], opsets)
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
+                           helper.make_node("f", ["h"], ["y"], domain="local")], "g",
+                          [vi("x", F, [4])], [vi("y", F, [4])],
+                          [numpy_helper.from_array(np.ones(4, np.float32), "W")])
+    return helper.make_model(g, opset_imports=opsets, functions=[f]).SerializeToString()
+
+
+def files(out: Path) -> dict[str, list[Path]]:
+    """Every reproducer written under ``out``, by class."""
+    out.mkdir(parents=True, exist_ok=True)
+    made: dict[str, list[Path]] = {"converter": [], "functions": []}
+    for op, attr, value, opset in CONVERTER_CASES:
+        p = out / f"convert_{op}_{attr}_{type(value).__name__}.onnx"
+        p.write_bytes(converter_model(op, attr, value, opset))
+        made["converter"].append(p)
+    for depth in (22, 24, 64, 200):
+        p = out / f"functions_depth{depth}.onnx"
+        p.write_bytes(function_bomb(depth))
+        made["functions"].append(p)
+    p = out / "functions_recursive.onnx"
+    p.write_bytes(recursive_function())
+    made["functions"].append(p)
+    return made
+
+
+ADDRESS_LIMIT = 2 << 30
+TIME_LIMIT = 60
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_LIMIT, ADDRESS_LIMIT))
+
+
+def command(name: str, model: Path, work: Path) -> list[str]:
+    args = {"plan": ["-o", str(work / "p.json")], "report": [], "verify": [],
+            "train": []}[name]
+    return [sys.executable, "-m", "graphmem", name, str(model), *args]
+
+
+def outcome(proc: subprocess.CompletedProcess | None) -> str:
+    """How one run ended, in the campaign's words."""
+    if proc is None:
+        return "timeout"
+    err = proc.stderr.decode("utf-8", "replace")
+    if "Traceback" in err:
+        return "traceback"
+    if proc.returncode < 0:
+        return "signal"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if proc.returncode == 0:
+        return "ran"
+    if proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("graphmem: "):
+        return "one line, exit 2"
+    return f"exit {proc.returncode}, {len(lines)} lines"
+
+
+def run_one(argv: list[str], cwd: Path) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=TIME_LIMIT, cwd=cwd,
+                              preexec_fn=_limit)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def campaign(out: Path, commands=("plan", "report", "verify", "train")) -> Counter:
+    counts: Counter = Counter()
+    for cls, paths in files(out).items():
+        for p in paths:
+            for name in commands:
+                counts[(cls, name, outcome(run_one(command(name, p, out), out)))] += 1
+    return counts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        counts = campaign(args.out or Path(tmp))
+    print("| class | command | outcome | runs |\n|---|---|---|---|")
+    for (cls, name, how), n in sorted(counts.items()):
+        print(f"| {cls} | {name} | {how} | {n} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
