@@ -7,14 +7,15 @@ The data flows one way: ``load`` -> ``liveness`` -> passes -> ``Plan``::
     result = graphmem.plan_graph(graph, passes=["inplace", "place"])
     graphmem.validate(result.plan, graph)
 """
-from graphmem.errors import GraphmemError, PlanInvalid
-
 __version__ = "0.1.0"
 
 # The public API, imported on first use (PEP 562): ``python -m graphmem`` and the
 # ``graphmem`` script import only the modules of the command they run, and import them
 # where Ctrl-C is handled.
 _API = {
+    # not imported here: ``python -m graphmem`` holds signals back from its __main__'s
+    # first line, which runs after this file (graphmem.errors imports re: 3 ms)
+    "GraphmemError": "graphmem.errors", "PlanInvalid": "graphmem.errors",
     "Graph": "graphmem.core.ir", "Node": "graphmem.core.ir", "Tensor": "graphmem.core.ir",
     "Interval": "graphmem.core.liveness", "liveness": "graphmem.core.liveness",
     "load": "graphmem.frontend.reader",
@@ -27,7 +28,7 @@ _API = {
     "file_order": "graphmem.core.order",
 }
 
-__all__ = ["GraphmemError", "PlanInvalid", *_API, "__version__"]
+__all__ = [*_API, "__version__"]
 
 
 def __getattr__(name: str):

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from graphmem import interrupts, notes
+from graphmem import interrupts, notes, streams
 from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
@@ -58,20 +58,37 @@ def _terminate(signum, frame) -> None:
 ORT_OPT_OUT = {"ORT_DISABLE_TELEMETRY": "1"}
 
 
+# the signals __main__ held back while the CLI's modules loaded (entry() passes its
+# list): main() delivers them once the handlers that answer them are in place
+_held: list = []
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default: the process's arguments): its exit status."""
     for name, value in ORT_OPT_OUT.items():
         os.environ.setdefault(name, value)
     argv = _negative_values(sys.argv[1:] if argv is None else argv)
-    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
-    notes.clear()
-    from graphmem.commands.progress import clear_early, early
-    early(next((a for a in argv if not a.startswith("-")), None))
+    previous: dict = {}
+    guard = None
+    command = None
     try:
+        if _main_thread():
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _terminate)
+            if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+                previous[signal.SIGINT] = signal.signal(
+                    signal.SIGINT, signal.default_int_handler)
+        interrupts.deliver(_held)
+        guard = streams.guard()
+        notes.clear()
+        from graphmem.commands.progress import clear_early, early
+        early(next((a for a in argv if not a.startswith("-")), None))
         with interrupts.deferred():  # the command's modules load here
             args = _parse(argv)
+        command = args.command
         code = int(args.func(args) or 0)
         notes.flush()
-        return code
+        sys.stdout.flush()
+        return _output_checked(guard, command, code)
     except GraphmemError as exc:
         # the one line that explains the exit: notes made on the way are dropped
         print(f"graphmem: {exc}", file=sys.stderr)
@@ -84,10 +101,28 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     finally:
         notes.drop()  # flushed above on success; dropped on every other way out
-        clear_early()
+        if "graphmem.commands.progress" in sys.modules:
+            sys.modules["graphmem.commands.progress"].clear_early()
         _remove_temporaries()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if guard is not None:
+            guard.restore()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# commands whose exit status is a verdict (verify: 0 PASS, 1 the plan is wrong, 2 bad
+# input): a fault of their output is said, and the verdict kept
+VERDICT_COMMANDS = frozenset({"verify"})
+
+
+def _output_checked(guard, command: str | None, code: int) -> int:
+    """``code``, or :data:`streams.OUTPUT_FAILED` with one line where stdout could not
+    be written (a full device, a closed descriptor, a pipe whose reader went away)."""
+    fault = guard.stdout.fault
+    if fault is None or not guard.stdout.written:
+        return code
+    print(f"graphmem: cannot write the output to stdout: {fault}", file=sys.stderr)
+    return code if command in VERDICT_COMMANDS else streams.OUTPUT_FAILED
 
 
 def _remove_temporaries() -> None:
@@ -98,30 +133,53 @@ def _remove_temporaries() -> None:
         made.cleanup()
 
 
-def entry() -> None:
+def entry(held: list | None = None) -> None:
     """The process's entry point (``python -m graphmem``, the ``graphmem`` script): exits
-    with main()'s status, and with 130 for a Ctrl-C wherever it lands.
+    with main()'s status, with 130 for a Ctrl-C and 143 for a SIGTERM wherever it lands.
 
-    main() turns a Ctrl-C into 130 itself while it runs. One that lands after it
+    main() turns a signal into 130 or 143 itself while it runs. One that lands after it
     returned (its outputs complete) would otherwise end the process by the signal
     (status -2 to a parent, -SIGINT) with a traceback, or pass unnoticed in the
-    interpreter's shutdown: from then on it ends the process at once with 130. One that
-    lands while a compiled module loads waits until it has loaded (it could crash the
-    process there: :mod:`graphmem.interrupts`).
+    interpreter's shutdown (an atexit function): from then on it ends the process at
+    once with 130 or 143. One that lands while a module loads waits until it has loaded
+    (it could crash the process there: :mod:`graphmem.interrupts`); ``held``: those
+    __main__ held back while the CLI's own modules loaded.
     """
+    global _held
     interrupts.catch_unraisable()
+    held = _held = held if held is not None else []
     try:
         interrupts.install()
         code = main()
-        signal.signal(signal.SIGINT, _interrupted_late)
+        _late_handlers()
+        if held:  # came between main's handlers and these (held by __main__'s)
+            code = _late_code(held[0])
         if interrupts.swallowed() and code != 130:  # a Ctrl-C Python could not raise
             print("graphmem: interrupted", file=sys.stderr)
             code = 130
-    except KeyboardInterrupt:  # between main's return and the handler
-        signal.signal(signal.SIGINT, _interrupted_late)
+    except KeyboardInterrupt:  # between main's return and the handlers
+        _late_handlers()
         print("graphmem: interrupted", file=sys.stderr)
         code = 130
+    except Terminated:
+        _late_handlers()
+        print("graphmem: terminated", file=sys.stderr)
+        code = 143
     exit_now(code)
+
+
+def _late_handlers() -> None:
+    if _main_thread():
+        signal.signal(signal.SIGINT, _interrupted_late)
+        signal.signal(signal.SIGTERM, _interrupted_late)
+
+
+def _late_code(signum: int) -> int:
+    if signum == signal.SIGTERM:
+        print("graphmem: terminated", file=sys.stderr)
+        return 143
+    print("graphmem: interrupted", file=sys.stderr)
+    return 130
 
 
 def exit_now(code: int) -> None:
@@ -145,22 +203,25 @@ def exit_now(code: int) -> None:
 def _flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the process started with it closed
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe (graphmem report | head)
             pass
 
 
 def _interrupted_late(signum, frame) -> None:
-    """Ctrl-C after main() returned: every output is written and closed, so nothing is
-    left to clean up; what was printed is flushed and the process ends with 130 (an
-    exception here could surface in the interpreter's shutdown, where it is ignored)."""
+    """Ctrl-C or SIGTERM after main() returned: every output is written and closed, so
+    nothing is left to clean up; what was printed is flushed and the process ends with
+    130 or 143 (an exception here could surface in the interpreter's shutdown, where it
+    is ignored)."""
     import os
     _flush_streams()
+    term = signum == signal.SIGTERM
     try:
-        os.write(2, b"graphmem: interrupted\n")
+        os.write(2, b"graphmem: terminated\n" if term else b"graphmem: interrupted\n")
     except OSError:
         pass
-    os._exit(130)
+    os._exit(143 if term else 130)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

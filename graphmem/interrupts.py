@@ -1,4 +1,4 @@
-"""Ctrl-C while a compiled module loads: held back until it has loaded (issue 38).
+"""Ctrl-C and SIGTERM while a module loads: held back until it has loaded (issues 38, 55).
 
 A KeyboardInterrupt raised while an extension module initializes (onnx's nanobind core,
 numpy's multiarray, protobuf's upb) leaves that module half made: onnx's crashed the
@@ -15,51 +15,63 @@ import signal
 import sys
 import threading
 
+# the signals held back: Ctrl-C, and SIGTERM (a `kill`, a job scheduler's stop), which
+# during a module's load turned into a traceback or an ImportError as SIGINT did
+HELD = (signal.SIGINT, signal.SIGTERM)
+
+
 def _record(signum, frame) -> None:
-    _Deferred.pending = True
+    _Deferred.pending.append(signum)
 
 
 class _Deferred:
     """The context of :func:`deferred` (a class, not a generator: it runs around every
     module a command imports)."""
 
-    depth = 0  # how many blocks are open (the outermost swaps the handler)
-    active = False  # the outermost block swapped it
-    pending = False  # a Ctrl-C came meanwhile
-    previous = None  # the handler it swapped out
+    depth = 0  # how many blocks are open (the outermost swaps the handlers)
+    pending: list = []  # the signals that came meanwhile, in order
+    previous: dict = {}  # signal -> the handler the outermost block swapped out
 
     def __enter__(self):
         cls = _Deferred
         if cls.depth == 0:
-            cls.active = False
-            if threading.current_thread() is not threading.main_thread():
-                cls.depth += 1  # signals reach Python in the main thread only
-                return self
-            previous = signal.getsignal(signal.SIGINT)
-            if previous is not None and previous is not _record:  # None: not set from Python
-                cls.previous = signal.signal(signal.SIGINT, _record)
-                cls.active = True
+            cls.previous = {}
+            if threading.current_thread() is threading.main_thread():
+                for signum in HELD:
+                    handler = signal.getsignal(signum)
+                    # None: not set from Python; SIG_IGN: nothing to hold
+                    if handler not in (None, _record, signal.SIG_IGN):
+                        cls.previous[signum] = signal.signal(signum, _record)
         cls.depth += 1
         return self
 
     def __exit__(self, *exc):
         cls = _Deferred
         cls.depth -= 1
-        if cls.depth == 0 and cls.active:
-            cls.active = False
-            signal.signal(signal.SIGINT, cls.previous)
-            if cls.pending:
-                cls.pending = False
-                if cls.previous is not signal.SIG_IGN:
-                    signal.raise_signal(signal.SIGINT)  # the restored handler takes it
+        if cls.depth == 0 and cls.previous:
+            previous, cls.previous = cls.previous, {}
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            pending, cls.pending = cls.pending, []
+            deliver(pending)
         return False
 
 
 _DEFERRED = _Deferred()
 
 
+def deliver(signals: list) -> None:
+    """Raise the first of ``signals`` (a list of signal numbers held back, emptied)
+    through the handler now in place: the command ends as if it had come now."""
+    if signals:
+        first = signals[0]
+        signals.clear()
+        signal.raise_signal(first)
+
+
 def deferred() -> _Deferred:
-    """Run the block with SIGINT held back; a Ctrl-C during it is delivered after it."""
+    """Run the block with SIGINT and SIGTERM held back; one that came during it is
+    delivered after it."""
     return _DEFERRED
 
 

@@ -3,6 +3,7 @@ model before onnx's version converter, which runs in a bounded process; local fu
 are budgeted before onnx's inference inlines them."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -92,3 +93,81 @@ def test_every_command_refuses_a_function_bomb_in_one_line(tmp_path, command):
     start = time.monotonic()
     _one_line(_cli(command, p, cwd=tmp_path))
     assert time.monotonic() - start < 60
+
+
+# --------------------------------------------------------------------------- signals
+
+def _signal_when_imported(module: str, signum: int, tmp_path, model) -> subprocess.CompletedProcess:
+    """``python -m graphmem plan`` (as runpy runs it) that sends itself ``signum`` as
+    ``module`` is first looked for: inside the CLI's own imports or a command's."""
+    script = (
+        "import os, runpy, signal, sys\n"
+        "class Kill:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        f"        if name == {module!r}:\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Kill)\n"
+        f"sys.argv = ['graphmem', 'plan', {str(model)!r}, '-o', 'p.json']\n"
+        "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+
+
+@pytest.mark.parametrize("module", ["graphmem.cli", "graphmem.streams", "numpy",
+                                    "graphmem.commands.plan"])
+@pytest.mark.parametrize("signum, code, line", [
+    (2, 130, "graphmem: interrupted"), (15, 143, "graphmem: terminated")],
+    ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_imports_is_answered_in_one_line(tmp_path, module, signum,
+                                                             code, line):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(fault_suite.small_model())
+    proc = _signal_when_imported(module, signum, tmp_path, model)
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+# ------------------------------------------------------------------------ output faults
+
+def _small(tmp_path):
+    p = tmp_path / "m.onnx"
+    p.write_bytes(fault_suite.small_model())
+    return p
+
+
+@pytest.mark.parametrize("command", ["plan", "report", "train", "models"])
+def test_stdout_on_a_full_device_is_one_line_and_exit_74(tmp_path, command):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    args = [command] if command == "models" else [command, _small(tmp_path)]
+    if command == "plan":
+        args += ["-o", tmp_path / "p.json"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "graphmem", *map(str, args)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 74, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "graphmem: cannot write the output to stdout: no space left on device"]
+
+
+def test_a_closed_stdout_is_one_line_and_exit_74(tmp_path):
+    proc = subprocess.run(f'"{sys.executable}" -m graphmem report "{_small(tmp_path)}" >&-',
+                          shell=True, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 74, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "graphmem: cannot write the output to stdout: it is closed"]
+
+
+@pytest.mark.parametrize("command", ["report", "verify"])
+def test_a_broken_pipe_is_one_line_and_verify_keeps_its_verdict(tmp_path, command):
+    model = _small(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "graphmem", command, str(model)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader goes away before anything is written (| head)
+    _, err = proc.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert lines == ["graphmem: cannot write the output to stdout: its reader closed "
+                     "the pipe"], err
+    assert proc.returncode == (0 if command == "verify" else 74)

@@ -7,6 +7,7 @@ local functions calling each other twice per level (2**depth nodes once inlined)
 function calling itself; ``output`` -- stdout on /dev/full, closed, and a broken pipe.
 
     python tools/fault_suite.py run [--out DIR]      # every command on every file
+    python tools/fault_suite.py signals MODEL --runs N --commands plan,verify,train
 
 prints, per class and command, how the runs ended (one line exit 2, plan, traceback,
 several lines, signal, timeout). Each run is limited to 2 GB of address space and 60 s.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +72,17 @@ def function_bomb(depth: int, *, weight: bool = True) -> bytes:
     g = helper.make_graph(nodes, "g", [vi("x", F, [4])], [vi("y", F, [4])],
                           [numpy_helper.from_array(np.ones(4, np.float32), "W")])
     m = helper.make_model(g, opset_imports=opsets, functions=funcs)
+    return m.SerializeToString()
+
+
+def small_model() -> bytes:
+    """x * W -> Relu -> y: a model every command runs (the output and signal faults)."""
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
+                           helper.make_node("Relu", ["h"], ["y"])], "g",
+                          [vi("x", F, [2, 4])], [vi("y", F, [2, 4])],
+                          [numpy_helper.from_array(np.ones([2, 4], np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
     return m.SerializeToString()
 
 
@@ -151,12 +164,70 @@ def campaign(out: Path, commands=("plan", "report", "verify", "train")) -> Count
     return counts
 
 
+def signal_outcome(proc: subprocess.Popen, err: str, signum: int) -> str:
+    """How a run sent ``signum`` ended: answered (130/143, one line), lost (exit 0),
+    the signal's own exit (the interpreter's start, before graphmem holds signals),
+    traceback or another exit."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and "IR version" not in ln]
+    if "Traceback" in err:
+        return "traceback"
+    want = {signal.SIGINT: (130, "graphmem: interrupted"),
+            signal.SIGTERM: (143, "graphmem: terminated")}[signum]
+    if proc.returncode == want[0] and lines == [want[1]]:
+        return "answered"
+    if proc.returncode == 0:
+        return "lost"
+    if proc.returncode == -signum:
+        return "killed by the signal"
+    return f"exit {proc.returncode}, {len(lines)} lines"
+
+
+def signal_campaign(model: Path, runs: int, seed: int, commands=("plan",)) -> Counter:
+    """``runs`` signals (SIGINT and SIGTERM in turn) at moments uniform over a command's
+    whole run, from the process's start (imports included)."""
+    import random
+    import time
+    rng = random.Random(seed)
+    counts: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in commands:
+            argv = command(name, model, Path(tmp))
+            start = time.perf_counter()
+            subprocess.run(argv, capture_output=True, cwd=tmp, timeout=TIME_LIMIT)
+            duration = time.perf_counter() - start
+            for i in range(runs):
+                signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
+                proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True, errors="replace")
+                time.sleep(rng.uniform(0, duration))
+                if proc.poll() is not None:
+                    proc.communicate()
+                    counts[(name, signum.name, "ended first")] += 1
+                    continue
+                proc.send_signal(signum)
+                _, err = proc.communicate(timeout=TIME_LIMIT)
+                counts[(name, signum.name, signal_outcome(proc, err, signum))] += 1
+    return counts
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, default=None)
+    sg = sub.add_parser("signals")
+    sg.add_argument("model", type=Path)
+    sg.add_argument("--runs", type=int, default=100)
+    sg.add_argument("--seed", type=int, default=55)
+    sg.add_argument("--commands", default="plan")
     args = ap.parse_args(argv)
+    if args.what == "signals":
+        counts = signal_campaign(args.model.resolve(), args.runs, args.seed,
+                                 tuple(args.commands.split(",")))
+        print("| command | signal | outcome | runs |\n|---|---|---|---|")
+        for (name, sig, how), n in sorted(counts.items()):
+            print(f"| {name} | {sig} | {how} | {n} |")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         counts = campaign(args.out or Path(tmp))
     print("| class | command | outcome | runs |\n|---|---|---|---|")
