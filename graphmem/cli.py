@@ -93,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         # the one line that explains the exit: notes made on the way are dropped
         print(f"graphmem: {exc}", file=sys.stderr)
         return 2
+    except MemoryError as exc:
+        # a file can ask for more than the process may have (issue 55: 3 M empty
+        # subgraphs in 6 MB); the traceback would say nothing more
+        exc = " ".join(str(exc).split())[:100]
+        print(f"graphmem: ran out of memory{f' ({exc})' if exc else ''}: the command "
+              "needs more memory than this process may use", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("graphmem: interrupted", file=sys.stderr)
         return 130

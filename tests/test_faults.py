@@ -171,3 +171,11 @@ def test_a_broken_pipe_is_one_line_and_verify_keeps_its_verdict(tmp_path, comman
     assert lines == ["graphmem: cannot write the output to stdout: its reader closed "
                      "the pipe"], err
     assert proc.returncode == (0 if command == "verify" else 74)
+
+
+@pytest.mark.parametrize("limit", [600 << 20, 900 << 20])
+def test_running_out_of_memory_is_one_line(tmp_path, limit):
+    p = tmp_path / "flood.onnx"
+    p.write_bytes(fault_suite.flood(2_000_000))
+    proc = fault_suite.run_one(fault_suite.command("plan", p, tmp_path), tmp_path, limit)
+    assert fault_suite.outcome(proc) == "one line, exit 2", proc.stderr

@@ -4,7 +4,8 @@ Classes (each a function that makes the files): ``converter`` -- models whose no
 wrong-typed attributes, at an old opset, with a trainable weight, so that ``train`` would
 hand them to onnx's version converter (which crashed on them: SIGSEGV); ``functions`` --
 local functions calling each other twice per level (2**depth nodes once inlined) and a
-function calling itself; ``output`` -- stdout on /dev/full, closed, and a broken pipe.
+function calling itself; ``output`` -- stdout on /dev/full, closed, and a broken pipe; ``floods`` -- a 6 MB file of 3 M empty
+subgraphs.
 
     python tools/fault_suite.py run [--out DIR]      # every command on every file
     python tools/fault_suite.py signals MODEL --runs N --commands plan,verify,train
@@ -75,6 +76,20 @@ def function_bomb(depth: int, *, weight: bool = True) -> bytes:
     return m.SerializeToString()
 
 
+def flood(graphs: int = 3_000_000) -> bytes:
+    """A Relu with an attribute of ``graphs`` empty subgraphs (two bytes each in the
+    file, records of a few hundred bytes each once read): a 6 MB file that needs more
+    than 0.7 GB."""
+    from graphmem.frontend.protowire import message, varint
+    attr = message(1, b"branches") + b"\x50" + varint(10) + b"\x5a\x00" * graphs
+    node = helper.make_node("Relu", ["x"], ["y"]).SerializeToString() + message(5, attr)
+    graph = (message(1, node) + message(2, b"g")
+             + message(11, vi("x", F, [4]).SerializeToString())
+             + message(12, vi("y", F, [4]).SerializeToString()))
+    return (b"\x08\x08" + message(7, graph)
+            + message(8, helper.make_opsetid("", 17).SerializeToString()))
+
+
 def small_model() -> bytes:
     """x * W -> Relu -> y: a model every command runs (the output and signal faults)."""
     g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
@@ -113,6 +128,9 @@ def files(out: Path) -> dict[str, list[Path]]:
     p = out / "functions_recursive.onnx"
     p.write_bytes(recursive_function())
     made["functions"].append(p)
+    p = out / "flood.onnx"
+    p.write_bytes(flood())
+    made["floods"] = [p]
     return made
 
 
@@ -120,8 +138,8 @@ ADDRESS_LIMIT = 2 << 30
 TIME_LIMIT = 60
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_LIMIT, ADDRESS_LIMIT))
+def _limit(address: int = ADDRESS_LIMIT) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (address, address))
 
 
 def command(name: str, model: Path, work: Path) -> list[str]:
@@ -147,10 +165,11 @@ def outcome(proc: subprocess.CompletedProcess | None) -> str:
     return f"exit {proc.returncode}, {len(lines)} lines"
 
 
-def run_one(argv: list[str], cwd: Path) -> subprocess.CompletedProcess | None:
+def run_one(argv: list[str], cwd: Path,
+            address: int = ADDRESS_LIMIT) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(argv, capture_output=True, timeout=TIME_LIMIT, cwd=cwd,
-                              preexec_fn=_limit)
+                              preexec_fn=lambda: _limit(address))
     except subprocess.TimeoutExpired:
         return None
 

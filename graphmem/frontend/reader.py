@@ -178,6 +178,10 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     except ValueError as exc:
         raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
                             f"({one_line(exc)})") from None
+    except MemoryError:
+        raise GraphmemError(f"{source or 'the model'}: reading its {len(data):,} bytes "
+                            "ran out of memory (the records of its entries need more "
+                            "than this process may use)") from None
     g = parsed["graph"]
     stored: dict[str, tuple[str, ...]] = {}
     if g is not None and g["sparse_initializers"]:
