@@ -179,3 +179,56 @@ def test_running_out_of_memory_is_one_line(tmp_path, limit):
     p.write_bytes(fault_suite.flood(2_000_000))
     proc = fault_suite.run_one(fault_suite.command("plan", p, tmp_path), tmp_path, limit)
     assert fault_suite.outcome(proc) == "one line, exit 2", proc.stderr
+
+
+# ------------------------------------------------- --recompute optimal at its time limit
+
+def test_the_program_stopped_by_its_time_limit_still_gives_a_choice(monkeypatch):
+    from test_training import _widening_chain
+    from graphmem.training import optimal
+    from graphmem.training.build import build_training
+    from graphmem.training.cuts import cuts, segment_model
+    tg = build_training(_widening_chain(), 8, loss="sum")
+    model = segment_model(tg, cuts(tg))
+    chosen, info = optimal.solve(model, time_limit=0.0)
+    assert chosen is not None and "Time limit" in info["status"], info
+    peak, _ = optimal.evaluate(model, chosen)
+    assert peak == info["modelled_peak_bytes"] and 0 <= info["mip_gap"]
+
+
+def test_train_recompute_optimal_under_a_tiny_limit_returns_a_plan(tmp_path, capfd,
+                                                                     monkeypatch):
+    import json
+    import onnx as _onnx
+    from test_training import _widening_chain
+    from graphmem.cli import main
+    from graphmem.training import optimal
+    monkeypatch.setattr(optimal, "TIME_LIMIT", 0.0)
+    path = tmp_path / "chain.onnx"
+    _onnx.save(_widening_chain(), str(path))
+    assert main(["train", str(path), "--batch", "8", "--loss", "sum",
+                 "--recompute", "optimal", "--json"]) == 0
+    captured = capfd.readouterr()
+    out = json.loads(captured.out)
+    assert out["arena_bytes"] <= out["chen_arena_bytes"]
+    assert "--recompute optimal: HiGHS stopped before proving its choice" in captured.err
+    assert "Time limit" in out["optimal"]["status"]
+
+
+def test_no_choice_found_leaves_the_heuristic_cuts_with_a_note(monkeypatch, capsys):
+    from test_training import _widening_chain
+    from graphmem import notes
+    from graphmem.training import optimal
+    from graphmem.training.build import build_training
+    from graphmem.training.recompute import recompute_planned
+    tg = build_training(_widening_chain(), 8, loss="sum")
+    monkeypatch.setattr(optimal, "solve", lambda model, limit=None: (
+        None, {"status": "Time limit reached", "solve_seconds": 1.0}))
+    notes.clear()
+    try:
+        *_, info = recompute_planned(tg, "sgd", 8, optimal=True)
+        notes.flush()
+    finally:
+        notes.drop()
+    assert info["optimal"]["status"] == "Time limit reached"
+    assert "the heuristic cuts (sqrt, balanced) are used" in capsys.readouterr().err

@@ -35,10 +35,12 @@ the balanced cuts and keeps the smallest planned arena, so it is never worse tha
 """
 from __future__ import annotations
 
+import math
 import time
 
 from graphmem.core.highs import quiet_highs
 from graphmem.errors import GraphmemError
+from graphmem.notes import note
 from graphmem.training.build import TrainingGraph
 from graphmem.training.cuts import cuts, segment_model
 
@@ -46,8 +48,15 @@ MIB = float(2 ** 20)
 GIGA = 1e9
 
 
-def solve(model: dict, time_limit: float = 60.0) -> tuple[list[int], dict]:
-    """The chosen cut indices (into ``found``) and what the solver said."""
+# seconds HiGHS may take for each of the two solves
+TIME_LIMIT = 60.0
+
+
+def solve(model: dict, time_limit: float | None = None) -> tuple[list[int] | None, dict]:
+    """The chosen cut indices (into ``found``) and what the solver said: the best choice
+    found within ``time_limit`` (``status`` says whether it is proven, ``mip_gap`` how
+    far from proven it may be), or None where HiGHS found none."""
+    time_limit = TIME_LIMIT if time_limit is None else time_limit
     try:
         import highspy
     except ImportError:  # pragma: no cover - highspy is a declared dependency
@@ -96,10 +105,17 @@ def solve(model: dict, time_limit: float = 60.0) -> tuple[list[int], dict]:
 
     t0 = time.perf_counter()
     h.changeColsCost(n + 1, list(range(n + 1)), [0.0] * n + [1.0])
+    # a choice to start from, feasible by construction: no cut, the one segment kept
+    # whole (so a solver stopped by its time limit has a choice to give, and its gap)
+    whole = edges.index((0, m - 1))
+    start = highspy.HighsSolution()
+    start.col_value = [1.0 if k == whole else 0.0 for k in range(n)] + [seg[whole] + 1.0]
+    start.value_valid = True
+    h.setSolution(start)
     h.run()
     first = h.modelStatusToString(h.getModelStatus())
     if h.getInfo().primal_solution_status < 1:
-        raise GraphmemError(f"--recompute optimal: HiGHS found no choice ({first})")
+        return None, {"status": first, "solve_seconds": round(time.perf_counter() - t0, 3)}
     best_peak, gap = h.getInfo().objective_function_value, h.getInfo().mip_gap
     values = list(h.getSolution().col_value)
     # then the fewest recomputed MACs at that peak (a byte of slack for the tolerances)
@@ -136,14 +152,29 @@ def evaluate(model: dict, chosen: list[int]) -> tuple[int, int]:
 
 
 def choose_optimal(tg: TrainingGraph, found: list | None = None,
-                   time_limit: float = 60.0) -> tuple[list[str], dict]:
+                   time_limit: float | None = None) -> tuple[list[str], dict]:
     """What the program's cuts keep (in forward order, like
-    :func:`~graphmem.training.recompute.choose_sqrt`) and the solver's report."""
+    :func:`~graphmem.training.recompute.choose_sqrt`) and the solver's report.
+
+    A solve stopped by its time limit gives the best choice found, with a note that
+    says it is not proven and its gap; one that found none gives no cuts (the step
+    without checkpoints) with a note: ``--recompute optimal`` plans the heuristic cuts
+    beside it and keeps the smallest, so the command still answers with a plan."""
     found = cuts(tg) if found is None else found
     if not found:
         return [], {"status": "no cuts"}
     model = segment_model(tg, found)
     chosen, info = solve(model, time_limit)
+    if chosen is None:
+        note(f"--recompute optimal: HiGHS found no choice within its time limit "
+             f"({info['status']}); the heuristic cuts (sqrt, balanced) are used")
+        return [], info
+    if not info["status"].startswith("Optimal"):
+        gap = info["mip_gap"]
+        bound = (f"its modelled peak at most {100 * gap:.1f}% above the least"
+                 if math.isfinite(gap) else "no bound on how far it is from the least")
+        note(f"--recompute optimal: HiGHS stopped before proving its choice "
+             f"({info['status']}); the best found is used, {bound}")
     pos = model["pos"]
     picked = {t for k in chosen for t in found[k][1]}
     return sorted(picked, key=pos.__getitem__), info
