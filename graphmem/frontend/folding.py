@@ -233,11 +233,11 @@ def _initializer_value(init: onnx.TensorProto, base_dir: str, max_bytes: int | N
             return None
         t = onnx.TensorProto()
         t.CopyFrom(init)
-        try:
-            from onnx.external_data_helper import load_external_data_for_tensor
-            load_external_data_for_tensor(t, base_dir)
+        try:  # read where every command reads (the model's folder, named or real)
+            from graphmem.frontend.external_data import load_tensor
+            load_tensor(t, base_dir)
             return numpy_helper.to_array(t)
-        except Exception as exc:  # OSError, ValueError, onnx's ValidationError (a path):
+        except Exception as exc:  # GraphmemError (the rule), OSError, ValueError:
             # named in ``failures``, and the constants computed from it are left out
             if failures is not None:
                 failures[init.name] = (f"its external data cannot be read "

@@ -22,6 +22,7 @@ from graphmem import wire
 from graphmem.core.ir import Graph, standard_domain
 from graphmem.core.nogc import gc_paused
 from graphmem.errors import GraphmemError
+from graphmem.frontend import external_data
 from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
@@ -54,10 +55,9 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
         raise GraphmemError(f"{p}: not an ONNX model (no graph in the file)")
     check_external_data(model, p)
     if load_weights:
-        try:
-            onnx.load_external_data_for_model(model, str(p.parent))
-        except Exception as exc:
-            raise GraphmemError(f"{p}: cannot read its external data ({one_line(exc)})") from None
+        for t in _all_initializers(model.graph):
+            if t.data_location == EXTERNAL:
+                external_data.load_tensor(t, p.parent, p)
     return model
 
 
@@ -83,8 +83,9 @@ def _model_file(path: str | os.PathLike) -> Path:
 
 def check_external_data(model: onnx.ModelProto, path: Path) -> None:
     """Refuse, without opening it, external data that is not a file inside the model's
-    folder (an absolute path, or one that climbs out with ``..``): a model must not make
-    graphmem read elsewhere on the machine."""
+    folder as named or its real file's folder (an absolute path, one that climbs out
+    with ``..``, a link out of them, a FIFO, a file with several hard links): a model
+    must not make graphmem read elsewhere on the machine."""
     for t in _all_initializers(model.graph):
         if t.data_location == EXTERNAL:
             location = next((e.value for e in t.external_data if e.key == "location"), "")
@@ -92,20 +93,9 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
 
 
 def _check_location(name: str, location: str, path: Path) -> None:
-    norm = os.path.normpath(location)
-    if (not location or os.path.isabs(location) or norm == ".."
-            or norm.startswith(".." + os.sep) or "\0" in location
-            or not _inside(path, location)):
-        raise GraphmemError(f"{path}: tensor {name!r} keeps its data at {location!r}, "
-                            f"outside the model's folder; refused")
-
-
-def _inside(model: Path, location: str) -> bool:
-    """Does ``location``, with every symbolic link on the way followed (links are read,
-    the file is not opened), stay inside the model's folder?"""
-    folder = os.path.realpath(Path(model).parent)
-    target = os.path.realpath(os.path.join(folder, location))
-    return os.path.commonpath([folder, target]) == folder
+    """The external-data rule (:mod:`graphmem.frontend.external_data`): the model's
+    folder as named or its real file's folder, no FIFO, no hard link."""
+    external_data.check(path, name, location)
 
 
 def _all_initializers(graph: onnx.GraphProto):
