@@ -232,3 +232,44 @@ def test_no_choice_found_leaves_the_heuristic_cuts_with_a_note(monkeypatch, caps
         notes.drop()
     assert info["optimal"]["status"] == "Time limit reached"
     assert "the heuristic cuts (sqrt, balanced) are used" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- smaller refusals
+
+@pytest.mark.parametrize("make, says", [
+    (lambda d: "/dev/zero", "is a device, not a plan file"),
+    (lambda d: os.mkfifo(d / "p.json") or d / "p.json", "is a FIFO, not a plan file"),
+    (lambda d: (d / "p.json").mkdir() or d / "p.json", "is a folder, not a plan file"),
+    (lambda d: d / "none.json", "no such plan file"),
+], ids=["/dev/zero", "FIFO", "folder", "missing"])
+def test_a_plan_that_is_not_a_file_says_what_it_is(tmp_path, capsys, make, says):
+    from graphmem.cli import main
+    model = _small(tmp_path)
+    plan = make(tmp_path)
+    assert main(["verify", str(model), "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+def test_verify_refuses_the_plan_of_another_model(tmp_path, capsys):
+    from graphmem.cli import main
+    model = _small(tmp_path)
+    other = tmp_path / "other.onnx"
+    other.write_bytes(model.read_bytes())
+    assert main(["plan", str(model), "-q", "-o", str(tmp_path / "p.json")]) == 0
+    assert main(["verify", str(model), "--plan", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(other), "--plan", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made for another model, 'm.onnx'" in err[0], err
+
+
+def test_a_dimension_bound_to_zero_is_named(capsys):
+    from pathlib import Path
+    from graphmem.cli import main
+    bert = Path(__file__).parent / "data" / "corpus" / "bert-ts.onnx"
+    assert main(["report", str(bert), "--dim", "seq=0", "--dim", "batch=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("graphmem: seq=0: with a dimension bound "
+                                               "to 0"), err
+    assert "IndexError" not in err[0]

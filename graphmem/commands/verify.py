@@ -50,6 +50,20 @@ def add_verify_args(p) -> None:
                         "(input_0.pb, ...) or one .npz file with an array per input name")
 
 
+def _check_plan_names_model(planned: str, args) -> None:
+    """A plan names the model it was made for by its file name (or its zoo name):
+    refused in one line when that is not this model's (a plan of another model can
+    still pass the layout checks where their tensors happen to match)."""
+    from pathlib import Path
+    names = {Path(args.model).name, Path(model_path(args)).name}
+    stems = {Path(n).stem for n in names}
+    stems |= {stem.removeprefix("light_") for stem in stems}  # a zoo graph's file
+    if planned not in names and Path(planned).stem not in stems:
+        raise GraphmemError(f"{args.plan}: the plan was made for another model, "
+                            f"{planned!r} (its \"model\" field), not "
+                            f"{Path(args.model).name!r}; give this model's plan")
+
+
 def run(args) -> int:
     from graphmem.commands.progress import clear_early
     clear_early()  # the stages and the bar over the nodes show from here
@@ -57,6 +71,7 @@ def run(args) -> int:
         if args.plan:
             beat.status = "reading the plan and the model"
             plan = read_plan(args.plan, model_path(args))
+            _check_plan_names_model(plan.model, args)
             dims = dict(plan.bindings)
             for name, value in parse_dims(args.dim).items():
                 if name in dims and dims[name] != value:

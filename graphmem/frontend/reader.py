@@ -195,7 +195,19 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
         reads=reads, bindings=bindings, base_dir=base_dir, notes=notes, shape_values=values,
         opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
-    sizing = run_strategies(state)
+    try:
+        sizing = run_strategies(state)
+    except GraphmemError as exc:
+        zero = sorted(name for name, value in bindings.items() if value == 0)
+        if not zero:
+            raise
+        # a dimension bound to 0 empties every tensor that has it, and shape arithmetic
+        # the exporter wrote (a Reshape's -1, a Gather of a shape) fails on it: say so
+        # (what the fallbacks' own failures said, an ORT IndexError, is left out)
+        why = str(exc).split(" (on the way:")[0][:300]
+        raise GraphmemError(
+            f"{', '.join(f'{name}=0' for name in zero)}: with a dimension bound to 0 the "
+            f"model's shapes cannot be worked out ({why}); bind it to 1 or more") from None
     graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,
                   model_path, bindings, state.scopes, sizing, state.notes, stored)
     if graph.load_notes:

@@ -205,7 +205,7 @@ class Plan:
         plan's size follows from its model: see ``commands.common.read_plan``)."""
         p = Path(path)
         if not p.is_file():
-            raise GraphmemError(f"{p}: no such plan file")
+            raise GraphmemError(f"{p}: {_not_a_file(p)}")
         if max_bytes is not None and p.stat().st_size > max_bytes:
             raise GraphmemError(f"{p}: {p.stat().st_size:,} bytes, more than any plan for "
                                 f"this model needs ({max_bytes:,}); not read")
@@ -314,3 +314,15 @@ def _short(v: Any) -> str:
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
+
+def _not_a_file(p: Path) -> str:
+    """What ``p``, not a regular file, is (for the one line that refuses it as a plan)."""
+    import stat
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return "no such plan file"
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"is {kind}, not a plan file; give a plan file (graphmem plan -o FILE)"
