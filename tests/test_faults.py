@@ -273,3 +273,25 @@ def test_a_dimension_bound_to_zero_is_named(capsys):
     assert len(err) == 1 and err[0].startswith("graphmem: seq=0: with a dimension bound "
                                                "to 0"), err
     assert "IndexError" not in err[0]
+
+
+# ------------------------------------------------------------------------- the suite
+
+def test_ci_runs_the_heavy_stage_then_the_readmes_test_command_last():
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    lines = [ln.strip() for ln in (root / ".ci" / "run").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    readme = (root / "README.md").read_text()
+    assert "pip install -e '.[dev]' && python -m pytest -q" in readme
+    assert lines[-1] == "python -m pytest -q"
+    assert any(ln.startswith("timeout ") and ln.endswith("python -m pytest -q -m heavy")
+               for ln in lines[:-1])
+    pyproject = (root / "pyproject.toml").read_text()
+    assert "addopts = \"-m 'not slow and not heavy'\"" in pyproject
+    # the heavy marker selects the sanitizers and the fuzz replays (a stage that selects
+    # nothing would exit 5)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-m",
+                           "heavy", "tests/test_sanitizers.py", "tests/test_hostile_models.py"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and " collected" in proc.stdout, proc.stdout[-2000:]

@@ -136,6 +136,7 @@ REPRODUCERS = {
 }
 
 
+@pytest.mark.heavy  # fuzz replays under the campaign's time limit: CI's heavy stage
 @pytest.mark.parametrize("name", sorted(REPRODUCERS))
 def test_reproducers_end_in_one_line_or_a_plan(tmp_path, name):
     data, says = REPRODUCERS[name]
@@ -151,6 +152,7 @@ def test_reproducers_end_in_one_line_or_a_plan(tmp_path, name):
 GENERATED = fuzz.generated(scale=0.1)
 
 
+@pytest.mark.heavy  # fuzz replays under the campaign's time limit: CI's heavy stage
 @pytest.mark.parametrize("name", sorted(GENERATED))
 def test_generated_hostile_files_end_in_one_line_or_a_plan(tmp_path, name):
     """Nesting 20,000 deep (refused, as protobuf refuses it) and just under protobuf's

@@ -17,6 +17,9 @@ import pytest
 
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "sanitize.py"
 
+# minutes of sanitized builds and runs, bound by the machine's load: CI's heavy stage
+pytestmark = pytest.mark.heavy
+
 
 def test_the_compiled_code_gives_no_sanitizer_report():
     check = subprocess.run([sys.executable, str(TOOL), "--check"], capture_output=True, text=True)

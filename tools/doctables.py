@@ -159,6 +159,15 @@ SECTIONS = (
             "python tools/fuzz_reader.py plan --count 2000 --generated --write", (), None,
             why_unchecked="a campaign of random mutants through the CLI: its counts, times "
                           "and peak RSS"),
+    Section("bench:fault-suite", "docs/hostile-input.md",
+            "python tools/fault_suite.py run --write", (), None,
+            why_unchecked="every command run on issue 55's reproducers in limited processes: "
+                          "counts of how the runs ended"),
+    Section("bench:fault-signals", "docs/hostile-input.md",
+            "python tools/fault_suite.py signals MODEL --runs N --commands plan,verify,train "
+            "--write", (), None,
+            why_unchecked="signals sent at random moments: counts depend on the machine's "
+                          "timing"),
     Section("training-table", "docs/training.md", "python tools/training_table.py --doc", (),
             None, why_unchecked="minutes of training plans per model (issue 37 regenerates "
                                 "docs/training.md)"),

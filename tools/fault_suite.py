@@ -229,29 +229,71 @@ def signal_campaign(model: Path, runs: int, seed: int, commands=("plan",)) -> Co
     return counts
 
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-input.md"
+
+
+def _write_doc(key: str, command: str, lines: list[str]) -> None:
+    """Rewrite this tool's section ``key`` of docs/hostile-input.md."""
+    import datetime
+    import platform
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchdoc import cpu_name, write_section
+    stamp = (f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+             f"by `{command}` on {cpu_name()}, {os.cpu_count()} CPUs, Python "
+             f"{platform.python_version()}.")
+    write_section(key, stamp + "\n\n" + "\n".join(lines), doc=DOC)
+
+
+def startup_ms(runs: int = 20) -> float:
+    """The interpreter's start with site's imports (``python -c pass``), median ms: the
+    part of a command's life before graphmem holds signals back."""
+    import statistics
+    import time
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     sg = sub.add_parser("signals")
     sg.add_argument("model", type=Path)
-    sg.add_argument("--runs", type=int, default=100)
+    sg.add_argument("--runs", type=int, default=100, help="per command")
     sg.add_argument("--seed", type=int, default=55)
     sg.add_argument("--commands", default="plan")
+    sg.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     args = ap.parse_args(argv)
     if args.what == "signals":
         counts = signal_campaign(args.model.resolve(), args.runs, args.seed,
                                  tuple(args.commands.split(",")))
-        print("| command | signal | outcome | runs |\n|---|---|---|---|")
-        for (name, sig, how), n in sorted(counts.items()):
-            print(f"| {name} | {sig} | {how} | {n} |")
+        lines = ["| command | signal | outcome | runs |", "|---|---|---|---|"]
+        lines += [f"| {name} | {sig} | {how} | {n} |"
+                  for (name, sig, how), n in sorted(counts.items())]
+        lines += ["", f"The interpreter's start with site's imports (`python -c pass`, "
+                      f"median of 20): {startup_ms():.0f} ms."]
+        print("\n".join(lines))
+        if args.write:
+            _write_doc("fault-signals",
+                       f"python tools/fault_suite.py signals {args.model.name} --runs "
+                       f"{args.runs} --seed {args.seed} --commands {args.commands} --write",
+                       lines)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         counts = campaign(args.out or Path(tmp))
-    print("| class | command | outcome | runs |\n|---|---|---|---|")
-    for (cls, name, how), n in sorted(counts.items()):
-        print(f"| {cls} | {name} | {how} | {n} |")
+    lines = ["| class | command | outcome | runs |", "|---|---|---|---|"]
+    lines += [f"| {cls} | {name} | {how} | {n} |" for (cls, name, how), n in sorted(counts.items())]
+    lines += ["", f"Each run limited to {ADDRESS_LIMIT >> 30} GB of address space and "
+                  f"{TIME_LIMIT} s."]
+    print("\n".join(lines))
+    if args.write:
+        _write_doc("fault-suite", "python tools/fault_suite.py run --write", lines)
     return 0
 
 
