@@ -238,7 +238,20 @@ def check_model(model: onnx.ModelProto) -> None:
     names, its order, its local functions' budget, onnx's checker): what a command checks
     before handing the model to one of onnx's C++ passes (the version converter, whose
     crashes on a wrong-typed attribute take the process down)."""
-    data = model.SerializeToString()
+    # its large weights checked by dims and type, as the loader checks them (the
+    # serialized copy stays small, a model past protobuf's 2 GiB included)
+    kept = []
+    for t in model.graph.initializer:
+        if len(t.raw_data) > SMALL_CONSTANT_BYTES and t.data_location != EXTERNAL:
+            kept.append((t, t.raw_data))
+            drop_tensor_data(t)
+    try:
+        data = model.SerializeToString()
+    finally:
+        for t, raw in kept:
+            t.raw_data = raw
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
     try:
         parsed = wire.parse_model(data)
     except ValueError as exc:
