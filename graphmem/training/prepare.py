@@ -12,6 +12,7 @@ from onnx import numpy_helper
 
 from graphmem.frontend.folding import constant_value
 from graphmem.errors import GraphmemError
+from graphmem.frontend.function_budget import check_functions
 from graphmem.frontend.reader import check_model, onnx_opset
 from graphmem.isolated import convert_version
 
@@ -25,8 +26,15 @@ def prepare_inference(model: onnx.ModelProto, batch: int | None = None, *,
     ``ConstantOfShape`` weights get random values (scaled by fan-in; BN variances
     positive): memory work needs shapes, gradient checks need non-degenerate values.
     """
-    # checked as plan checks it, before onnx's C++ passes see it
-    check_model(model)
+    if onnx_opset(model) < TARGET_OPSET:
+        # checked as plan checks it before onnx's version converter sees it (it crashes
+        # on a wrong-typed attribute, and runs in a bounded process besides)
+        check_model(model)
+    elif model.functions:  # the step's shape inference inlines them: their budget first
+        calls = onnx.ModelProto()
+        calls.functions.extend(model.functions)
+        calls.graph.node.extend(model.graph.node)  # the calls, not the weights
+        check_functions(calls.SerializeToString())
     m = onnx.ModelProto()
     m.CopyFrom(model)
     rng = np.random.default_rng(seed)
