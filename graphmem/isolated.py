@@ -27,8 +27,22 @@ CPU_SECONDS_PER_MIB = 1
 ADDRESS_BYTES = 2 << 30
 ADDRESS_PER_MODEL_BYTE = 8
 
+# the child limits itself before it imports onnx (no preexec_fn: unsafe where the
+# parent runs threads, as a command's progress line does)
 _CHILD = """\
-import os, sys
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and ends this
+cpu, address = int(sys.argv[2]), int(sys.argv[3])
+try:
+    import resource
+except ImportError:  # not POSIX: the parent's wall-clock limit alone
+    resource = None
+if resource is not None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft > address:
+        resource.setrlimit(resource.RLIMIT_AS, (address, hard))
 from onnx import ModelProto, version_converter
 m = ModelProto.FromString(sys.stdin.buffer.read())
 try:
@@ -43,20 +57,6 @@ os._exit(0)
 """
 
 
-def _limits(cpu: int, address: int):
-    def apply() -> None:
-        import resource
-        import signal
-        # the parent answers Ctrl-C and SIGTERM and ends the child (subprocess.run)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if soft == resource.RLIM_INFINITY or soft > address:
-            resource.setrlimit(resource.RLIMIT_AS, (address, hard))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
-
-
 def convert_version(data: bytes, target: int, what: str) -> bytes:
     """``onnx.version_converter.convert_version`` of the serialized model ``data`` to
     opset ``target``, in a bounded child process: the converted model's bytes, or one
@@ -67,9 +67,8 @@ def convert_version(data: bytes, target: int, what: str) -> bytes:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-c", _CHILD, str(target)], input=data,
-            capture_output=True, env=env, timeout=2 * cpu + 5,
-            preexec_fn=_limits(cpu, address) if os.name == "posix" else None)
+            [sys.executable, "-I", "-c", _CHILD, str(target), str(cpu), str(address)],
+            input=data, capture_output=True, env=env, timeout=2 * cpu + 5)
     except subprocess.TimeoutExpired:
         raise GraphmemError(f"cannot convert {what} to opset {target}: onnx's version "
                             f"converter ran past {2 * cpu + 5} s; refused") from None
