@@ -9,6 +9,7 @@ subgraphs.
 
     python tools/fault_suite.py run [--out DIR]      # every command on every file
     python tools/fault_suite.py signals MODEL --runs N --commands plan,verify,train
+    python tools/fault_suite.py signals MODEL --commands plan:60,verify:60,train:20
 
 prints, per class and command, how the runs ended (one line exit 2, plan, traceback,
 several lines, signal, timeout). Each run is limited to 2 GB of address space and 60 s.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -183,11 +185,17 @@ def campaign(out: Path, commands=("plan", "report", "verify", "train")) -> Count
     return counts
 
 
+PROGRESS = re.compile(r"^graphmem: [a-z]+: .*, \d+ s$")
+
+
 def signal_outcome(proc: subprocess.Popen, err: str, signum: int) -> str:
     """How a run sent ``signum`` ended: answered (130/143, one line), lost (exit 0),
     the signal's own exit (the interpreter's start, before graphmem holds signals),
     traceback or another exit."""
-    lines = [ln for ln in err.splitlines() if ln.strip() and "IR version" not in ln]
+    # a long command's progress lines ("graphmem: train: planning ..., 10 s") and a note
+    # of the run are not the answer
+    lines = [ln for ln in err.splitlines() if ln.strip() and "IR version" not in ln
+             and not PROGRESS.match(ln)]
     if "Traceback" in err:
         return "traceback"
     want = {signal.SIGINT: (130, "graphmem: interrupted"),
@@ -201,7 +209,11 @@ def signal_outcome(proc: subprocess.Popen, err: str, signum: int) -> str:
     return f"exit {proc.returncode}, {len(lines)} lines"
 
 
-def signal_campaign(model: Path, runs: int, seed: int, commands=("plan",)) -> Counter:
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_campaign(model: Path, runs, seed: int, commands=("plan",)) -> Counter:
     """``runs`` signals (SIGINT and SIGTERM in turn) at moments uniform over a command's
     whole run, from the process's start (imports included)."""
     import random
@@ -214,10 +226,13 @@ def signal_campaign(model: Path, runs: int, seed: int, commands=("plan",)) -> Co
             start = time.perf_counter()
             subprocess.run(argv, capture_output=True, cwd=tmp, timeout=TIME_LIMIT)
             duration = time.perf_counter() - start
-            for i in range(runs):
+            for i in range(runs.get(name, 0) if isinstance(runs, dict) else runs):
                 signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
+                # SIGINT as a terminal's Ctrl-C finds it (a background job of a shell
+                # starts with it ignored, and Python keeps it so)
                 proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True, errors="replace")
+                                        stderr=subprocess.PIPE, text=True, errors="replace",
+                                        preexec_fn=_default_sigint)
                 time.sleep(rng.uniform(0, duration))
                 if proc.poll() is not None:
                     proc.communicate()
@@ -271,8 +286,10 @@ def main(argv=None) -> int:
     sg.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     args = ap.parse_args(argv)
     if args.what == "signals":
-        counts = signal_campaign(args.model.resolve(), args.runs, args.seed,
-                                 tuple(args.commands.split(",")))
+        # --commands plan,verify (--runs each) or plan:60,train:20 (runs by command)
+        named = [c.split(":") for c in args.commands.split(",")]
+        runs = {c[0]: int(c[1]) if len(c) > 1 else args.runs for c in named}
+        counts = signal_campaign(args.model.resolve(), runs, args.seed, tuple(runs))
         lines = ["| command | signal | outcome | runs |", "|---|---|---|---|"]
         lines += [f"| {name} | {sig} | {how} | {n} |"
                   for (name, sig, how), n in sorted(counts.items())]
