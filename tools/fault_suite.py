@@ -230,6 +230,7 @@ def signal_campaign(model: Path, runs, seed: int, commands=("plan",)) -> Counter
                 signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
                 # SIGINT as a terminal's Ctrl-C finds it (a background job of a shell
                 # starts with it ignored, and Python keeps it so)
+                start = time.perf_counter()
                 proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True, errors="replace",
                                         preexec_fn=_default_sigint)
@@ -239,9 +240,18 @@ def signal_campaign(model: Path, runs, seed: int, commands=("plan",)) -> Counter
                     counts[(name, signum.name, "ended first")] += 1
                     continue
                 proc.send_signal(signum)
+                sent = time.perf_counter() - start
                 _, err = proc.communicate(timeout=TIME_LIMIT)
-                counts[(name, signum.name, signal_outcome(proc, err, signum))] += 1
+                how = signal_outcome(proc, err, signum)
+                counts[(name, signum.name, how)] += 1
+                if how != "answered":
+                    UNANSWERED.append((name, signum.name, how, round(1000 * sent)))
     return counts
+
+
+# (command, signal, outcome, ms from the process's start to the signal) of every signal
+# not answered in one line
+UNANSWERED: list = []
 
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-input.md"
@@ -295,6 +305,12 @@ def main(argv=None) -> int:
                   for (name, sig, how), n in sorted(counts.items())]
         lines += ["", f"The interpreter's start with site's imports (`python -c pass`, "
                       f"median of 20): {startup_ms():.0f} ms."]
+        if UNANSWERED:
+            lines += ["", "Signals not answered in one line, by the moment they were sent "
+                          "(ms after the process was started): " + ", ".join(
+                              f"{ms} ({name} {sig}, {how})"
+                              for name, sig, how, ms in sorted(UNANSWERED, key=lambda u: u[3]))
+                      + "."]
         print("\n".join(lines))
         if args.write:
             _write_doc("fault-signals",
