@@ -261,7 +261,8 @@ def test_selective_planned_never_plans_larger_than_none():
     for model in (silu_net(batch=4), gelu_block(batch=4, seq=16, d=16)):
         tg = build_training(model, 4, loss="sum")
         plain_arena = plan_training(lt(tg))[0].plan.arena_bytes
-        base, (chosen, _, result, _, rep), info = selective_planned(tg, "sgd", 4)
+        base, planned, info = selective_planned(tg, "sgd", 4)
+        result, rep = planned.result, planned.report
         assert info["selective_arena_bytes"]["none"] == plain_arena
         assert result.plan.arena_bytes == min(info["selective_arena_bytes"].values())
         assert rep.arena_bytes <= plain_arena and rep.recompute_macs == 0
@@ -284,7 +285,8 @@ def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys):
 
     for batch in (2, 4, 1, 3):
         tg = build_training(tiny_model("Relu", batch=batch), batch, loss="sum")
-        rc_tg, _, result, _, info = recompute_planned(tg, "sgd", batch, segments=1)
+        best = recompute_planned(tg, "sgd", batch, segments=1)
+        rc_tg, result, info = best.step.tg, best.step.result, best.info
         if info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]:
             break  # the case
     assert info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]

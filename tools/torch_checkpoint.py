@@ -263,11 +263,8 @@ def graphmem_side(module, batch: int) -> dict:
         tg = build_training(onnx.load(str(path)), batch, loss="sum")
     t0 = time.perf_counter()
     base, plain, selected = selective_planned(tg, "sgd", batch)
-    rc_tg, graph, result, order, info = recompute_planned(base, "sgd", batch, optimal=True,
-                                                          plain=plain)
-    from graphmem.training.report import account
-    rc = account(rc_tg, graph, result, order, batch, "sgd")
-    p = plain[4]
+    best = recompute_planned(base, "sgd", batch, optimal=True, plain=plain)
+    rc, info, p = best.report, best.info, plain.report
     return {"plain": p.arena_bytes, "constants": p.constant_bytes, "saved": p.saved_activation_bytes,
             "selective": selected["selective"], "best": rc.arena_bytes,
             "best_constants": rc.constant_bytes, "choice": info["choice"],

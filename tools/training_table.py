@@ -26,7 +26,6 @@ from graphmem.errors import GraphmemError
 from graphmem.training.build import build_training
 from graphmem.training.offload import offload_plan
 from graphmem.training.recompute import recompute_planned
-from graphmem.training.report import account
 from graphmem.training.selective import selective_planned
 from graphmem.frontend.zoo import ZOO, zoo_path
 
@@ -49,11 +48,9 @@ def _row(name: str, batch: int) -> str:
     t0 = time.perf_counter()
     tg = build_training(onnx.load(str(zoo_path(name))), batch)
     marked, plain, _ = selective_planned(tg, "adam", batch)
-    _, graph, result, order, base = plain
+    graph, result, base = plain.graph, plain.result, plain.report
     off = offload_plan(graph, result, 25e9, 1e13, 1 << 16)
-    rc_tg, rc_graph, rc_result, rc_order, _ = recompute_planned(marked, "adam", batch,
-                                                                plain=plain)
-    rc = account(rc_tg, rc_graph, rc_result, rc_order, batch, "adam")
+    rc = recompute_planned(marked, "adam", batch, plain=plain).report
     seconds = time.perf_counter() - t0
     extra = 100 * rc.recompute_macs / max(base.forward_macs + base.backward_macs, 1)
     naive = result.plan.stats["naive_bytes"]

@@ -17,8 +17,7 @@ from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.plan.io import check_output
 from graphmem.plan.view import layer_label
-
-PRECISIONS = ("fp32", "fp16", "bf16", "mixed")  # graphmem.training.precision.PRECISIONS
+from graphmem.training.precision import PRECISIONS
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -135,7 +134,6 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
     from graphmem.training.recompute import fit_budget, recompute_planned
-    from graphmem.training.report import account
     from graphmem.training.selective import selective_planned
 
     progress("reading the model")
@@ -147,22 +145,20 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     # cheap values recomputed in backward where that plans smaller (selective.py)
     progress("planning the step, with and without cheap values recomputed in backward")
     base, plain, selected = selective_planned(tg, args.optimizer, args.batch)
-    baseline = None
+    baseline, planned, info = None, plain, {}
     if args.recompute != "none" or budget is not None:
-        baseline = plain[4]
+        baseline = plain.report
         if budget is not None:
             progress("choosing recomputation to fit the budget (each choice planned)")
-            tg, graph, result, order, info = fit_budget(base, budget, args.optimizer,
-                                                         args.batch, plain=plain)
+            chosen = fit_budget(base, budget, args.optimizer, args.batch, plain=plain)
         else:
             progress(f"planning --recompute {args.recompute} (each choice planned)")
-            tg, graph, result, order, info = recompute_planned(
-                base, args.optimizer, args.batch, optimal=args.recompute == "optimal",
-                plain=plain)
-        report = account(tg, graph, result, order, args.batch, args.optimizer)
-    else:
-        info = {}
-        tg, graph, result, order, report = plain
+            chosen = recompute_planned(base, args.optimizer, args.batch,
+                                       optimal=args.recompute == "optimal", plain=plain)
+        planned, info = chosen.step, chosen.info
+    tg, graph, result = planned.tg, planned.graph, planned.result
+    # the figures shown: the planned step's own, with what the command adds beside them
+    report = replace(planned.report, extra=dict(planned.report.extra))
     report.extra.update(selected)
     report.extra.update(info)
     report.extra["bn"] = args.bn

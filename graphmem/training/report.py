@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graphmem.core.ir import Graph
+from graphmem.core.records import record
 from graphmem.frontend.reader import from_model
 from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
 from graphmem.plan.format import Plan
@@ -265,3 +266,32 @@ def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, ba
         backward_macs=macs["backward"], recompute_macs=macs["recompute"],
         nodes=len(graph.nodes), order=order_name, extra=extra, optimizer=optimizer,
         precision=tg.precision, master_weight_bytes=master)
+
+
+@record
+class PlannedStep:
+    """One training step, planned and accounted: the (rewritten) step ``tg``, its graph
+    as planned, the plan (``result``), the name of the order it was planned in and its
+    figures (``report``). What :mod:`.selective`, :mod:`.recompute` and the ``train``
+    command hand each other."""
+
+    tg: TrainingGraph
+    graph: Graph
+    result: Result
+    order: str
+    report: TrainingReport
+
+    @property
+    def total(self) -> int:
+        """The step total: :attr:`TrainingReport.step_bytes`, the one place it is
+        added up."""
+        return self.report.step_bytes
+
+
+def plan_step(tg: TrainingGraph, optimizer: str, batch: int) -> PlannedStep:
+    """``tg`` loaded (:func:`load_training`), planned (:func:`plan_training`) and
+    accounted (:func:`account`)."""
+    graph = load_training(tg)
+    result, order = plan_training(graph)
+    return PlannedStep(tg, graph, result, order,
+                       account(tg, graph, result, order, batch, optimizer))
