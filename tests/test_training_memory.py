@@ -316,3 +316,46 @@ def test_budget_tries_the_programs_cuts(tmp_path, capsys):
     choices = [t["choice"] for t in d["budget_tried"]]
     assert choices[:3] == ["none", "balanced", "optimal"] and "sqrt" in choices
     assert d["fits_budget"] and d["step_bytes"] <= tight
+
+
+# --- what the step recomputes, as the user asks ------------------------------------------
+
+def test_recompute_none_recomputes_nothing(tmp_path, capsys):
+    """The default recomputes cheap values where that plans smaller and says what the
+    step as written plans to; --recompute none is that step, with no cheap value
+    recomputed; --selective forces a tier; --recompute none with a tier is refused."""
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+            "--optimizer", "sgd"]
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["selective"] != "none" and auto["selective_recomputed"] > 0
+    assert auto["arena_bytes"] < auto["unrecomputed"]["arena_bytes"]
+    assert main(args + ["--recompute", "none"]) == 0
+    none = json.loads(capsys.readouterr().out)
+    assert none["selective"] == "none" and none["selective_recomputed"] == 0
+    assert none["recompute_macs"] == 0
+    assert none["arena_bytes"] == auto["unrecomputed"]["arena_bytes"]
+    assert none["step_bytes"] == auto["unrecomputed"]["step_bytes"]
+    assert main(args + ["--selective", "none"]) == 0
+    assert json.loads(capsys.readouterr().out)["arena_bytes"] == none["arena_bytes"]
+    assert main(args + ["--selective", "elementwise+normalization"]) == 0
+    assert json.loads(capsys.readouterr().out)["selective"] == "elementwise+normalization"
+    assert main(args + ["--recompute", "none", "--selective", "elementwise"]) == 2
+    assert "--recompute none recomputes nothing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recompute", [[], ["--recompute", "sqrt"]])
+def test_a_saved_step_plans_to_the_arena_train_shows(tmp_path, capsys, recompute):
+    """train --save writes the step's nodes in the order it was planned in, so plan on
+    the saved file gives train's arena (in file order, with sqrt recomputation: 8,640
+    bytes against 8,576)."""
+    path, saved = tmp_path / "silu.onnx", tmp_path / "step.onnx"
+    onnx.save(silu_net(layers=6), str(path))
+    assert main(["train", str(path), "--loss", "sum", "--json",
+                 "--save", str(saved), *recompute]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(saved), "-o", str(tmp_path / "p.json")]) == 0
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["arena_bytes"] == step["arena_bytes"]

@@ -37,10 +37,9 @@ def add_parser(sub) -> None:
     t.add_argument("--train", action="store_true",
                    help="fit the training step (`graphmem train` at each batch): the "
                         "largest batch whose step total fits")
-    from graphmem.commands.train import add_step_args
+    from graphmem.commands.train import add_recompute_args, add_step_args
     add_step_args(t)
-    t.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default="none",
-                   help="recomputation of the step at each batch, as `train --recompute`")
+    add_recompute_args(t)
     t.add_argument("--loss", default="auto", choices=["auto", "xent", "sum", "mean"],
                    help="loss, as `train --loss`")
     t.add_argument("--bn", default="training", choices=["training", "inference"],
@@ -103,7 +102,8 @@ def search_training(args, budget: int) -> dict:
     return {"train": True, "batch": answer["batch"], "total_bytes": answer["total_bytes"],
             "budget_bytes": budget, "next_total_bytes": answer["next_total_bytes"],
             "optimizer": args.optimizer, "precision": args.precision,
-            "recompute": args.recompute, "loss": r.extra.get("loss"),
+            "recompute": args.recompute or "none", "selective": r.extra.get("selective"),
+            "loss": r.extra.get("loss"),
             "weight_bytes": r.weight_bytes, "master_weight_bytes": r.master_weight_bytes,
             "optimizer_bytes": r.optimizer_bytes, "constant_bytes": r.constant_bytes,
             "arena_bytes": r.arena_bytes,

@@ -41,13 +41,7 @@ def add_parser(sub) -> None:
                         "statistics and outputs the updated running mean and variance; "
                         "inference keeps the frozen running statistics")
     add_step_args(p)
-    p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default="none",
-                   help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, or the "
-                        "balanced cuts, whichever plans smaller, the rest recomputed in "
-                        "backward; then as few segments recomputed whole as keep the "
-                        "planned arena (the others keep their Conv/Gemm/MatMul outputs). "
-                        "optimal: also the cuts of a mixed-integer program (HiGHS) over "
-                        "the segment schedules, planned beside them; the smallest wins")
+    add_recompute_args(p)
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -83,8 +77,40 @@ def add_step_args(p) -> None:
                         "weights and float32 optimizer state")
 
 
+def add_recompute_args(p) -> None:
+    """What the step recomputes in backward (``train`` and ``fit --train``)."""
+    from graphmem.training.selective import CHOICES
+    p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default=None,
+                   help="none: nothing recomputed (no checkpoints and no cheap values: "
+                        "the step as written). sqrt: Chen et al. 2016 checkpoints, "
+                        "sqrt(n) segments, or the balanced cuts, whichever plans smaller, "
+                        "the rest recomputed in backward; then as few segments recomputed "
+                        "whole as keep the planned arena (the others keep their "
+                        "Conv/Gemm/MatMul outputs). optimal: also the cuts of a "
+                        "mixed-integer program (HiGHS) over the segment schedules, planned "
+                        "beside them; the smallest wins. Default: no checkpoints, cheap "
+                        "values recomputed as --selective says")
+    p.add_argument("--selective", choices=list(CHOICES), default=None,
+                   help="cheap forward values recomputed in backward instead of kept: "
+                        "none, the element-wise ops, or those and the normalisations; "
+                        "auto (the default): whichever plans the smallest arena. "
+                        "--recompute none means none")
+
+
+def recompute_choice(args) -> tuple[str, str]:
+    """``(checkpoints, selective)`` from ``--recompute`` and ``--selective``:
+    ``--recompute none`` recomputes nothing, so it takes no cheap values either."""
+    if args.recompute == "none":
+        if args.selective not in (None, "none"):
+            raise GraphmemError(f"--recompute none recomputes nothing: it cannot take "
+                                f"--selective {args.selective}")
+        return "none", "none"
+    return args.recompute or "none", args.selective or "auto"
+
+
 def run(args) -> int:
-    if args.budget and args.recompute != "none":
+    recompute_choice(args)  # the options' conflicts, before the work
+    if args.budget and args.recompute is not None:
         raise GraphmemError("--budget chooses its own recomputation: give --budget or "
                             "--recompute, not both")
     if args.batch is not None and args.batch <= 0:
@@ -110,8 +136,9 @@ def run(args) -> int:
             write_training_page(args.html, args, step, inference)
     if args.save:
         from graphmem.plan.io import write_atomic
-        write_atomic(args.save, step["tg"].model.SerializeToString(),
-                     inputs=[model_path(args)])
+        from graphmem.training.schedule import in_planned_order
+        saved = in_planned_order(step["tg"].model, step["result"].plan.order)
+        write_atomic(args.save, saved.SerializeToString(), inputs=[model_path(args)])
     data = training_json(report, step)
     if inference is not None:
         data["inference_footprint"] = inference
@@ -143,18 +170,19 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
     tg = replace(tg, precision=args.precision)
     # cheap values recomputed in backward where that plans smaller (selective.py)
+    checkpoints, cheap = recompute_choice(args)
     progress("planning the step, with and without cheap values recomputed in backward")
-    base, plain, selected = selective_planned(tg, args.optimizer, args.batch)
+    base, plain, selected = selective_planned(tg, args.optimizer, args.batch, cheap)
     baseline, planned, info = None, plain, {}
-    if args.recompute != "none" or budget is not None:
+    if checkpoints != "none" or budget is not None:
         baseline = plain.report
         if budget is not None:
             progress("choosing recomputation to fit the budget (each choice planned)")
             chosen = fit_budget(base, budget, args.optimizer, args.batch, plain=plain)
         else:
-            progress(f"planning --recompute {args.recompute} (each choice planned)")
+            progress(f"planning --recompute {checkpoints} (each choice planned)")
             chosen = recompute_planned(base, args.optimizer, args.batch,
-                                       optimal=args.recompute == "optimal", plain=plain)
+                                       optimal=checkpoints == "optimal", plain=plain)
         planned, info = chosen.step, chosen.info
     tg, graph, result = planned.tg, planned.graph, planned.result
     # the figures shown: the planned step's own, with what the command adds beside them
@@ -347,6 +375,13 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{e['selective_recomputed']} forward values of {e['selective']} ops "
             f"recomputed in backward from kept ones (arena without: "
             f"{mib(e['selective_arena_bytes']['none'])} MiB)")
+    none = e.get("unrecomputed")
+    if none and (e.get("selective") not in (None, "none") or r.recompute_macs
+                 or none["arena_bytes"] != r.arena_bytes):
+        add("  nothing recomputed", none["arena_bytes"],
+            f"the step as written (--recompute none): arena; step total "
+            f"{mib(none['step_bytes'])} MiB, kept for backward "
+            f"{mib(none['kept_for_backward_bytes'])} MiB")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
@@ -354,6 +389,12 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{_peak_layer(peak, names)}; backward starts at step "
             f"{peak['first_backward_position']}: kept {mib(kinds['saved'])}, gradients "
             f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])} MiB")
+        if kinds["gradients"] < r.gradient_bytes:
+            add("    weight gradients", None,
+                f"{mib(r.gradient_bytes - kinds['gradients'])} MiB of them are made after "
+                f"the peak, as the order defers them: this holds for an optimizer that "
+                f"steps once after backward; accumulating gradients over micro-batches "
+                f"keeps all {mib(r.gradient_bytes)} MiB live through the step")
         for h in peak["helpers"]:
             add(f"    {_named(h['op'], h['node'], names)}", h["bytes"],
                 f"output {'x'.join(map(str, h['shape']))}")

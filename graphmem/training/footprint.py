@@ -38,9 +38,12 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
     grads = (f"weight gradients made by then, live {at}" if kinds["gradients"] else
              f"none made by the peak: all {r.gradient_bytes / 2**20:,.2f} MiB of them are "
              f"made later, in arena bytes freed by then")
-    parts += [part("kept", "kept for backward", kinds["saved"],
+    # named apart from the step's "kept for backward" and "gradients" (every storage
+    # made before backward and read after it; every gradient), of which these are
+    # the bytes live at the peak
+    parts += [part("kept", "kept, live at the peak", kinds["saved"],
                    f"activations made before backward starts, live {at}"),
-              part("gradients", "gradients", kinds["gradients"], grads),
+              part("gradients", "gradients at the peak", kinds["gradients"], grads),
               part("backward", "backward's tensors", kinds["backward"],
                    f"adjoints, transposed weights, masks live {at}"),
               part("arena_rest", "rest of the arena", r.arena_bytes - sum(kinds.values()),
