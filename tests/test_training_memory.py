@@ -359,3 +359,67 @@ def test_a_saved_step_plans_to_the_arena_train_shows(tmp_path, capsys, recompute
     assert main(["plan", str(saved), "-o", str(tmp_path / "p.json")]) == 0
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["arena_bytes"] == step["arena_bytes"]
+
+
+# --- fine-tuning: frozen parameters and LoRA adapters ------------------------------------
+
+def test_frozen_parameters_get_no_gradient_and_no_optimizer_state(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+            "--recompute", "none"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--frozen", "W1"]) == 0
+    part = json.loads(capsys.readouterr().out)
+    model = gelu_block(batch=4, seq=16, d=16)
+    frozen = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer
+                 if i.name == "W1")
+    assert frozen > 0 and part["frozen_weight_bytes"] == frozen
+    assert part["weight_bytes"] == full["weight_bytes"] - frozen
+    assert part["gradient_bytes"] == full["gradient_bytes"] - frozen
+    assert part["optimizer_bytes"] == 2 * part["weight_bytes"]  # adam
+    assert part["step_bytes"] == (part["weight_bytes"] + part["frozen_weight_bytes"]
+                                  + part["optimizer_bytes"] + part["constant_bytes"]
+                                  + part["arena_bytes"])
+    assert part["frozen_weight_tensors"] == 1
+    assert main(args + ["--trainable", "nothing*"]) == 2
+    assert "no parameter trains" in capsys.readouterr().err
+
+
+def test_lora_trains_only_its_adapters_and_keeps_the_outputs():
+    from graphmem.training.lora import Lora
+
+    model = gelu_block(batch=2, seq=6, d=8)
+    adapted = onnx.ModelProto()
+    adapted.CopyFrom(model)
+    names = Lora(4).add_to(adapted)
+    onnx.checker.check_model(adapted)
+    x = np.random.default_rng(0).standard_normal([2, 6, 8]).astype(np.float32)
+    run = lambda m: ort.InferenceSession(  # noqa: E731
+        m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(adapted), run(model), rtol=1e-6, atol=1e-6)
+    matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+    assert len(names) == 2 * len(matmuls)
+    tg = build_training(model, 2, loss="sum", lora=Lora(4))
+    assert set(tg.weights) == set(names) and set(tg.gradients) == set(names)
+    assert not set(tg.frozen) & set(names) and tg.frozen
+
+
+def test_train_lora_reports_the_adapters_gradients_and_state(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--lora", "2"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # W1 16x64 and W2 64x16: adapters 16x2 + 2x64 and 64x2 + 2x16, float32
+    assert d["weight_bytes"] == d["gradient_bytes"] == 4 * (32 + 128 + 128 + 32)
+    assert d["optimizer_bytes"] == 2 * d["weight_bytes"]
+    assert d["frozen_weight_bytes"] == full["weight_bytes"]
+    assert d["lora"]["rank"] == 2 and d["lora"]["adapters"] == 2
+    assert main(args + ["--lora", "2", "--frozen", "x"]) == 2
+    assert main(args + ["--lora-targets", "W1"]) == 2
+    assert main(args + ["--lora", "2", "--lora-targets", "W1"]) == 0
+    assert json.loads(capsys.readouterr().out)["weight_bytes"] == 4 * (32 + 128)

@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
                         "inference keeps the frozen running statistics")
     add_step_args(p)
     add_recompute_args(p)
+    add_trainable_args(p)
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -97,6 +98,48 @@ def add_recompute_args(p) -> None:
                         "--recompute none means none")
 
 
+def add_trainable_args(p) -> None:
+    """Which parameters train (``train`` and ``fit --train``)."""
+    p.add_argument("--trainable", action="append", default=[], metavar="PATTERN",
+                   help="only the parameters whose initializer name matches this glob "
+                        "pattern train (repeatable); the others are frozen: read, with no "
+                        "gradient and no optimizer state")
+    p.add_argument("--frozen", action="append", default=[], metavar="PATTERN",
+                   help="the parameters whose name matches this glob pattern are frozen "
+                        "(repeatable)")
+    p.add_argument("--lora", type=int, metavar="RANK",
+                   help="add LoRA adapters of this rank to the matrix products (MatMul, "
+                        "Gemm) and train only them; the base weights are frozen")
+    p.add_argument("--lora-targets", nargs="+", default=[], metavar="PATTERN",
+                   help="with --lora: only the products whose weight or node name matches "
+                        "one of these glob patterns (default: all)")
+
+
+def trainable_choice(args):
+    """``(trains, lora)`` for :func:`graphmem.training.build.build_training` from
+    ``--trainable``, ``--frozen``, ``--lora`` and ``--lora-targets``."""
+    from fnmatch import fnmatchcase
+
+    from graphmem.training.lora import Lora
+    if args.lora_targets and args.lora is None:
+        raise GraphmemError("--lora-targets needs --lora RANK")
+    if args.lora is not None:
+        if args.trainable or args.frozen:
+            raise GraphmemError("--lora trains only its adapters: give --lora or "
+                                "--trainable/--frozen, not both")
+        if args.lora <= 0:
+            raise GraphmemError(f"--lora: the rank must be positive, not {args.lora}")
+        return None, Lora(args.lora, tuple(args.lora_targets))
+    if not args.trainable and not args.frozen:
+        return None, None
+    keep, freeze = tuple(args.trainable), tuple(args.frozen)
+
+    def trains(name: str) -> bool:
+        return ((not keep or any(fnmatchcase(name, p) for p in keep))
+                and not any(fnmatchcase(name, p) for p in freeze))
+    return trains, None
+
+
 def recompute_choice(args) -> tuple[str, str]:
     """``(checkpoints, selective)`` from ``--recompute`` and ``--selective``:
     ``--recompute none`` recomputes nothing, so it takes no cheap values either."""
@@ -110,6 +153,7 @@ def recompute_choice(args) -> tuple[str, str]:
 
 def run(args) -> int:
     recompute_choice(args)  # the options' conflicts, before the work
+    trainable_choice(args)
     if args.budget and args.recompute is not None:
         raise GraphmemError("--budget chooses its own recomputation: give --budget or "
                             "--recompute, not both")
@@ -167,7 +211,9 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     model = read_model(model_path(args), load_weights=True)
     args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
     progress(f"building the training step (onnx-ad), batch {args.batch}")
-    tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
+    trains, lora = trainable_choice(args)
+    tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn,
+                        trains=trains, lora=lora)
     tg = replace(tg, precision=args.precision)
     # cheap values recomputed in backward where that plans smaller (selective.py)
     checkpoints, cheap = recompute_choice(args)
@@ -190,6 +236,11 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     report.extra.update(selected)
     report.extra.update(info)
     report.extra["bn"] = args.bn
+    report.extra["trained_weight_tensors"] = len(tg.weights)
+    report.extra["frozen_weight_tensors"] = len(tg.frozen)
+    if lora is not None:
+        report.extra["lora"] = {"rank": lora.rank, "targets": list(lora.targets),
+                                "adapters": len(tg.weights) // 2}
     report.extra["running_stat_bytes"] = sum(graph.tensors[t].bytes for t in
                                              running_stat_outputs(tg.model).values())
     if baseline is not None:
@@ -340,6 +391,10 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     half = r.precision != "fp32"
     add("weights (trainable)", r.weight_bytes,
         f"{STEP_DTYPE[r.precision]}, as the step reads them" if half else "")
+    if r.frozen_weight_bytes:
+        add("weights (frozen)", r.frozen_weight_bytes,
+            f"{e.get('frozen_weight_tensors', 0)} weight tensors read and not trained: "
+            f"no gradient, no optimizer state")
     if r.master_weight_bytes:
         add("master weights", r.master_weight_bytes,
             "float32 copy the optimizer updates (mixed precision)")
@@ -406,7 +461,8 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"and back before backward: {mib(e['offload_bytes'])} MiB each way")
         add("transfer stalls", None, f"{e['stall_seconds'] * 1e3:.3f} ms over "
             f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
-    parts = ["weights"] + (["master weights"] if r.master_weight_bytes else []) + \
+    parts = ["weights"] + (["frozen weights"] if r.frozen_weight_bytes else []) + \
+        (["master weights"] if r.master_weight_bytes else []) + \
         ["optimizer state", "constants", "arena with offload" if "offload_bytes" in e
          else "arena"]
     add("step total", step_total(r), " + ".join(parts) + f"; {r.optimizer}, loss: "

@@ -12,7 +12,8 @@ import math
 
 MIB = 2 ** 20
 # one colour per part, in stack order (the arena's own colour last kept for the arena)
-PART_COLOURS = {"weights": "#4e79a7", "master_weights": "#76b7b2", "optimizer": "#b07aa1",
+PART_COLOURS = {"weights": "#4e79a7", "frozen_weights": "#a0cbe8", "master_weights": "#76b7b2",
+                "optimizer": "#b07aa1",
                 "constants": "#9c755f", "workspace": "#edc948", "arena": "#59a14f",
                 "kept": "#59a14f", "gradients": "#e15759", "backward": "#f28e2b",
                 "arena_rest": "#bab0ac"}

@@ -18,6 +18,8 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
     e = r.extra
     parts = [part("weights", "weights" + (" (float16 copy)" if r.precision == "mixed" else ""),
                   r.weight_bytes, "the trainable parameters the step reads"),
+             part("frozen_weights", "frozen weights", r.frozen_weight_bytes,
+                  "parameters the step reads and does not train"),
              part("master_weights", "master weights (float32)", r.master_weight_bytes,
                   "what the optimizer updates under mixed precision"),
              part("optimizer", f"optimizer state ({r.optimizer})", r.optimizer_bytes,

@@ -9,8 +9,9 @@ backward node reads, each counted alone wherever the plan runs it: tensors that 
 storage (an in-place ReLU over its BatchNormalization) count once each, and tensors the
 plan frees before others are made count too, so it can exceed the arena.
 
-The step total (``step_bytes``) is what the device holds for one step: the weights (and,
-for mixed precision, the float32 master weights), the optimizer state, the folded
+The step total (``step_bytes``) is what the device holds for one step: the weights (the
+frozen ones too, and, for mixed precision, the float32 master weights of the trained
+ones), the optimizer state, the folded
 constants and the planned arena (which holds the gradients, the activations kept for
 backward and backward's own tensors).
 """
@@ -53,13 +54,16 @@ class TrainingReport:
     optimizer: str = "adam"
     precision: str = "fp32"  # graphmem.training.precision.PRECISIONS
     master_weight_bytes: int = 0  # float32 master weights beside the step (mixed only)
+    # parameters read but not trained (TrainingGraph.frozen), in the step's type
+    frozen_weight_bytes: int = 0
 
     @property
     def step_bytes(self) -> int:
-        """The step total: weights, master weights, optimizer state, folded constants and
-        the planned arena (gradients and activations are inside the arena)."""
-        return (self.weight_bytes + self.master_weight_bytes + self.optimizer_bytes
-                + self.constant_bytes + self.arena_bytes)
+        """The step total: weights (trained and frozen), master weights, optimizer
+        state, folded constants and the planned arena (gradients and activations are
+        inside the arena)."""
+        return (self.weight_bytes + self.frozen_weight_bytes + self.master_weight_bytes
+                + self.optimizer_bytes + self.constant_bytes + self.arena_bytes)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -265,7 +269,9 @@ def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, ba
         forward_macs=macs["forward"],
         backward_macs=macs["backward"], recompute_macs=macs["recompute"],
         nodes=len(graph.nodes), order=order_name, extra=extra, optimizer=optimizer,
-        precision=tg.precision, master_weight_bytes=master)
+        precision=tg.precision, master_weight_bytes=master,
+        frozen_weight_bytes=sum(graph.tensors[w].bytes for w in tg.frozen
+                                if w in graph.tensors))
 
 
 @record
