@@ -423,3 +423,53 @@ def test_train_lora_reports_the_adapters_gradients_and_state(tmp_path, capsys):
     assert main(args + ["--lora-targets", "W1"]) == 2
     assert main(args + ["--lora", "2", "--lora-targets", "W1"]) == 0
     assert json.loads(capsys.readouterr().out)["weight_bytes"] == 4 * (32 + 128)
+
+
+# --- data parallelism and ZeRO -----------------------------------------------------------
+
+def test_zero_stages_shard_what_each_stage_shards(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+            "--recompute", "none", "--precision", "mixed"]
+    assert main(args) == 0
+    one = json.loads(capsys.readouterr().out)
+    got = {}
+    for stage in (0, 1, 2, 3):
+        assert main(args + ["--devices", "8", "--zero", str(stage)]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["arena_bytes"] == one["arena_bytes"]  # the step itself is unchanged
+        got[stage] = pd = d["per_device"]
+        assert d["step_bytes"] == pd["total_bytes"] == (
+            pd["weight_bytes"] + pd["frozen_weight_bytes"] + pd["master_weight_bytes"]
+            + pd["optimizer_bytes"] + pd["constant_bytes"] + pd["arena_bytes"]
+            + pd["gathered_weight_bytes"])
+    share = lambda b: -(-b // 8)  # noqa: E731
+    assert got[0]["total_bytes"] == one["step_bytes"]
+    assert got[1]["optimizer_bytes"] == share(one["optimizer_bytes"])
+    assert got[1]["master_weight_bytes"] == share(one["master_weight_bytes"])
+    assert got[1]["weight_bytes"] == one["weight_bytes"]
+    assert share(one["gradient_bytes"]) <= got[2]["gradient_bytes"] < one["gradient_bytes"]
+    assert got[2]["arena_bytes"] <= one["arena_bytes"]
+    assert got[3]["weight_bytes"] == share(one["weight_bytes"])
+    assert got[3]["gathered_weight_bytes"] > 0
+    # stage 2 saves only where gradients are live at the arena's peak
+    assert got[3]["total_bytes"] < got[2]["total_bytes"] <= got[1]["total_bytes"] \
+        < got[0]["total_bytes"]
+    assert main(args + ["--devices", "8", "--zero", "1", "--offload-optimizer"]) == 0
+    off = json.loads(capsys.readouterr().out)["per_device"]
+    assert off["optimizer_bytes"] == off["master_weight_bytes"] == 0
+    assert off["host_bytes"] == got[1]["optimizer_bytes"] + got[1]["master_weight_bytes"]
+    assert main(args + ["--devices", "0"]) == 2
+
+
+def test_fit_train_answers_per_device(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    fit = ["fit", str(path), "--train", "--loss", "sum", "--json", "--budget", "400KiB"]
+    assert main(fit) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main(fit + ["--devices", "8", "--zero", "3"]) == 0
+    sharded = json.loads(capsys.readouterr().out)
+    assert sharded["batch"] >= alone["batch"] > 0
+    assert all(t["fits"] == (t["step_bytes"] <= 400 * 1024) for t in sharded["tried"])

@@ -37,10 +37,12 @@ def add_parser(sub) -> None:
     t.add_argument("--train", action="store_true",
                    help="fit the training step (`graphmem train` at each batch): the "
                         "largest batch whose step total fits")
-    from graphmem.commands.train import add_recompute_args, add_step_args, add_trainable_args
+    from graphmem.commands.train import (add_device_args, add_recompute_args, add_step_args,
+                                         add_trainable_args)
     add_step_args(t)
     add_recompute_args(t)
     add_trainable_args(t)
+    add_device_args(t)
     t.add_argument("--loss", default="auto", choices=["auto", "xent", "sum", "mean"],
                    help="loss, as `train --loss`")
     t.add_argument("--bn", default="training", choices=["training", "inference"],

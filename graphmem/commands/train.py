@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
     add_step_args(p)
     add_recompute_args(p)
     add_trainable_args(p)
+    add_device_args(p)
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -115,6 +116,26 @@ def add_trainable_args(p) -> None:
                         "one of these glob patterns (default: all)")
 
 
+def add_device_args(p) -> None:
+    """Data parallelism and ZeRO (``train`` and ``fit --train``)."""
+    p.add_argument("--devices", type=int, default=1, metavar="N",
+                   help="data-parallel devices: --batch is each device's batch, and the "
+                        "figures per device are shown (default 1)")
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3],
+                   help="ZeRO stage: 1 shards the optimizer state (and master weights), 2 "
+                        "also the gradients (the arena planned with one shard kept), 3 "
+                        "also the weights (default 0: nothing sharded)")
+    p.add_argument("--offload-optimizer", action="store_true",
+                   help="ZeRO-Offload: the optimizer state and master weights on the host")
+
+
+def sharding_choice(args):
+    """The :class:`~graphmem.training.sharding.Sharding` of ``--devices``, ``--zero``
+    and ``--offload-optimizer``."""
+    from graphmem.training.sharding import Sharding
+    return Sharding(args.devices, args.zero, args.offload_optimizer)
+
+
 def trainable_choice(args):
     """``(trains, lora)`` for :func:`graphmem.training.build.build_training` from
     ``--trainable``, ``--frozen``, ``--lora`` and ``--lora-targets``."""
@@ -154,6 +175,7 @@ def recompute_choice(args) -> tuple[str, str]:
 def run(args) -> int:
     recompute_choice(args)  # the options' conflicts, before the work
     trainable_choice(args)
+    sharding_choice(args)
     if args.budget and args.recompute is not None:
         raise GraphmemError("--budget chooses its own recomputation: give --budget or "
                             "--recompute, not both")
@@ -248,6 +270,11 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
         report.extra["baseline_kept_for_backward_bytes"] = \
             baseline.extra["kept_for_backward_bytes"]
         report.extra["baseline_arena_bytes"] = baseline.arena_bytes
+    sharding = sharding_choice(args)
+    if not sharding.plain:
+        from graphmem.training.sharding import per_device
+        progress(f"the step per device: {sharding.devices} devices, ZeRO-{sharding.stage}")
+        report.extra["per_device"] = per_device(planned, sharding)
     if args.offload:
         progress("planning with the saved activations offloaded")
         report.extra.update(offload_plan(graph, result, args.host_bw, args.device_flops,
@@ -262,8 +289,11 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
 
 def step_total(r) -> int:
     """The step total as the device holds it: with ``--offload``, the arena is the one
-    planned with the offloaded activations away."""
+    planned with the offloaded activations away; with ``--devices``/``--zero``, what
+    one device holds."""
     e = r.extra
+    if "per_device" in e:
+        return e["per_device"]["total_bytes"]
     if "offload_arena_bytes" in e:
         return r.step_bytes - r.arena_bytes + e["offload_arena_bytes"]
     return r.step_bytes
@@ -490,6 +520,28 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak "
             f"{mib(o['modelled_peak_bytes'])} MiB over {o['cuts_modelled']} cuts, "
             f"{o['solve_seconds']} s, {o['status']}")
+    if "per_device" in e:
+        d = e["per_device"]
+        add(f"per device ({d['devices']} devices, ZeRO-{d['zero']})", d["total_bytes"],
+            "what one device holds, its batch as given"
+            + ("; optimizer state and master weights on the host" if d["offload_optimizer"]
+               else ""))
+        for label, key, note in (
+                ("  weights", "weight_bytes", "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
+                ("  weights (frozen)", "frozen_weight_bytes",
+                 "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
+                ("  gathered weight", "gathered_weight_bytes",
+                 "the largest weight, gathered whole while its layer runs"),
+                ("  master weights", "master_weight_bytes", ""),
+                ("  optimizer state", "optimizer_bytes", "sharded" if d["zero"] >= 1 else ""),
+                ("  gradients kept", "gradient_bytes",
+                 "this device's shard, the rest freed as it is reduced (in the arena)"
+                 if d["zero"] >= 2 else "all of them (in the arena)"),
+                ("  planned arena", "arena_bytes",
+                 "planned again with one gradient shard kept" if d["zero"] >= 2 else ""),
+                ("  on the host", "host_bytes", "optimizer state and master weights")):
+            if d[key] or key in ("gradient_bytes", "arena_bytes"):
+                add(label, d[key], note)
     if "budget_bytes" in e:
         add("budget", e["budget_bytes"], ("fits" if e.get("fits_budget") else "does not fit")
             + f" after {e.get('budget_trials')} plans")
