@@ -30,6 +30,7 @@ from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import drop_tensor_data, one_line
 from graphmem.frontend.shape_strategies import LoadState, run_strategies
 from graphmem.frontend.splice import SMALL_CONSTANT_BYTES, splice, stripped_weights
+from graphmem.frontend.zoo import resolve
 from graphmem.frontend.structure import (EXTERNAL, all_reads, check_names, external_locations,
                                          invalid_name, topological_order)
 
@@ -124,12 +125,13 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
          check: bool = True, dim_default: int | None = None) -> Graph:
     """Load an ONNX model into a :class:`Graph` with every shape static.
 
-    ``dims`` binds symbolic dimensions by name (``{"N": 8}``); ``dim_default``, when
+    ``path`` names a file, or a Model Zoo graph onnx ships (``"resnet50"``) where no
+    such file exists, as the commands take it. ``dims`` binds symbolic dimensions by name (``{"N": 8}``); ``dim_default``, when
     given, binds every symbolic dimension of a graph input that ``dims`` leaves open
     (``Graph.bindings`` then says which). Weights are not read into memory unless a
     small constant's value is needed for shape inference.
     """
-    p = _model_file(path)
+    p = _model_file(resolve(os.fspath(path), quiet=True))
     return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p)
 
