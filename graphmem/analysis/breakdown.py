@@ -24,7 +24,7 @@ from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.analysis.macs import im2col_bytes, mac_totals, node_macs
-from graphmem.plan.columns import group_roots
+from graphmem.plan.columns import live_groups
 from graphmem.plan.format import Plan
 from graphmem.plan.view import layer_label
 
@@ -311,13 +311,8 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
         return {"node": None, "step": None, "op": None, "name": None, "layer": None,
                 "live_bytes": 0, "tensors": []}
     pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
-    roots = group_roots(plan)
-    groups: dict[str, list[str]] = {}
-    for name, t in plan.tensors.items():
-        if t.bytes and t.live[0] <= pos <= t.live[1]:
-            groups.setdefault(roots[name], []).append(name)
     entries = []
-    for members in groups.values():
+    for members in live_groups(plan, pos):
         ranges = sorted((plan.tensors[m].offset, plan.tensors[m].offset + plan.tensors[m].bytes)
                         for m in members)
         main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
