@@ -1719,6 +1719,44 @@ static PyObject *wire_parse_values(PyObject *self, PyObject *arg)
     return parse(arg, 1);
 }
 
+/* wire_types(message) -> {field number: tuple of the wire types protobuf accepts for it} */
+static PyObject *wire_wire_types(PyObject *self, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    const smsg_t *m = NULL;
+    for (int k = 0; k < M_COUNT; k++)
+        if (strcmp(SCHEMA[k].name, name) == 0)
+            m = &SCHEMA[k];
+    if (m == NULL) {
+        PyErr_Format(PyExc_KeyError, "no message %R in onnx's schema", arg);
+        return NULL;
+    }
+    PyObject *res = PyDict_New();
+    if (res == NULL)
+        return NULL;
+    for (uint32_t num = 1; num <= m->max_num; num++) {
+        int8_t at = m->index[num];
+        if (at < 0)
+            continue;
+        const sfield_t *f = &m->fields[at];
+        long wt = f->kind == K_VARINT ? 0 : f->kind == K_FIXED64 ? 1 : f->kind == K_FIXED32 ? 5 : 2;
+        PyObject *types = (wt != 2 && f->repeated) ? Py_BuildValue("(ll)", wt, 2L)
+                                                   : Py_BuildValue("(l)", wt);
+        PyObject *key = PyLong_FromUnsignedLong(num);
+        if (types == NULL || key == NULL || PyDict_SetItem(res, key, types) < 0) {
+            Py_XDECREF(types);
+            Py_XDECREF(key);
+            Py_DECREF(res);
+            return NULL;
+        }
+        Py_DECREF(types);
+        Py_DECREF(key);
+    }
+    return res;
+}
+
 static PyMethodDef wire_methods[] = {
     {"parse_model", wire_parse_model, METH_O,
      "parse_model(data) -> dict\n\n"
@@ -1740,6 +1778,12 @@ static PyMethodDef wire_methods[] = {
      "parse_values(data) -> dict\n\n"
      "parse_model(data) without the main graph's nodes: its 'nodes' list is empty and its\n"
      "'spans' have no entry for them (a shape-inferred model's value infos, read fast)."},
+    {"wire_types", wire_wire_types, METH_O,
+     "wire_types(message) -> dict\n\n"
+     "The wire types protobuf accepts for each field of an onnx message ('AttributeProto',\n"
+     "'TensorProto.Segment', ...), from the schema this reader parses by: {field number:\n"
+     "(wire type, ...)}, 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 (a repeated\n"
+     "number also packed, 2). Another wire type for a known field makes it an unknown field."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef wire_module = {

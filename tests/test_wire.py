@@ -639,3 +639,18 @@ def test_records_are_named():
                 init.external_data) == tuple(init)
     for a in (a for n in got["nodes"] for a in n.attrs):
         assert isinstance(a, wire.Attribute) and (a.name, a.type, a.raw, a.subgraphs) == tuple(a)
+
+
+def test_wire_types_are_protobufs():
+    """wire.wire_types: each field's wire types as onnx's descriptors give them (the
+    table graphmem.frontend.attributes reads attributes by)."""
+    numbers = {1: 1, 6: 1, 16: 1, 2: 5, 7: 5, 15: 5, 9: 2, 11: 2, 12: 2}  # else varint
+    for message in (onnx.AttributeProto, onnx.TensorProto, onnx.NodeProto):
+        expected = {}
+        for f in message.DESCRIPTOR.fields:
+            wt = numbers.get(f.type, 0)
+            repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+            expected[f.number] = (wt, 2) if repeated and wt != 2 else (wt,)
+        assert wire.wire_types(message.DESCRIPTOR.name) == expected
+    with pytest.raises(KeyError):
+        wire.wire_types("NoSuchProto")

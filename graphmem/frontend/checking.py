@@ -21,7 +21,7 @@ from graphmem.frontend.structure import EXTERNAL
 # ONNX-domain SimplifiedLayerNormalization, and LayerNormalization below opset 17 is
 # ORT's. The checker sees such nodes in ORT's contrib domain, where it checks the node's
 # structure but not its schema (graphmem's shape rules know them:
-# frontend/contrib_shapes.py).
+# frontend/contrib_rules.py).
 ORT_ONNX_DOMAIN = frozenset(("LayerNormalization", "SimplifiedLayerNormalization"))
 ORT_DOMAIN = "com.microsoft"
 

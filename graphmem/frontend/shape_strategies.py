@@ -208,7 +208,6 @@ def control_flow_bodies(state: LoadState) -> None:
     state.tensors = inference.tensors(state.model)
 
 
-_BOOL = 9  # TensorProto.BOOL
 
 
 def dropout_mask(state: LoadState) -> None:
@@ -224,7 +223,7 @@ def dropout_mask(state: LoadState) -> None:
         data_in = state.tensors.get(node.inputs[0])
         if data_in is None:
             continue
-        found[name] = (_BOOL if state.opset >= 10 else ENUM_BY_NAME[data_in.dtype],
+        found[name] = (ENUM_BY_NAME["bool"] if state.opset >= 10 else ENUM_BY_NAME[data_in.dtype],
                        data_in.shape)
     add_types(state, found, infer=False)  # a mask is read by nothing, as a rule
 
@@ -282,7 +281,7 @@ def has_no_contrib_ops(state: LoadState) -> bool:
 
 def contrib_rules(state: LoadState) -> None:
     """The ops ONNX Runtime's optimizers write (FusedConv, the NCHWc ops, QLinear*,
-    SkipLayerNormalization, ...): their rules (:mod:`graphmem.frontend.contrib_shapes`)
+    SkipLayerNormalization, ...): their rules (:mod:`graphmem.frontend.contrib_rules`)
     in one pass with onnx's per-node inference between them, then onnx's inference with
     data propagation downstream of what they sized, round after round while a round
     sizes more. Before the constant-value rounds: on a graph ORT saved, nothing else is
@@ -293,9 +292,9 @@ def contrib_rules(state: LoadState) -> None:
     Range turns onnx's data propagation off) is computed as the walk goes, so one pass
     sizes what the constant values took a round per step for (T5-small's encoder:
     three rounds, each a whole-model inference). Its values stay shape-sized
-    (``contrib_shapes._Values.LIMIT``), and onnx's per-node inference propagates no
+    (``shape_walk.WalkValues.LIMIT``), and onnx's per-node inference propagates no
     data: nothing is filled the way onnx's data propagation fills a Range."""
-    from graphmem.frontend.contrib_shapes import propagate
+    from graphmem.frontend.shape_walk import propagate
     while True:
         known = propagate(state.model_bytes())
         found = {name: v for name, v in known.items() if name not in state.tensors}
@@ -345,7 +344,7 @@ def constant_values(state: LoadState) -> None:
 
 def contrib_rules_and_values(state: LoadState) -> None:
     """The contrib rules, then the constant values, in turn while a turn sizes more. The
-    rules compute the shape arithmetic as they walk (contrib_shapes.propagate), so a
+    rules compute the shape arithmetic as they walk (shape_walk.propagate), so a
     contrib op in every layer whose output the next layer's shape arithmetic reads (the
     transformer optimizer's ViT-B/16: a BiasGelu before each Reshape to a computed
     shape) is sized in one turn, not one turn per layer."""
@@ -545,9 +544,9 @@ def data_dependence(g: dict, name: str, tensors) -> str:
 
 def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference on ``model``, with the contrib rules in
-    front of its handlers (:func:`graphmem.frontend.contrib_shapes.infer`): what it sizes
+    front of its handlers (:func:`graphmem.frontend.ort_symbolic.infer`): what it sizes
     before it gives up is kept, and ``notes`` then says why it stopped."""
-    from graphmem.frontend.contrib_shapes import infer
+    from graphmem.frontend.ort_symbolic import infer
     try:
         return infer(model, notes=notes)
     except Exception as exc:  # it raises anything (asserts, KeyError) on ops it lacks
