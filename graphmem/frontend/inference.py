@@ -43,12 +43,12 @@ def types(data: bytes) -> dict[str, tuple]:
     """Every value's type in a (shape-inferred) model: a ``wire.ValueType`` (kind,
     elem_type, shape) from the value infos and inputs and outputs, ``("init",
     data_type, dims)`` for initializers."""
-    g = wire.parse_values(data)["graph"]
+    g = wire.parse_values(data).graph
     found: dict[str, tuple] = {}
     for kind in ("value_info", "inputs", "outputs"):
         # a comprehension: dict.update copies each record that is not an exact tuple
-        found.update({vi.name: vi.type for vi in g[kind] if vi.type is not None})
-    for init in g["initializers"]:
+        found.update({vi.name: vi.type for vi in getattr(g, kind) if vi.type is not None})
+    for init in g.initializers:
         found[init.name] = ("init", init.data_type, init.dims)
     return found
 

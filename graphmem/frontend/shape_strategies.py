@@ -43,7 +43,7 @@ class LoadState:
     the outputs of running nodes still unknown (``missing``: None until computed).
     (A plain class, not a dataclass: the loader imports it on every run.)"""
 
-    def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
+    def __init__(self, *, data: bytes, work: bytes, g: wire.Graph, order: list[int],
                  reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
                  base_dir: str, notes: list[str] | None = None,
                  shape_values: set[str] | None = None):
@@ -57,6 +57,7 @@ class LoadState:
         self.folded: set[int] = set()
         self.constants: list[str] = []
         self.missing: list[tuple[str, OpenNode]] | None = None
+        self.open_nodes: dict[int, OpenNode] = {}  # unknown()'s, each made once per load
         self.scopes: dict = {}
         self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
         # the tensors whose values may size another (constant_nodes.shape_values): the
@@ -77,13 +78,13 @@ class LoadState:
         """The values of the initializers among ``names`` that ``work`` carries without
         their data and that hold at most SMALL_CONSTANT_BYTES, read from the model's
         bytes (every such weight that a computation needs, and only those)."""
-        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
+        index = {t.name: i for i, t in enumerate(self.g.initializers)}
         out = {}
         for name in names:
             i = index.get(name)
             if i is None:
                 continue
-            init = self.g["initializers"][i]
+            init = self.g.initializers[i]
             if SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES and \
                     init.data_location != EXTERNAL:
                 message = entry_message(self.data, self.g, INITIALIZER, i)
@@ -100,12 +101,12 @@ class LoadState:
         inference on each node with the initializers it reads, and stops at one whose
         data is marked external (the fallback sees the weights it saw before they were
         stripped; it runs only where the other strategies left a tensor unknown)."""
-        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
+        index = {t.name: i for i, t in enumerate(self.g.initializers)}
         back = []
         for k, t in enumerate(model.graph.initializer):
             i = index.get(t.name)
             if i is not None and t.data_location == EXTERNAL:
-                init = self.g["initializers"][i]
+                init = self.g.initializers[i]
                 if init.data_location != EXTERNAL and \
                         SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES:
                     back.append((k, i))
@@ -122,7 +123,7 @@ class LoadState:
         """Decide folding on the tensors sized so far, and what is still unknown."""
         self.folded, self.constants = fold(self.g, self.order, self.tensors, self.reads,
                                            self.bindings)
-        self.missing = unknown(self.g, self.order, self.tensors, self.folded)
+        self.missing = unknown(self.g, self.order, self.tensors, self.folded, self.open_nodes)
 
 
 def _always(state: LoadState) -> bool:
@@ -146,13 +147,13 @@ def onnx_inference(state: LoadState) -> None:
     static ones of contrib ops' outputs, which it has no schema to check; those that
     disagree with what it computes are named in a note, and those of tensors it left
     unsized given back for a second round (:mod:`graphmem.frontend.annotations`)."""
-    opaque = {o for n in state.g["nodes"] if not standard_domain(n.domain) for o in n.outputs}
+    opaque = {o for n in state.g.nodes if not standard_domain(n.domain) for o in n.outputs}
     work, said = annotations.without_annotations(state.work, opaque)
     state.model = inference.infer(work, data_prop(state))
     state.tensors = inference.tensors(state.model)
     # an annotation of a name no node makes (what an optimizer removed: ORT's
     # transformer optimizer leaves 71 on Whisper's dynamo encoder) sizes nothing
-    produced = {o for n in state.g["nodes"] for o in n.outputs}
+    produced = {o for n in state.g.nodes for o in n.outputs}
     said = {name: t for name, t in said.items() if name in produced}
     if said:
         notes, back = annotations.check(said, state.tensors)
@@ -162,12 +163,12 @@ def onnx_inference(state: LoadState) -> None:
 
 def data_prop(state: LoadState) -> bool:
     """Does onnx's inference propagate data on this model (not with UNBOUNDED_DATA_PROP)?"""
-    return not any(n.op_type in inference.UNBOUNDED_DATA_PROP for n in state.g["nodes"])
+    return not any(n.op_type in inference.UNBOUNDED_DATA_PROP for n in state.g.nodes)
 
 
 def has_control_flow(state: LoadState) -> bool:
     return any(n.op_type in CONTROL_FLOW and standard_domain(n.domain)
-               for n in state.g["nodes"])
+               for n in state.g.nodes)
 
 
 def control_flow_bodies(state: LoadState) -> None:
@@ -240,7 +241,7 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
         return
     data = state.model_bytes()
     parsed = wire.parse_model(data)
-    outputs = {o.name: k for k, o in enumerate(parsed["graph"]["outputs"])}
+    outputs = {o.name: k for k, o in enumerate(parsed.graph.outputs)}
     added = [(OUTPUT, outputs[name], entry(OUTPUT, tensor_value_info(name, elem, shape)))
              if name in outputs else
              (VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(name, elem, shape)))
@@ -261,7 +262,8 @@ def infer_again(state: LoadState) -> None:
 def _read_types(state: LoadState) -> None:
     """The tensors the model's types size, and what is still open."""
     state.tensors = inference.tensors(state.model)
-    state.missing = unknown(state.g, state.order, state.tensors, state.folded)
+    state.missing = unknown(state.g, state.order, state.tensors, state.folded,
+                            state.open_nodes)
 
 
 def has_contrib_ops(state: LoadState) -> bool:
@@ -270,7 +272,7 @@ def has_contrib_ops(state: LoadState) -> bool:
     before opset 17: what its optimizers write for T5's and Llama's RMSNorm, which
     onnx's inference leaves open; the rules know them)."""
     from graphmem.frontend.checking import ort_own_ops
-    nodes = state.g["nodes"]
+    nodes = state.g.nodes
     return any(not standard_domain(n.domain) for n in nodes) or bool(
         ort_own_ops(nodes, state.opset))
 
@@ -337,7 +339,7 @@ def constant_values(state: LoadState) -> None:
         state.folded, state.constants = without_dim_data(g, order, reads, state.bindings,
                                                          *computable)
         before, state.missing = len(state.missing), unknown(g, order, state.tensors,
-                                                            state.folded)
+                                                            state.folded, state.open_nodes)
         if not state.missing or len(state.missing) >= before:
             break
 
@@ -368,7 +370,7 @@ ORT_FILL_BYTES = 1 << 26
 def filled_by_ort(state: LoadState) -> str | None:
     """The first int64 ConstantOfShape output sized past ORT_FILL_BYTES, in words."""
     for i in state.order:
-        n = state.g["nodes"][i]
+        n = state.g.nodes[i]
         if n.op_type != "ConstantOfShape" or not standard_domain(n.domain) or not n.outputs:
             continue
         t = state.tensors.get(n.outputs[0])
@@ -392,7 +394,7 @@ def onnxruntime_symbolic(state: LoadState) -> None:
     sym = symbolic_infer(model, state.notes)
     sym_tensors = inference.tensors(sym.SerializeToString())
     sym_folded, sym_constants = fold(g, order, sym_tensors, reads, state.bindings)
-    sym_missing = unknown(g, order, sym_tensors, sym_folded)
+    sym_missing = unknown(g, order, sym_tensors, sym_folded, state.open_nodes)
     if len(sym_missing) < len(state.missing):
         state.model, state.tensors, state.missing = sym, sym_tensors, sym_missing
         state.folded, state.constants = sym_folded, sym_constants
@@ -473,15 +475,18 @@ class OpenNode(NamedTuple):
     outputs: tuple
 
 
-def unknown(g: dict, order, tensors, folded) -> list[tuple[str, OpenNode]]:
+def unknown(g: wire.Graph, order, tensors, folded, made: dict[int, OpenNode] | None = None
+            ) -> list[tuple[str, OpenNode]]:
     """The outputs of running nodes without a static shape, with their nodes; a graph
-    input without one is refused."""
-    nodes = g["nodes"]
+    input without one is refused. ``made``: the OpenNodes made so far (each node's is
+    made once per load, and this is asked after every round)."""
+    nodes = g.nodes
     missing = []
-    for vi in g["inputs"]:
+    for vi in g.inputs:
         if vi.name not in tensors:
             raise GraphmemError(f"graph input {vi.name!r} has no static shape")
-    made = g.setdefault("_open_nodes", {})  # each made once per load
+    if made is None:
+        made = {}
     for idx in order:
         if idx in folded:
             continue
@@ -517,11 +522,11 @@ def unknown_shape_message(state: LoadState) -> str:
 DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
 
 
-def data_dependence(g: dict, name: str, tensors) -> str:
+def data_dependence(g: wire.Graph, name: str, tensors) -> str:
     """Why ``name`` has no static shape when its size depends on the data: the nearest
     op of :data:`DATA_DEPENDENT` upstream of it through tensors without one ('' when
     there is none)."""
-    nodes = g["nodes"]
+    nodes = g.nodes
     producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     queue, seen = [name], {name}
     while queue:

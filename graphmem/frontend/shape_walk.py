@@ -33,25 +33,25 @@ def propagate(model) -> dict[str, Value]:
     if not isinstance(model, (bytes, bytearray, memoryview)):
         model = model.SerializeToString()
     parsed = wire.parse_model(model)
-    g = parsed["graph"]
+    g = parsed.graph
     known: dict[str, Value] = {}
-    for vi in (*g["inputs"], *g["value_info"], *g["outputs"]):
+    for vi in (*g.inputs, *g.value_info, *g.outputs):
         v = _static(vi.type)
         if v is not None:
             known[vi.name] = v
     small: dict[str, int] = {}  # name -> index among the initializers
-    for i, t in enumerate(g["initializers"]):
+    for i, t in enumerate(g.initializers):
         known[t.name] = (t.data_type, tuple(t.dims))
         if t.data_location != EXTERNAL and t.raw_bytes <= WalkValues.SMALL_BYTES:
             small[t.name] = i
     values = WalkValues(model, g, small, known)
-    opsets = {d or "": v for d, v in parsed["opsets"]}
+    opsets = {d or "": v for d, v in parsed.opsets}
     opsets.setdefault("", opsets.get("ai.onnx", 0))
-    ir_version = max(parsed["ir_version"], 3)
+    ir_version = max(parsed.ir_version, 3)
     defs = onnx_c.core().defs
     types: dict[Value, bytes] = {}  # (elem, shape) -> its serialized TypeProto, made once
     statics: dict[bytes, Optional[Value]] = {}  # serialized TypeProto -> static_type
-    for k, node in enumerate(g["nodes"]):
+    for k, node in enumerate(g.nodes):
         outs = [o for o in node.outputs if o]
         standard = node.domain in ("", "ai.onnx")
         done = all(o in known for o in outs)
@@ -116,7 +116,7 @@ class WalkValues:
     LIMIT = 4096  # elements: shape-like values only
     SMALL_BYTES = 4096  # an initializer's raw data: its value is read
 
-    def __init__(self, data: bytes, g: dict, small: dict[str, int], known: dict):
+    def __init__(self, data: bytes, g: wire.Graph, small: dict[str, int], known: dict):
         self.data, self.g, self.small, self.known = data, g, small, known
         self.arrays: dict[str, object] = {}
         self.pending: dict[str, object] = {}  # output name -> its deferred node
