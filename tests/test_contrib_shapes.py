@@ -549,10 +549,9 @@ def test_a_model_with_ort_own_onnx_domain_op_loads_plans_and_verifies(op, opset,
     ort_outputs(model)  # ONNX Runtime runs it
     loaded = graphmem.load(path)
     assert loaded.tensors["n"].shape == (2, 3, 8)
-    # by the contrib rules, on the bytes: with no op of ORT's domains in the graph they
-    # were not tried, and ONNX Runtime's symbolic inference sized it (twice as slow on
-    # the T5 encoder ORT saves)
-    assert [s.strategy for s in loaded.sizing if s.count][-1] == "contrib-rules"
+    # by the contrib rules in the shape walk, on the bytes (ONNX Runtime's symbolic
+    # inference, twice as slow on the T5 encoder ORT saves, is not needed)
+    assert [s.strategy for s in loaded.sizing if s.count][-1] == "shape-walk"
     plan = graphmem.plan_graph(loaded).plan
     graphmem.validate(plan, loaded)
     assert verify(plan, loaded).passed
@@ -629,7 +628,7 @@ def test_contrib_ops_that_size_each_layer_shape_arithmetic_load(tmp_path):
 
 
 def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
-    """The layered model above is sized by the first contrib-rules pass alone: the rules
+    """The layered model above is sized by the first shape walk alone: the rules
     compute Shape -> Mod as they walk (no turn per layer; ViT-B/16 through the
     transformer optimizer took 12), and the shape arithmetic the rules unlocked is
     folded like any other: constants, not tensors of the plan."""
@@ -637,7 +636,7 @@ def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
     layers = 6
     loaded = graphmem.load(_layered_model(tmp_path, layers))
     ran = [s.strategy for s in loaded.sizing]
-    assert ran[-1] == "contrib-rules" and "constant-values" not in ran, ran
+    assert ran[-1] == "shape-walk" and "constant-values" not in ran, ran
     plan = graphmem.plan_graph(loaded).plan
     assert not any(f"{k}{i}" in plan.tensors for k in "sm" for i in range(layers))
     assert {f"m{i}" for i in range(layers)} <= set(plan.constants)
@@ -816,7 +815,7 @@ def test_a_quantized_transformer_block_is_sized_by_the_rules_alone(tmp_path):
     model = _quantized_block(path)
     loaded = graphmem.load(path, {"batch": 2, "seq": 5})
     ran = [s.strategy for s in loaded.sizing if s.count]
-    assert ran[-1] == "contrib-rules" and "onnxruntime-symbolic" not in ran, ran
+    assert ran[-1] == "shape-walk" and "onnxruntime-symbolic" not in ran, ran
     fixed = helper.make_model(model.graph, opset_imports=model.opset_import, ir_version=8)
     for vi in fixed.graph.input:
         for d, v in zip(vi.type.tensor_type.shape.dim, (2, 5)):

@@ -63,7 +63,7 @@ def test_shape_arithmetic_without_data_propagation_is_sized_by_the_shape_walk():
     g = from_model(_range_model())
     ran = {s.strategy: s.tensors for s in g.sizing}
     assert ran["shape-walk"] == ("y", "z")
-    assert "constant-values" not in ran and "contrib-rules" not in ran
+    assert "constant-values" not in ran and "walk-and-values" not in ran
     assert g.tensors["z"].shape == (3, 4)
 
 

@@ -203,7 +203,7 @@ def test_a_plan_imports_none_of_onnxs_python(tmp_path, make):
     path.write_bytes(make().SerializeToString())
     assert onnx_python_imported_by_plan([str(path), "-o", str(out), "-q"]) == (0, [])
     graph = from_model(make())
-    assert graph.sizing[-1].strategy in ("onnx", "constant-values", "contrib-rules")
+    assert graph.sizing[-1].strategy in ("onnx", "constant-values", "shape-walk")
 
 
 def test_an_output_declared_with_a_name_only_the_contrib_rules_size(tmp_path):
@@ -218,7 +218,7 @@ def test_an_output_declared_with_a_name_only_the_contrib_rules_size(tmp_path):
             "print(g.tensors['y'].shape, g.sizing[-1].strategy)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=120)
-    assert done.stdout.split("\n")[0] == "(1, 4, 6, 6) contrib-rules"
+    assert done.stdout.split("\n")[0] == "(1, 4, 6, 6) shape-walk"
 
 
 def test_the_checker_still_reads_an_unsorted_model_with_weights():

@@ -7,6 +7,7 @@ from pathlib import Path
 from graphmem import wire
 from graphmem.core.ir import Graph, Node, Sizing, from_columns, standard_domain
 from graphmem.frontend import attributes
+from graphmem.frontend.constant_nodes import Folding
 from graphmem.frontend.lazy import helper, onnx
 from graphmem.frontend.protos import one_line
 from graphmem.frontend.stored_weights import DEQUANTIZE_OPS, dequantized_sources
@@ -63,15 +64,16 @@ def ir_nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]],
         implicit_inputs=outer_reads)
 
 
-def build(parsed: wire.Model, g: wire.Graph, order, tensors, reads, folded, constants,
+def build(parsed: wire.Model, g: wire.Graph, order, tensors, reads, folding: Folding,
           model_path: str | None, bindings, scopes=None, sizing: tuple[Sizing, ...] = (),
           notes: list[str] | None = None,
           sparse: dict[str, tuple[str, ...]] | None = None) -> Graph:
-    """The Graph of the model's running nodes (``order`` less ``folded``); ``notes``
+    """The Graph of the model's running nodes (``order`` less what folds); ``notes``
     gains a line for attributes no reader could decode (their values are None).
     ``sparse``: each densified sparse initializer's stored values and indices
     (:mod:`graphmem.frontend.sparse`), which the weights count instead of it."""
     nodes_in = g.nodes
+    folded, constants = folding.nodes, folding.constants
     inits = frozenset(t.name for t in g.initializers)
     indices = [idx for idx in order if idx not in folded] if folded else list(order)
     rows = [nodes_in[idx] for idx in indices]

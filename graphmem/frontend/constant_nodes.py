@@ -8,6 +8,7 @@ from __future__ import annotations
 from graphmem import wire
 from graphmem.core.ir import standard_domain
 from graphmem.core.ops import RANDOM_OPS
+from graphmem.core.records import record
 from graphmem.frontend.structure import GRAPH_ATTRS
 
 
@@ -136,27 +137,41 @@ def foldable(node) -> bool:
     return not any(a.type in GRAPH_ATTRS for a in node.attrs)
 
 
-def fold(g: wire.Graph, order, tensors, reads, bindings=None) -> tuple[set[int], list[str]]:
+@record
+class Folding:
+    """What folds, decided on the types known so far: the indices of the nodes that
+    compute only constants (``nodes``), and the constants they make (``constants``, in
+    order). The loader runs the other nodes; a constant's value is computed only where
+    something needs it (:mod:`graphmem.frontend.folding`)."""
+    nodes: frozenset
+    constants: tuple
+
+
+NOTHING_FOLDS = Folding(frozenset(), ())
+
+
+def fold(g: wire.Graph, order, tensors, reads, bindings=None) -> Folding:
     """Which nodes compute only constants (initializers, Constant, static Shape), and
     the constants they make; with ``bindings``, less the data computed from bound dims
     (:func:`dim_data_nodes`), which runs."""
-    return without_dim_data(g, order, reads, bindings,
-                            *constant_nodes(g, order, tensors, reads))
+    return without_dim_data(g, order, reads, bindings, constant_nodes(g, order, tensors, reads))
 
 
-def without_dim_data(g: wire.Graph, order, reads, bindings, folded: set[int],
-                     constants: list[str]) -> tuple[set[int], list[str]]:
+def without_dim_data(g: wire.Graph, order, reads, bindings, folding: Folding) -> Folding:
     """:func:`constant_nodes`' answer less the data computed from bound dims."""
     if bindings:
-        kept = dim_data_nodes(g, order, folded, reads)
+        kept = dim_data_nodes(g, order, folding.nodes, reads)
         if kept:
             nodes = g.nodes
             made = {o for i in kept for o in nodes[i].outputs}
-            return folded - kept, [c for c in constants if c not in made]
-    return folded, constants
+            return Folding(folding.nodes - kept,
+                           tuple(c for c in folding.constants if c not in made))
+    return folding
 
 
-def constant_nodes(g: wire.Graph, order, tensors, reads) -> tuple[set[int], list[str]]:
+def constant_nodes(g: wire.Graph, order, tensors, reads) -> Folding:
+    """The nodes whose inputs are all constants, given the types known (``tensors``: a
+    Shape or Size of a sized tensor folds), with bound dims' data folding too."""
     nodes = g.nodes
     const = {t.name for t in g.initializers}
     folded: set[int] = set()
@@ -172,4 +187,4 @@ def constant_nodes(g: wire.Graph, order, tensors, reads) -> tuple[set[int], list
             outs = [o for o in n.outputs if o]
             const.update(outs)
             constants.extend(outs)
-    return folded, constants
+    return Folding(frozenset(folded), tuple(constants))

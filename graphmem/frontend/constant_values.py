@@ -16,6 +16,7 @@ from __future__ import annotations
 from graphmem import wire
 from graphmem.core.ir import Tensor
 from graphmem.frontend import bounds, inference
+from graphmem.frontend.constant_nodes import Folding
 from graphmem.frontend.protos import DROPPED, to_proto
 from graphmem.frontend.protowire import ELEM_TYPES, EXTERNAL, NotDecoded, tensor_array, \
     tensor_bytes
@@ -32,12 +33,14 @@ def failure_note(failures: dict[str, str]) -> str:
     return f"constant {name!r}{more} not computed: {reason}"
 
 
-def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], folded,
-                               constants, base_dir, notes: list[str] | None = None, *,
-                               needed=None, stored=None, cache: dict | None = None) -> bytes:
-    """``model`` (serialized) with the types onnx's inference gives once the values of
-    the folded constants (up to SMALL_CONSTANT_BYTES each) are initializers; ``notes``
-    gains a line for the constants that could not be computed.
+def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor],
+                               folding: Folding, base_dir, notes: list[str] | None = None,
+                               *, needed=None, stored=None, cache: dict | None = None,
+                               view: wire.Model | None = None) -> bytes:
+    """``model`` (serialized; ``view``: its wire view, when at hand) with the types
+    onnx's inference gives once the values of the folded constants (``folding``, up to
+    SMALL_CONSTANT_BYTES each) are initializers; ``notes`` gains a line for the
+    constants that could not be computed.
 
     ``needed`` (the tensors whose values may size another) limits the computation to
     the folded nodes upstream of those and of the constants that have no type yet: a
@@ -46,9 +49,10 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
     without data that those nodes read (name list -> {name: array}). ``cache`` holds
     the values an earlier round computed (a folded node's value does not change) and
     gains this round's: their nodes are not run again."""
-    parsed = wire.parse_model(model)
+    parsed = view if view is not None else wire.parse_model(model)
     g = parsed.graph
     nodes = g.nodes
+    folded, constants = folding.nodes, folding.constants
     failures: dict[str, str] = {}
     run = [i for i in order if i in folded]
     given = dict(cache or {})

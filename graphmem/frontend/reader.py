@@ -32,6 +32,7 @@ from graphmem.frontend.shape_strategies import LoadState, run_strategies
 from graphmem.frontend.splice import SMALL_CONSTANT_BYTES, splice, stripped_weights
 from graphmem.frontend.structure import (EXTERNAL, all_reads, check_names, external_locations,
                                          invalid_name, topological_order)
+from graphmem.frontend.working_model import WorkingModel
 
 if TYPE_CHECKING:
     import onnx
@@ -204,13 +205,14 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         run_check(data, parsed, stripped, order)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
+    model = WorkingModel(data, parsed, splice(data, parsed, rebound + stripped), base_dir)
     state = LoadState(
-        data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
-        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes, shape_values=values,
+        model=model, order=order, reads=reads, bindings=bindings, notes=notes,
+        shape_values=values,
         opset=max((v for d, v in parsed.opsets if standard_domain(d)), default=0))
     sizing = run_strategies(state)
-    graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,
-                  model_path, bindings, state.scopes, sizing, state.notes, stored)
+    graph = build(parsed, g, order, state.tensors, reads, state.folding, model_path,
+                  bindings, state.scopes, sizing, state.notes, stored)
     if graph.load_notes:
         from graphmem.notes import note
         for line in graph.load_notes:

@@ -21,18 +21,19 @@ from graphmem.frontend.splice import INITIALIZER, NODE, entry_message
 from graphmem.frontend.structure import GRAPH_ATTRS
 
 
-def propagate(model) -> dict[str, Value]:
+def propagate(model, view: wire.Model | None = None) -> dict[str, Value]:
     """(element type, static shape) of every value of ``model``'s top-level graph that the
     declared types, the rules and onnx's per-node inference give, in one pass over the
     nodes in file order (ORT saves its graphs sorted). A node whose inputs are not all
     known is passed over, and so are control-flow nodes: the loader sizes their bodies.
 
-    ``model``: the serialized ModelProto (or a ModelProto). The walk reads the bytes
+    ``model``: the serialized ModelProto (or a ModelProto); ``view``: the wire view of
+    those bytes, when the caller has it (else they are parsed here). The walk reads the bytes
     with :mod:`graphmem.wire` and calls onnx's compiled per-node inference directly
     (:mod:`graphmem.frontend.onnx_c`): onnx's Python package is not imported."""
     if not isinstance(model, (bytes, bytearray, memoryview)):
         model = model.SerializeToString()
-    parsed = wire.parse_model(model)
+    parsed = view if view is not None else wire.parse_model(model)
     g = parsed.graph
     known: dict[str, Value] = {}
     for vi in (*g.inputs, *g.value_info, *g.outputs):
