@@ -923,23 +923,14 @@ static PyObject *record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
     return untrack(r);
 }
 
-/* record() for a record that holds lists and dicts (a Graph, a Model): left to the
-   cycle collector, as the containers it holds are */
+/* record() for a record that holds lists and dicts (a Graph, a Model): tracked by the
+   cycle collector, as the containers it holds are (PyStructSequence_New leaves a record
+   untracked) */
 static PyObject *container_record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
 {
-    PyObject *r = NULL;
-    Py_ssize_t i;
-    for (i = 0; i < n && items[i] != NULL; i++)
-        ;
-    if (i == n)
-        r = PyStructSequence_New(type);
-    if (r == NULL) {
-        for (i = 0; i < n; i++)
-            Py_XDECREF(items[i]);
-        return NULL;
-    }
-    for (i = 0; i < n; i++)
-        PyStructSequence_SET_ITEM(r, i, items[i]);
+    PyObject *r = record(type, items, n);
+    if (r != NULL && !PyObject_GC_IsTracked(r))
+        PyObject_GC_Track(r);
     return r;
 }
 

@@ -115,6 +115,18 @@ def test_every_strategy_has_a_name_and_a_summary():
         assert s.name and s.summary and callable(s.run)
 
 
+def test_one_name_per_function_and_one_function_per_name():
+    """A name in Graph.sizing says which function sized the tensors: a strategy that
+    runs twice (dropout-mask) runs under one name, and no function under two."""
+    names: dict[str, set] = {}
+    runs: dict[object, set] = {}
+    for s in STRATEGIES:
+        names.setdefault(s.name, set()).add(s.run)
+        runs.setdefault(s.run, set()).add(s.name)
+    assert all(len(v) == 1 for v in names.values()), names
+    assert all(len(v) == 1 for v in runs.values()), runs
+
+
 def test_an_undecodable_attribute_is_a_note_not_silence(capsys):
     """An attribute neither graphmem's decoder nor onnx.helper can read becomes None,
     with a note that names it."""

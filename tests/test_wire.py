@@ -640,6 +640,8 @@ def test_records_are_named():
         got.name, got.nodes, got.initializers, got.inputs, got.outputs, got.value_info,
         got.sparse_initializers, got.spans) == tuple(got)
     assert all(isinstance(s, wire.Graph) for s in got.nodes[0].attrs[0].subgraphs)
+    import gc  # the records that hold lists and dicts are the cycle collector's, as those are
+    assert gc.is_tracked(model) and gc.is_tracked(got)
     node, vi = got.nodes[0], got.inputs[0]
     assert isinstance(node, wire.Node) and isinstance(node, tuple)
     assert (node.name, node.op_type, node.domain, node.inputs, node.outputs) == node[:5]
