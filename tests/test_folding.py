@@ -152,8 +152,8 @@ def test_constant_values_infer_the_same_whatever_the_files_node_order():
         at = {n: k for k, n in enumerate(file_order)}
         out = onnx.ModelProto.FromString(infer_with_constant_values(
             model.SerializeToString(), [at[i] for i in range(4)],
-            {"x": Tensor("x", "float32", (3, 2), 32)}, Folding(frozenset({at[0], at[1]}), ("s", "z")),
-            None))
+            {"x": Tensor("x", "float32", (3, 2), 32)},
+            Folding(frozenset({at[0], at[1]}), ("s", "z")), None))
         assert len(out.graph.node) == 4  # the nodes are carried back untouched
         return {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
                 for v in (*out.graph.value_info, *out.graph.output)}

@@ -142,7 +142,8 @@ def _names_dims(t) -> bool:
 def wire_dim_params(g: wire.Graph) -> list[str]:
     """:func:`all_dim_params` of a wire graph."""
     return dim_params(vi.type.shape for kind in ("inputs", "outputs", "value_info")
-                      for vi in getattr(g, kind) if vi.type is not None and vi.type.kind == "tensor")
+                      for vi in getattr(g, kind)
+                      if vi.type is not None and vi.type.kind == "tensor")
 
 
 # --------------------------------------------------------------------------- the proto

@@ -7,8 +7,9 @@ shared :class:`LoadState`: it asks the model (a
 :class:`~graphmem.frontend.working_model.WorkingModel`) for the form it needs (bytes,
 proto, wire view, tensors) and tells it what changed, reads the tensors sized so far,
 and leaves the state consistent -- ``tensors``, and for a strategy that runs only while
-something is unknown, ``folding`` and ``missing`` too. The loader records which strategy newly sized which
-tensors (:class:`graphmem.core.ir.Sizing`, on ``Graph.sizing``).
+something is unknown, ``folding`` and ``missing`` too. The loader records which
+strategy newly sized which tensors (:class:`graphmem.core.ir.Sizing`, on
+``Graph.sizing``).
 
 A new strategy is one function and one :class:`Strategy` in :data:`STRATEGIES`, at the
 place in the order where it should run: cheap and exact ones before broad ones.
@@ -168,7 +169,7 @@ def dropout_mask(state: LoadState) -> None:
         data_in = state.tensors.get(node.inputs[0])
         if data_in is None:
             continue
-        found[name] = (ENUM_BY_NAME["bool"] if state.opset >= 10 else ENUM_BY_NAME[data_in.dtype],
+        found[name] = (ENUM_BY_NAME["bool" if state.opset >= 10 else data_in.dtype],
                        data_in.shape)
     add_types(state, found, infer=False)  # a mask is read by nothing, as a rule
 

@@ -277,7 +277,7 @@ class WalkValues:
         return out
 
 
-# what _Values computes: the shape arithmetic exporters write between a Shape and the
+# what WalkValues computes: the shape arithmetic exporters write between a Shape and the
 # Reshape, Expand, Range or ConstantOfShape that reads it
 _ARITHMETIC = frozenset((
     "Shape", "Size", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice",

@@ -23,7 +23,8 @@ from graphmem.frontend.splice import INITIALIZER, SMALL_CONSTANT_BYTES, entry, s
 SPARSE_INITIALIZER = 15  # GraphProto field number
 
 
-def densify(data: bytes, parsed: wire.Model) -> tuple[bytes, wire.Model, dict[str, tuple[str, ...]]]:
+def densify(data: bytes, parsed: wire.Model
+            ) -> tuple[bytes, wire.Model, dict[str, tuple[str, ...]]]:
     """The model's bytes with its main graph's sparse initializers written as dense ones,
     the parse of those bytes, and ``{dense name: (values name, indices name)}``."""
     g = parsed.graph

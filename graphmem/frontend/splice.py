@@ -73,7 +73,8 @@ def splice(data: bytes, parsed: wire.Model, changes: list[tuple[int, int, bytes 
                      data[start + length:]))
 
 
-def stripped_weights(g: wire.Graph, values: Collection[str] = ()) -> list[tuple[int, int, bytes | None]]:
+def stripped_weights(g: wire.Graph, values: Collection[str] = ()
+                     ) -> list[tuple[int, int, bytes | None]]:
     """Initializers written again with dims and type and no data (cheap to infer on,
     whatever the model's size): every one with more than SMALL_CONSTANT_BYTES of raw
     data, and every one with more than SHAPE_DATA_BYTES that is not among ``values``
