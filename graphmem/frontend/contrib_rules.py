@@ -4,48 +4,40 @@ ORT's graph optimizer (``SessionOptions.optimized_model_filepath``) and its tran
 optimizer save graphs of com.microsoft (and com.microsoft.nchwc) ops without shape
 annotations, and onnx's shape inference knows none of them. Each rule here takes the
 (element type, shape) of a node's inputs, its attributes and the values of its constant
-inputs, and gives its outputs' (element type, shape), as the op's schema in ORT's
-sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes them, and where the
-schema leaves an output unsized (attention's presents without a past), as the kernel
-makes it; the tests (``tests/test_contrib_shapes.py``) run each op alone in ONNX Runtime
-and compare (an op or form no CPU kernel runs: with ORT's symbolic inference).
+inputs (a :class:`Call`), and gives its outputs' (element type, shape), as the op's
+schema in ORT's sources (``onnxruntime/core/graph/contrib_ops/*_defs.cc``) computes
+them, and where the schema leaves an output unsized (attention's presents without a
+past), as the kernel makes it; the tests (``tests/test_contrib_shapes.py``) run each op
+alone in ONNX Runtime and compare (an op or form no CPU kernel runs: with ORT's
+symbolic inference).
 
-:func:`propagate` applies the rules in one pass over the nodes, with onnx's per-node
-inference for the standard ops between them (no sympy, no ONNX Runtime). Where that
-leaves a gap, :func:`infer` falls back on ONNX Runtime's own ``SymbolicShapeInference``,
-which follows shape arithmetic symbolically and knows contrib ops this table leaves to
-it (DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
-LongformerAttention, SparseAttention, PagedAttention, RelativePositionBias,
-GatedRelativePositionBias, RemovePadding, RestorePadding, NhwcConv, ...), with this
-table's rules in front of its handlers for the ops in :data:`RULES`. The table has the
-ops ORT's inference does not know or sizes incompletely (SkipLayerNormalization's
-optional outputs, GroupQueryAttention's present length, GatherBlockQuantized's packed
-elements, MultiHeadAttention's presents), and those of the deployment forms of common
-models (Attention, MultiHeadAttention, MatMulNBits, RotaryEmbedding,
-EmbedLayerNormalization, ...): the fallback imports sympy and walks the graph again in
-Python, most of the time a plan of such a model took.
+The table is read by two drivers: the loader's walk
+(:func:`graphmem.frontend.shape_walk.propagate`, one pass over the nodes with onnx's
+per-node inference between the rules) and the adapter of ONNX Runtime's own
+``SymbolicShapeInference`` (:mod:`graphmem.frontend.ort_symbolic`), which puts these
+rules in front of its handlers. The table has the ops ORT's inference does not know or
+sizes incompletely (SkipLayerNormalization's optional outputs, GroupQueryAttention's
+present length, GatherBlockQuantized's packed elements, MultiHeadAttention's presents),
+and those of the deployment forms of common models (Attention, MultiHeadAttention,
+MatMulNBits, RotaryEmbedding, EmbedLayerNormalization, ...); ORT's inference knows the
+rest (DecoderMaskedMultiHeadAttention, PackedAttention, LongformerAttention,
+SparseAttention, PagedAttention, RelativePositionBias, RemovePadding, NhwcConv, ...).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from graphmem import wire
-from graphmem.frontend import attributes, onnx_c
-from graphmem.frontend.building import attribute_value
-from graphmem.frontend.protowire import (ELEM_TYPES, EXTERNAL, NotDecoded, static_type,
-                                         tensor_array, tensor_bytes, tensor_header,
-                                         type_bytes)
-from graphmem.frontend.splice import INITIALIZER, NODE, entry_message
-from graphmem.frontend.structure import GRAPH_ATTRS
+from graphmem.core.dtypes import ENUM_BY_NAME
 
 MS = "com.microsoft"
 NCHWC = "com.microsoft.nchwc"
 ONNX = ""  # ORT registers a few contrib ops in the standard domain
 
-# TensorProto.DataType values (fixed by onnx.proto)
-FLOAT, UINT8, INT8, INT32, INT64, BOOL, FLOAT16 = 1, 2, 3, 6, 7, 9, 10
+# TensorProto.DataType values, from the one table of them (graphmem.core.dtypes)
+FLOAT, UINT8, INT8, INT32, INT64, BOOL, FLOAT16 = (
+    ENUM_BY_NAME[name] for name in ("float32", "uint8", "int8", "int32", "int64", "bool",
+                                    "float16"))
 
 Shape = tuple  # of int (a dim unknown here: None)
 Value = tuple  # (elem_type: int, shape: Shape)
@@ -109,7 +101,8 @@ def rule_for(domain: str, op_type: str) -> Optional[Rule]:
 
 # --------------------------------------------------------------------------- helpers
 
-def _int(d) -> bool:
+def is_dim(d) -> bool:
+    """A dim that is a known number (not None, a name or a bool)."""
     return isinstance(d, int) and not isinstance(d, bool) and d >= 0
 
 
@@ -121,10 +114,10 @@ def _broadcast(*shapes: Shape) -> Optional[Shape]:
     out = []
     for axis in range(rank):
         dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
-        known = [d for d in dims if _int(d) and d != 1]
+        known = [d for d in dims if is_dim(d) and d != 1]
         if known:
             out.append(known[0])
-        elif all(_int(d) for d in dims):
+        elif all(is_dim(d) for d in dims):
             out.append(1)
         else:
             out.append(None)
@@ -134,7 +127,7 @@ def _broadcast(*shapes: Shape) -> Optional[Shape]:
 def _spatial(size, kernel: int, stride: int, dilation: int, pad_begin: int, pad_end: int,
              auto_pad: str, ceil_mode: bool = False):
     """One output dim of a convolution or pooling window (onnx's convPoolShapeInference)."""
-    if not _int(size):
+    if not is_dim(size):
         return None
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         return -(-size // stride)
@@ -294,7 +287,7 @@ def nchwc_upsample(call: Call) -> list:
     x, scales = call.shape(0), call.attr("scales")
     if x is None or not scales or len(scales) != len(x):
         return [None]
-    return [(call.elem(0), tuple(d * s if _int(d) else None for d, s in zip(x, scales)))]
+    return [(call.elem(0), tuple(d * s if is_dim(d) else None for d, s in zip(x, scales)))]
 
 
 @rule((NCHWC, "ReorderInput"))
@@ -305,7 +298,7 @@ def reorder_input(call: Call) -> list:
         return [None]
     last = bool(call.attr("channels_last", 0))
     channels = x[-1] if last else x[1]
-    if _int(channels):
+    if is_dim(channels):
         block = nchwc_block_size(channels)
         channels = -(-channels // block) * block
     spatial = x[1:-1] if last else x[2:]
@@ -424,7 +417,7 @@ def qlinear_concat(call: Call) -> list:
     axis = call.attr("axis", 0)
     axis = axis + len(xs[0]) if axis < 0 else axis
     dims = [s[axis] for s in xs]
-    total = sum(dims) if all(_int(d) for d in dims) else None
+    total = sum(dims) if all(is_dim(d) for d in dims) else None
     return [(_quantized_elem(call, 1, 2), (*xs[0][:axis], total, *xs[0][axis + 1:]))]
 
 
@@ -528,7 +521,7 @@ def group_query_attention(call: Call) -> list:
     BaseGroupQueryAttentionTypeAndShapeInference). Packed QKV when key is absent."""
     q = call.input(0)
     heads, kv_heads = call.attr("num_heads", 0), call.attr("kv_num_heads", 0)
-    if q is None or len(q[1]) != 3 or not heads or not _int(q[1][2]):
+    if q is None or len(q[1]) != 3 or not heads or not is_dim(q[1][2]):
         return [None] * call.outputs
     elem, (batch, seq, hidden) = q
     packed = not call.has(1)
@@ -537,7 +530,7 @@ def group_query_attention(call: Call) -> list:
     past, total = call.shape(3), _scalar(call.value(6))
     if past is not None and len(past) == 4:
         length = past[2]
-        if total is not None and _int(length):
+        if total is not None and is_dim(length):
             length = max(length, total)
         elif length == 0:
             length = None  # grows to a total only the run knows
@@ -573,7 +566,7 @@ def gather_block_quantized(call: Call) -> list:
     gather = call.attr("gather_axis", 0) % rank
     quantize = call.attr("quantize_axis", 1) % rank
     dims = list(data)
-    if call.elem(0) == UINT8 and _int(dims[quantize]):
+    if call.elem(0) == UINT8 and is_dim(dims[quantize]):
         dims[quantize] *= 8 // call.attr("bits", 4)
     return [(scales, (*dims[:gather], *indices, *dims[gather + 1:]))]
 
@@ -584,12 +577,12 @@ def gather_block_quantized(call: Call) -> list:
 # shape (attention_base.cc, GetPresent), checked by running it.
 
 def _div(a, b) -> Optional[int]:
-    return a // b if _int(a) and _int(b) and b else None
+    return a // b if is_dim(a) and is_dim(b) and b else None
 
 
 def _with_length(shape: Shape, axis: int, more) -> Optional[Shape]:
     """``shape`` with ``more`` added to its dim ``axis`` (None when either is unknown)."""
-    if not _int(shape[axis]) or not _int(more):
+    if not is_dim(shape[axis]) or not is_dim(more):
         return None
     return (*shape[:axis], shape[axis] + more, *shape[axis + 1:])
 
@@ -672,12 +665,12 @@ def multi_head_attention(call: Call) -> list:
     value = call.shape(2) if call.has(2) else ()
     outs: list = [None] * max(n, 3)
     if len(qs) == 5:
-        if _int(qs[2]) and _int(qs[4]):
+        if is_dim(qs[2]) and is_dim(qs[4]):
             outs[0] = (elem, (qs[0], qs[1], qs[2] * qs[4]))
     elif value:
         if len(value) == 3:
             outs[0] = (elem, (qs[0], qs[1], value[2]))
-        elif len(value) == 4 and _int(value[1]) and _int(value[3]):
+        elif len(value) == 4 and is_dim(value[1]) and is_dim(value[3]):
             outs[0] = (elem, (qs[0], qs[1], value[1] * value[3]))
     elif value == () and key and len(key) == 5:
         outs[0] = q
@@ -770,7 +763,7 @@ def _quantized_weight_matmul(call: Call, n_last: bool) -> list:
     MatmulWithQuantWeightShapeInference)."""
     a = call.input(0)
     out = call.attr("N") if n_last else call.attr("K")
-    if a is None or not a[1] or not _int(out):
+    if a is None or not a[1] or not is_dim(out):
         return [None]
     return [(a[0], (*a[1][:-1], out))]
 
@@ -786,436 +779,3 @@ def matmul_bnb4(call: Call) -> list:
     """transB (default 1) multiplies by B^T, [..., K] -> [..., N]; transB 0 (the backward
     pass) by B, [..., N] -> [..., K]."""
     return _quantized_weight_matmul(call, bool(call.attr("transB", 1)))
-
-
-# --------------------------------------------------------------------------- the driver
-
-def infer(model, *, int_max: int = 2**31 - 1, notes: list | None = None):
-    """``model`` (a ModelProto whose graph inputs have static shapes) with the types of
-    every value the rules, onnx's per-node inference and, where those leave a gap, ONNX
-    Runtime's symbolic inference reach, written as value infos; what stays unknown stays
-    out. Never raises for a shape it cannot infer: the loader names the tensor."""
-    known = propagate(model)
-    missing = [o for n in model.graph.node for o in n.output if o and o not in known]
-    if not missing:
-        return _with_types(model, known)
-    # ORT's own inference knows ops this table leaves to it (DecoderMaskedMultiHeadAttention,
-    # PackedAttention, LongformerAttention, SparseAttention, ...); it walks the whole graph
-    # again, and what it leaves open (it stops at an op it asserts on) keeps this pass's
-    # types
-    return _with_types(_symbolic(model, int_max, notes), known)
-
-
-def _with_types(model, known: dict[str, Value]):
-    """A copy of ``model`` with ``known`` types as value infos, where it has none with a
-    full shape."""
-    from onnx import helper
-    out = type(model)()
-    out.CopyFrom(model)
-    typed = {vi.name: vi for vi in out.graph.value_info}
-    typed.update((o.name, o) for o in out.graph.output)
-    for name, (elem, shape) in known.items():
-        vi = helper.make_tensor_value_info(name, elem, list(shape))
-        if name not in typed:
-            out.graph.value_info.append(vi)
-        elif static_type(typed[name].type.SerializeToString()) is None:
-            # declared without a full shape
-            typed[name].type.CopyFrom(vi.type)
-    return out
-
-
-def propagate(model) -> dict[str, Value]:
-    """(element type, static shape) of every value of ``model``'s top-level graph that the
-    declared types, the rules and onnx's per-node inference give, in one pass over the
-    nodes in file order (ORT saves its graphs sorted). A node whose inputs are not all
-    known is passed over, and so are control-flow nodes: the loader sizes their bodies.
-
-    ``model``: the serialized ModelProto (or a ModelProto). The walk reads the bytes
-    with :mod:`graphmem.wire` and calls onnx's compiled per-node inference directly
-    (:mod:`graphmem.frontend.onnx_c`): onnx's Python package is not imported."""
-    if not isinstance(model, (bytes, bytearray, memoryview)):
-        model = model.SerializeToString()
-    parsed = wire.parse_model(model)
-    g = parsed["graph"]
-    known: dict[str, Value] = {}
-    for vi in (*g["inputs"], *g["value_info"], *g["outputs"]):
-        v = _static(vi.type)
-        if v is not None:
-            known[vi.name] = v
-    small: dict[str, int] = {}  # name -> index among the initializers
-    for i, t in enumerate(g["initializers"]):
-        known[t.name] = (t.data_type, tuple(t.dims))
-        if t.data_location != EXTERNAL and t.raw_bytes <= _Values.SMALL_BYTES:
-            small[t.name] = i
-    values = _Values(model, g, small, known)
-    opsets = {d or "": v for d, v in parsed["opsets"]}
-    opsets.setdefault("", opsets.get("ai.onnx", 0))
-    ir_version = max(parsed["ir_version"], 3)
-    defs = onnx_c.core().defs
-    types: dict[Value, bytes] = {}  # (elem, shape) -> its serialized TypeProto, made once
-    statics: dict[bytes, Optional[Value]] = {}  # serialized TypeProto -> static_type
-    for k, node in enumerate(g["nodes"]):
-        outs = [o for o in node.outputs if o]
-        standard = node.domain in ("", "ai.onnx")
-        done = all(o in known for o in outs)
-        if standard and all(not t or t in known for t in node.inputs):
-            if done:  # its values are computed where something reads them
-                values.defer(node)
-                continue
-            for name, value in values.compute(node).items():
-                known.setdefault(name, (ELEM_TYPES[value.dtype.type], value.shape))
-            done = all(o in known for o in outs)
-        if done:
-            continue
-        found = rule_for(node.domain, node.op_type)
-        if found is not None:
-            call = Call(inputs=[known.get(t) for t in node.inputs],
-                        attrs={a.name: attribute_value(a) for a in node.attrs},
-                        outputs=len(node.outputs), given=[bool(t) for t in node.inputs],
-                        values=lambda i, node=node: values.get(node.inputs[i]))
-            try:
-                results = found(call)
-            except Exception:  # malformed attributes: the outputs stay unknown
-                continue
-            for name, v in zip(node.outputs, results):
-                if name and v is not None and v[0] and all(_int(d) for d in v[1]):
-                    known[name] = (v[0], tuple(v[1]))
-            continue
-        if not standard or any(a.type in GRAPH_ATTRS for a in node.attrs):
-            continue
-        if any(t and t not in known for t in node.inputs):
-            continue
-        try:
-            schema = defs.get_schema(node.op_type, opsets[""], "")
-            inferred = schema._infer_node_outputs(
-                entry_message(model, g, NODE, k),
-                {t: types[known[t]] if known[t] in types else
-                 types.setdefault(known[t], type_bytes(*known[t])) for t in node.inputs if t},
-                values.tensors(node.inputs), {}, opsets, ir_version)
-        except Exception:  # no schema at this opset, or inference refused: unknown
-            continue
-        for name, tp in inferred.items():
-            # a transformer's tensors share a few types: each parsed once
-            v = statics[tp] if tp in statics else statics.setdefault(tp, static_type(tp))
-            if v is not None:
-                known[name] = v
-    return known
-
-
-class _Values:
-    """The values of the small tensors :func:`propagate` meets: small initializers, and
-    the shape arithmetic (Shape of a sized tensor, Gather, Concat, ...) computed as it
-    walks (:mod:`graphmem.frontend.shape_arithmetic`, the loader's own), so that a
-    Reshape to a computed shape is sized in the same pass: a contrib op in every layer
-    whose output the next layer's shape arithmetic reads (the transformer optimizer's
-    ViT-B/16) needs no round per layer.
-
-    The arithmetic of a node whose outputs are sized already (on a graph onnx's own
-    inference has been through: nearly all of it) is deferred until a value is read,
-    by a rule, by onnx's inference of a node left open, or by the arithmetic after it:
-    most of it is never read. What is computed is computed once per distinct (op,
-    attributes, input values): every layer computes the same shapes."""
-
-    LIMIT = 4096  # elements: shape-like values only
-    SMALL_BYTES = 4096  # an initializer's raw data: its value is read
-
-    def __init__(self, data: bytes, g: dict, small: dict[str, int], known: dict):
-        self.data, self.g, self.small, self.known = data, g, small, known
-        self.arrays: dict[str, object] = {}
-        self.pending: dict[str, object] = {}  # output name -> its deferred node
-        self.made: dict[tuple, tuple] = {}  # (op, attributes, inputs) -> output values
-
-    def defer(self, node) -> None:
-        """Compute ``node``'s values (shape arithmetic, inputs sized) when one is read."""
-        if node.op_type in _ARITHMETIC:
-            for o in node.outputs:
-                if o:
-                    self.pending[o] = node
-
-    def _force(self, name: str) -> None:
-        """Compute the deferred node of ``name``, after the deferred ones it reads (in
-        post-order, without recursion: a chain of arithmetic can be long)."""
-        stack, entered = [name], set()
-        while stack:
-            node = self.pending.get(stack[-1])
-            if node is None:
-                stack.pop()
-                continue
-            reads = () if node.op_type in ("Shape", "Size") or id(node) in entered else [
-                t for t in node.inputs if t in self.pending]
-            entered.add(id(node))  # a second visit computes it (a malformed cycle ends)
-            if reads:
-                stack.extend(reads)
-                continue
-            stack.pop()
-            for o in node.outputs:
-                self.pending.pop(o, None)
-            self.compute(node)
-
-    def initializer(self, name: str):
-        """A small initializer's value (None: not one, or not read here)."""
-        if name not in self.small:
-            return None
-        if name not in self.arrays:
-            try:
-                self.arrays[name] = tensor_array(self._message(name))
-            except NotDecoded:
-                self.arrays[name] = None
-        return self.arrays[name]
-
-    def _message(self, name: str) -> bytes:
-        return entry_message(self.data, self.g, INITIALIZER, self.small[name])
-
-    def get(self, name: str):
-        found = self.arrays.get(name)
-        if found is not None:
-            return found
-        if name in self.pending:
-            self._force(name)
-            return self.arrays.get(name)
-        return self.initializer(name)
-
-    def compute(self, node) -> dict:
-        """The values of ``node``'s outputs where they are shape arithmetic on inputs
-        whose values are known (a Shape needs only its input's static shape)."""
-        import numpy as np
-        op = node.op_type
-        if op not in _ARITHMETIC or any(a.type in GRAPH_ATTRS for a in node.attrs):
-            return {}
-        if op in ("Shape", "Size"):
-            if not node.inputs or node.inputs[0] not in self.known:
-                return {}
-            # a zero-stride array of the static shape: its shape, no bytes
-            shape = self.known[node.inputs[0]][1]
-            ins = {node.inputs[0]: np.lib.stride_tricks.as_strided(
-                np.zeros(1, np.bool_), shape, (0,) * len(shape))}
-        else:
-            ins = {}
-            for t in node.inputs:  # an input without a value ends it: none decoded after
-                if t:
-                    ins[t] = self.get(t)
-                    if ins[t] is None:
-                        return {}
-        # every layer computes the same shapes: each distinct computation is made once
-        # (an int4 Whisper encoder: 216 evaluations, 26 distinct)
-        key = (op, tuple((a.name, a.type, bytes(a.raw)) for a in node.attrs),
-               tuple(None if not t else (ins[t].dtype.str, ins[t].shape,
-                                         b"" if op in ("Shape", "Size") else ins[t].tobytes())
-                     for t in node.inputs))
-        made = self.made.get(key)
-        if made is None:
-            made = self.made[key] = self._evaluate(node, ins)
-        out = {name: v for name, v in zip(node.outputs, made) if name and v is not None}
-        self.arrays.update(out)
-        return out
-
-    def _evaluate(self, node, ins: dict) -> tuple:
-        """The values of ``node``'s outputs on ``ins`` by position (None: not computed)."""
-        from graphmem.frontend.shape_arithmetic import Unsupported, evaluate
-        if node.op_type not in ("Shape", "Size") and not self._small_result(
-                node, [ins[t] if t else None for t in node.inputs]):
-            return ()
-        try:
-            out = evaluate([node], ins)
-        except Unsupported:
-            return ()
-        return tuple(v if v is not None and v.size <= self.LIMIT
-                     and v.dtype.type in ELEM_TYPES else None
-                     for v in map(out.get, node.outputs))
-
-    def _small_result(self, node, ins: list) -> bool:
-        """Whether ``node``'s result on ``ins`` stays within :data:`LIMIT` elements,
-        known before computing it: a Constant holding a weight, a ConstantOfShape,
-        Expand or Range of a computed size (a causal mask at a long sequence) or a
-        broadcast of two vectors could be weight-sized; it is left to the loader's
-        other strategies."""
-        import numpy as np
-        op = node.op_type
-        present = [x for x in ins if x is not None]
-        try:
-            if op == "Constant":
-                size = 0
-                for a in node.attrs:
-                    if a.type == attributes.TENSOR:
-                        dims, _ = tensor_header(attributes.decode(a.type, a.raw,
-                                                                  tensor_label=False))
-                        size = int(np.prod(dims)) if dims else 1
-                    elif a.type in (attributes.INTS, attributes.FLOATS):
-                        size = len(attributes.decode(a.type, a.raw))
-                    elif a.type != attributes.STRINGS:
-                        size = 1
-                    else:
-                        size = self.LIMIT + 1
-            elif op == "ConstantOfShape":
-                size = int(np.prod(ins[0])) if ins[0].size else 1
-            elif op == "Expand":
-                size = int(np.prod(np.broadcast_shapes(ins[0].shape, tuple(ins[1]))))
-            elif op == "Range":
-                start, limit, delta = (float(x) for x in ins[:3])
-                size = int(np.ceil((limit - start) / delta)) if delta else self.LIMIT + 1
-            elif op == "Concat":
-                size = sum(x.size for x in present)
-            elif op == "Gather":
-                size = ins[0].size * max(ins[1].size, 1)
-            elif op in ("Reshape", "Squeeze", "Unsqueeze", "Slice", "Cast", "Neg", "Abs"):
-                size = ins[0].size
-            else:  # element-wise: the broadcast of the inputs
-                size = int(np.prod(np.broadcast_shapes(*(x.shape for x in present))))
-        except (ValueError, TypeError, OverflowError, IndexError, NotDecoded):
-            return False
-        return size <= self.LIMIT
-
-    def tensors(self, names) -> dict[str, bytes]:
-        """Serialized TensorProtos of the values among ``names``, for onnx's per-node
-        inference."""
-        out = {}
-        for t in names:
-            if t in self.small:
-                out[t] = self._message(t)
-            elif t:
-                value = self.get(t)
-                if value is not None:
-                    out[t] = tensor_bytes(value, t)
-        return out
-
-
-# what _Values computes: the shape arithmetic exporters write between a Shape and the
-# Reshape, Expand, Range or ConstantOfShape that reads it
-_ARITHMETIC = frozenset((
-    "Shape", "Size", "Constant", "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Slice",
-    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Mod", "Equal", "Less",
-    "Greater", "Where", "Range", "Reshape", "Expand", "ConstantOfShape"))
-
-
-def _static(t) -> Optional[Value]:
-    """(elem, shape) of a :class:`graphmem.wire.ValueType` of a tensor whose every dim is
-    a number (else None)."""
-    if t is None or t.kind != "tensor" or not t.elem_type or t.shape is None:
-        return None
-    if not all(type(d) is int and d >= 0 for d in t.shape):
-        return None
-    return (t.elem_type, tuple(t.shape))
-
-
-def _symbolic(model, int_max: int, notes: list | None = None):
-    """ORT's symbolic inference with this table's rules in front of its handlers;
-    ``notes`` gains a line when it stops on an op it asserts on."""
-    engine = _engine()(int_max)
-    with _scratch_folder():
-        engine._preprocess(model)
-        while engine.run_:
-            try:
-                engine._infer_impl()
-            except Exception as exc:  # an op ORT's inference asserts on: keep what it found
-                if notes is not None:
-                    text = " ".join(str(exc).split())[:200]
-                    notes.append(f"ONNX Runtime's symbolic shape inference stopped: "
-                                 f"{type(exc).__name__}: {text}")
-                break
-        engine._update_output_from_vi()
-    return engine.out_mp_
-
-
-_ENGINE: list = []
-
-
-def _engine():
-    """ORT's SymbolicShapeInference with this table's rules in front of its handlers
-    (made once: importing it imports sympy and onnxruntime)."""
-    if _ENGINE:
-        return _ENGINE[0]
-    from onnx import helper
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-    class ContribShapeInference(SymbolicShapeInference):
-        def __init__(self, int_max: int):
-            super().__init__(int_max, auto_merge=True, guess_output_rank=False, verbose=0)
-            for op_type in {op for _, op in RULES}:
-                self.dispatcher_[op_type] = self._dispatch(self.dispatcher_.get(op_type))
-
-        def _dispatch(self, theirs):
-            def handle(node):
-                found = rule_for(node.domain, node.op_type)
-                if found is None:
-                    if theirs is not None:
-                        theirs(node)
-                    return
-                self._apply(node, found)
-            return handle
-
-        def _apply(self, node, found: Rule) -> None:
-            call = Call(inputs=[self._value_of(t) for t in node.input],
-                        attrs={a.name: _attribute(helper.get_attribute_value(a))
-                               for a in node.attribute},
-                        outputs=len(node.output), given=[bool(t) for t in node.input],
-                        values=lambda i: self._small_value(node, i))
-            try:
-                outs = found(call)
-            except Exception:  # malformed attributes, no ORT to measure with
-                return  # the outputs stay unknown and the loader names them
-            for name, out in zip(node.output, outs):
-                if name and out is not None and out[0]:
-                    vi = helper.make_tensor_value_info(
-                        name, out[0], [d if _int(d) else None for d in out[1]])
-                    self.known_vi_[name].CopyFrom(vi)
-
-        def _small_value(self, node, i: int):
-            """A computed value, or a small initializer's (never one whose data the
-            loader left out, nor a weight read for nothing)."""
-            name = node.input[i]
-            if name in self.sympy_data_:
-                return self.sympy_data_[name]
-            init = self.initializers_.get(name)
-            if init is None or init.data_location == init.EXTERNAL or \
-                    len(init.raw_data) > 4096:
-                return None
-            from onnx import numpy_helper
-            return numpy_helper.to_array(init)
-
-        def _value_of(self, name: str) -> Optional[Value]:
-            if not name or name not in self.known_vi_:
-                return None
-            t = self.known_vi_[name].type
-            if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.elem_type \
-                    or not t.tensor_type.HasField("shape"):
-                return None
-            dims = tuple(d.dim_value if d.HasField("dim_value") else
-                         (d.dim_param or None) for d in t.tensor_type.shape.dim)
-            return (t.tensor_type.elem_type, dims)
-
-        def _onnx_infer_single_node(self, node):
-            if rule_for(node.domain, node.op_type) is not None:
-                # onnx knows none of these (and would take nchwc's Conv for the standard
-                # one): the outputs start untyped and the rule types them
-                for o in node.output:
-                    if o:
-                        vi = self.out_mp_.graph.value_info.add()
-                        vi.name = o
-                        self.known_vi_[o] = vi
-                return
-            super()._onnx_infer_single_node(node)
-
-    _ENGINE.append(ContribShapeInference)
-    return ContribShapeInference
-
-
-def _attribute(value):
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value
-
-
-class _scratch_folder:
-    """ORT's inference may write files into the working folder when it gives up
-    (``sym_shape_infer_temp.onnx``): run it inside a temporary one."""
-
-    def __enter__(self):
-        import tempfile
-        self._cwd = os.getcwd()
-        self._dir = tempfile.TemporaryDirectory(prefix="graphmem-")
-        os.chdir(self._dir.name)
-
-    def __exit__(self, *exc):
-        os.chdir(self._cwd)
-        self._dir.cleanup()
-
