@@ -179,10 +179,7 @@ def _both_paths(graph):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_lean_path_equals_the_general_one_on_random_dags(seed):
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import scale
+    from tools.bench import scale
     for graph in (scale.random_dag(300, 8, seed), scale.chain(200), scale.residual(40)):
         (a1, d1), (a2, d2) = _both_paths(graph)
         assert a1.alias == a2.alias and list(a1.alias) == list(a2.alias) and d1 == d2

@@ -4,7 +4,7 @@
 ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``) and compiles
 it when the module is imported: about 1.3 ms a class on CPython 3.11, and the 15
 classes a ``graphmem plan`` imports came to 15-22 ms of a command that takes 0.25 s
-on a Whisper encoder (``tools/bench.py --whole``). ``@record`` makes the same class
+on a Whisper encoder (``python -m tools.bench --whole``). ``@record`` makes the same class
 from a dataclass without methods (0.07 ms), methods shared by every record that read
 the class's fields when called (``__repr__``, ``__eq__``, ``__hash__``, the frozen
 ``__setattr__`` and ``__delattr__``), and an ``__init__`` written and compiled as the
