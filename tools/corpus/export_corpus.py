@@ -16,10 +16,8 @@ file (no model here comes near 2 GB), and DIR/export.json saying what failed to 
 Every model is built from a small config with random weights: nothing is downloaded.
 resnet18, mobilenet_v2 and the ``tv-`` models are torchvision's own (``pip install
 torchvision`` matching the torch; a CUDA build of torchvision works too, see
-:func:`torchvision_module`). :func:`vision_models` keeps resnet18 and mobilenet_v2 in
-plain ``torch.nn`` for tools/training/torch_checkpoint.py and the other PyTorch comparisons, which
-run without torchvision: the same state-dict keys and shapes as torchvision's, and the
-same outputs given the same weights.
+:func:`torchvision_module`). The PyTorch comparisons, which run without torchvision,
+build resnet18 and resnet50 in plain ``torch.nn`` (tools/training/torch_nets.py).
 
 ``run`` takes each file through graphmem as a user would, one subprocess per command with
 only ``--dim`` bindings: ``plan``, an independent ``graphmem.validate`` of the written plan
@@ -84,95 +82,6 @@ TINY = {"hidden": 32, "vocab": 100, "ffn": 64, "positions": 64}
 SIZE = {"hidden": 128, "vocab": 1000, "ffn": 512, "positions": 128}
 
 # ====================================================================== export (torch side)
-
-
-def vision_models():
-    """(ResNet18, MobileNetV2) in plain torch.nn, for the PyTorch comparisons (no
-    torchvision needed). Checked against torchvision 0.28's resnet18 and mobilenet_v2:
-    the same state-dict keys and shapes, the same parameter counts (11,689,512 and
-    3,504,872) and, loaded with the same weights, outputs equal to the bit."""
-    import torch
-    from torch import nn
-
-    class BasicBlock(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                                nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            idt = x if self.downsample is None else self.downsample(x)
-            out = self.relu(self.bn1(self.conv1(x)))
-            return self.relu(self.bn2(self.conv2(out)) + idt)
-
-    class ResNet18(nn.Module):
-        """torchvision.models.resnet18's structure (BasicBlock, [2, 2, 2, 2])."""
-
-        def __init__(self, classes=1000):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
-            self.relu = nn.ReLU(inplace=True)
-            self.maxpool = nn.MaxPool2d(3, 2, 1)
-            layers, cin = [], 64
-            for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-                layers.append(nn.Sequential(BasicBlock(cin, cout, stride),
-                                            BasicBlock(cout, cout, 1)))
-                cin = cout
-            self.layer1, self.layer2, self.layer3, self.layer4 = layers
-            self.avgpool = nn.AdaptiveAvgPool2d(1)
-            self.fc = nn.Linear(512, classes)
-
-        def forward(self, x):
-            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    def cbr(cin, cout, k=3, stride=1, groups=1):
-        return nn.Sequential(nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups,
-                                       bias=False), nn.BatchNorm2d(cout), nn.ReLU6(inplace=True))
-
-    class InvertedResidual(nn.Module):
-        def __init__(self, cin, cout, stride, expand):
-            super().__init__()
-            hidden = cin * expand
-            self.use_res = stride == 1 and cin == cout
-            layers = [cbr(cin, hidden, 1)] if expand != 1 else []
-            layers += [cbr(hidden, hidden, 3, stride, hidden),
-                       nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
-            self.conv = nn.Sequential(*layers)
-
-        def forward(self, x):
-            return x + self.conv(x) if self.use_res else self.conv(x)
-
-    class MobileNetV2(nn.Module):
-        """torchvision.models.mobilenet_v2's structure (width 1.0)."""
-
-        def __init__(self, classes=1000):
-            super().__init__()
-            setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
-            layers, cin = [cbr(3, 32, 3, 2)], 32
-            for t, c, n, s in setting:
-                for i in range(n):
-                    layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
-                    cin = c
-            layers.append(cbr(cin, 1280, 1))
-            self.features = nn.Sequential(*layers)
-            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, classes))
-
-        def forward(self, x):
-            x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
-            return self.classifier(torch.flatten(x, 1))
-
-    return ResNet18, MobileNetV2
 
 
 def torchvision_module():

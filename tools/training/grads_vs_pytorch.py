@@ -1,10 +1,10 @@
 """Training-step gradients of graphmem's graph (on ONNX Runtime) against torch.autograd.
 
     python -m tools.training.grads_vs_pytorch [--batch 4] [--bn training|inference]
-                                     [--model resnet18|efficientnet_b0|convnext_tiny|...]
+                                              [--model resnet18|efficientnet_b0|convnext_tiny|...]
 
 Needs torch (and torchvision for ``--model`` other than resnet18). resnet18 in
-``torch.nn`` (tools/corpus/export_corpus.py), or ``torchvision.models.<model>(weights=None)``,
+``torch.nn`` (tools/training/torch_nets.py), or ``torchvision.models.<model>(weights=None)``,
 with random BatchNorm scales, biases and running statistics (and a little noise on any
 parameter whose entries are all equal: the exporter would share one initializer among
 equal parameters) is exported with torch's
@@ -49,14 +49,14 @@ def main(argv=None) -> int:
         return 2
     import onnx
     import onnxruntime as ort
-    from tools.corpus.export_corpus import vision_models
+    from tools.training.torch_nets import resnet18
 
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.selective import TIERS, recomputable, selective
 
     torch.manual_seed(0)
     if args.model == "resnet18":
-        model = vision_models()[0]()
+        model = resnet18()
     else:
         import torchvision
         model = getattr(torchvision.models, args.model)(weights=None)

@@ -35,62 +35,9 @@ NETS = ("resnet18", "resnet50")
 
 # ------------------------------------------------------------------------- torch side
 
-def resnet50_module():
-    """torchvision.models.resnet50's structure (v1.5: the stride in the 3x3 conv), which
-    is the Model Zoo graph's (tests/test_analysis.py::test_resnet50_matches_torchvision_v1_5)."""
-    import torch
-    from torch import nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, cin, width, stride):
-            super().__init__()
-            cout = 4 * width
-            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                                nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            idt = x if self.downsample is None else self.downsample(x)
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.relu(self.bn2(self.conv2(out)))
-            return self.relu(self.bn3(self.conv3(out)) + idt)
-
-    class ResNet50(nn.Module):
-        def __init__(self, classes=1000):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
-            self.relu = nn.ReLU(inplace=True)
-            self.maxpool = nn.MaxPool2d(3, 2, 1)
-            blocks, cin = [], 64
-            for width, count, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-                for i in range(count):
-                    blocks.append(Bottleneck(cin, width, stride if i == 0 else 1))
-                    cin = 4 * width
-            self.layers = nn.Sequential(*blocks)
-            self.avgpool = nn.AdaptiveAvgPool2d(1)
-            self.fc = nn.Linear(2048, classes)
-
-        def forward(self, x):
-            x = self.layers(self.maxpool(self.relu(self.bn1(self.conv1(x)))))
-            return self.fc(torch.flatten(self.avgpool(x), 1))
-
-    return ResNet50()
-
-
 def torch_module(name):
-    if name == "resnet50":
-        return resnet50_module()
-    from tools.corpus.export_corpus import vision_models
-    return vision_models()[0]()
+    from tools.training import torch_nets
+    return torch_nets.NETS[name]()
 
 
 def torch_counts(name, batch):
@@ -118,7 +65,7 @@ def torch_counts(name, batch):
 
 
 def _is_leaf(model, path):
-    """A flop-counter module key (``ResNet50.layers.0.conv1``) naming a conv or linear."""
+    """A flop-counter module key (``ResNet.layer1.0.conv1``) naming a conv or linear."""
     import torch
     m = model
     for part in path.split(".")[1:]:
