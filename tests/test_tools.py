@@ -58,3 +58,14 @@ def test_every_marked_section_of_the_docs_is_listed():
             if f"<!-- {name} -->" in text:
                 found.add((path.relative_to(ROOT).as_posix(), name))
     assert found - listed == set()
+
+
+def test_publish_writes_the_rows_the_section_and_prints_it(tmp_path, capsys):
+    from tools.docs.sections import publish
+    doc = tmp_path / "corpus.md"
+    doc.write_text("intro\n<!-- deploy -->\nold\n<!-- /deploy -->\nend\n")
+    assert publish(doc, "deploy", "| a | 1 |", False, [{"a": 1}], str(tmp_path / "r.json")) == 0
+    assert "old" in doc.read_text() and (tmp_path / "r.json").read_text() == '[\n {\n  "a": 1\n }\n]'
+    assert publish(doc, "deploy", "| a | 2 |", True) == 0
+    assert doc.read_text() == "intro\n<!-- deploy -->\n| a | 2 |\n<!-- /deploy -->\nend\n"
+    assert capsys.readouterr().out == "| a | 1 |\n| a | 2 |\n"

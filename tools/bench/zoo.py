@@ -346,7 +346,8 @@ def run_zoo(args) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.bench",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--scale", action="store_true", help="planning time vs graph size")
     ap.add_argument("--models", help="comma-separated zoo models (default: all nine)")
     ap.add_argument("--time-limit", type=float, default=10.0,

@@ -61,6 +61,7 @@ import time
 from pathlib import Path
 
 from tools import ROOT
+from tools.docs.sections import publish
 
 DOC = ROOT / "docs" / "corpus.md"
 SECTION = "deploy"  # its section of docs/corpus.md (the full-size runs: --section)
@@ -564,13 +565,7 @@ def main(argv=None) -> int:
                 f"{r['model']} " + (" ".join(f"{k}={v}" for k, v in _dims(r).items())
                                     or "static") for r in rows)) + ".")
     body = "## The graph the runtime runs: deployment forms beside ORT's pattern (issue 33)\n\n" + head + "\n\n" + table(rows)
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(rows, indent=1, default=str))
-    if ns.write:
-        from tools.docs.sections import write_doc
-        write_doc(DOC, SECTION, body)
-    print(body)
-    return 0
+    return publish(DOC, SECTION, body, ns.write, rows, ns.json)
 
 
 FULL_SECTION = "deploy-fullsize"
@@ -641,11 +636,7 @@ def main_full(ns) -> int:
             + (table(rows) if levels != ("all",) else full_table(rows))
             + ("\n\nExports that failed:\n\n" + "\n".join(fails)
                              if fails else ""))
-    if ns.write:
-        from tools.docs.sections import write_doc
-        write_doc(DOC, ns.section, body)
-    print(body)
-    return 0
+    return publish(DOC, ns.section, body, ns.write)
 
 
 if __name__ == "__main__":

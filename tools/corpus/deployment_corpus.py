@@ -42,6 +42,7 @@ import onnx
 from onnx import numpy_helper
 
 from tools import ROOT
+from tools.docs.sections import publish
 
 DOC = ROOT / "docs" / "corpus.md"
 SECTION = "deployment"  # its section of docs/corpus.md
@@ -311,11 +312,7 @@ def cmd_run(ns) -> int:
             "float bytes folding a weight's DequantizeLinear makes (`weight_bytes_dequantized`)"
             "; *MACs*: `matrix_macs`, ≥ where an op has no rule; *arena*: the planned "
             "arena.\n\n" + table(rows))
-    print(body)
-    if ns.write:
-        from tools.docs.sections import write_doc
-        write_doc(DOC, SECTION, body)
-    return 0
+    return publish(DOC, SECTION, body, ns.write)
 
 
 def main(argv=None) -> int:

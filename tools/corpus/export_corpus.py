@@ -844,13 +844,8 @@ def cmd_run(ns) -> int:
              f"`report --json` gives the same weight bytes and parameter count at the "
              f"second binding (batch and sequence doubled). *train*: batch {TRAIN_BATCH}.")
     full = made + "\n\n" + body + ("\n" + "\n".join(failures) if len(failures) > 3 else "")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(rows, indent=1, default=str))
-    if ns.write:
-        from tools.docs.sections import write_doc
-        write_doc(DOC, SECTION, full)
-    print(full)
-    return 0
+    from tools.docs.sections import publish
+    return publish(DOC, SECTION, full, ns.write, rows, ns.json)
 
 
 def _short(command: str) -> str:

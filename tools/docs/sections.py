@@ -8,6 +8,7 @@ that writes it, and tools/README.md says the same for readers.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -34,6 +35,18 @@ def write_doc(doc: Path, name: str, body: str) -> None:
     else:
         raise SystemExit(f"{doc}: the markers {begin} ... {end} are out of order or one is missing")
     write_atomic(doc, text)
+
+
+def publish(doc: Path, name: str, body: str, write: bool, rows: list | None = None,
+            json_path: str | None = None) -> int:
+    """What a tool does with a section it made: ``rows`` as JSON at ``json_path`` where
+    given, the section written into ``doc`` where ``write``, the body printed; exit 0."""
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1, default=str))
+    if write:
+        write_doc(doc, name, body)
+    print(body)
+    return 0
 
 
 def command() -> str:

@@ -15,13 +15,11 @@ from types import SimpleNamespace
 
 
 def resnet18(classes: int = 1000):
-    c = _classes()
-    return c.ResNet(c.BasicBlock, (2, 2, 2, 2), classes)
+    return _classes().ResNet((3, 3), (2, 2, 2, 2), classes)
 
 
 def resnet50(classes: int = 1000):
-    c = _classes()
-    return c.ResNet(c.Bottleneck, (3, 4, 6, 3), classes)
+    return _classes().ResNet((1, 3, 1), (3, 4, 6, 3), classes)
 
 
 def mobilenet_v2(classes: int = 1000):
@@ -36,56 +34,44 @@ def _classes() -> SimpleNamespace:
     import torch
     from torch import nn
 
-    def downsample(cin, cout, stride):
-        """torchvision's shortcut: a strided 1x1 convolution where the shape changes."""
-        if stride == 1 and cin == cout:
-            return None
-        return nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+    class Block(nn.Module):
+        """torchvision's BasicBlock (two 3x3 convolutions, ``kernels=(3, 3)``) or
+        Bottleneck (1x1, 3x3, 1x1 four times as wide: ``(1, 3, 1)``), each convolution
+        followed by a BatchNorm, the first 3x3 one strided, the shortcut added last."""
 
-    class BasicBlock(nn.Module):
-        expansion = 1
-
-        def __init__(self, cin, width, stride):
+        def __init__(self, cin, width, stride, kernels):
             super().__init__()
-            self.conv1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
+            cout = width * (4 if len(kernels) == 3 else 1)
+            self.depth = len(kernels)
+            c, strided = cin, False
+            for i, k in enumerate(kernels, 1):
+                out = cout if i == len(kernels) else width
+                s = stride if k == 3 and not strided else 1
+                strided |= k == 3
+                setattr(self, f"conv{i}", nn.Conv2d(c, out, k, s, k // 2, bias=False))
+                setattr(self, f"bn{i}", nn.BatchNorm2d(out))
+                c = out
             self.relu = nn.ReLU(inplace=True)
-            self.downsample = downsample(cin, width, stride)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                nn.BatchNorm2d(cout))
 
         def forward(self, x):
             idt = x if self.downsample is None else self.downsample(x)
-            out = self.relu(self.bn1(self.conv1(x)))
-            return self.relu(self.bn2(self.conv2(out)) + idt)
-
-    class Bottleneck(nn.Module):
-        expansion = 4
-
-        def __init__(self, cin, width, stride):
-            super().__init__()
-            cout = self.expansion * width
-            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(width)
-            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(width)
-            self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-            self.bn3 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = downsample(cin, cout, stride)
-
-        def forward(self, x):
-            idt = x if self.downsample is None else self.downsample(x)
-            out = self.relu(self.bn1(self.conv1(x)))
-            out = self.relu(self.bn2(self.conv2(out)))
-            return self.relu(self.bn3(self.conv3(out)) + idt)
+            out = x
+            for i in range(1, self.depth + 1):
+                out = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(out))
+                if i < self.depth:
+                    out = self.relu(out)
+            return self.relu(out + idt)
 
     class ResNet(nn.Module):
-        """torchvision.models.ResNet: a stem, four stages of ``counts`` blocks (64, 128,
-        256 and 512 wide; the first block of stages 2 to 4 strided), pooling and a
-        fully connected layer."""
+        """torchvision.models.ResNet: a stem, four stages of ``counts`` blocks of
+        ``kernels`` (64, 128, 256 and 512 wide; the first block of stages 2 to 4
+        strided), pooling and a fully connected layer."""
 
-        def __init__(self, block, counts, classes=1000):
+        def __init__(self, kernels, counts, classes=1000):
             super().__init__()
             self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
             self.bn1 = nn.BatchNorm2d(64)
@@ -95,8 +81,8 @@ def _classes() -> SimpleNamespace:
             for k, (width, count) in enumerate(zip((64, 128, 256, 512), counts)):
                 blocks = []
                 for i in range(count):
-                    blocks.append(block(cin, width, 2 if k and not i else 1))
-                    cin = block.expansion * width
+                    blocks.append(Block(cin, width, 2 if k and not i else 1, kernels))
+                    cin = width * (4 if len(kernels) == 3 else 1)
                 stages.append(nn.Sequential(*blocks))
             self.layer1, self.layer2, self.layer3, self.layer4 = stages
             self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -144,5 +130,4 @@ def _classes() -> SimpleNamespace:
             x = nn.functional.adaptive_avg_pool2d(self.features(x), 1)
             return self.classifier(torch.flatten(x, 1))
 
-    return SimpleNamespace(BasicBlock=BasicBlock, Bottleneck=Bottleneck, ResNet=ResNet,
-                           MobileNetV2=MobileNetV2)
+    return SimpleNamespace(ResNet=ResNet, MobileNetV2=MobileNetV2)
