@@ -199,7 +199,7 @@ def table_id(table: str) -> str:
 
 def _sha256(data: bytes):
     """SHA-256 of ``data`` by Python's own module where there is one (``import hashlib``
-    loads OpenSSL: 3 ms of a 0.16 s plan of a small model); the digest is the same."""
+    loads OpenSSL, a cost a short command pays in full); the digest is the same."""
     try:
         from _sha256 import sha256  # CPython 3.11
     except ImportError:
