@@ -69,3 +69,24 @@ def test_publish_writes_the_rows_the_section_and_prints_it(tmp_path, capsys):
     assert publish(doc, "deploy", "| a | 2 |", True) == 0
     assert doc.read_text() == "intro\n<!-- deploy -->\n| a | 2 |\n<!-- /deploy -->\nend\n"
     assert capsys.readouterr().out == "| a | 1 |\n| a | 2 |\n"
+
+
+def test_every_tool_the_docs_and_code_name_exists():
+    """Each ``python -m tools.GROUP.TOOL`` and ``tools/GROUP/TOOL.py`` in README.md, docs/,
+    tests/, graphmem/, passes/ and tools/ names a module that is there (the contract
+    test's made-up trees aside)."""
+    missing = set()
+    texts = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "docs").glob("*.md"))]
+    for folder in ("tests", "graphmem", "passes", "tools"):
+        texts += sorted((ROOT / folder).rglob("*.py")) + sorted((ROOT / folder).rglob("*.md"))
+    texts.remove(ROOT / "tests" / "test_architecture_contracts.py")
+    for path in texts:
+        text = path.read_text()
+        for dotted in re.findall(r"python -m (tools(?:\.[a-z_]+)+)", text):
+            file = ROOT / dotted.replace(".", "/")
+            if not (file.with_suffix(".py").is_file() or (file / "__main__.py").is_file()):
+                missing.add(f"{path.relative_to(ROOT)}: python -m {dotted}")
+        for rel in re.findall(r"(?<![\w/.])(tools/[a-z_/]+\.py)", text):
+            if not (ROOT / rel).is_file():
+                missing.add(f"{path.relative_to(ROOT)}: {rel}")
+    assert sorted(missing) == []
