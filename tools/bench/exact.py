@@ -189,7 +189,8 @@ is also checked again by the tool, untimed.
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="6 sets per size and a 5 s limit (about a minute)")
     p.add_argument("--sizes", default="20,40,60", help="records per set (default 20,40,60)")

@@ -135,5 +135,5 @@ def measure(path: str, optimize: bool | str, timeout: float = 300) -> dict:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[2] not in ("on", *LEVELS):
-        sys.exit("usage: ort_pattern.py MODEL.onnx on|off|basic|extended|all")
+        sys.exit(f"usage: python -m {__spec__.name} MODEL.onnx on|off|basic|extended|all")
     print(json.dumps(worker(sys.argv[1], "all" if sys.argv[2] == "on" else sys.argv[2])))

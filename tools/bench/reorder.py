@@ -58,7 +58,8 @@ def section(lines: list[str]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="rewrite the section in docs/benchmarks.md")
     args = ap.parse_args()
     lines, _, _ = rows()

@@ -447,5 +447,5 @@ if __name__ == "__main__":
         print(reference_workload())
         sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in BUILD:
-        sys.exit(f"usage: scale.py {'|'.join(FAMILIES)} NODES | scale.py --reference")
+        sys.exit(f"usage: python -m {__spec__.name} {'|'.join(FAMILIES)} NODES | --reference")
     print(json.dumps(measure_one(sys.argv[1], int(sys.argv[2]))))

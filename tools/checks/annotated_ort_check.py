@@ -8,6 +8,7 @@ input, and compare the outputs exactly.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -34,8 +35,12 @@ def outputs(model, graph):
     return sess.run(None, feed)
 
 
-def main(argv: list[str]) -> int:
-    raise_ir = "--raise-ir-version" in argv
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--raise-ir-version", action="store_true",
+                    help="raise an older model to IR version 10 before annotating")
+    raise_ir = ap.parse_args(argv).raise_ir_version
     bad = 0
     for name in ZOO:
         graph = graphmem.load(zoo_path(name))
@@ -54,4 +59,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -136,7 +136,8 @@ def main(argv=None) -> int:
         # for no change of the code (the bindings did once: tests/test_dim_expressions)
         os.execve(sys.executable, [sys.executable, "-m", __spec__.name, *sys.argv[1:]],
                   {**os.environ, "PYTHONHASHSEED": "0"})
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--big", action="store_true", help="add the large benchmark graphs")
     p.add_argument("--files", nargs="+", default=(), metavar="PATH",
                    help="add these model files (a folder: its *.onnx) and the corpus")

@@ -24,7 +24,8 @@ SETS = {"default": list(graphmem.DEFAULT_PASSES), "inplace": ["inplace"], "share
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--sets", default=",".join(SETS),
                     help="comma-separated pass sets: " + ", ".join(SETS))

@@ -316,7 +316,8 @@ def cmd_run(ns) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write the deployment forms into DIR")
     b.add_argument("dir")

@@ -21,6 +21,7 @@ in the dtypes verify must judge exactly (issue 35):
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -160,4 +161,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                            description=__doc__.splitlines()[0]).parse_args()
     sys.exit(main())

@@ -28,7 +28,8 @@ def main() -> None:
                 h = torch.tanh(self.wx(xs[t]) + self.wh(h))
             return h
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     out = Path(ap.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)

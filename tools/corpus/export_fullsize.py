@@ -146,7 +146,8 @@ def build(name: str):
 
 def main(argv=None) -> int:
     from tools.corpus import export_corpus
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--models", default=",".join(FULL))
     ap.add_argument("--exporters", default="ts,dynamo")

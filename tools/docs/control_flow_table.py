@@ -42,7 +42,8 @@ def row(name: str, seconds: list | None = None) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--doc", action="store_true",
                     help="write the table into docs/plan-format.md")
     args = ap.parse_args()

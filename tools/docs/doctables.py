@@ -258,7 +258,8 @@ def numeric_tables_outside_sections(path: Path, text: str) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--list", action="store_true", help="list the sections")
     args = ap.parse_args()
     if args.list:

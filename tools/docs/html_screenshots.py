@@ -7,6 +7,7 @@ the time its script took to draw (``data-draw-ms``, measured in headless Chromiu
 """
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import tempfile
@@ -40,4 +41,7 @@ def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", help="zoo models (default: resnet50 densenet121)")
+    sys.exit(main(ap.parse_args().models))

@@ -34,7 +34,8 @@ def row(name: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--readme", action="store_true", help="rewrite the table in README.md")
     args = ap.parse_args()
     table = "\n".join(HEADER + [row(name) for name in ZOO])

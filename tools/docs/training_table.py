@@ -65,7 +65,8 @@ def _row(name: str, batch: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=list(ZOO))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--doc", action="store_true", help="rewrite the table in docs/training.md")

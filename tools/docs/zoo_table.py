@@ -47,7 +47,8 @@ def rows() -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--readme", action="store_true", help="rewrite the table in README.md")
     args = ap.parse_args()
     table = "\n".join(rows())

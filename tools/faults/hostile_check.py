@@ -570,7 +570,8 @@ def signals(work: Path):
 
 def main() -> int:
     global ARGS, PYTHON
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run cases whose name contains this")
     parser.add_argument("--fanout", type=int, default=40_000)
     parser.add_argument("--python", default=sys.executable,

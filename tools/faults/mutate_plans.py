@@ -339,7 +339,8 @@ def _kernel(ms: list[Mutant]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--per-kind", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)

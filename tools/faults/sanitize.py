@@ -188,7 +188,8 @@ def run_sanitized(cc: str, folder: Path, suffix: str, body: str, title: str) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small workload (the test's)")
     ap.add_argument("--check", action="store_true",
                     help="only say whether a sanitizing compiler is here (exit 3 if not)")

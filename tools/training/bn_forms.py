@@ -93,7 +93,8 @@ def measure(model: onnx.ModelProto, batch: int, form: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("model", nargs="?", default="resnet50")
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args(argv)

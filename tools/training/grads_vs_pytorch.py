@@ -36,7 +36,8 @@ import numpy as np
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--bn", choices=["training", "inference"], default="training")
     ap.add_argument("--rtol", type=float, default=1e-4)

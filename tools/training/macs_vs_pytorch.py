@@ -198,7 +198,8 @@ def compare(name, batch) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("nets", nargs="*", metavar="NET", help=f"default: {' '.join(NETS)}")
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args(argv)

@@ -376,7 +376,8 @@ def _versions() -> str:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("networks", nargs="*", default=list(NETWORKS))
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

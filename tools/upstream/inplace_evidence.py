@@ -513,7 +513,8 @@ def markdown(data: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--ort-src", required=True, help="ONNX Runtime git directory or tree")
     ap.add_argument("--rev", default="HEAD", help="revision to read (git only; default HEAD)")
     ap.add_argument("--out", default=str(ROOT / "graphmem/core/inplace_evidence.json"))

@@ -91,7 +91,8 @@ def current_block(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if wire.c's table differs")
     args = ap.parse_args(argv)
     text = WIRE_C.read_text()
