@@ -10,7 +10,7 @@
  *
  * It parses as protobuf does (the specification is onnx.ModelProto.ParseFromString;
  * tests/test_wire.py runs both on mutated files). Every message of onnx-ml.proto is known
- * from a table written from onnx's own descriptors (tools/wire_schema.py), so a file is
+ * from a table written from onnx's own descriptors (tools/upstream/wire_schema.py), so a file is
  * refused exactly when protobuf refuses it: the fields this reader does not keep are still
  * walked (sub-messages to any depth, packed runs, groups of unknown fields); a known field
  * that comes with another wire type is an unknown field; a tag takes at most 5 bytes; a
@@ -56,7 +56,7 @@ typedef struct {
     const char *name;
 } smsg_t;
 
-/* BEGIN schema (tools/wire_schema.py writes this block; do not edit) */
+/* BEGIN schema (tools/upstream/wire_schema.py writes this block; do not edit) */
 /* every message of onnx/onnx-ml.proto */
 enum {
     M_AttributeProto,

@@ -117,23 +117,12 @@ class Resolver:
     def absolute(self, src: Source, module: str | None, level: int) -> str:
         """The module ``from <level dots><module>`` names in ``src``."""
         if not level:
-            return self.bare(src, module or "")
+            return module or ""  # tools/ and tests/ name first-party modules in full
         base = src.name.split(".")
         if not src.package:
             base = base[:-1]
         base = base[:len(base) - level + 1]
         return ".".join(base + ([module] if module else []))
-
-    def bare(self, src: Source, module: str) -> str:
-        """A script beside its siblings imports them by bare name (tools/, tests/)."""
-        first = module.split(".")[0]
-        if first in self.known or first in FIRST_PARTY:
-            return module
-        if src.path.startswith("tools/") and f"tools.{first}" in self.known:
-            return f"tools.{module}"
-        if src.path.startswith("tests/") and f"tools.{first}" in self.known:
-            return f"tools.{module}"  # the tests that put tools/ on sys.path
-        return module
 
     def module_of(self, dotted: str) -> str:
         """The longest known module ``dotted`` starts with (itself when unknown)."""
@@ -158,7 +147,7 @@ def imports_of(src: Source, res: Resolver) -> list[Import]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                full = res.bare(src, a.name)
+                full = a.name
                 add(node.lineno, res.module_of(full))
                 if is_first_party(full, res.known):
                     if a.asname:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import wire
-from tools.fuzz_reader import varint  # the wire encoding the hand-built data below uses
+from tools.faults.fuzz_reader import varint  # the wire encoding the hand-built data below uses
 from models import generate, transformer
 
 F = TensorProto.FLOAT
@@ -586,18 +586,18 @@ def test_random_byte_flips_never_crash(flips):
 def _tool(name: str):
     """A module of tools/ (the campaign and schema tools the tests run)."""
     import importlib
-    return importlib.import_module(f"tools.{name}")
+    return importlib.import_module(name)
 
 
 @pytest.mark.parametrize("seed_model, count", [("small", 400), ("squeezenet", 100),
                                                ("rnn_loop_ts", 60)])
 def test_mutants_are_read_as_protobuf_reads_them(seed_model, count):
-    """The differential campaign of tools/fuzz_reader.py, a few hundred mutants of a
+    """The differential campaign of tools/faults/fuzz_reader.py, a few hundred mutants of a
     model each (truncations at field boundaries, varints that overflow, lengths past the
     end, wrong wire types, groups, floods, swapped values): protobuf and wire accept the
     same mutants with the same content and refuse the same ones."""
     import random
-    fuzz = _tool("fuzz_reader")
+    fuzz = _tool("tools.faults.fuzz_reader")
     mutator = fuzz.Mutator(fuzz.seeds()[seed_model])
     rng = random.Random(seed_model)
     verdicts = Counter()
@@ -610,10 +610,10 @@ def test_mutants_are_read_as_protobuf_reads_them(seed_model, count):
 
 def test_the_schema_in_wire_c_is_the_installed_onnx_s():
     """wire.c knows every message and field of onnx-ml.proto from a table that
-    tools/wire_schema.py writes from onnx's descriptors: it must be that of this onnx
+    tools/upstream/wire_schema.py writes from onnx's descriptors: it must be that of this onnx
     (a newer onnx with new fields: run the tool)."""
     root = Path(__file__).resolve().parent.parent
-    tool = _tool("wire_schema")
+    tool = _tool("tools.upstream.wire_schema")
     assert tool.current_block((root / "graphmem/wire.c").read_text()) == tool.schema_block()
 
 
