@@ -161,6 +161,9 @@ SECTIONS = (
     Section("torch-table", "docs/training.md",
             "python -m tools.training.torch_checkpoint --doc", (), None,
             why_unchecked="PyTorch's own training memory, measured with torch and torchvision"),
+    Section("zero-table", "docs/training.md", "python -m tools.training.zero_table --doc", (),
+            None, why_unchecked="training plans of full zoo graphs, each stage's arena planned "
+                                "again: a minute a model"),
     Section("training-table", "docs/training.md", "python -m tools.docs.training_table --doc", (),
             None, why_unchecked="minutes of training plans per model (issue 37 regenerates "
                                 "docs/training.md)"),
