@@ -36,13 +36,15 @@ class SizeFormulas:
     """The formulas of a model over ``box``: ``tensors`` (every tensor of the graph,
     weights and folded constants too), ``unfitted`` (one line per tensor whose size is
     not such a formula), the graph at the box's upper corner (``graph``) and every graph
-    the fit loaded, by binding (``loaded``)."""
+    the fit loaded, by binding (``loaded``), and every other binding the loader made
+    (``bindings``: a fixed dim, or one written as an expression of others) as a formula."""
 
     box: dict
     tensors: dict
     unfitted: tuple
     graph: Graph
     loaded: dict
+    bindings: dict  # every other dim the loader bound (fixed, or an expression: past_seq + 1)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -100,11 +102,17 @@ def size_formulas(load_at: Callable[[dict], Graph], box: Box, *, checks: int = 4
                       for i in range(len(t.shape)))
         tensors[name] = TensorFormula(t.dtype, t.bits, shape,
                                       bytes_formula(shape, t.bits, names))
+    bound = {k: grid.fit([g.bindings[k] for g in graphs]) for k in ref.bindings
+             if k not in box and all(k in g.bindings for g in graphs)}
     rng = random.Random(seed)
     extra = [{n: rng.randint(lo, hi) for n, (lo, hi) in box.items()} for _ in range(checks)]
     unfitted: dict[str, str] = {}
     for binding in extra:
         g = graph_at(binding)
+        for k in [k for k, f in bound.items() if g.bindings.get(k) != f.at(binding)]:
+            raise GraphmemError(f"the dim {k!r} the model computes is not a polynomial of "
+                                f"{', '.join(names)} ({g.bindings.get(k)} at "
+                                f"{_binding_text(binding)}); plan the range in parts")
         for name, f in tensors.items():
             if name in unfitted:
                 continue
@@ -119,7 +127,7 @@ def size_formulas(load_at: Callable[[dict], Graph], box: Box, *, checks: int = 4
                                   f"[{', '.join(a.text() for a in f.shape)}]; its size is "
                                   f"not a polynomial of {', '.join(names)}")
     top = {n: hi for n, (lo, hi) in box.items()}
-    return SizeFormulas(dict(box), tensors, tuple(unfitted.values()), graph_at(top), loaded)
+    return SizeFormulas(dict(box), tensors, tuple(unfitted.values()), graph_at(top), loaded, bound)
 
 
 def _binding_text(binding: Mapping[str, int]) -> str:
