@@ -110,9 +110,10 @@ def size_formulas(load_at: Callable[[dict], Graph], box: Box, *, checks: int = 4
     for binding in extra:
         g = graph_at(binding)
         for k in [k for k, f in bound.items() if g.bindings.get(k) != f.at(binding)]:
-            raise GraphmemError(f"the dim {k!r} the model computes is not a polynomial of "
-                                f"{', '.join(names)} ({g.bindings.get(k)} at "
-                                f"{_binding_text(binding)}); plan the range in parts")
+            unfitted[f"dim {k}"] = (f"the dim {k!r} the model computes is {g.bindings.get(k)} "
+                                    f"at {_binding_text(binding)}, not a polynomial of "
+                                    f"{', '.join(names)}")
+            del bound[k]
         for name, f in tensors.items():
             if name in unfitted:
                 continue
