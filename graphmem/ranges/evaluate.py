@@ -29,10 +29,11 @@ def free_binding(rp: RangePlan, dims: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-def evaluate(rp: RangePlan, binding: Mapping[str, int]) -> Plan:
-    """The plan at ``binding`` (a value for every free dim, inside the plan's box)."""
+def evaluate(rp: RangePlan, binding: Mapping[str, int], segment: int | None = None) -> Plan:
+    """The plan at ``binding`` (a value for every free dim, inside the plan's box), by
+    the first segment that holds it (or by ``segment``)."""
     binding = dict(binding)
-    seg = rp.segments[rp.segment_at(binding)]
+    seg = rp.segments[rp.segment_at(binding) if segment is None else segment]
     sizes = [b.bytes.at(binding) for b in seg.blocks]
     offsets, arena = stacked_offsets(seg.stack, seg.below, sizes, rp.alignment)
     tensors = {}

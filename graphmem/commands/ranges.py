@@ -1,0 +1,151 @@
+"""Range plans on the command line: ``plan MODEL --dim seq=1..4096 [--dim batch=1..32]``
+writes one plan for every binding of the box (``graphmem.rangeplan/1``); ``--at
+seq=N`` (plan, verify) the range plan evaluated at one binding, an ordinary
+``graphmem.plan/1`` plan."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from graphmem.errors import GraphmemError, PlanInvalid
+from graphmem.frontend.reader import load
+from graphmem.plan.format import Plan
+from graphmem.plan.io import check_output
+from graphmem.plan.validate import validate
+from graphmem.commands.common import (MAX_DIM, console, input_paths, model_path, model_stem,
+                                      parse_dims, plan_options, read_plan, shown, stages)
+
+
+def add_range_args(p) -> None:
+    """``--at`` (and, on ``plan``, the segment options)."""
+    p.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
+                   help="with a range of dims (--dim seq=1..4096, or a range plan given "
+                        "to verify's --plan): the range plan evaluated at this binding, "
+                        "an ordinary graphmem.plan/1 plan (repeatable)")
+
+
+def split_dims(items: list[str]) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """``--dim`` items: ``NAME=LO..HI`` ranges (the box) and ``NAME=VALUE`` bindings."""
+    box: dict[str, tuple[int, int]] = {}
+    fixed: list[str] = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        lo, dots, hi = value.partition("..")
+        if not dots:
+            fixed.append(item)
+            continue
+        if not sep or not name:
+            raise GraphmemError(f"--dim {item!r}: expected NAME=LO..HI, e.g. --dim seq=1..4096")
+        try:
+            lo_v, hi_v = int(lo), int(hi)
+        except ValueError:
+            raise GraphmemError(f"--dim {item!r}: {lo!r}..{hi!r} is not a range of "
+                                f"integers") from None
+        if not 0 <= lo_v <= hi_v <= MAX_DIM:
+            raise GraphmemError(f"--dim {item!r}: expected 0 <= LO <= HI <= 2**40")
+        box[name] = (lo_v, hi_v)
+    return box, parse_dims(fixed)
+
+
+def wanted(args) -> bool:
+    """Does the command line ask for a range (a ``--dim NAME=LO..HI``)?"""
+    return any(".." in item for item in getattr(args, "dim", ()) or ())
+
+
+def _at(args) -> dict[str, int]:
+    return parse_dims(getattr(args, "at", []) or [])
+
+
+def run_plan(args) -> int:
+    """``plan`` with a range of dims: the range plan, proved, written (or with ``--at``
+    the plan at that binding, validated against the model loaded there)."""
+    from graphmem.ranges.build import build_range_plan
+    from graphmem.ranges.evaluate import evaluate, free_binding
+    from graphmem.ranges.prove import range_problems, structural_problems
+    box, fixed = split_dims(args.dim)
+    at = _at(args)
+    ext = ".plan.json" if at else ".rangeplan.json"
+    out = args.output or f"{model_stem(args)}{ext}"
+    inputs = input_paths(args)
+    if out != "-":
+        check_output(out, inputs)
+    path = model_path(args)
+    default = getattr(args, "dim_default", None)
+
+    def load_at(binding: dict):
+        return load(path, {**fixed, **binding}, dim_default=default)
+    with stages(args) as stage:
+        built = build_range_plan(load_at, box, model_name=Path(path).name
+                                 if Path(args.model).exists() else model_stem(args) + ".onnx",
+                                 options=plan_options(args), progress=stage)
+        rp = built.plan
+        stage("proving the range plan")
+        found = range_problems(rp, built.formulas.graph)
+        found += structural_problems(rp, lambda b: built.formulas.loaded.get(
+            tuple(sorted(b.items()))) or load_at(b), evaluate)
+    if found:
+        raise PlanInvalid(found)
+    if at:
+        binding = free_binding(rp, {**at, **{k: v for k, v in fixed.items() if k in rp.bindings}})
+        plan = evaluate(rp, binding)
+        validate(plan, load_at(binding))
+        _write(plan.to_json() if out == "-" else plan, out, inputs)
+    else:
+        _write(rp.to_json() if out == "-" else rp, out, inputs)
+    if not args.quiet:
+        print_summary(console(stderr=out == "-"), built, None if out == "-" else out,
+                      at and binding)
+    return 0
+
+
+def _write(what, out: str, inputs) -> None:
+    if out == "-":
+        sys.stdout.write(what)
+    else:
+        what.save(out, inputs=inputs)
+
+
+def print_summary(con, built, written: str | None, at: dict | None) -> None:
+    from rich.table import Table
+    rp = built.plan
+    box = ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in rp.dims.items())
+    table = Table(title=f"graphmem range plan: {shown(rp.model)} over {box}",
+                  header_style="bold")
+    for col in ("segment", "order", "blocks", "arena at its lower corner",
+                "arena at its upper corner"):
+        table.add_column(col, justify="right" if "arena" in col else "left")
+    from graphmem.ranges.build import arena_at
+    for s in rp.segments:
+        lo = {n: a for n, (a, b) in s.dims.items()}
+        hi = {n: b for n, (a, b) in s.dims.items()}
+        table.add_row(", ".join(f"{n}={a}..{b}" for n, (a, b) in s.dims.items()),
+                      f"{len(s.order)} nodes", str(len(s.blocks)),
+                      f"{arena_at(s, lo, rp.alignment):,}", f"{arena_at(s, hi, rp.alignment):,}")
+    con.print(table)
+    worst = max(built.checkpoints, key=lambda c: c.ratio)
+    con.print(f"{len(rp.tensors)} tensors, sizes as formulas of {', '.join(rp.dims)}; "
+              f"weights {rp.weights_bytes.text()} bytes; proved over the box")
+    con.print(f"against a fresh plan at {len(built.checkpoints)} bindings: at most "
+              f"{worst.ratio:.3f}x ({shown(worst.binding)}: {worst.arena_bytes:,} vs "
+              f"{worst.fresh_bytes:,}); built in {built.seconds:.2f} s")
+    if built.dropped:
+        con.print(f"{len(built.dropped)} aliases of the planner's plans do not hold over "
+                  f"their segment and were left out (e.g. {shown(built.dropped[0])})")
+    if at:
+        con.print(f"evaluated at {shown(at)}: an ordinary plan")
+    if written:
+        con.print(f"wrote {shown(written)}")
+
+
+def read_plan_at(args, model) -> Plan:
+    """``verify --plan``: an ordinary plan file as it is, or a range plan evaluated at the
+    binding ``--at`` and ``--dim`` give."""
+    from graphmem.ranges.rangeplan import RangePlan, is_range_plan
+    if not is_range_plan(args.plan):
+        if _at(args):
+            raise GraphmemError(f"--at: {args.plan} is not a range plan "
+                                f"(graphmem plan MODEL --dim NAME=LO..HI writes one)")
+        return read_plan(args.plan, model)
+    from graphmem.ranges.evaluate import evaluate, free_binding
+    rp = RangePlan.load(args.plan)
+    return evaluate(rp, free_binding(rp, {**parse_dims(args.dim), **_at(args)}))
