@@ -40,7 +40,7 @@ from graphmem.ranges.stacking import align_up, stacked_offsets, stacking_from_of
 # A segment's stacking may reach this much above a fresh plan at its checkpoints before
 # the segment is split.
 RATIO = 1.05
-MAX_SEGMENTS = 8
+MAX_SEGMENTS = 16
 
 
 @record
@@ -286,35 +286,46 @@ def arena_at(seg: Segment, binding: dict, alignment: int) -> int:
                            alignment)[1]
 
 
+def _best_segment(seg: Box, alignment: int, fresh: _FreshPlans, stage):
+    """(worst ratio, segment, checkpoints, dropped) of the best candidate for ``seg``."""
+    stage(f"stacking for {_box_text(seg)}")
+    points = checkpoints(seg)
+    refs = [{n: hi for n, (lo, hi) in seg.items()},
+            {n: _geo_mid(lo, hi) for n, (lo, hi) in seg.items()},
+            {n: lo for n, (lo, hi) in seg.items()}]
+    best = None
+    for ref in {binding_key(r): r for r in refs}.values():
+        made, dropped = segment_at(seg, ref, fresh, alignment)
+        cps = [Checkpoint(p, arena_at(made, p, alignment), fresh.arena(p)) for p in points]
+        worst = max(c.ratio for c in cps)
+        if best is None or worst < best[0]:
+            best = (worst, made, cps, dropped)
+    return best
+
+
 def _segments(box: Box, alignment: int, fresh: _FreshPlans, ratio: float,
               max_segments: int, stage):
-    todo = [dict(box)]
-    done: list[tuple[Segment, list[Checkpoint], list[str]]] = []
-    while todo:
-        seg = todo.pop(0)
-        stage(f"stacking for {_box_text(seg)}")
-        points = checkpoints(seg)
-        refs = [{n: hi for n, (lo, hi) in seg.items()},
-                {n: _geo_mid(lo, hi) for n, (lo, hi) in seg.items()},
-                {n: lo for n, (lo, hi) in seg.items()}]
-        best = None
-        for ref in {binding_key(r): r for r in refs}.values():
-            made, dropped = segment_at(seg, ref, fresh, alignment)
-            cps = [Checkpoint(p, arena_at(made, p, alignment), fresh.arena(p)) for p in points]
-            worst = max(c.ratio for c in cps)
-            if best is None or worst < best[0]:
-                best = (worst, made, cps, dropped)
-        worst, made, cps, dropped = best
-        wide = max(seg, key=lambda n: (seg[n][1] + 1) / (seg[n][0] + 1))
+    """The segments: the whole box first; then, while fewer than ``max_segments``, the
+    segment furthest over ``ratio`` split in two along its widest dim (by the ratio of
+    its ends) at its geometric middle."""
+    done = [_best_segment(dict(box), alignment, fresh, stage)]
+    while len(done) < max_segments:
+        over = [d for d in done if d[0] > ratio and any(
+            lo < hi for lo, hi in d[1].dims.values())]
+        if not over:
+            break
+        worst = max(over, key=lambda d: d[0])
+        done.remove(worst)
+        seg = worst[1].dims
+        wide = max((n for n in seg if seg[n][0] < seg[n][1]),
+                   key=lambda n: (seg[n][1] + 1) / (seg[n][0] + 1))
         lo, hi = seg[wide]
-        if worst > ratio and hi > lo and len(done) + len(todo) + 2 <= max_segments:
-            mid = min(_geo_mid(lo, hi), hi - 1)
-            todo += [{**seg, wide: (lo, mid)}, {**seg, wide: (mid + 1, hi)}]
-            continue
-        done.append((made, cps, dropped))
-    done.sort(key=lambda d: [d[0].dims[n] for n in box])
-    return ([s for s, _, _ in done], [c for _, cps, _ in done for c in cps],
-            sorted({line for _, _, dropped in done for line in dropped}))
+        mid = min(_geo_mid(lo, hi), hi - 1)
+        done += [_best_segment({**seg, wide: part}, alignment, fresh, stage)
+                 for part in ((lo, mid), (mid + 1, hi))]
+    done.sort(key=lambda d: [d[1].dims[n] for n in box])
+    return ([d[1] for d in done], [c for d in done for c in d[2]],
+            sorted({line for d in done for line in d[3]}))
 
 
 def _box_text(box: Box) -> str:
