@@ -15,7 +15,7 @@
    that binding, ordered by offset (:mod:`~graphmem.ranges.stacking`), so that at that
    binding the stacking is no larger than the placement. The binding is the one, among
    the segment's upper corner, centre and lower corner, whose segment is closest to a
-   fresh plan at the segment's checkpoints (its corners and centres); a segment still
+   fresh plan at the segment's checkpoints (:func:`checkpoints`); a segment still
    over ``ratio`` there is split in two along its widest dim (by the ratio of its ends),
    up to ``max_segments`` segments.
 """
@@ -249,10 +249,17 @@ def _geo_mid(lo: int, hi: int) -> int:
 
 
 def checkpoints(box: Box) -> list[dict]:
-    """A box's corners, its centre by ratio (geometric) and its centre by difference."""
-    pts = [dict(zip(box, c)) for c in product(*[sorted({lo, hi}) for lo, hi in box.values()])]
-    pts.append({n: _geo_mid(lo, hi) for n, (lo, hi) in box.items()})
-    pts.append({n: (lo + hi) // 2 for n, (lo, hi) in box.items()})
+    """Where a segment is compared with fresh plans: each free dim at its ends, its
+    geometric and arithmetic middles and its third quarter, every combination for up to
+    two free dims; for more, the corners and the points that take the k-th value of
+    every dim together."""
+    values = [sorted({lo, _geo_mid(lo, hi), (lo + hi) // 2, lo + 3 * (hi - lo) // 4, hi})
+              for lo, hi in box.values()]
+    if len(box) <= 2:
+        pts = [dict(zip(box, c)) for c in product(*values)]
+    else:
+        pts = [dict(zip(box, c)) for c in product(*[(v[0], v[-1]) for v in values])]
+        pts += [{n: v[min(k, len(v) - 1)] for n, v in zip(box, values)} for k in range(5)]
     out: dict[tuple, dict] = {}
     for p in pts:
         out.setdefault(binding_key(p), p)

@@ -1,0 +1,212 @@
+"""Range plans (graphmem.ranges): one plan for a box of dims, evaluated at a binding,
+proved over the box; on hand-built graphs and the corpus transformers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import range_models as rm
+from graphmem.cli import main
+from graphmem.frontend.reader import load
+from graphmem.pipeline import plan_graph
+from graphmem.plan.format import Plan
+from graphmem.plan.validate import validate
+from graphmem.ranges.build import build_range_plan
+from graphmem.ranges.evaluate import evaluate
+from graphmem.ranges.prove import range_problems, structural_problems
+from graphmem.ranges.rangeplan import RangePlan
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+OPTIONS = {"passes": ["reorder", "concat", "inplace", "share", "place"], "alignment": 64}
+
+
+def _build(path, box, fixed=None):
+    fixed = fixed or {}
+
+    def load_at(b):
+        return load(path, {**fixed, **b})
+    built = build_range_plan(load_at, box, model_name=Path(path).name, options=OPTIONS)
+    # through its JSON text, as a runtime reads it
+    rp = RangePlan.from_dict(json.loads(built.plan.to_json()))
+    return built, rp, load_at
+
+
+def _check_at(rp, load_at, binding, ratio=1.05):
+    """The evaluated plan is valid for the model bound there, every tensor has the
+    bytes a fresh plan gives it, and the arena is within ``ratio`` of the fresh one."""
+    plan = evaluate(rp, binding)
+    graph = load_at(binding)
+    validate(plan, graph)
+    fresh = plan_graph(graph, **OPTIONS).plan
+    assert {n: t.bytes for n, t in plan.tensors.items()} == \
+        {n: t.bytes for n, t in fresh.tensors.items()}
+    assert plan.arena_bytes <= ratio * fresh.arena_bytes, (binding, plan.arena_bytes,
+                                                           fresh.arena_bytes)
+    return plan, fresh
+
+
+@pytest.fixture(scope="module")
+def attention(tmp_path_factory):
+    path = rm.save(rm.attention(), tmp_path_factory.mktemp("range") / "attention.onnx")
+    return _build(path, {"seq": (1, 4096)})
+
+
+@pytest.fixture(scope="module")
+def decode(tmp_path_factory):
+    path = rm.save(rm.decode_step(), tmp_path_factory.mktemp("range") / "decode.onnx")
+    return _build(path, {"batch": (1, 32), "past_seq": (0, 8192)})
+
+
+@pytest.mark.parametrize("seq", [1, 2, 63, 64, 65, 1000, 4095, 4096])
+def test_attention_range_plan(attention, seq):
+    built, rp, load_at = attention
+    assert rp.tensors["scores"].bytes.text() == "4*seq**2"
+    plan, fresh = _check_at(rp, load_at, {"seq": seq})
+    assert plan.bindings["seq"] == seq
+
+
+def test_range_plan_proved(attention, decode):
+    for built, rp, load_at in (attention, decode):
+        assert range_problems(rp, built.formulas.graph) == []
+        assert structural_problems(rp, load_at, evaluate) == []
+
+
+def test_not_the_upper_bound_plan(decode):
+    built, rp, load_at = decode
+    small = evaluate(rp, {"batch": 1, "past_seq": 0}).arena_bytes
+    large = evaluate(rp, {"batch": 32, "past_seq": 8192}).arena_bytes
+    assert small < large / 2
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 32), st.integers(0, 8192))
+def test_decode_step_any_binding(decode, batch, past_seq):
+    """At any binding: valid, and every size the fresh plan's, byte for byte."""
+    built, rp, load_at = decode
+    _check_at(rp, load_at, {"batch": batch, "past_seq": past_seq})
+
+
+# ----------------------------------------------------------------------- the prover
+
+def _corrupt(rp: RangePlan, change) -> RangePlan:
+    d = json.loads(rp.to_json())
+    change(d)
+    return RangePlan.from_dict(d)
+
+
+def test_prover_finds_broken_rules(decode):
+    built, rp, _ = decode
+    graph = built.formulas.graph
+    seg = max(range(len(rp.segments)), key=lambda i: len(rp.segments[i].blocks))
+
+    def unstack(d):  # a block no longer sits on one it shares a step with
+        stack = d["segments"][seg]["stack"]
+        j = next(j for j, (_, below) in enumerate(stack) if below)
+        stack[j][1] = []
+    assert any("neither is stacked" in p for p in range_problems(_corrupt(rp, unstack), graph))
+
+    def misalign(d):
+        t = d["segments"][seg]["tensors"]["scores"]
+        t["offset_in_block"] = {"text": "4", "den": 1, "terms": [[4, {}]]}
+    found = range_problems(_corrupt(rp, misalign), graph)
+    assert any("not a multiple of 64" in p for p in found)
+
+    def view_of_other_size(d):
+        d["segments"][seg]["tensors"]["probs"].update(alias_of="q", alias="view")
+    assert any("a view of 'q'" in p for p in range_problems(_corrupt(rp, view_of_other_size), graph))
+
+    def uncovered(d):
+        d["segments"] = d["segments"][:1]
+    assert rp.segments[0].dims != rp.dims
+    assert any("no segment holds" in p for p in range_problems(_corrupt(rp, uncovered), graph))
+
+
+# ----------------------------------------------------------------------- the command line
+
+def test_cli_plan_at_and_verify(tmp_path, capsys):
+    model = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    out = tmp_path / "decode.rangeplan.json"
+    assert main(["plan", model, "--dim", "batch=1..8", "--dim", "past_seq=0..1024",
+                 "-o", str(out), "-q"]) == 0
+    assert json.loads(out.read_text())["format"] == "graphmem.rangeplan/1"
+    for past in (0, 5, 1024):
+        assert main(["verify", model, "--plan", str(out), "--dim", "batch=3",
+                     "--dim", f"past_seq={past}"]) == 0
+    at = tmp_path / "at.plan.json"
+    assert main(["plan", model, "--dim", "batch=1..8", "--dim", "past_seq=0..1024",
+                 "--at", "batch=2", "--at", "past_seq=77", "-o", str(at), "-q"]) == 0
+    plan = Plan.load(at)
+    assert plan.bindings["past_seq"] == 77
+    validate(plan, load(model, {"batch": 2, "past_seq": 77}))
+    assert main(["verify", model, "--plan", str(at)]) == 0
+    capsys.readouterr()
+    # outside the box: one line, exit 2, nothing written
+    bad = tmp_path / "bad.plan.json"
+    assert main(["verify", model, "--plan", str(out), "--dim", "batch=9",
+                 "--dim", "past_seq=1"]) == 2
+    assert main(["plan", model, "--dim", "batch=1..8", "--dim", "past_seq=0..1024",
+                 "--at", "batch=2", "-o", str(bad), "-q"]) == 2
+    assert main(["plan", model, "--dim", "batch=8..1", "-o", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("graphmem: ") for line in err), err
+    assert "outside the range plan's batch=1..8" in err[0]
+    assert "needs past_seq" in err[1]
+    assert not bad.exists()
+
+
+def test_cli_unfitted_size_refused(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["plan", str(CORPUS / "bert-dynamo.onnx"), "--dim", "batch=1",
+                 "--dim", "seq=1..200", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphmem: no range plan: ") and "not a polynomial of seq" in err
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------- the corpus
+
+CORPUS_CASES = [
+    ("bert-ts.onnx", {"seq": (1, 64), "batch": (1, 4)}, {}),
+    ("bert-dynamo.onnx", {"seq": (1, 64)}, {"batch": 2}),
+    ("gpt2-past-dynamo.onnx", {"past_seq": (1, 120), "batch": (1, 4)}, {"seq": 1}),
+    ("gpt2-past-ts.onnx", {"past_seq": (1, 120)}, {"seq": 1, "batch": 2}),
+    ("gpt2-past-ts.onnx", {"seq": (1, 64)}, {"past_seq": 4, "batch": 1}),
+]
+
+
+def _bindings(box, count):
+    """``count`` bindings spread over the box, its two corners included."""
+    out = []
+    for k in range(count):
+        out.append({n: lo + (hi - lo) * k // (count - 1) for n, (lo, hi) in box.items()})
+    return out
+
+
+def test_corpus_one_model(capsys):
+    name, box, fixed = CORPUS_CASES[3]
+    built, rp, load_at = _build(str(CORPUS / name), box, fixed)
+    assert range_problems(rp, built.formulas.graph) == []
+    for b in _bindings(box, 3):
+        _check_at(rp, load_at, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, box, fixed", CORPUS_CASES)
+def test_corpus_range_plans(tmp_path, name, box, fixed, capsys):
+    """The corpus transformers: proved; at 12 bindings over the box (corners included)
+    valid, sizes byte for byte, within 1.05x of a fresh plan; verify passes at three;
+    the smallest binding's arena is below half the largest's."""
+    path = str(CORPUS / name)
+    built, rp, load_at = _build(path, box, fixed)
+    assert range_problems(rp, built.formulas.graph) == []
+    assert structural_problems(rp, load_at, evaluate) == []
+    plans = [_check_at(rp, load_at, b)[0] for b in _bindings(box, 12)]
+    assert plans[0].arena_bytes < plans[-1].arena_bytes / 2
+    out = tmp_path / "r.json"
+    rp.save(out)
+    for b in _bindings(box, 3):
+        dims = [a for n, v in {**fixed, **b}.items() for a in ("--dim", f"{n}={v}")]
+        assert main(["verify", path, "--plan", str(out), *dims]) == 0
