@@ -56,19 +56,14 @@ def _at(args) -> dict[str, int]:
     return parse_dims(getattr(args, "at", []) or [])
 
 
-def run_plan(args) -> int:
-    """``plan`` with a range of dims: the range plan, proved, written (or with ``--at``
-    the plan at that binding, validated against the model loaded there)."""
+def _built(args):
+    """The range plan of the command's model over its ``--dim`` box, proved."""
     from graphmem.ranges.build import build_range_plan
-    from graphmem.ranges.evaluate import evaluate, free_binding
+    from graphmem.ranges.evaluate import evaluate
     from graphmem.ranges.prove import range_problems, structural_problems
     box, fixed = split_dims(args.dim)
-    at = _at(args)
-    ext = ".plan.json" if at else ".rangeplan.json"
-    out = args.output or f"{model_stem(args)}{ext}"
-    inputs = input_paths(args)
-    if out != "-":
-        check_output(out, inputs)
+    if not box:
+        raise GraphmemError("--at needs a range of dims: --dim NAME=LO..HI")
     path = model_path(args)
     default = getattr(args, "dim_default", None)
 
@@ -78,13 +73,29 @@ def run_plan(args) -> int:
         built = build_range_plan(load_at, box, model_name=Path(path).name
                                  if Path(args.model).exists() else model_stem(args) + ".onnx",
                                  options=plan_options(args), progress=stage)
-        rp = built.plan
         stage("proving the range plan")
+        rp = built.plan
         found = range_problems(rp, built.formulas.graph)
         found += structural_problems(rp, lambda b: built.formulas.loaded.get(
             tuple(sorted(b.items()))) or load_at(b), evaluate)
     if found:
         raise PlanInvalid(found)
+    return built, fixed, load_at
+
+
+def run_plan(args) -> int:
+    """``plan`` with a range of dims: the range plan, proved, written (or with ``--at``
+    the plan at that binding, validated against the model loaded there)."""
+    from graphmem.ranges.evaluate import evaluate, free_binding
+    at = _at(args)
+    ext = ".plan.json" if at else ".rangeplan.json"
+    out = args.output or f"{model_stem(args)}{ext}"
+    inputs = input_paths(args)
+    if out != "-":
+        check_output(out, inputs)
+    built, fixed, load_at = _built(args)
+    rp = built.plan
+    binding = None
     if at:
         binding = free_binding(rp, {**at, **{k: v for k, v in fixed.items() if k in rp.bindings}})
         plan = evaluate(rp, binding)
@@ -93,8 +104,43 @@ def run_plan(args) -> int:
     else:
         _write(rp.to_json() if out == "-" else rp, out, inputs)
     if not args.quiet:
-        print_summary(console(stderr=out == "-"), built, None if out == "-" else out,
-                      at and binding)
+        print_summary(console(stderr=out == "-"), built, None if out == "-" else out, binding)
+    return 0
+
+
+def run_report(args) -> int:
+    """``report`` with a range of dims: weights, graph inputs and outputs (a KV cache
+    among them), and per segment the aliased peak and the arena, as formulas."""
+    import json
+    from graphmem.ranges.memory import memory
+    built, _, _ = _built(args)
+    data = memory(built.plan)
+    data["model"] = built.plan.model
+    data["checkpoints"] = [{"binding": c.binding, "arena_bytes": c.arena_bytes,
+                            "fresh_arena_bytes": c.fresh_bytes} for c in built.checkpoints]
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        return 0
+    from rich.table import Table
+    con = console()
+    box = ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in built.plan.dims.items())
+    table = Table(title=f"graphmem report: {shown(built.plan.model)} over {box} (bytes)",
+                  header_style="bold")
+    table.add_column("")
+    table.add_column("formula")
+    table.add_row("weights", shown(data["weights_bytes"]))
+    table.add_row("graph inputs", shown(data["input_bytes"]))
+    table.add_row("graph outputs", shown(data["output_bytes"]))
+    for s in data["segments"]:
+        where = ", ".join(f"{n}={a}..{b}" for n, (a, b) in s["dims"].items())
+        table.add_row(f"aliased peak, {where}", shown(s["aliased_peak_bytes"]))
+        table.add_row(f"arena, {where}", shown(s["arena_bytes"] or
+                                               "evaluated per binding (padding to the "
+                                               "alignment is no polynomial here)"))
+    con.print(table)
+    worst = max(built.checkpoints, key=lambda c: c.ratio)
+    con.print(f"the range plan's arena is at most {worst.ratio:.3f}x a fresh plan's at "
+              f"{len(built.checkpoints)} bindings ({shown(worst.binding)})")
     return 0
 
 
