@@ -210,3 +210,36 @@ def test_corpus_range_plans(tmp_path, name, box, fixed, capsys):
     for b in _bindings(box, 3):
         dims = [a for n, v in {**fixed, **b}.items() for a in ("--dim", f"{n}={v}")]
         assert main(["verify", path, "--plan", str(out), *dims]) == 0
+
+
+# ----------------------------------------------------------------------- memory as formulas
+
+def test_memory_formulas_equal_the_evaluated_plans(decode, attention):
+    """The aliased peak and arena formulas of each segment equal, byte for byte, what
+    the evaluated plan's own statistics say at bindings inside the segment."""
+    import random
+    from graphmem.ranges.memory import aliased_peak, arena, arena_at, max_at, memory
+    for built, rp, _ in (attention, decode):
+        rng = random.Random(3)
+        for i, seg in enumerate(rp.segments):
+            peak, chains = aliased_peak(rp, i), arena(rp, i)
+            assert chains is not None
+            for _ in range(4):
+                b = {n: rng.randint(lo, hi) for n, (lo, hi) in seg.dims.items()}
+                if rp.segment_at(b) != i:
+                    continue
+                plan = evaluate(rp, b)
+                assert max_at(peak, b) == plan.stats["aliased_peak_bytes"]
+                assert arena_at(chains, b, rp.alignment) == plan.arena_bytes
+    m = memory(attention[1])
+    assert m["segments"][-1]["aliased_peak_bytes"] == "4*seq**2 + 96*seq"
+    assert memory(decode[1])["input_bytes"] == "32*batch*past_seq + 64*batch"
+
+
+def test_cli_report_formulas(tmp_path, capsys):
+    model = rm.save(rm.attention(), tmp_path / "attention.onnx")
+    assert main(["report", model, "--dim", "seq=100..4096", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["weights_bytes"] == "2048"
+    assert data["input_bytes"] == "64*seq"
+    assert data["segments"][-1]["aliased_peak_bytes"] == "4*seq**2 + 96*seq"

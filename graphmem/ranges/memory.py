@@ -10,12 +10,14 @@
   the statistics' own code) and checked at more; the peak is the largest of them, written
   as ``max(...)`` of those no other one proves at least as large over the segment;
 - the arena: the tops of the stacking, a max-plus pass over the formulas (each block's
-  top the largest top below it plus its bytes), the same pruning; exact where every
-  block's bytes are a multiple of the alignment at every binding (else the arena is
-  said to be evaluated per binding: ``None``).
+  top the largest top below it plus its bytes rounded up to the alignment: a
+  ``64*ceil(q/64)`` term where the bytes are not a multiple of it at every binding),
+  chains another is proved at least as large as pruned; ``None`` past
+  :data:`MAX_TERMS` chains.
 """
 from __future__ import annotations
 
+import math
 import random
 
 from graphmem.plan.stats import live_timelines
@@ -80,22 +82,98 @@ def aliased_peak(rp: RangePlan, i: int, checks: int = 3, seed: int = 0) -> list[
     return pruned(steps, box)
 
 
-def arena(rp: RangePlan, i: int) -> list[Formula] | None:
-    """The arena of segment ``i`` as the terms of a max, or None where a block's bytes
-    are not a multiple of the alignment at every binding (its padding is no polynomial)."""
+class Chain:
+    """A sum of block sizes up a stacking: ``base`` (the blocks whose bytes are a
+    multiple of the alignment at every binding) plus each of ``padded`` rounded up to
+    the alignment."""
+
+    __slots__ = ("base", "padded")
+
+    def __init__(self, base: Formula, padded: tuple):
+        self.base, self.padded = base, padded
+
+    def plus(self, size: Formula, alignment: int) -> "Chain":
+        if size.divisible_by(alignment):
+            return Chain(self.base + size, self.padded)
+        if size.is_const():  # its padding is a number
+            return Chain(self.base + Formula.const(size.names, -(-math.ceil(size.constant()) // alignment)
+                                                   * alignment), self.padded)
+        return Chain(self.base, tuple(sorted(self.padded + (size,), key=Formula.text)))
+
+    def at(self, binding: dict, alignment: int) -> int:
+        return self.base.at(binding) + sum(-(-q.at(binding) // alignment) * alignment
+                                           for q in self.padded)
+
+    def key(self):
+        return (self.base, self.padded)
+
+    def text(self, alignment: int) -> str:
+        parts = [] if (self.base.is_const() and self.base.constant() == 0
+                       and self.padded) else [self.base.text()]
+        parts += [f"{alignment}*ceil(({q.text()})/{alignment})" for q in self.padded]
+        return " + ".join(parts)
+
+
+def _at_least(d: Chain, c: Chain, box: Box, alignment: int) -> bool:
+    """Is chain ``d`` proved >= chain ``c`` over ``box``? Common padded terms cancel; a
+    padded term of ``d`` counts as its bytes, one of ``c`` as its bytes plus
+    ``alignment - 1``."""
+    rest_c = list(c.padded)
+    rest_d = []
+    for q in d.padded:
+        if q in rest_c:
+            rest_c.remove(q)
+        else:
+            rest_d.append(q)
+    diff = d.base - c.base
+    for q in rest_d:
+        diff = diff + q
+    for q in rest_c:
+        diff = diff - q - Formula.const(d.base.names, alignment - 1)
+    return nonnegative(diff, box)
+
+
+def _pruned_chains(chains: list[Chain], box: Box, alignment: int) -> list[Chain]:
+    unique = list({c.key(): c for c in chains}.values())
+    corners = [dict(zip(box, c)) for c in
+               __import__("itertools").product(*[sorted({lo, hi}) for lo, hi in box.values()])]
+    vals = {c.key(): [c.at(p, alignment) for p in corners] for c in unique}
+    unique.sort(key=lambda c: [-v for v in vals[c.key()]])
+    kept: list[Chain] = []
+    for c in unique:
+        if not any(all(a >= b for a, b in zip(vals[d.key()], vals[c.key()]))
+                   and _at_least(d, c, box, alignment) for d in kept):
+            kept.append(c)
+    return kept
+
+
+def arena(rp: RangePlan, i: int) -> list[Chain] | None:
+    """The arena of segment ``i`` as the chains of a max (a max-plus pass up the
+    stacking, dominated chains pruned by proof), or None past :data:`MAX_TERMS`."""
     seg = rp.segments[i]
     box = dict(seg.dims)
-    if not all(b.bytes.divisible_by(rp.alignment) for b in seg.blocks):
-        return None
-    zero = Formula.const(rp.names, 0)
-    tops: list[list[Formula]] = []
+    zero = Chain(Formula.const(rp.names, 0), ())
+    tops: list[list[Chain]] = []
     for b, below in zip(seg.stack, seg.below):
         under = [t for j in below for t in tops[j]] or [zero]
-        top = pruned([t + seg.blocks[b].bytes for t in pruned(under, box)], box)
+        if len(below) > 1:
+            under = _pruned_chains(under, box, rp.alignment)
+        top = [t.plus(seg.blocks[b].bytes, rp.alignment) for t in under]
         if len(top) > MAX_TERMS:
             return None
         tops.append(top)
-    return pruned([t for top in tops for t in top], box) or [zero]
+    return _pruned_chains([t for top in tops for t in top], box, rp.alignment) or [zero]
+
+
+def arena_text(chains: list[Chain] | None, alignment: int) -> str | None:
+    if chains is None:
+        return None
+    texts = [c.text(alignment) for c in chains]
+    return texts[0] if len(texts) == 1 else "max(" + ", ".join(texts) + ")"
+
+
+def arena_at(chains: list[Chain], binding: dict, alignment: int) -> int:
+    return max(c.at(binding, alignment) for c in chains)
 
 
 def io_bytes(rp: RangePlan, kind: str) -> Formula:
@@ -112,7 +190,7 @@ def memory(rp: RangePlan) -> dict:
     segs = []
     for i, seg in enumerate(rp.segments):
         segs.append({"dims": {n: list(r) for n, r in seg.dims.items()},
-                     "arena_bytes": max_text(arena(rp, i)),
+                     "arena_bytes": arena_text(arena(rp, i), rp.alignment),
                      "aliased_peak_bytes": max_text(aliased_peak(rp, i))})
     return {"dims": {n: list(r) for n, r in rp.dims.items()},
             "weights_bytes": rp.weights_bytes.text(),
