@@ -243,3 +243,27 @@ def test_cli_report_formulas(tmp_path, capsys):
     assert data["weights_bytes"] == "2048"
     assert data["input_bytes"] == "64*seq"
     assert data["segments"][-1]["aliased_peak_bytes"] == "4*seq**2 + 96*seq"
+
+
+def test_cli_serving_fit(tmp_path, capsys):
+    """fit from the range plan: at each context the answer fits, one more sequence does
+    not (both by the evaluated plan), and the longest context at each batch likewise."""
+    from graphmem.ranges.serving import total
+    model = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    budget = 4 << 20
+    assert main(["fit", model, "--budget", str(budget), "--dim", "batch=1..256",
+                 "--dim", "past_seq=0..8192", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["batch_dim"] == "batch"
+    built, rp, _ = _build(model, {"batch": (1, 256), "past_seq": (0, 8192)})
+    answered = [r for r in data["by_context"] if r["value"] is not None]
+    assert answered and any(r["value"] < 256 for r in answered)
+    for r in answered:
+        at = {**r["context"], "batch": r["value"]}
+        assert total(rp, at)["total_bytes"] == r["total_bytes"] <= budget
+        if r["value"] < 256:
+            assert total(rp, {**at, "batch": r["value"] + 1})["total_bytes"] > budget
+    for r in data["by_batch"]:
+        if r["value"] is not None and r["value"] < 8192:
+            assert total(rp, {"batch": r["batch"], "past_seq": r["value"] + 1})[
+                "total_bytes"] > budget

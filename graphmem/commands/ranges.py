@@ -144,6 +144,50 @@ def run_report(args) -> int:
     return 0
 
 
+def run_fit(args) -> int:
+    """``fit`` with a range of dims: the largest batch at each context length (and the
+    longest context at each batch) whose weights + arena fit ``--budget``, from the
+    range plan."""
+    import json
+    from graphmem.commands.sizes import parse_bytes
+    from graphmem.ranges.serving import serving_fit
+    budget = parse_bytes(args.budget, "--budget")
+    built, _, _ = _built(args)
+    try:
+        data = serving_fit(built.plan, budget)
+    except ValueError as exc:
+        raise GraphmemError(f"fit: {exc}") from None
+    data["model"] = built.plan.model
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        return 0
+    from rich.table import Table
+    con = console()
+    b = data["batch_dim"]
+    table = Table(title=f"graphmem fit: {shown(built.plan.model)} in {budget:,} bytes",
+                  header_style="bold")
+    for col in ("context", f"largest {b}", "total bytes", f"with one more {b}", "dominant"):
+        table.add_column(col)
+    for r in data["by_context"]:
+        ctx = ", ".join(f"{n}={v}" for n, v in r["context"].items()) or "-"
+        table.add_row(shown(ctx), "none fits" if r["value"] is None else str(r["value"]),
+                      f"{r.get('total_bytes', 0):,}" if r["value"] is not None else "",
+                      "" if r["next_total_bytes"] is None else f"{r['next_total_bytes']:,}",
+                      r.get("dominant", ""))
+    con.print(table)
+    if data["by_batch"]:
+        c = data["by_batch"][0]["context_dim"]
+        t2 = Table(title=f"the longest {c} at each {b}", header_style="bold")
+        for col in (b, f"longest {c}", "total bytes", "dominant"):
+            t2.add_column(col)
+        for r in data["by_batch"]:
+            t2.add_row(str(r["batch"]), "none fits" if r["value"] is None else str(r["value"]),
+                       f"{r.get('total_bytes', 0):,}" if r["value"] is not None else "",
+                       r.get("dominant", ""))
+        con.print(t2)
+    return 0
+
+
 def _write(what, out: str, inputs) -> None:
     if out == "-":
         sys.stdout.write(what)
