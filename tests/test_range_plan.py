@@ -267,3 +267,31 @@ def test_cli_serving_fit(tmp_path, capsys):
         if r["value"] is not None and r["value"] < 8192:
             assert total(rp, {"batch": r["batch"], "past_seq": r["value"] + 1})[
                 "total_bytes"] > budget
+
+
+def test_dim_following_the_range(tmp_path, capsys):
+    """A Llama-style decode step (GroupQueryAttention, a KV cache) whose
+    total_sequence_length is an independent dim of the model: --dim NAME=EXPR binds it
+    to the free dims at every binding; verify passes at both ends."""
+    from models import decoder
+    from graphmem.ranges.formulas import parse_formula
+    model = str(tmp_path / "llm.onnx")
+    import onnx
+    onnx.save(decoder.build(layers=2, hidden=64), model)
+    out = tmp_path / "llm.rangeplan.json"
+    dims = ["--dim", "batch_size=1..8", "--dim", "sequence_length=1",
+            "--dim", "past_sequence_length=1..200",
+            "--dim", "total_sequence_length=past_sequence_length + 1"]
+    assert main(["plan", model, *dims, "-o", str(out), "-q"]) == 0
+    for past in (1, 200):
+        assert main(["verify", model, "--plan", str(out), "--dim", "batch_size=3",
+                     "--dim", "sequence_length=1", "--dim", f"past_sequence_length={past}",
+                     "--dim", f"total_sequence_length={past + 1}"]) == 0
+    capsys.readouterr()
+    assert main(["verify", model, "--plan", str(out), "--dim", "batch_size=3",
+                 "--dim", "sequence_length=1", "--dim", "past_sequence_length=5",
+                 "--dim", "total_sequence_length=5"]) == 2
+    assert "the range plan has total_sequence_length=6 there" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        parse_formula("__import__('os')", ("past",))
+    assert parse_formula("2*(past + 1)**2", ("past",)).text() == "2*past**2 + 4*past + 2"

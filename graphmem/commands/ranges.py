@@ -24,15 +24,22 @@ def add_range_args(p) -> None:
                         "an ordinary graphmem.plan/1 plan (repeatable)")
 
 
-def split_dims(items: list[str]) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
-    """``--dim`` items: ``NAME=LO..HI`` ranges (the box) and ``NAME=VALUE`` bindings."""
+def split_dims(items: list[str]):
+    """``--dim`` items: ``NAME=LO..HI`` ranges (the box), ``NAME=VALUE`` bindings, and
+    ``NAME=EXPR`` dims that follow the free ones (``total_sequence_length=past+1``:
+    integers, the free dims' names, ``+ - *`` and ``**`` by an integer), returned as
+    (box, fixed, derived: name -> Formula)."""
     box: dict[str, tuple[int, int]] = {}
     fixed: list[str] = []
+    exprs: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
         lo, dots, hi = value.partition("..")
         if not dots:
-            fixed.append(item)
+            if sep and name and value.strip() and not value.strip().lstrip("-").isdigit():
+                exprs[name] = value
+            else:
+                fixed.append(item)
             continue
         if not sep or not name:
             raise GraphmemError(f"--dim {item!r}: expected NAME=LO..HI, e.g. --dim seq=1..4096")
@@ -44,7 +51,14 @@ def split_dims(items: list[str]) -> tuple[dict[str, tuple[int, int]], dict[str, 
         if not 0 <= lo_v <= hi_v <= MAX_DIM:
             raise GraphmemError(f"--dim {item!r}: expected 0 <= LO <= HI <= 2**40")
         box[name] = (lo_v, hi_v)
-    return box, parse_dims(fixed)
+    from graphmem.ranges.formulas import parse_formula
+    derived = {}
+    for name, text in exprs.items():
+        try:
+            derived[name] = parse_formula(text, tuple(box))
+        except ValueError as exc:
+            raise GraphmemError(f"--dim {name}={text}: {exc}") from None
+    return box, parse_dims(fixed), derived
 
 
 def wanted(args) -> bool:
@@ -61,14 +75,17 @@ def _built(args):
     from graphmem.ranges.build import build_range_plan
     from graphmem.ranges.evaluate import evaluate
     from graphmem.ranges.prove import range_problems, structural_problems
-    box, fixed = split_dims(args.dim)
+    box, fixed, derived = split_dims(args.dim)
     if not box:
         raise GraphmemError("--at needs a range of dims: --dim NAME=LO..HI")
     path = model_path(args)
     default = getattr(args, "dim_default", None)
 
     def load_at(binding: dict):
-        return load(path, {**fixed, **binding}, dim_default=default)
+        follow = {n: f.at(binding) for n, f in derived.items()}
+        if any(v < 0 for v in follow.values()):
+            raise GraphmemError(f"--dim: a dim that follows the range is negative at {binding}")
+        return load(path, {**fixed, **follow, **binding}, dim_default=default)
     with stages(args) as stage:
         built = build_range_plan(load_at, box, model_name=Path(path).name
                                  if Path(args.model).exists() else model_stem(args) + ".onnx",

@@ -172,6 +172,41 @@ class Formula:
         return cls(names, terms)
 
 
+def parse_formula(text: str, names: Sequence[str]) -> Formula:
+    """A formula written as Python arithmetic of ``names`` and integers (``+``, ``-``,
+    ``*``, ``**`` by a small integer, parentheses); anything else is refused (ValueError),
+    nothing is evaluated."""
+    import ast
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError("not arithmetic of the free dims") from None
+
+    def walk(n) -> Formula:
+        if isinstance(n, ast.Constant) and type(n.value) is int:
+            return Formula.const(names, n.value)
+        if isinstance(n, ast.Name):
+            if n.id not in names:
+                raise ValueError(f"{n.id!r} is not a free dim (a --dim NAME=LO..HI)")
+            return Formula.var(names, n.id)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            f = walk(n.operand)
+            return -f if isinstance(n.op, ast.USub) else f
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult)):
+            a, b = walk(n.left), walk(n.right)
+            return a + b if isinstance(n.op, ast.Add) else a - b if isinstance(
+                n.op, ast.Sub) else a * b
+        if (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow)
+                and isinstance(n.right, ast.Constant) and type(n.right.value) is int
+                and 0 <= n.right.value <= 4):
+            base, out = walk(n.left), Formula.const(names, 1)
+            for _ in range(n.right.value):
+                out = out * base
+            return out
+        raise ValueError("only integers, the free dims, + - * and ** by 0..4 are allowed")
+    return walk(tree.body)
+
+
 # --------------------------------------------------------------------------- fitting
 
 def sample_values(lo: int, hi: int, degree: int = 2) -> list[int]:
