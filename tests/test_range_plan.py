@@ -295,3 +295,15 @@ def test_dim_following_the_range(tmp_path, capsys):
     with pytest.raises(ValueError):
         parse_formula("__import__('os')", ("past",))
     assert parse_formula("2*(past + 1)**2", ("past",)).text() == "2*past**2 + 4*past + 2"
+
+
+@pytest.mark.parametrize("text", ["[]", '{"format": "graphmem.rangeplan/1"}',
+                                  '{"format": "graphmem.rangeplan/1", "dims": {"s": [5, 1]}}',
+                                  "[" * 100000, '{"format": "graphmem.rangeplan/1", "x": ' + "9" * 5000 + "}"])
+def test_hostile_range_plan_refused(tmp_path, capsys, text):
+    model = rm.save(rm.attention(), tmp_path / "attention.onnx")
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    assert main(["verify", model, "--plan", str(bad), "--dim", "seq=4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("graphmem: ")

@@ -16,6 +16,11 @@ from graphmem.commands.common import (MAX_DIM, console, input_paths, model_path,
                                       parse_dims, plan_options, read_plan, shown, stages)
 
 
+# A range plan holds up to 16 segments, each a plan's tensors with formulas: a file more
+# than this many times the largest plan of its model is refused before it is parsed.
+RANGE_PLAN_FACTOR = 256
+
+
 def add_range_args(p) -> None:
     """``--at`` (and, on ``plan``, the segment options)."""
     p.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
@@ -253,6 +258,12 @@ def read_plan_at(args, model) -> Plan:
             raise GraphmemError(f"--at: {args.plan} is not a range plan "
                                 f"(graphmem plan MODEL --dim NAME=LO..HI writes one)")
         return read_plan(args.plan, model)
+    from graphmem.commands.common import plan_size_limit
     from graphmem.ranges.evaluate import evaluate, free_binding
+    limit = RANGE_PLAN_FACTOR * plan_size_limit(model)
+    size = Path(args.plan).stat().st_size
+    if size > limit:
+        raise GraphmemError(f"{args.plan}: {size:,} bytes, more than any range plan for this "
+                            f"model needs ({limit:,}); not read")
     rp = RangePlan.load(args.plan)
     return evaluate(rp, free_binding(rp, {**parse_dims(args.dim), **_at(args)}))
