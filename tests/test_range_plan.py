@@ -307,3 +307,25 @@ def test_hostile_range_plan_refused(tmp_path, capsys, text):
     assert main(["verify", model, "--plan", str(bad), "--dim", "seq=4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("graphmem: ")
+
+
+def test_report_and_export_at_a_binding(tmp_path, capsys):
+    """report and export read a range plan with --plan and --at: the plan evaluated
+    there, as any saved plan."""
+    model = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    out = tmp_path / "decode.rangeplan.json"
+    assert main(["plan", model, "--dim", "batch=1..8", "--dim", "past_seq=0..1000",
+                 "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", model, "--plan", str(out), "--at", "batch=2", "--at",
+                 "past_seq=300", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rp = RangePlan.load(out)
+    assert data["totals"]["arena_bytes"] == evaluate(rp, {"batch": 2, "past_seq": 300}).arena_bytes
+    html = tmp_path / "p.html"
+    assert main(["export", model, "--plan", str(out), "--at", "batch=2", "--at",
+                 "past_seq=300", "--html", str(html)]) == 0
+    assert html.stat().st_size > 0
+    capsys.readouterr()
+    assert main(["report", model, "--at", "batch=2"]) == 2
+    assert "--at needs a range plan" in capsys.readouterr().err

@@ -135,6 +135,9 @@ def run_report(args) -> int:
     among them), and per segment the aliased peak and the arena, as formulas."""
     import json
     from graphmem.ranges.memory import memory
+    if _at(args) or getattr(args, "plan", None):
+        raise GraphmemError("report --dim NAME=LO..HI gives the formulas; for the report at "
+                            "one binding pass the range plan: --plan RANGE.json --at NAME=VALUE")
     built, _, _ = _built(args)
     data = memory(built.plan)
     data["model"] = built.plan.model
@@ -247,6 +250,19 @@ def print_summary(con, built, written: str | None, at: dict | None) -> None:
         con.print(f"evaluated at {shown(at)}: an ordinary plan")
     if written:
         con.print(f"wrote {shown(written)}")
+
+
+def evaluated(args, model) -> Plan | None:
+    """For report and export's ``--plan``: a range plan evaluated at the binding ``--at``
+    and ``--dim`` give; None for any other file (read as before)."""
+    from graphmem.ranges.rangeplan import is_range_plan
+    saved = getattr(args, "plan", None)
+    if not saved or not is_range_plan(saved):
+        if _at(args):
+            raise GraphmemError("--at needs a range plan: --plan RANGE.json (graphmem plan "
+                                "MODEL --dim NAME=LO..HI writes one)")
+        return None
+    return read_plan_at(args, model)
 
 
 def read_plan_at(args, model) -> Plan:

@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
     add_html_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
