@@ -329,3 +329,15 @@ def test_report_and_export_at_a_binding(tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", model, "--at", "batch=2"]) == 2
     assert "--at needs a range plan" in capsys.readouterr().err
+
+
+def test_report_html_plot(tmp_path, capsys):
+    model = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    page = tmp_path / "r.html"
+    assert main(["report", model, "--dim", "batch=1..8", "--dim", "past_seq=0..1000",
+                 "--budget", "1MiB", "--html", str(page), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    text = page.read_text()
+    assert data["budget_bytes"] == 1 << 20
+    assert text.count("<svg") == 2 and "budget" in text
+    assert "bytes against past_seq" in text and data["input_bytes"] in text

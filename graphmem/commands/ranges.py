@@ -138,9 +138,20 @@ def run_report(args) -> int:
     if _at(args) or getattr(args, "plan", None):
         raise GraphmemError("report --dim NAME=LO..HI gives the formulas; for the report at "
                             "one binding pass the range plan: --plan RANGE.json --at NAME=VALUE")
+    if getattr(args, "html", None):
+        check_output(args.html, input_paths(args))
     built, _, _ = _built(args)
     data = memory(built.plan)
     data["model"] = built.plan.model
+    budget = None
+    if getattr(args, "budget", None):
+        from graphmem.commands.sizes import parse_bytes
+        budget = data["budget_bytes"] = parse_bytes(args.budget, "--budget")
+    if getattr(args, "html", None):
+        from graphmem.commands.ranges_html import page
+        from graphmem.plan.io import write_atomic
+        write_atomic(args.html, page(built.plan, data, budget), inputs=input_paths(args))
+        print(f"wrote {args.html}", file=sys.stderr)
     data["checkpoints"] = [{"binding": c.binding, "arena_bytes": c.arena_bytes,
                             "fresh_arena_bytes": c.fresh_bytes} for c in built.checkpoints]
     if args.json:

@@ -14,18 +14,22 @@ from graphmem.ranges.rangeplan import RangePlan
 
 
 def total(rp: RangePlan, binding: dict) -> dict:
-    """weights, arena, inputs + outputs (in the arena) and the total at ``binding``."""
+    """weights, arena, the larger of the graph inputs' and outputs' bytes (in the arena)
+    and the total at ``binding``."""
     plan = evaluate(rp, binding)
     weights = rp.weights_bytes.at(binding)
-    io = sum(t.bytes for t in plan.tensors.values() if t.kind in ("input", "output"))
+    # the larger of the graph inputs and outputs (a KV cache in, one out: never both
+    # whole in the arena at once where the inputs die before the last step)
+    io = max(sum(t.bytes for t in plan.tensors.values() if t.kind == kind)
+             for kind in ("input", "output"))
     return {"weights_bytes": weights, "arena_bytes": plan.arena_bytes, "io_bytes": io,
             "total_bytes": weights + plan.arena_bytes}
 
 
 def dominant(parts: dict) -> str:
-    """Which term is largest: weights, the graph inputs and outputs (KV cache), or the
-    other activations."""
-    terms = {"weights": parts["weights_bytes"], "inputs and outputs (KV cache)": parts["io_bytes"],
+    """Which term is largest: weights, the graph inputs or outputs (the larger: a KV
+    cache), or the other activations (the arena less that)."""
+    terms = {"weights": parts["weights_bytes"], "graph inputs or outputs (KV cache)": parts["io_bytes"],
              "other activations": max(parts["arena_bytes"] - parts["io_bytes"], 0)}
     return max(terms, key=terms.get)
 
