@@ -6,7 +6,7 @@ tensor's bytes compared with the fresh plan's.
     python tools/range_bench.py [--json OUT] [--fast]
 
 Cases: the corpus transformers (tests/data/corpus: BERT and GPT-2 with a KV cache, both
-exporters) and the Llama-style decode step and prefill of models/decoder.py (4 layers,
+exporters), two of them as ONNX Runtime's optimizer leaves them, and the Llama-style decode step and prefill of models/decoder.py (4 layers,
 hidden 256: GroupQueryAttention, a KV cache). ``--fast``: the corpus only.
 """
 from __future__ import annotations
@@ -43,6 +43,17 @@ CASES = [
     ("gpt2-past-ts prefill", CORPUS / "gpt2-past-ts.onnx", {"seq": (1, 124)},
      {"past_seq": 4, "batch": 2}, {}),
 ]
+
+
+def ort_cases() -> list:
+    """Two corpus models as ONNX Runtime runs them (optimized offline, level extended:
+    its fused Attention, SkipLayerNormalization, ...)."""
+    from graphmem.frontend.ort_optimize import optimize
+    bert = optimize(CORPUS / "bert-ts.onnx", "extended").path
+    gpt2 = optimize(CORPUS / "gpt2-past-dynamo.onnx", "extended").path
+    return [("bert-ts prefill, ORT", bert, {"seq": (1, 64), "batch": (1, 8)}, {}, {}),
+            ("gpt2-past-dynamo decode, ORT", gpt2, {"past_seq": (1, 127), "batch": (1, 8)},
+             {"seq": 1}, {})]
 
 
 def decoder_cases(folder: Path) -> list:
@@ -96,7 +107,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        cases = CASES + ([] if args.fast else decoder_cases(Path(tmp)))
+        cases = CASES + ([] if args.fast else ort_cases() + decoder_cases(Path(tmp)))
         print(f"{'case':28} {'box':48} {'seg':>3} {'build s':>7} {'proved':>6} "
               f"{'worst ratio':>11} {'sizes':>5} {'small/large':>11}")
         for case in cases:
@@ -109,6 +120,8 @@ def main(argv=None) -> int:
                   f"{r['smallest_over_largest']:>11.4f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    from graphmem.frontend.ort_optimize import cleanup
+    cleanup()
     return 0
 
 
