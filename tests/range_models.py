@@ -86,3 +86,17 @@ DECODE_STEP_BYTES = {"past_key": "32*batch*past_seq", "present_key": "32*batch*p
 def save(model: onnx.ModelProto, path) -> str:
     onnx.save(model, str(path))
     return str(path)
+
+
+def strided_convs() -> onnx.ModelProto:
+    """Two strided 1-d convolutions over x[batch, 8, seq] (as a speech encoder's front
+    end): lengths floor((seq + 1)/2), then floor((that + 1)/2); a MatMul after."""
+    nodes = [helper.make_node("Conv", ["x", "c1"], ["h1"], strides=[2], pads=[1, 1]),
+             helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "c2"], ["h2"], strides=[2], pads=[1, 1]),
+             helper.make_node("Transpose", ["h2"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["t", "w"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, ["batch", 8, "seq"])],
+                  [helper.make_tensor_value_info("y", F, ["batch", "frames", 32])],
+                  [_weight("c1", (16, 8, 3), 1), _weight("c2", (16, 16, 3), 2),
+                   _weight("w", (16, 32), 3)])

@@ -341,3 +341,27 @@ def test_report_html_plot(tmp_path, capsys):
     assert data["budget_bytes"] == 1 << 20
     assert text.count("<svg") == 2 and "budget" in text
     assert "bytes against past_seq" in text and data["input_bytes"] in text
+
+
+def test_strided_convolutions_floor_dims(tmp_path, capsys):
+    """Lengths a strided convolution computes are floors of divisions: computed dims,
+    named by their arithmetic; the plan is exact and verify passes at odd and even
+    lengths, the ends included; the arena formula equals the evaluated arena."""
+    import random
+    from graphmem.ranges.memory import arena, arena_at
+    path = rm.save(rm.strided_convs(), tmp_path / "convs.onnx")
+    built, rp, load_at = _build(path, {"batch": (1, 8), "seq": (1, 3000)})
+    assert rp.aux == ("floor((seq + 1)/2)", "floor((seq + 3)/4)")
+    assert rp.tensors["h1"].bytes.text() == "64*batch*floor((seq + 1)/2)"
+    assert range_problems(rp, built.formulas.graph) == []
+    assert structural_problems(rp, load_at, evaluate) == []
+    rng = random.Random(7)
+    for b in [{"batch": 1, "seq": 1}, {"batch": 8, "seq": 3000}] + [
+            {"batch": rng.randint(1, 8), "seq": rng.randint(1, 3000)} for _ in range(6)]:
+        plan, _ = _check_at(rp, load_at, b)
+        assert arena_at(arena(rp, rp.segment_at(b)), b, rp.alignment) == plan.arena_bytes
+    out = tmp_path / "r.json"
+    rp.save(out)
+    for seq in (1, 2, 3, 2999):
+        assert main(["verify", path, "--plan", str(out), "--dim", "batch=2",
+                     "--dim", f"seq={seq}"]) == 0

@@ -169,10 +169,10 @@ def run_report(args) -> int:
     table.add_row("graph outputs", shown(data["output_bytes"]))
     for s in data["segments"]:
         where = ", ".join(f"{n}={a}..{b}" for n, (a, b) in s["dims"].items())
-        table.add_row(f"aliased peak, {where}", shown(s["aliased_peak_bytes"]))
+        table.add_row(f"aliased peak, {where}", shown(s["aliased_peak_bytes"] or
+                                                      "evaluated per binding"))
         table.add_row(f"arena, {where}", shown(s["arena_bytes"] or
-                                               "evaluated per binding (padding to the "
-                                               "alignment is no polynomial here)"))
+                                               "evaluated per binding"))
     con.print(table)
     worst = max(built.checkpoints, key=lambda c: c.ratio)
     con.print(f"the range plan's arena is at most {worst.ratio:.3f}x a fresh plan's at "

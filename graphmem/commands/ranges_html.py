@@ -43,7 +43,7 @@ def page(rp: RangePlan, formulas: dict, budget: int | None = None) -> str:
             ("graph outputs", formulas["output_bytes"])]
     for s in formulas["segments"]:
         where = ", ".join(f"{n}={a}..{b}" for n, (a, b) in s["dims"].items())
-        rows += [(f"aliased peak, {where}", s["aliased_peak_bytes"]),
+        rows += [(f"aliased peak, {where}", s["aliased_peak_bytes"] or "evaluated per binding"),
                  (f"arena, {where}", s["arena_bytes"] or "evaluated per binding")]
     table = "".join(f"<tr><td>{e(k)}</td><td><code>{e(v)}</code></td></tr>" for k, v in rows)
     box = ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in rp.dims.items())

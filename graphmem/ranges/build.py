@@ -79,7 +79,7 @@ def build_range_plan(load_at: Callable[[dict], Graph], box: Box, *, model_name: 
     if sf.unfitted:
         more = f" (and {len(sf.unfitted) - 1} more)" if len(sf.unfitted) > 1 else ""
         raise GraphmemError(f"no range plan: {sf.unfitted[0]}{more}")
-    names = tuple(box)
+    names = sf.all_names
     alignment = int(options.get("alignment", 64))
     graph = sf.graph
     fresh = _FreshPlans(load_at, sf, options, model_name)
@@ -91,7 +91,8 @@ def build_range_plan(load_at: Callable[[dict], Graph], box: Box, *, model_name: 
     weights = Formula.const(names, 0)
     for t in graph.stored_weight_names():
         weights = weights + sf.tensors[t].bytes
-    plan = RangePlan(model=model_name, dims=dict(box), bindings=dict(sf.bindings),
+    plan = RangePlan(model=model_name, dims=dict(box), aux=tuple(sf.aux),
+                     bindings=dict(sf.bindings),
                      alignment=alignment, constants=list(top.constants), tensors=tensors,
                      segments=segments, weights_bytes=weights, target=top.target)
     return Built(plan, sf, tuple(checkpoints), tuple(dropped), time.perf_counter() - start)
@@ -104,7 +105,7 @@ def _kept_links(ref, graph: Graph, sf: SizeFormulas, box: Box, alignment: int):
     as formulas, and a line for each one dropped."""
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
     F = sf.tensors
-    names = tuple(box)
+    names = sf.all_names
     kept: dict[str, list] = {}
     dropped: list[str] = []
     for name, t in ref.tensors.items():
@@ -272,7 +273,7 @@ def segment_at(box: Box, ref: dict, fresh: _FreshPlans, alignment: int):
     of the blocks at ``ref``; and a line per alias dropped."""
     plan = fresh.plan(ref)
     links, dropped = _kept_links(plan, fresh.graph, fresh.sf, box, alignment)
-    placed, blocks = _blocks(plan, fresh.sf, links, box, tuple(box), dropped)
+    placed, blocks = _blocks(plan, fresh.sf, links, box, fresh.sf.all_names, dropped)
     stack, below = stacking_at(blocks, ref, alignment)
     return Segment(dict(box), tuple(plan.order), placed, blocks, tuple(stack),
                    tuple(map(tuple, below))), dropped

@@ -11,13 +11,64 @@ non-negative over an integer box (:func:`nonnegative`).
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
+from functools import lru_cache
 from itertools import product
 from math import lcm
 from typing import Mapping, Sequence
 
 # A box: the free dims' inclusive integer ranges, in a fixed order
 Box = dict  # name -> (lo, hi)
+
+# A dim the graph computes as the floor of a division of another: named by its own
+# arithmetic, ``floor((seq - 1)/2)`` (of a free dim or of another such dim), so that a
+# formula over it says what it is and a runtime computes it from the free dims first.
+_AUX = re.compile(r"^floor\(\((.+) ([+-]) (\d+)\)/(\d+)\)$")
+
+
+def aux_name(of: str, add: int, div: int) -> str:
+    return f"floor(({of} {'-' if add < 0 else '+'} {abs(add)})/{div})"
+
+
+@lru_cache(maxsize=4096)
+def aux_parts(name: str) -> tuple[str, int, int] | None:
+    """(of, add, div) of a name written as :func:`aux_name` writes it, else None."""
+    m = _AUX.match(name)
+    if m is None:
+        return None
+    of, sign, add, div = m.groups()
+    if int(div) <= 0:
+        return None
+    return of, int(add) * (-1 if sign == "-" else 1), int(div)
+
+
+def value_of(name: str, binding: Mapping[str, int]) -> int:
+    """The value of a dim at ``binding``: given there, or computed (a floor of a division)."""
+    v = binding.get(name)
+    if v is not None:
+        return v
+    parts = aux_parts(name)
+    if parts is None:
+        raise KeyError(name)
+    of, add, div = parts
+    return (value_of(of, binding) + add) // div
+
+
+def extend_box(names: Sequence[str], box: Box) -> Box:
+    """``box`` with the range of every computed dim of ``names`` (a floor of a division
+    grows with what it divides: its ends are its values at the ends)."""
+    out = dict(box)
+
+    def rng(n: str):
+        if n not in out:
+            of, add, div = aux_parts(n)
+            lo, hi = rng(of)
+            out[n] = ((lo + add) // div, (hi + add) // div)
+        return out[n]
+    for n in names:
+        rng(n)
+    return out
 
 
 class Formula:
@@ -40,8 +91,22 @@ class Formula:
         e = tuple(int(n == name) for n in names)
         return cls(names, {e: Fraction(1)})
 
+    def widen(self, names: Sequence[str]) -> "Formula":
+        """The same formula over ``names`` (a superset of its own, in another order)."""
+        names = tuple(names)
+        pos = [names.index(n) for n in self.names]
+        out = {}
+        for e, c in self.terms.items():
+            w = [0] * len(names)
+            for i, p in zip(pos, e):
+                w[i] = p
+            out[tuple(w)] = c
+        return Formula(names, out)
+
     # ---------------------------------------------------------------- arithmetic
     def __add__(self, other: "Formula") -> "Formula":
+        if other.names != self.names:
+            raise ValueError(f"formulas over {self.names} and {other.names}")
         out = dict(self.terms)
         for e, c in other.terms.items():
             out[e] = out.get(e, 0) + c
@@ -56,6 +121,8 @@ class Formula:
     def __mul__(self, other) -> "Formula":
         if not isinstance(other, Formula):
             return Formula(self.names, {e: c * Fraction(other) for e, c in self.terms.items()})
+        if other.names != self.names:
+            raise ValueError(f"formulas over {self.names} and {other.names}")
         out: dict[tuple[int, ...], Fraction] = {}
         for e1, c1 in self.terms.items():
             for e2, c2 in other.terms.items():
@@ -80,7 +147,7 @@ class Formula:
 
     # ---------------------------------------------------------------- evaluation
     def exact(self, binding: Mapping[str, int]) -> Fraction:
-        xs = [int(binding[n]) for n in self.names]
+        xs = [int(value_of(n, binding)) for n in self.names]
         total = Fraction(0)
         for e, c in self.terms.items():
             m = 1
@@ -237,9 +304,10 @@ class Grid:
     """The sample points of a box and the exact interpolation on them: each free dim at
     :func:`sample_values`, every combination (``points``, row-major)."""
 
-    def __init__(self, box: Box, degree: int = 2):
+    def __init__(self, box: Box, degree: int = 2, values: Sequence[Sequence[int]] | None = None):
         self.names = tuple(box)
-        self.values = [sample_values(lo, hi, degree) for lo, hi in box.values()]
+        self.values = ([sample_values(lo, hi, degree) for lo, hi in box.values()]
+                       if values is None else [list(v) for v in values])
         self.points = [dict(zip(self.names, p)) for p in product(*self.values)]
         self._inv = [_inverse_vandermonde(v) for v in self.values]
 
@@ -267,27 +335,29 @@ class Grid:
 # --------------------------------------------------------------------------- proofs
 
 def nonnegative(f: Formula, box: Box, depth: int = 6) -> bool:
-    """Is ``f`` >= 0 at every integer binding of ``box``? A proof, or False where none
-    is found: each dim written as its low end plus a count up, or its high end minus a
+    """Is ``f`` >= 0 at every integer binding of ``box`` (the free dims' ranges; a
+    computed dim of ``f`` ranges over its values there)? A proof, or False where none is
+    found: each dim written as its low end plus a count up, or its high end minus a
     count down, every coefficient then non-negative; else the box split in two along
-    its widest dim (``depth`` times at most)."""
+    its widest free dim (``depth`` times at most). A computed dim is taken as free
+    within its range: a proof for more bindings than occur."""
     if f.is_const():
         return f.constant() >= 0
-    names = [n for n in f.names if n in box]
+    full = extend_box(f.names, box)
     used = [n for i, n in enumerate(f.names) if any(e[i] for e in f.terms)]
     for signs in product((1, -1), repeat=len(used)):
         g = f
         for n, s in zip(used, signs):
-            lo, hi = box[n]
+            lo, hi = full[n]
             g = g.shifted(n, lo if s > 0 else hi, s)
         if all(c >= 0 for c in g.terms.values()):
             return True
     if depth <= 0:
         return False
-    wide = max(names, key=lambda n: box[n][1] - box[n][0])
+    wide = max(box, key=lambda n: box[n][1] - box[n][0])
     lo, hi = box[wide]
     if lo == hi:  # a single binding
-        return f.exact({n: box[n][0] for n in f.names}) >= 0
+        return f.exact({n: box[n][0] for n in box}) >= 0
     mid = (lo + hi) // 2
     return (nonnegative(f, {**box, wide: (lo, mid)}, depth - 1)
             and nonnegative(f, {**box, wide: (mid + 1, hi)}, depth - 1))

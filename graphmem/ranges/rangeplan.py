@@ -13,7 +13,7 @@ from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.plan.format import KINDS
 from graphmem.plan.io import write_atomic
-from graphmem.ranges.formulas import Formula
+from graphmem.ranges.formulas import Formula, aux_parts
 
 FORMAT = "graphmem.rangeplan/1"
 
@@ -76,10 +76,14 @@ class RangePlan:
     weights_bytes: Formula
     target: dict | None = None
     format: str = FORMAT
+    # dims the graph computes as floors of divisions of the free ones, named by their
+    # arithmetic (``floor((seq - 1)/2)``): the formulas name them too
+    aux: tuple = ()
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self.dims)
+        """The names every formula of the plan is over: the free dims, then the computed."""
+        return tuple(self.dims) + tuple(self.aux)
 
     def segment_at(self, binding: dict) -> int:
         """The first segment whose box holds ``binding``; a binding outside the plan's
@@ -100,6 +104,7 @@ class RangePlan:
     def to_dict(self) -> dict[str, Any]:
         out = {"format": self.format, "model": self.model,
                "dims": {n: list(r) for n, r in self.dims.items()},
+               "computed_dims": list(self.aux),
                "bindings": {n: f.to_json() for n, f in self.bindings.items()},
                "alignment": self.alignment, "constants": list(self.constants),
                "weights_bytes": self.weights_bytes.to_json()}
@@ -129,7 +134,12 @@ class RangePlan:
                 if not 0 <= lo <= hi:
                     raise ValueError(f"dims {n!r}: expected [lo, hi] with 0 <= lo <= hi")
                 dims[str(n)] = (lo, hi)
-            names = tuple(dims)
+            aux = tuple(str(a) for a in d.get("computed_dims", []))
+            for a in aux:
+                if a in dims or aux_parts(a) is None or not _computed_from(a, dims, aux):
+                    raise ValueError(f"computed dim {a!r}: not floor((NAME + B)/C) of a "
+                                     f"free dim or an earlier computed one")
+            names = tuple(dims) + aux
 
             def formula(x):
                 return Formula.from_json(names, x)
@@ -142,6 +152,8 @@ class RangePlan:
                                                  tuple(formula(a) for a in t["shape"]),
                                                  formula(t["bytes"]))
             segments = [_segment(s, names, tensors) for s in d["segments"]]
+            if any(list(s.dims) != list(dims) for s in segments):
+                raise ValueError("a segment must give [lo, hi] of every free dim, in order")
             if not segments:
                 raise ValueError("no segments")
             target = d.get("target")
@@ -151,7 +163,7 @@ class RangePlan:
                 alignment=_int(d["alignment"]),
                 constants=[str(c) for c in d["constants"]], tensors=tensors,
                 segments=segments, weights_bytes=formula(d["weights_bytes"]),
-                target=dict(target) if isinstance(target, dict) else None)
+                target=dict(target) if isinstance(target, dict) else None, aux=aux)
         except KeyError as exc:
             raise GraphmemError(f"{source}: corrupt range plan, missing field "
                                 f"{exc.args[0]!r}") from None
@@ -162,6 +174,11 @@ class RangePlan:
     def load(path: str | os.PathLike) -> "RangePlan":
         d = read_json(path)
         return RangePlan.from_dict(d, str(path))
+
+
+def _computed_from(name: str, dims: dict, aux: tuple) -> bool:
+    of = aux_parts(name)[0]
+    return of in dims or (of in aux and aux.index(of) < aux.index(name))
 
 
 def _segment_json(s: Segment) -> dict[str, Any]:
@@ -182,7 +199,7 @@ def _segment_json(s: Segment) -> dict[str, Any]:
 
 def _segment(s: Any, names: tuple, tensors: dict) -> Segment:
     sdims = {str(n): tuple(_int(v) for v in r) for n, r in s["dims"].items()}
-    if list(sdims) != list(names) or any(len(r) != 2 for r in sdims.values()):
+    if list(sdims) != [n for n in names if aux_parts(n) is None] or any(len(r) != 2 for r in sdims.values()):
         raise ValueError("a segment must give [lo, hi] of every free dim, in the plan's order")
     blocks = tuple(Block(str(b["root"]), Formula.from_json(names, b["bytes"]),
                          _live(b["live"])) for b in s["blocks"])

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 from graphmem.core.ir import Graph
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
-from graphmem.ranges.formulas import Box, Formula, Grid
+from graphmem.ranges.formulas import Box, Formula, Grid, aux_name, aux_parts, value_of
 
 
 @record
@@ -45,6 +45,11 @@ class SizeFormulas:
     graph: Graph
     loaded: dict
     bindings: dict  # every other dim the loader bound (fixed, or an expression: past_seq + 1)
+    aux: tuple = ()  # the computed dims the formulas name besides the free ones
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        return tuple(self.box) + tuple(self.aux)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -96,39 +101,170 @@ def size_formulas(load_at: Callable[[dict], Graph], box: Box, *, checks: int = 4
     graphs = [graph_at(p) for p in grid.points]
     ref = graphs[0]
     producer = {t: n for n in ref.nodes for t in n.outputs if t}
-    tensors: dict[str, TensorFormula] = {}
+    axes: dict[tuple[str, int], Formula] = {}
     for name, t in ref.tensors.items():
-        shape = tuple(grid.fit([g.tensors[name].shape[i] for g in graphs])
-                      for i in range(len(t.shape)))
-        tensors[name] = TensorFormula(t.dtype, t.bits, shape,
-                                      bytes_formula(shape, t.bits, names))
+        for i in range(len(t.shape)):
+            axes[name, i] = grid.fit([g.tensors[name].shape[i] for g in graphs])
     bound = {k: grid.fit([g.bindings[k] for g in graphs]) for k in ref.bindings
              if k not in box and all(k in g.bindings for g in graphs)}
     rng = random.Random(seed)
-    extra = [{n: rng.randint(lo, hi) for n, (lo, hi) in box.items()} for _ in range(checks)]
+    for _ in range(checks):
+        graph_at({n: rng.randint(lo, hi) for n, (lo, hi) in box.items()})
+    failing = _misses(axes, loaded)
+    aux: list[str] = []
+    if failing:  # floors of divisions: computed dims, then the axes over them
+        _floors(failing, axes, aux, box, loaded, graph_at, grid)
+    ext = names + tuple(aux)
     unfitted: dict[str, str] = {}
-    for binding in extra:
-        g = graph_at(binding)
+    for key, g in list(loaded.items()):
+        binding = dict(key)
         for k in [k for k, f in bound.items() if g.bindings.get(k) != f.at(binding)]:
             unfitted[f"dim {k}"] = (f"the dim {k!r} the model computes is {g.bindings.get(k)} "
                                     f"at {_binding_text(binding)}, not a polynomial of "
                                     f"{', '.join(names)}")
             del bound[k]
-        for name, f in tensors.items():
-            if name in unfitted:
-                continue
-            actual = g.tensors[name]
-            if any(a.at(binding) != v for a, v in zip(f.shape, actual.shape)) \
-                    or f.bytes.at(binding) != actual.bytes:
-                node = producer.get(name)
-                where = (f"{node.op_type} node {node.name or node.index!r}" if node
-                         else "a graph input" if name in ref.inputs else "a weight")
-                unfitted[name] = (f"tensor {name!r} (of {where}): shape {actual.shape} at "
-                                  f"{_binding_text(binding)} is not "
-                                  f"[{', '.join(a.text() for a in f.shape)}]; its size is "
-                                  f"not a polynomial of {', '.join(names)}")
+    tensors: dict[str, TensorFormula] = {}
+    missed = _misses(axes, loaded)
+    for name, t in ref.tensors.items():
+        shape = tuple(axes[name, i].widen(ext) for i in range(len(t.shape)))
+        tensors[name] = TensorFormula(t.dtype, t.bits, shape, bytes_formula(shape, t.bits, ext))
+        bad = [i for i in range(len(t.shape)) if (name, i) in missed]
+        if bad:
+            binding = missed[name, bad[0]]
+            actual = loaded[binding_key(binding)].tensors[name]
+            node = producer.get(name)
+            where = (f"{node.op_type} node {node.name or node.index!r}" if node
+                     else "a graph input" if name in ref.inputs else "a weight")
+            unfitted[name] = (f"tensor {name!r} (of {where}): shape {actual.shape} at "
+                              f"{_binding_text(binding)} is not "
+                              f"[{', '.join(a.text() for a in shape)}]; its size is "
+                              f"not a polynomial of {', '.join(ext)}")
+    bound = {k: f.widen(ext) for k, f in bound.items()}
     top = {n: hi for n, (lo, hi) in box.items()}
-    return SizeFormulas(dict(box), tensors, tuple(unfitted.values()), graph_at(top), loaded, bound)
+    return SizeFormulas(dict(box), tensors, tuple(unfitted.values()), graph_at(top), loaded,
+                        bound, tuple(aux))
+
+
+def _misses(axes: dict, loaded: dict) -> dict:
+    """(tensor, axis) -> a binding where its formula misses the loader's shape."""
+    out = {}
+    for key, g in loaded.items():
+        binding = dict(key)
+        for (name, i), f in axes.items():
+            if (name, i) not in out and f.exact(binding) != g.tensors[name].shape[i]:
+                out[name, i] = binding
+    return out
+
+
+def _floors(failing: dict, axes: dict, aux: list, box: Box, loaded: dict, graph_at,
+            grid: Grid) -> None:
+    """Axes that are ``floor((w + b)/c)`` of a free dim (or of such a computed dim) become
+    that computed dim (added to ``aux``); then the axes still missing are fitted again
+    with a computed dim in place of the free one it is computed from."""
+    names = tuple(box)
+    for _ in range(4):  # nested floors: a strided op after a strided op
+        found = False
+        for (name, i) in list(failing):
+            x = _only_dim(name, i, loaded, names)
+            if x is None:
+                continue
+            for w in [x] + [u for u in aux if _root(u) == x]:
+                made = _floor_of(name, i, w, x, box, loaded, graph_at)
+                if made is not None:
+                    if made not in aux:
+                        aux.append(made)
+                    axes[name, i] = Formula.var(names + tuple(aux), made)
+                    found = True
+                    break
+        # every formula over the names so far
+        ext = names + tuple(aux)
+        for k in axes:
+            if axes[k].names != ext:
+                axes[k] = axes[k].widen(ext)
+        failing = _misses(axes, loaded)
+        for (name, i) in list(failing):
+            f = _refit(name, i, aux, box, loaded, graph_at, grid)
+            if f is not None:
+                axes[name, i] = f.widen(ext)
+        failing = _misses(axes, loaded)
+        if not failing or not found:
+            return
+
+
+def _root(name: str) -> str:
+    parts = aux_parts(name)
+    return name if parts is None else _root(parts[0])
+
+
+def _only_dim(name: str, i: int, loaded: dict, names) -> str | None:
+    """The one free dim the axis follows at every loaded binding (None for none or more)."""
+    for x in names:
+        seen: dict[int, int] = {}
+        if all(seen.setdefault(dict(k)[x], g.tensors[name].shape[i]) == g.tensors[name].shape[i]
+               for k, g in loaded.items()):
+            return x
+    return None
+
+
+def _floor_of(name, i, w, x, box, loaded, graph_at) -> str | None:
+    """The computed dim ``floor((w + b)/c)`` the axis is at every loaded binding (loading
+    ``c + 1`` consecutive values of ``w`` to pin ``b``), or None."""
+    lo, hi = box[x]
+    base = {n: r[0] for n, r in box.items()}
+    pts = sorted({(value_of(w, dict(k)), g.tensors[name].shape[i]) for k, g in loaded.items()})
+    (w0, y0), (w1, y1) = pts[0], pts[-1]
+    if y1 == y0 or w1 == w0:
+        return None
+    c = round((w1 - w0) / (y1 - y0))
+    if c < 2 or c > 4096:
+        return None
+    start = value_of(w, {**base, x: lo})
+    want: set[int] = set()
+    v = lo
+    while v <= hi and len(want) < c + 1:  # c + 1 consecutive values of w, from the low end
+        wv = value_of(w, {**base, x: v})
+        if wv > start + c:
+            break
+        if wv not in want:
+            want.add(wv)
+            graph_at({**base, x: v})
+        v += 1
+    b_lo, b_hi = -10 ** 18, 10 ** 18
+    for k, g in loaded.items():
+        wv, y = value_of(w, dict(k)), g.tensors[name].shape[i]
+        b_lo, b_hi = max(b_lo, c * y - wv), min(b_hi, c * y - wv + c - 1)
+    if b_lo > b_hi:
+        return None
+    made = aux_name(w, b_lo, c)
+    if all(value_of(made, dict(k)) == g.tensors[name].shape[i] for k, g in loaded.items()):
+        return made
+    return None
+
+
+def _refit(name, i, aux, box, loaded, graph_at, grid: Grid) -> Formula | None:
+    """The axis as a polynomial with one computed dim in place of its free dim: on the
+    grid's values of the other dims and the computed dim's values at the grid's values
+    of the free one (loading where needed), checked at every loaded binding."""
+    names = tuple(box)
+    for u in aux:
+        x = _root(u)
+        j = names.index(x)
+        us = {value_of(u, {x: v}): v for v in grid.values[j]}
+        if len(us) < len(grid.values[j]):
+            continue
+        sub = names[:j] + (u,) + names[j + 1:]
+        values = [sorted(us) if n == u else grid.values[k] for k, n in enumerate(sub)]
+        g2 = Grid(dict.fromkeys(sub, (0, 0)), values=values)
+        ys = []
+        for p in g2.points:
+            binding = {n: (us[p[u]] if n == x else p[n]) for n in names}
+            ys.append(graph_at(binding).tensors[name].shape[i])
+        f = g2.fit(ys)
+        ext = names + tuple(aux)
+        f = f.widen(ext)
+        if all(f.exact(dict(k)) == g.tensors[name].shape[i] for k, g in loaded.items()):
+            return f
+    return None
 
 
 def _binding_text(binding: Mapping[str, int]) -> str:
