@@ -79,7 +79,7 @@ def build_range_plan(load_at: Callable[[dict], Graph], box: Box, *, model_name: 
     if sf.unfitted:
         more = f" (and {len(sf.unfitted) - 1} more)" if len(sf.unfitted) > 1 else ""
         raise GraphmemError(f"no range plan: {sf.unfitted[0]}{more}")
-    names = sf.all_names
+    names = sf.names
     alignment = int(options.get("alignment", 64))
     graph = sf.graph
     fresh = _FreshPlans(load_at, sf, options, model_name)
@@ -105,7 +105,7 @@ def _kept_links(ref, graph: Graph, sf: SizeFormulas, box: Box, alignment: int):
     as formulas, and a line for each one dropped."""
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
     F = sf.tensors
-    names = sf.all_names
+    names = sf.names
     kept: dict[str, list] = {}
     dropped: list[str] = []
     for name, t in ref.tensors.items():
@@ -273,7 +273,7 @@ def segment_at(box: Box, ref: dict, fresh: _FreshPlans, alignment: int):
     of the blocks at ``ref``; and a line per alias dropped."""
     plan = fresh.plan(ref)
     links, dropped = _kept_links(plan, fresh.graph, fresh.sf, box, alignment)
-    placed, blocks = _blocks(plan, fresh.sf, links, box, fresh.sf.all_names, dropped)
+    placed, blocks = _blocks(plan, fresh.sf, links, box, fresh.sf.names, dropped)
     stack, below = stacking_at(blocks, ref, alignment)
     return Segment(dict(box), tuple(plan.order), placed, blocks, tuple(stack),
                    tuple(map(tuple, below))), dropped

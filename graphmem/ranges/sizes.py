@@ -6,8 +6,10 @@ it runs at every point of a grid over the box (:class:`~graphmem.ranges.formulas
 each free dim at its two ends and its middle), each axis of each tensor is interpolated
 exactly (a polynomial of degree <= 2 in each dim, rational coefficients), and every
 formula is then checked against the loader at further bindings (seeded, inside the box):
-a formula that misses one is not a formula of the dims (a ``Min``, a ``floor`` of a
-division, a shape read from data), and is named in one line with its tensor and op.
+an axis that follows one free dim as ``floor((w + B)/C)`` (a strided convolution or
+pooling) becomes a computed dim named by that arithmetic (:func:`_floors`), and the axes
+after it are fitted again over it; a formula that still misses is not a formula of the
+dims (a ``Min``, a shape read from data), and is named in one line with its tensor and op.
 """
 from __future__ import annotations
 
@@ -48,12 +50,9 @@ class SizeFormulas:
     aux: tuple = ()  # the computed dims the formulas name besides the free ones
 
     @property
-    def all_names(self) -> tuple[str, ...]:
-        return tuple(self.box) + tuple(self.aux)
-
-    @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self.box)
+        """What every formula is over: the free dims, then the computed ones."""
+        return tuple(self.box) + tuple(self.aux)
 
 
 def binding_key(binding: Mapping[str, int]) -> tuple:
