@@ -348,7 +348,7 @@ def test_strided_convolutions_floor_dims(tmp_path, capsys):
     named by their arithmetic; the plan is exact and verify passes at odd and even
     lengths, the ends included; the arena formula equals the evaluated arena."""
     import random
-    from graphmem.ranges.memory import arena, arena_at
+    from graphmem.ranges.memory import aliased_peak, arena, arena_at, max_at
     path = rm.save(rm.strided_convs(), tmp_path / "convs.onnx")
     built, rp, load_at = _build(path, {"batch": (1, 8), "seq": (1, 3000)})
     assert rp.aux == ("floor((seq + 1)/2)", "floor((seq + 3)/4)")
@@ -359,7 +359,9 @@ def test_strided_convolutions_floor_dims(tmp_path, capsys):
     for b in [{"batch": 1, "seq": 1}, {"batch": 8, "seq": 3000}] + [
             {"batch": rng.randint(1, 8), "seq": rng.randint(1, 3000)} for _ in range(6)]:
         plan, _ = _check_at(rp, load_at, b)
-        assert arena_at(arena(rp, rp.segment_at(b)), b, rp.alignment) == plan.arena_bytes
+        i = rp.segment_at(b)
+        assert arena_at(arena(rp, i), b, rp.alignment) == plan.arena_bytes
+        assert max_at(aliased_peak(rp, i), b) == plan.stats["aliased_peak_bytes"]
     out = tmp_path / "r.json"
     rp.save(out)
     for seq in (1, 2, 3, 2999):

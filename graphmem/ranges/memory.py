@@ -4,11 +4,13 @@
 - graph inputs and outputs (a decode step's KV cache among them): the sum of their
   bytes formulas;
 - the aliased peak (what the plan's stats call ``aliased_peak_bytes``): at each step of
-  the segment's order the bytes in use are a polynomial of the dims (the segment's
-  aliases and live ranges do not change inside it), fitted exactly from the evaluated
-  plans at a grid of the segment's bindings (:func:`~graphmem.plan.stats.live_timelines`,
-  the statistics' own code) and checked at more; the peak is the largest of them, written
-  as ``max(...)`` of those no other one proves at least as large over the segment;
+  the segment's order the bytes in use are a formula of the dims (the segment's aliases
+  and live ranges do not change inside it): the bytes of the blocks live there, where
+  no block holds a Concat slice, else fitted exactly from the evaluated plans' own live
+  timelines (:func:`~graphmem.plan.stats.live_timelines`, the statistics' own code);
+  either way checked against the evaluated plans at more bindings. The peak is the
+  largest of them, written as ``max(...)`` of those no other one is proved at least as
+  large over the segment;
 - the arena: the tops of the stacking, a max-plus pass over the formulas (each block's
   top the largest top below it plus its bytes rounded up to the alignment: a
   ``64*ceil(q/64)`` term where the bytes are not a multiple of it at every binding),
@@ -65,21 +67,44 @@ def max_at(fs: list[Formula], binding: dict) -> int:
 
 
 def aliased_peak(rp: RangePlan, i: int, checks: int = 3, seed: int = 0) -> list[Formula]:
-    """The aliased peak of segment ``i`` as the terms of a max, fitted and checked."""
+    """The aliased peak of segment ``i`` as the terms of a max: each step's bytes in use,
+    from the blocks live there (a segment without Concat slices: a block is its storage
+    group, live over its members' whole life), else fitted from the evaluated plans'
+    own live timelines; either way checked against the evaluated plans (ValueError
+    where a step's bytes are no formula)."""
     seg = rp.segments[i]
     box = dict(seg.dims)
     grid = Grid(box)
-    lines = [live_timelines(evaluate(rp, p, i))[0] for p in grid.points]
-    steps = [grid.fit([line[s] for line in lines]) for s in range(len(lines[0]))]
+    steps = _steps_from_blocks(rp, seg)
+    if steps is None or not _matches(rp, i, steps, grid.points):
+        lines = [live_timelines(evaluate(rp, p, i))[0] for p in grid.points]
+        steps = [grid.fit([line[s] for line in lines]) for s in range(len(lines[0]))]
     rng = random.Random(seed)
-    for _ in range(checks):
-        b = {n: rng.randint(lo, hi) for n, (lo, hi) in box.items()}
-        line = live_timelines(evaluate(rp, b, i))[0]
-        bad = [s for s, f in enumerate(steps) if f.at(b) != line[s]]
-        if bad:
-            raise ValueError(f"the bytes in use at step {bad[0] - 1} are not a polynomial "
-                             f"of {', '.join(box)}")
+    extra = [{n: rng.randint(lo, hi) for n, (lo, hi) in box.items()} for _ in range(checks)]
+    if not _matches(rp, i, steps, extra):
+        raise ValueError(f"the bytes in use at a step are not a formula of {', '.join(box)}")
     return pruned(steps, box)
+
+
+def _steps_from_blocks(rp: RangePlan, seg) -> list[Formula] | None:
+    """The bytes in use at each position (-1 .. len(order)) as formulas, where no block
+    holds a Concat slice (None where one does)."""
+    if any(p.slice_of is not None for p in seg.placed.values()):
+        return None
+    zero = Formula.const(rp.names, 0)
+    steps = [zero] * (len(seg.order) + 2)
+    for b in seg.blocks:
+        for pos in range(b.live[0], b.live[1] + 1):
+            steps[pos + 1] = steps[pos + 1] + b.bytes
+    return steps
+
+
+def _matches(rp: RangePlan, i: int, steps: list[Formula], bindings) -> bool:
+    for b in bindings:
+        line = live_timelines(evaluate(rp, b, i))[0]
+        if len(line) != len(steps) or any(f.at(b) != v for f, v in zip(steps, line)):
+            return False
+    return True
 
 
 class Chain:
