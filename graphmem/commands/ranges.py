@@ -76,32 +76,27 @@ def _at(args) -> dict[str, int]:
 
 
 def _built(args):
-    """The range plan of the command's model over its ``--dim`` box, proved."""
-    from graphmem.ranges.build import build_range_plan
-    from graphmem.ranges.evaluate import evaluate
-    from graphmem.ranges.prove import range_problems, structural_problems
+    """The range plan of the command's model over its ``--dim`` box, proved; with the
+    fixed dims and the loader at a binding."""
+    from graphmem.ranges.api import plan_range
     box, fixed, derived = split_dims(args.dim)
     if not box:
         raise GraphmemError("--at needs a range of dims: --dim NAME=LO..HI")
     path = model_path(args)
     default = getattr(args, "dim_default", None)
+    for name, f in derived.items():
+        lo = {n: a for n, (a, b) in box.items()}
+        if f.at(lo) < 0:
+            raise GraphmemError(f"--dim {name}: {f.text()} is negative at {lo}")
+    with stages(args) as stage:
+        built = plan_range(path, box, fixed=fixed, follow=derived, dim_default=default,
+                           model_name=Path(path).name if Path(args.model).exists()
+                           else model_stem(args) + ".onnx", progress=stage,
+                           **plan_options(args))
 
     def load_at(binding: dict):
-        follow = {n: f.at(binding) for n, f in derived.items()}
-        if any(v < 0 for v in follow.values()):
-            raise GraphmemError(f"--dim: a dim that follows the range is negative at {binding}")
-        return load(path, {**fixed, **follow, **binding}, dim_default=default)
-    with stages(args) as stage:
-        built = build_range_plan(load_at, box, model_name=Path(path).name
-                                 if Path(args.model).exists() else model_stem(args) + ".onnx",
-                                 options=plan_options(args), progress=stage)
-        stage("proving the range plan")
-        rp = built.plan
-        found = range_problems(rp, built.formulas.graph)
-        found += structural_problems(rp, lambda b: built.formulas.loaded.get(
-            tuple(sorted(b.items()))) or load_at(b), evaluate)
-    if found:
-        raise PlanInvalid(found)
+        return load(path, {**fixed, **{n: f.at(binding) for n, f in derived.items()},
+                           **binding}, dim_default=default)
     return built, fixed, load_at
 
 
