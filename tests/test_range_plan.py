@@ -367,3 +367,15 @@ def test_strided_convolutions_floor_dims(tmp_path, capsys):
     for seq in (1, 2, 3, 2999):
         assert main(["verify", path, "--plan", str(out), "--dim", "batch=2",
                      "--dim", f"seq={seq}"]) == 0
+
+
+def test_plan_verify_at(tmp_path, capsys):
+    model = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    out = tmp_path / "p.json"
+    dims = ["--dim", "batch=1..4", "--dim", "past_seq=0..100"]
+    assert main(["plan", model, *dims, "--at", "batch=2", "--at", "past_seq=9", "--verify",
+                 "-o", str(out), "-q"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["plan", model, *dims, "--verify", "-o", str(tmp_path / "q.json")]) == 2
+    assert "give it with --at" in capsys.readouterr().err
+    assert not (tmp_path / "q.json").exists()

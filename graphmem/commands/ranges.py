@@ -110,18 +110,29 @@ def run_plan(args) -> int:
     inputs = input_paths(args)
     if out != "-":
         check_output(out, inputs)
+    if getattr(args, "verify", False) and not at:
+        raise GraphmemError("--verify with a range of dims runs one binding: give it with "
+                            "--at NAME=VALUE")
     built, fixed, load_at = _built(args)
     rp = built.plan
     binding = None
     if at:
         binding = free_binding(rp, {**at, **{k: v for k, v in fixed.items() if k in rp.bindings}})
         plan = evaluate(rp, binding)
-        validate(plan, load_at(binding))
+        graph = load_at(binding)
+        validate(plan, graph)
         _write(plan.to_json() if out == "-" else plan, out, inputs)
     else:
         _write(rp.to_json() if out == "-" else rp, out, inputs)
     if not args.quiet:
         print_summary(console(stderr=out == "-"), built, None if out == "-" else out, binding)
+    if getattr(args, "verify", False):  # the plan at --at, run in its arena
+        from argparse import Namespace
+        from graphmem.commands.verify import print_report, run_verify
+        report = run_verify(plan, graph, Namespace(
+            provider=args.provider, runtime_only=False, check_all=False, seed=0, force=False))
+        print_report(console(stderr=out == "-"), report)
+        return 0 if report.passed else 1
     return 0
 
 
