@@ -379,3 +379,28 @@ def test_plan_verify_at(tmp_path, capsys):
     assert main(["plan", model, *dims, "--verify", "-o", str(tmp_path / "q.json")]) == 2
     assert "give it with --at" in capsys.readouterr().err
     assert not (tmp_path / "q.json").exists()
+
+
+def test_control_flow_refused_in_one_line(tmp_path, capsys):
+    """A model with If bodies is not planned over a range yet: one line, exit 2."""
+    import onnx
+    from onnx import TensorProto, helper
+    F = TensorProto.FLOAT
+
+    def branch(op, name):
+        return helper.make_graph([helper.make_node(op, ["x"], [name + "_y"])], name, [],
+                                 [helper.make_tensor_value_info(name + "_y", F, ["seq", 4])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu", "t"),
+                            else_branch=branch("Neg", "e"))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                        helper.make_tensor_value_info("x", F, ["seq", 4])],
+                          [helper.make_tensor_value_info("y", F, ["seq", 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "if.onnx"
+    onnx.save(m, str(path))
+    out = tmp_path / "r.json"
+    assert main(["plan", str(path), "--dim", "seq=1..100", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "If/Loop/Scan" in err[0]
+    assert not out.exists()
