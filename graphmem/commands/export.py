@@ -24,7 +24,7 @@ from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime
                                       chosen_passes,
                                       inplace_table_key, input_paths, model_path,
                                       model_stem, parse_dims, plan_size_limit)
-from graphmem.commands import ranges
+from graphmem.commands import range_options as ranges
 
 
 def add_parser(sub) -> None:

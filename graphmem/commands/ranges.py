@@ -1,7 +1,9 @@
 """Range plans on the command line: ``plan MODEL --dim seq=1..4096 [--dim batch=1..32]``
-writes one plan for every binding of the box (``graphmem.rangeplan/1``); ``--at
-seq=N`` (plan, verify) the range plan evaluated at one binding, an ordinary
-``graphmem.plan/1`` plan."""
+writes one plan for every binding of the box (``graphmem.rangeplan/1``), ``--at seq=N``
+the range plan evaluated at one binding, an ordinary ``graphmem.plan/1`` plan; ``report``
+and ``fit`` with a range give memory as formulas and the serving fit. The options, and a
+saved range plan read at a binding (verify, report, export), are in
+:mod:`graphmem.commands.range_options`."""
 from __future__ import annotations
 
 import sys
@@ -9,70 +11,12 @@ from pathlib import Path
 
 from graphmem.errors import GraphmemError, PlanInvalid
 from graphmem.frontend.reader import load
-from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output
 from graphmem.plan.validate import validate
-from graphmem.commands.common import (MAX_DIM, console, input_paths, model_path, model_stem,
-                                      parse_dims, plan_options, read_plan, shown, stages)
-
-
-# A range plan holds up to 16 segments, each a plan's tensors with formulas: a file more
-# than this many times the largest plan of its model is refused before it is parsed.
-RANGE_PLAN_FACTOR = 256
-
-
-def add_range_args(p) -> None:
-    """``--at`` (and, on ``plan``, the segment options)."""
-    p.add_argument("--at", action="append", default=[], metavar="NAME=VALUE",
-                   help="with a range of dims (--dim seq=1..4096, or a range plan given "
-                        "to verify's --plan): the range plan evaluated at this binding, "
-                        "an ordinary graphmem.plan/1 plan (repeatable)")
-
-
-def split_dims(items: list[str]):
-    """``--dim`` items: ``NAME=LO..HI`` ranges (the box), ``NAME=VALUE`` bindings, and
-    ``NAME=EXPR`` dims that follow the free ones (``total_sequence_length=past+1``:
-    integers, the free dims' names, ``+ - *`` and ``**`` by an integer), returned as
-    (box, fixed, derived: name -> Formula)."""
-    box: dict[str, tuple[int, int]] = {}
-    fixed: list[str] = []
-    exprs: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        lo, dots, hi = value.partition("..")
-        if not dots:
-            if sep and name and value.strip() and not value.strip().lstrip("-").isdigit():
-                exprs[name] = value
-            else:
-                fixed.append(item)
-            continue
-        if not sep or not name:
-            raise GraphmemError(f"--dim {item!r}: expected NAME=LO..HI, e.g. --dim seq=1..4096")
-        try:
-            lo_v, hi_v = int(lo), int(hi)
-        except ValueError:
-            raise GraphmemError(f"--dim {item!r}: {lo!r}..{hi!r} is not a range of "
-                                f"integers") from None
-        if not 0 <= lo_v <= hi_v <= MAX_DIM:
-            raise GraphmemError(f"--dim {item!r}: expected 0 <= LO <= HI <= 2**40")
-        box[name] = (lo_v, hi_v)
-    from graphmem.ranges.formulas import parse_formula
-    derived = {}
-    for name, text in exprs.items():
-        try:
-            derived[name] = parse_formula(text, tuple(box))
-        except ValueError as exc:
-            raise GraphmemError(f"--dim {name}={text}: {exc}") from None
-    return box, parse_dims(fixed), derived
-
-
-def wanted(args) -> bool:
-    """Does the command line ask for a range (a ``--dim NAME=LO..HI``)?"""
-    return any(".." in item for item in getattr(args, "dim", ()) or ())
-
-
-def _at(args) -> dict[str, int]:
-    return parse_dims(getattr(args, "at", []) or [])
+from graphmem.commands.common import (console, input_paths, model_path, model_stem,
+                                      plan_options, shown, stages)
+from graphmem.commands.range_options import (add_range_args, at_binding, split_dims,  # noqa: F401
+                                             wanted)
 
 
 def _built(args):
@@ -104,7 +48,7 @@ def run_plan(args) -> int:
     """``plan`` with a range of dims: the range plan, proved, written (or with ``--at``
     the plan at that binding, validated against the model loaded there)."""
     from graphmem.ranges.evaluate import evaluate, free_binding
-    at = _at(args)
+    at = at_binding(args)
     ext = ".plan.json" if at else ".rangeplan.json"
     out = args.output or f"{model_stem(args)}{ext}"
     inputs = input_paths(args)
@@ -150,7 +94,7 @@ def run_report(args) -> int:
     among them), and per segment the aliased peak and the arena, as formulas."""
     import json
     from graphmem.ranges.memory import memory
-    if _at(args) or getattr(args, "plan", None):
+    if at_binding(args) or getattr(args, "plan", None):
         raise GraphmemError("report --dim NAME=LO..HI gives the formulas; for the report at "
                             "one binding pass the range plan: --plan RANGE.json --at NAME=VALUE")
     if getattr(args, "html", None):
@@ -276,36 +220,3 @@ def print_summary(con, built, written: str | None, at: dict | None) -> None:
         con.print(f"evaluated at {shown(at)}: an ordinary plan")
     if written:
         con.print(f"wrote {shown(written)}")
-
-
-def evaluated(args, model) -> Plan | None:
-    """For report and export's ``--plan``: a range plan evaluated at the binding ``--at``
-    and ``--dim`` give; None for any other file (read as before)."""
-    from graphmem.ranges.rangeplan import is_range_plan
-    saved = getattr(args, "plan", None)
-    if not saved or not is_range_plan(saved):
-        if _at(args):
-            raise GraphmemError("--at needs a range plan: --plan RANGE.json (graphmem plan "
-                                "MODEL --dim NAME=LO..HI writes one)")
-        return None
-    return read_plan_at(args, model)
-
-
-def read_plan_at(args, model) -> Plan:
-    """``verify --plan``: an ordinary plan file as it is, or a range plan evaluated at the
-    binding ``--at`` and ``--dim`` give."""
-    from graphmem.ranges.rangeplan import RangePlan, is_range_plan
-    if not is_range_plan(args.plan):
-        if _at(args):
-            raise GraphmemError(f"--at: {args.plan} is not a range plan "
-                                f"(graphmem plan MODEL --dim NAME=LO..HI writes one)")
-        return read_plan(args.plan, model)
-    from graphmem.commands.common import plan_size_limit
-    from graphmem.ranges.evaluate import evaluate, free_binding
-    limit = RANGE_PLAN_FACTOR * plan_size_limit(model)
-    size = Path(args.plan).stat().st_size
-    if size > limit:
-        raise GraphmemError(f"{args.plan}: {size:,} bytes, more than any range plan for this "
-                            f"model needs ({limit:,}); not read")
-    rp = RangePlan.load(args.plan)
-    return evaluate(rp, free_binding(rp, {**parse_dims(args.dim), **_at(args)}))

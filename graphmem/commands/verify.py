@@ -10,7 +10,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
 from graphmem.commands.progress import Heartbeat
-from graphmem.commands import ranges
+from graphmem.commands import range_options as ranges
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       console, load_graph, model_path,
                                       non_negative_int, parse_dims, plan_from_args, read_plan,
