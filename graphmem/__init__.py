@@ -25,6 +25,8 @@ _API = {
     "TensorPlan": "graphmem.plan.format",
     "problems": "graphmem.plan.validate", "validate": "graphmem.plan.validate",
     "file_order": "graphmem.core.order",
+    "plan_range": "graphmem.ranges.api", "range_plan_at": "graphmem.ranges.api",
+    "RangePlan": "graphmem.ranges.rangeplan",
 }
 
 __all__ = ["GraphmemError", "PlanInvalid", *_API, "__version__"]

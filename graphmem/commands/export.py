@@ -24,6 +24,7 @@ from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime
                                       chosen_passes,
                                       inplace_table_key, input_paths, model_path,
                                       model_stem, parse_dims, plan_size_limit)
+from graphmem.commands import range_options as ranges
 
 
 def add_parser(sub) -> None:
@@ -37,6 +38,7 @@ def add_parser(sub) -> None:
     add_pass_args(p)
     add_runtime_args(p)
     add_plan_arg(p)
+    ranges.add_range_args(p)
     p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
     p.add_argument("--raise-ir-version", action="store_true", dest="raise_ir_version",
                    help="raise an older model to IR version 10 so that tensors and nodes "
@@ -125,9 +127,10 @@ def planned_view(args) -> tuple[PlanView, Graph]:
     """
     dims = parse_dims(getattr(args, "dim", None) or [])
     saved = getattr(args, "plan", None)
+    ranged = ranges.evaluated(args, model_path(args))  # a range plan, at --at/--dim
     if saved:
-        plan = load_any_plan(saved, model_path(args))
-        graph = load(model_path(args), dims or plan.bindings)
+        plan = ranged or load_any_plan(saved, model_path(args))
+        graph = load(model_path(args), plan.bindings if ranged else dims or plan.bindings)
         check_plan_fits(plan, graph, saved)
         graph = graph_for_plan(graph, plan)  # with the workspaces of its bodies
         return build(plan, graph), graph

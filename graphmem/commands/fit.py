@@ -12,6 +12,7 @@ from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       model_path, parse_dims, plan_options)
 from graphmem.commands.progress import Progress
+from graphmem.commands import ranges
 
 
 def add_parser(sub) -> None:
@@ -126,6 +127,8 @@ class _Prefixed:
 
 
 def run(args) -> int:
+    if ranges.wanted(args):  # --dim past_seq=1..8192: from the range plan's formulas
+        return ranges.run_fit(args)
     out = search(args)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")

@@ -9,6 +9,7 @@ from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime
                                       exported_arena, input_paths, load_graph, model_stem,
                                       plan_from_args, shown)
 from graphmem.plan.io import check_output
+from graphmem.commands import ranges
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,10 +27,13 @@ def add_parser(sub) -> None:
     p.add_argument("--verify", action="store_true",
                    help="then run the model inside the planned arena on ONNX Runtime (CPU) "
                         "and compare with a plain run (see `graphmem verify`); exit 1 on FAIL")
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if ranges.wanted(args) or args.at:  # --dim seq=1..4096: one plan for the range
+        return ranges.run_plan(args)
     out = args.output or f"{model_stem(args)}.plan.json"
     inputs = input_paths(args)
     if out != "-":

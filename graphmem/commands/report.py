@@ -17,6 +17,7 @@ from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime
                                       console, exported_arena, input_paths, model_path,
                                       parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
+from graphmem.commands import ranges
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
@@ -48,6 +49,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
     add_html_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
@@ -174,6 +176,8 @@ def model_batch(args, source) -> int | None:
 
 
 def run(args) -> int:
+    if ranges.wanted(args):  # --dim seq=1..4096: memory as formulas of the dims
+        return ranges.run_report(args)
     data = build(args)
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)

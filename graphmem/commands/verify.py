@@ -10,6 +10,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
 from graphmem.commands.progress import Heartbeat
+from graphmem.commands import range_options as ranges
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       console, load_graph, model_path,
                                       non_negative_int, parse_dims, plan_from_args, read_plan,
@@ -27,6 +28,7 @@ def add_parser(sub) -> None:
     add_runtime_args(p)
     p.add_argument("--plan", metavar="PATH", help="verify this plan file instead of planning")
     add_verify_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
@@ -56,7 +58,7 @@ def run(args) -> int:
     with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"
-            plan = read_plan(args.plan, model_path(args))
+            plan = ranges.read_plan_at(args, model_path(args))  # a range plan: at --at/--dim
             dims = dict(plan.bindings)
             for name, value in parse_dims(args.dim).items():
                 if name in dims and dims[name] != value:
