@@ -3,7 +3,7 @@ spread over the box (both corners included) against a fresh plan at each binding
 evaluated plan checked by the validator against the model bound there and every
 tensor's bytes compared with the fresh plan's.
 
-    python tools/range_bench.py [--json OUT] [--fast]
+    python -m tools.bench.range_bench [--json OUT] [--fast]
 
 Cases: the corpus transformers (tests/data/corpus: BERT and GPT-2 with a KV cache, both
 exporters), two of them as ONNX Runtime's optimizer leaves them, and the Llama-style decode step and prefill of models/decoder.py (4 layers,
@@ -18,16 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from graphmem.frontend.reader import load  # noqa: E402
-from graphmem.pipeline import plan_graph  # noqa: E402
-from graphmem.plan.validate import validate  # noqa: E402
-from graphmem.ranges.build import build_range_plan  # noqa: E402
-from graphmem.ranges.evaluate import evaluate  # noqa: E402
-from graphmem.ranges.formulas import parse_formula  # noqa: E402
-from graphmem.ranges.prove import range_problems, structural_problems  # noqa: E402
+from graphmem.frontend.reader import load
+from graphmem.pipeline import plan_graph
+from graphmem.plan.validate import validate
+from graphmem.ranges.build import build_range_plan
+from graphmem.ranges.evaluate import evaluate
+from graphmem.ranges.formulas import parse_formula
+from graphmem.ranges.prove import range_problems, structural_problems
+from tools import ROOT
 
 CORPUS = ROOT / "tests" / "data" / "corpus"
 OPTIONS = {"passes": ["reorder", "concat", "inplace", "share", "place"], "alignment": 64}
@@ -101,7 +99,8 @@ def run_case(label, path, box, fixed, follow) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.bench.range_bench",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="OUT", help="write every row as JSON here")
     p.add_argument("--fast", action="store_true", help="the corpus only")
     args = p.parse_args(argv)
