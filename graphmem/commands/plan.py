@@ -5,9 +5,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from graphmem.pipeline import Result
-from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args, console,
-                                      exported_arena, input_paths, load_graph, model_stem,
-                                      plan_from_args, shown)
+from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
+                                      add_runtime_args, console, exported_arena, input_paths,
+                                      load_graph, model_source, model_stem, plan_options, plan_source,
+                                      shown)
 from graphmem.plan.io import check_output
 
 if TYPE_CHECKING:
@@ -30,13 +31,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    out = args.output or f"{model_stem(args)}.plan.json"
+    out = args.output or f"{model_stem(args.model)}.plan.json"
     inputs = input_paths(args)
     if out != "-":
         check_output(out, inputs)  # before the work: a bad output fails at once
-    graph, load_seconds = load_graph(args)
-    result = plan_from_args(args, graph)
-    runtime = runtime_summary(args)
+    source = model_source(args)
+    graph, load_seconds = load_graph(args, source)
+    result = plan_source(args, source, graph)
+    runtime = runtime_summary(source, plan_options(args, warn=False))
     if out == "-":
         sys.stdout.write(result.plan.to_json())
     else:
@@ -62,13 +64,13 @@ def mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def runtime_summary(args) -> dict | None:
+def runtime_summary(source: ModelSource, options: dict) -> dict | None:
     """With ``--ort-optimize``: the level, provider, what ONNX Runtime took to optimize,
-    and the arena of the model as exported (planned with the same options)."""
-    optimized = getattr(args, "optimized", None)
+    and the arena of the model as exported (planned with the same ``options``)."""
+    optimized = source.optimized
     if optimized is None:
         return None
-    exported = exported_arena(args)
+    exported = exported_arena(source, options)
     return {"level": optimized.level, "provider": optimized.provider,
             "optimize_seconds": optimized.seconds,
             "exported_arena_bytes": exported["arena_bytes"],
