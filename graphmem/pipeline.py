@@ -26,6 +26,7 @@ from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import load
 from graphmem.passes.registry import DEFAULT_PASSES, PASSES
 from graphmem.plan.format import Plan
+from graphmem.plan.graph_digest import graph_digest
 from graphmem.plan.validate import validate_built
 from graphmem.planning.assignment import Assignment
 from graphmem.planning.context import Context
@@ -35,8 +36,8 @@ from graphmem.planning.scopes import plan_scopes
 from graphmem.planning.target import DEFAULT_INPLACE, InplaceTable, target
 from graphmem.planning.writer import write_plan
 
-__all__ = ["DEFAULT_PASSES", "PassReport", "Result", "plan_graph", "plan_model",
-           "resolve_passes"]
+__all__ = ["DEFAULT_INPLACE", "DEFAULT_PASSES", "InplaceTable", "PassReport", "Result",
+           "plan_graph", "plan_model", "resolve_passes"]
 
 
 @record
@@ -92,6 +93,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     model_name = model_name or _model_name(graph)
     bindings = bindings if bindings is not None else graph.bindings
     scope_plans = ()
+    made_for = graph_digest(graph)  # the graph as loaded, before the bodies' workspaces
     if graph.scopes:  # each body planned on its own, into its node's workspace
         stage("bodies of control-flow nodes")
         scope_plans, graph = plan_scopes(graph, functools.partial(
@@ -101,7 +103,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     ctx = Context.for_order(graph, order if order is not None else file_order(graph),
                             alignment, stage=stage, table=table.key)
     planned = run_passes(ctx, chosen, PassOptions(placement, time_limit), stage)
-    plan = _written(planned, model_name, bindings, scope_plans, check, stage)
+    plan = _written(planned, model_name, bindings, scope_plans, made_for, check, stage)
     return Result(plan, graph, planned.assignment, planned.reports,
                   time.perf_counter() - start)
 
@@ -121,16 +123,16 @@ def _table(table: InplaceTable | None, provider: str | None,
 
 
 def _written(planned: Planned, model_name: str, bindings: Mapping[str, int],
-             scope_plans: tuple, check: bool, stage: Callable[[str], None]) -> Plan:
-    """The plan file's data of the passes' result, validated from the graph alone if
-    ``check``."""
+             scope_plans: tuple, made_for: str, check: bool,
+             stage: Callable[[str], None]) -> Plan:
+    """The plan file's data of the passes' result, for the graph of digest ``made_for``,
+    validated from the graph alone if ``check``."""
     ctx = planned.ctx
     stage("writing the plan")
     passes = [{"name": r.name, "bytes_saved": r.bytes_saved} for r in planned.reports]
     plan, cols = write_plan(ctx, planned.assignment, passes, model_name, bindings,
                             target(ctx.table))
-    if scope_plans:
-        plan = dataclasses.replace(plan, scopes=scope_plans)
+    plan = dataclasses.replace(plan, scopes=scope_plans, graph=made_for)
     if check:
         stage("validation")
         validate_built(plan, ctx.graph, ctx.index, cols,

@@ -25,8 +25,7 @@ from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Tensor
 from graphmem.frontend.folding import constant_value
 from graphmem.frontend.reader import copy_without_weights, from_model
-from graphmem.pipeline import DEFAULT_PASSES, plan_graph
-from graphmem.planning.target import DEFAULT_INPLACE, InplaceTable
+from graphmem.pipeline import DEFAULT_INPLACE, DEFAULT_PASSES, InplaceTable, plan_graph
 
 MAX_BATCH = 1 << 31  # fit gives up doubling here: a model whose memory does not grow
 

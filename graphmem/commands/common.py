@@ -358,10 +358,23 @@ def plan_size_bound(path: str | Path) -> int:
     where large): the names and the node count, not the weights, and no onnx proto."""
     from graphmem import wire
     from graphmem.frontend.protos import one_line
-    from graphmem.frontend.reader import _contents, _model_file
-    p = _model_file(path)
+    p = Path(path)
+    if not p.exists():
+        raise GraphmemError(f"{p}: no such file")
+    if p.is_dir():
+        raise GraphmemError(f"{p}: is a directory, not an ONNX file")
+    if p.stat().st_size == 0:
+        raise GraphmemError(f"{p}: empty file, not an ONNX model")
     try:
-        g = wire.parse_model(_contents(p))["graph"]
+        with open(p, "rb") as fh:  # mapped: the weights' pages are never read
+            import mmap
+            try:
+                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                data = fh.read()
+        g = wire.parse_model(data)["graph"]
+    except OSError as exc:
+        raise GraphmemError(f"{p}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise GraphmemError(f"{p}: not an ONNX model ({one_line(exc)})") from None
     if g is None or (not g["nodes"] and not g["outputs"]):

@@ -1,0 +1,126 @@
+"""The digest of a graph's structure that a plan records (its ``graph`` field): which
+graph, node for node, the plan was made for (docs/plan-format.md).
+
+A plan's ``order`` lists node indices and its tensors carry live ranges counted in that
+order, so a plan means something only for the very graph it was made for: the same
+nodes in another sequence, another export of the model, or ONNX Runtime's graph
+optimized another way would read the same numbers as other nodes. Every command that
+reads a plan compares its digest with the graph's before it judges anything
+(:func:`check_graph`): a mismatch is bad input (:class:`PlanForAnotherGraph`, exit 2),
+never a verdict on the plan.
+
+What the digest covers, in the graph's node sequence: each running node's index,
+domain, op type, inputs, outputs and the outer names its bodies read; the indices of
+the folded nodes; the graph's inputs and outputs; every one of those tensors' element
+type and shape (at the plan's bindings), in the order the nodes first name them; and
+each control-flow body the same way. Not covered: node names (ONNX Runtime renames the
+nodes it inserts from one session to the next, and no plan refers to them), attributes,
+and weight values; none of them changes a plan.
+"""
+from __future__ import annotations
+
+from itertools import chain
+from operator import attrgetter
+
+from graphmem.core.ir import Graph
+from graphmem.errors import GraphmemError
+
+PREFIX = "sha256:"
+# field, record and list separators of the text hashed (never in an ONNX name, which is
+# printable text: graphmem refuses control characters in names)
+_F, _R, _L = "\x1f", "\x1e", "\x1d"
+
+
+class PlanForAnotherGraph(GraphmemError):
+    """A plan checked against a graph other than the one it was made for."""
+
+
+def graph_digest(graph: Graph) -> str:
+    """``sha256:`` and the hex SHA-256 of ``graph``'s structure (see the module), as
+    loaded: the workspaces the plan of its bodies adds are not part of it."""
+    from graphmem.core.scopes import without_workspaces
+    graph = without_workspaces(graph)
+    h = _sha256(b"graphmem.graph/1\n")
+    for chunk in _text(graph, ""):
+        h.update(chunk.encode("utf-8", "surrogatepass"))
+    return PREFIX + h.hexdigest()
+
+
+def _text(graph: Graph, where: str):
+    """The text the digest hashes, in pieces: nodes, then types, then the bodies."""
+    yield f"scope{_F}{where}\n"
+    yield "in" + _F + _L.join(graph.inputs) + "\n"
+    yield "out" + _F + _L.join(graph.outputs) + "\n"
+    yield "folded" + _F + _L.join(map(str, graph.folded_nodes)) + "\n"
+    nodes = graph.nodes
+    for at in range(0, len(nodes), _CHUNK):
+        yield "\n".join([f"{n.index}{_F}{n.domain}{_F}{n.op_type}{_F}{_L.join(n.inputs)}{_F}"
+                         f"{_L.join(n.outputs)}{_F}{_L.join(n.implicit_inputs)}"
+                         for n in nodes[at:at + _CHUNK]]) + "\n"
+    # every tensor named, in the order the nodes first name it, with its type
+    seen = dict.fromkeys(chain(graph.inputs, chain.from_iterable(chain.from_iterable(
+        map(_NAMES, nodes))), graph.outputs))
+    seen.pop("", None)
+    names = list(seen)
+    types = list(map(_type_text({}), map(graph.tensors.get, names)))
+    for at in range(0, len(names), _CHUNK):
+        yield "\n".join(map(_R.join, zip(names[at:at + _CHUNK], types[at:at + _CHUNK]))) + "\n"
+    for index in sorted(graph.scopes):
+        for s in graph.scopes[index]:
+            yield from _text(s.graph, f"{where}/{index}.{s.attr}")
+
+
+_CHUNK = 1 << 14
+_NAMES = attrgetter("inputs", "implicit_inputs", "outputs")
+
+
+def _type_text(memo: dict):
+    """A function of a Tensor (or None) to its type's text, each type's made once."""
+    def text(t) -> str:
+        if t is None:
+            return "-"
+        key = (t.dtype, t.shape)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = f"{t.dtype}{_F}{','.join(map(str, t.shape))}"
+        return found
+    return text
+
+
+def _sha256(data: bytes):
+    """SHA-256 by Python's own module where there is one, as ``graphmem.core.ops``
+    hashes its tables (``import hashlib`` loads OpenSSL: milliseconds of a small plan)."""
+    try:
+        from _sha256 import sha256  # CPython 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # CPython 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data)
+
+
+def check_graph(plan, graph: Graph) -> None:
+    """Raise :class:`PlanForAnotherGraph` (one line) when ``plan`` records the digest of
+    another graph than ``graph``; a plan without one (written before graphmem recorded
+    it) is not checked here."""
+    made_for = plan.graph
+    if made_for is None:
+        return
+    this = graph_digest(graph)
+    if made_for != this:
+        raise PlanForAnotherGraph(
+            f"this plan was made for another graph: it records graph {_short(made_for)}, "
+            f"and {_named(graph)} at the plan's bindings is {_short(this)} (another export "
+            f"or optimization of the model, or its nodes in another sequence); plan this "
+            f"graph, or check the plan against the graph it was made for (`graphmem plan "
+            f"--save-graph` writes it)")
+
+
+def _short(digest: str) -> str:
+    return digest[:len(PREFIX) + 16] if digest.startswith(PREFIX) else repr(digest[:40])
+
+
+def _named(graph: Graph) -> str:
+    from pathlib import Path
+    return f"{Path(graph.model_path).name!r}" if graph.model_path else "this graph"
