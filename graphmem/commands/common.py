@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -165,8 +164,9 @@ class ModelSource:
     bindings, ``path`` the file planned: ``file`` itself, or the copy of it made once
     for the command (``--ort-optimize``: ONNX Runtime's optimized graph, described by
     ``optimized``; ``--infer-by-running``: the model with the types of one run). A
-    record: a command that binds more (``report --batch``) makes another with
-    :meth:`with_dims`; a new option that changes what is planned is a new field here.
+    record: a command that binds more dims itself (``report --batch``) passes them to
+    :func:`model_source`; a new option that changes what is planned is a new field here,
+    resolved in :func:`model_source`.
     """
     given: str
     file: Path
@@ -187,11 +187,6 @@ class ModelSource:
         if Path(self.given).exists() or self.optimized is not None:
             return Path(self.path).name
         return self.stem + ".onnx"
-
-    def with_dims(self, dims: Mapping[str, int]) -> "ModelSource":
-        """The same model with these ``--dim`` bindings (the planned file is the same:
-        resolve anew, :func:`model_source`, where a binding changes it)."""
-        return dataclasses.replace(self, dims=dict(dims))
 
     def load(self, dims: Mapping[str, int] | None = None, *, dim_default: bool = True):
         """The planned file loaded (:func:`~graphmem.frontend.reader.load`) at ``dims``
