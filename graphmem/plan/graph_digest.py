@@ -22,6 +22,8 @@ from __future__ import annotations
 from itertools import chain
 from operator import attrgetter
 
+import numpy as np
+
 from graphmem.core.ir import Graph
 from graphmem.errors import GraphmemError
 
@@ -47,44 +49,55 @@ def graph_digest(graph: Graph) -> str:
 
 
 def _text(graph: Graph, where: str):
-    """The text the digest hashes, in pieces: nodes, then types, then the bodies."""
+    """The text the digest hashes, in pieces, column by column (each a C-level join):
+    the graph's inputs and outputs, the folded nodes, the nodes' indices, domains, op
+    types, inputs, outputs and outer reads, then the element type and shape of each
+    graph input and node output in that order (every tensor a plan places is one of
+    them), then the bodies."""
+    nodes = graph.nodes
+
+    def column(attr: str):
+        return map(attrgetter(attr), nodes)
+
     yield f"scope{_F}{where}\n"
     yield "in" + _F + _L.join(graph.inputs) + "\n"
     yield "out" + _F + _L.join(graph.outputs) + "\n"
     yield "folded" + _F + _L.join(map(str, graph.folded_nodes)) + "\n"
-    nodes = graph.nodes
-    for at in range(0, len(nodes), _CHUNK):
-        yield "\n".join([f"{n.index}{_F}{n.domain}{_F}{n.op_type}{_F}{_L.join(n.inputs)}{_F}"
-                         f"{_L.join(n.outputs)}{_F}{_L.join(n.implicit_inputs)}"
-                         for n in nodes[at:at + _CHUNK]]) + "\n"
-    # every tensor named, in the order the nodes first name it, with its type
-    seen = dict.fromkeys(chain(graph.inputs, chain.from_iterable(chain.from_iterable(
-        map(_NAMES, nodes))), graph.outputs))
-    seen.pop("", None)
-    names = list(seen)
-    types = list(map(_type_text({}), map(graph.tensors.get, names)))
-    for at in range(0, len(names), _CHUNK):
-        yield "\n".join(map(_R.join, zip(names[at:at + _CHUNK], types[at:at + _CHUNK]))) + "\n"
+    yield "index" + _F + np.fromiter(column("index"), np.int64, len(nodes)).tobytes().hex() + "\n"
+    yield "domain" + _F + _L.join(column("domain")) + "\n"
+    yield "op" + _F + _L.join(column("op_type")) + "\n"
+    for attr in ("inputs", "outputs", "implicit_inputs"):
+        yield attr + _F + _R.join(map(_L.join, column(attr))) + "\n"
+    tensors = graph.tensors
+    names = chain(graph.inputs, filter(None, chain.from_iterable(column("outputs"))))
+    try:  # every one of them is typed in a loaded graph
+        found = list(map(tensors.__getitem__, names))
+    except KeyError:
+        found = [tensors.get(name, _UNTYPED) for name in chain(graph.inputs, filter(
+            None, chain.from_iterable(column("outputs"))))]
+    yield "dtype" + _F + _L.join(map(attrgetter("dtype"), found)) + "\n"
+    yield "shape" + _F + _L.join(map(_ShapeTexts().__getitem__, map(attrgetter("shape"), found)))
+    yield "\n"
     for index in sorted(graph.scopes):
         for s in graph.scopes[index]:
             yield from _text(s.graph, f"{where}/{index}.{s.attr}")
 
 
-_CHUNK = 1 << 14
-_NAMES = attrgetter("inputs", "implicit_inputs", "outputs")
+class _ShapeTexts(dict):
+    """A shape's text (``2,3,224,224``), each distinct shape's made once."""
+
+    def __missing__(self, shape) -> str:
+        text = self[shape] = ",".join(map(str, shape))
+        return text
 
 
-def _type_text(memo: dict):
-    """A function of a Tensor (or None) to its type's text, each type's made once."""
-    def text(t) -> str:
-        if t is None:
-            return "-"
-        key = (t.dtype, t.shape)
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = f"{t.dtype}{_F}{','.join(map(str, t.shape))}"
-        return found
-    return text
+class _Untyped:
+    """The type text of a name the graph does not type (none in a loaded graph)."""
+    dtype = "-"
+    shape = ("-",)
+
+
+_UNTYPED = _Untyped()
 
 
 def _sha256(data: bytes):
