@@ -11,11 +11,11 @@ never a verdict on the plan.
 
 What the digest covers, in the graph's node sequence: each running node's index,
 domain, op type, inputs, outputs and the outer names its bodies read; the indices of
-the folded nodes; the graph's inputs and outputs; every one of those tensors' element
-type and shape (at the plan's bindings), in the order the nodes first name them; and
+the folded nodes; the graph's inputs and outputs; the element type and shape (at the
+plan's bindings) of every graph input and node output, the tensors a plan places; and
 each control-flow body the same way. Not covered: node names (ONNX Runtime renames the
-nodes it inserts from one session to the next, and no plan refers to them), attributes,
-and weight values; none of them changes a plan.
+nodes it inserts from one session to the next, and no plan refers to them), attributes
+and weights (what they decide for a plan, its tensors' types and shapes, is covered).
 """
 from __future__ import annotations
 
