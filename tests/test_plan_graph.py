@@ -224,3 +224,7 @@ def test_save_graph_refuses_a_bad_output_before_the_work(tmp_path, capsys):
                  "--save-graph", str(tmp_path / "missing" / "G.onnx")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "p.json").exists()
+    same = str(tmp_path / "same.onnx")
+    assert main(["plan", "squeezenet", "-o", same, "-q", "--save-graph", same]) == 2
+    assert "name the same file" in capsys.readouterr().err
+    assert not (tmp_path / "same.onnx").exists()

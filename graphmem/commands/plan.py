@@ -47,6 +47,10 @@ def run(args) -> int:
             check_output(path, inputs)
     if args.save_graph == "-":
         raise GraphmemError("--save-graph -: the graph is an ONNX file; give a file name")
+    if args.save_graph and out != "-" and check_output(args.save_graph).key == \
+            check_output(out).key:
+        raise GraphmemError(f"--save-graph {args.save_graph} and the plan file name the "
+                            "same file")
     source = model_source(args)
     graph, load_seconds = load_graph(args, source)
     result = plan_source(args, source, graph)
