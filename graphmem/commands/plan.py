@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from graphmem.pipeline import Result
 from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
                                       add_runtime_args, console, exported_arena, input_paths,
-                                      load_graph, model_source, model_stem, plan_options, plan_source,
-                                      shown)
+                                      load_graph, model_source, model_stem, plan_options,
+                                      plan_source, shown)
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.plan.io import check_output, write_all
