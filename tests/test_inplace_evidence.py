@@ -163,8 +163,9 @@ def test_a_plan_made_with_each_table_records_it_and_validates(tmp_path):
     assert probed.target["provider"] == "CPUExecutionProvider"
     assert probed.tensors["b"].alias_of == "a"
     graphmem.validate(probed, graph)
-    # the table's own key, as the commands' plan_options pass it
-    keyed = graphmem.plan_graph(graph, provider="cpu-probed").plan
+    # the table's record, as the commands pass it
+    from graphmem.planning.target import InplaceTable
+    keyed = graphmem.plan_graph(graph, table=InplaceTable("cpu", "probed")).plan
     assert keyed.target == probed.target
     # a probed plan relabelled as a default one breaks the default table's rules
     import dataclasses

@@ -69,7 +69,7 @@ def at_binding(args) -> dict[str, int]:
     return parse_dims(getattr(args, "at", []) or [])
 
 
-def evaluated(args, model) -> Plan | None:
+def evaluated(args, source) -> Plan | None:
     """For report and export's ``--plan``: a range plan evaluated at the binding ``--at``
     and ``--dim`` give; None for any other file (read as before)."""
     from graphmem.ranges.rangeplan import is_range_plan
@@ -79,10 +79,10 @@ def evaluated(args, model) -> Plan | None:
             raise GraphmemError("--at needs a range plan: --plan RANGE.json (graphmem plan "
                                 "MODEL --dim NAME=LO..HI writes one)")
         return None
-    return read_plan_at(args, model)
+    return read_plan_at(args, source)
 
 
-def read_plan_at(args, model) -> Plan:
+def read_plan_at(args, source) -> Plan:
     """``verify --plan``: an ordinary plan file as it is, or a range plan evaluated at the
     binding ``--at`` and ``--dim`` give."""
     from graphmem.ranges.rangeplan import RangePlan, is_range_plan
@@ -90,10 +90,9 @@ def read_plan_at(args, model) -> Plan:
         if at_binding(args):
             raise GraphmemError(f"--at: {args.plan} is not a range plan "
                                 f"(graphmem plan MODEL --dim NAME=LO..HI writes one)")
-        return read_plan(args.plan, model)
-    from graphmem.commands.common import plan_size_limit
+        return read_plan(args.plan, source)
     from graphmem.ranges.evaluate import evaluate, free_binding
-    limit = RANGE_PLAN_FACTOR * plan_size_limit(model)
+    limit = RANGE_PLAN_FACTOR * source.plan_size_limit()
     size = Path(args.plan).stat().st_size
     if size > limit:
         raise GraphmemError(f"{args.plan}: {size:,} bytes, more than any range plan for this "

@@ -13,7 +13,7 @@ from graphmem.errors import GraphmemError, PlanInvalid
 from graphmem.frontend.reader import load
 from graphmem.plan.io import check_output
 from graphmem.plan.validate import validate
-from graphmem.commands.common import (console, input_paths, model_path, model_stem,
+from graphmem.commands.common import (console, input_paths, model_source, model_stem,
                                       plan_options, shown, stages)
 from graphmem.commands.range_options import (add_range_args, at_binding, split_dims,  # noqa: F401
                                              wanted)
@@ -26,7 +26,8 @@ def _built(args):
     box, fixed, derived = split_dims(args.dim)
     if not box:
         raise GraphmemError("--at needs a range of dims: --dim NAME=LO..HI")
-    path = model_path(args)
+    source = model_source(args, dims=fixed)  # the file planned (--ort-optimize's copy)
+    path = source.path
     default = getattr(args, "dim_default", None)
     for name, f in derived.items():
         lo = {n: a for n, (a, b) in box.items()}
@@ -34,8 +35,7 @@ def _built(args):
             raise GraphmemError(f"--dim {name}: {f.text()} is negative at {lo}")
     with stages(args) as stage:
         built = plan_range(path, box, fixed=fixed, follow=derived, dim_default=default,
-                           model_name=Path(path).name if Path(args.model).exists()
-                           else model_stem(args) + ".onnx", progress=stage,
+                           model_name=source.plan_name, progress=stage,
                            **plan_options(args))
 
     def load_at(binding: dict):
@@ -50,7 +50,7 @@ def run_plan(args) -> int:
     from graphmem.ranges.evaluate import evaluate, free_binding
     at = at_binding(args)
     ext = ".plan.json" if at else ".rangeplan.json"
-    out = args.output or f"{model_stem(args)}{ext}"
+    out = args.output or f"{model_stem(args.model)}{ext}"
     inputs = input_paths(args)
     if out != "-":
         check_output(out, inputs)

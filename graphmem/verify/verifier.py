@@ -37,6 +37,7 @@ from graphmem.verify.compare import OutputCheck, max_abs_diff, same
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.plan.format import Plan
+from graphmem.plan.graph_digest import check_graph
 from graphmem.plan.validate import problems
 from graphmem.verify.execute import NodeFailed, typed
 from graphmem.verify.inputs import checked_inputs, random_inputs, read_inputs
@@ -111,6 +112,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     ort_provider, device = _provider(provider)
     plain, graph = graph, graph_for_plan(graph, plan)  # with the bodies' workspaces
     check_compatible(plan, graph)
+    check_graph(plan, plain)  # even with runtime_only: a plan of another graph is not run
     check_target(plan, ort_provider, force)
     base = VerifyReport(model=plan.model, provider=ort_provider, arena_bytes=plan.arena_bytes,
                         nodes_total=len(plan.order), runtime_only=runtime_only)

@@ -1,7 +1,8 @@
 """md5 of the plans graphmem writes, over the zoo, the generated networks and the scale
 families: run it before and after a change that must not change any plan.
 
-    python tools/plan_digest.py [--big] [--files F.onnx|DIR ...] [--out digests.json]
+    python tools/plan_digest.py [--big] [--files F.onnx|DIR ...] [--without-graph]
+                                [--out digests.json]
     python tools/plan_digest.py --compare before.json after.json
 
 Each case plans one graph with one set of options through the public API
@@ -49,13 +50,16 @@ ZOO_OPTIONS = (
 )
 
 
-def digest(result) -> str:
+def digest(result, with_graph: bool = True) -> str:
     """md5 of the plan, then (after a slash) md5 of the passes' reports: a change in
     what a pass says it did (its search's method) shows apart from a change in the plan.
     The plan's ``target`` is left out: it names the installed onnxruntime version, which
-    is the machine's, not the plan's."""
+    is the machine's, not the plan's. Without ``with_graph`` the plan's ``graph`` (the
+    digest of the graph it was made for) is left out too, which compares plans with
+    digests made before plans recorded it (its one line is all that differs)."""
     reports = [[r.name, r.bytes_saved, r.bytes_after, r.detail] for r in result.reports]
-    plan = dataclasses.replace(result.plan, target=None)
+    plan = dataclasses.replace(result.plan, target=None,
+                               **({} if with_graph else {"graph": None}))
     return (hashlib.md5(plan.to_json().encode()).hexdigest() + "/" + hashlib.md5(
         json.dumps(reports, sort_keys=True, default=str).encode()).hexdigest())
 
@@ -96,7 +100,7 @@ def cases(big: bool, files=()):
         yield "family/transformer/40000", lambda: scale.BUILD["transformer"](40000), {}
 
 
-def run(big: bool, files=()) -> dict[str, str]:
+def run(big: bool, files=(), with_graph: bool = True) -> dict[str, str]:
     out = {}
     kept = (None, None)  # (zoo model, its graph): each zoo model is loaded once
     for name, make, opts in cases(big, files):
@@ -105,7 +109,7 @@ def run(big: bool, files=()) -> dict[str, str]:
         try:
             if model is None or kept[0] != model:
                 kept = (model, make())
-            out[name] = digest(graphmem.plan_graph(kept[1], **opts))
+            out[name] = digest(graphmem.plan_graph(kept[1], **opts), with_graph)
         except graphmem.GraphmemError as exc:  # a file that does not load: its message
             out[name] = f"error: {exc}"
             kept = (None, None)
@@ -141,12 +145,15 @@ def main(argv=None) -> int:
     p.add_argument("--big", action="store_true", help="add the large benchmark graphs")
     p.add_argument("--files", nargs="+", default=(), metavar="PATH",
                    help="add these model files (a folder: its *.onnx) and the corpus")
+    p.add_argument("--without-graph", action="store_true",
+                   help="leave each plan's graph digest out of its hash (to compare with "
+                        "digests made before plans recorded it)")
     p.add_argument("--out", type=Path, help="write the digests as JSON here")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = p.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
-    out = run(args.big, args.files)
+    out = run(args.big, args.files, not args.without_graph)
     text = json.dumps(out, indent=1, sort_keys=True) + "\n"
     if args.out:
         args.out.write_text(text)
