@@ -353,13 +353,8 @@ def plan_size_bound(path: str | Path) -> int:
     where large): the names and the node count, not the weights, and no onnx proto."""
     from graphmem import wire
     from graphmem.frontend.protos import one_line
-    p = Path(path)
-    if not p.exists():
-        raise GraphmemError(f"{p}: no such file")
-    if p.is_dir():
-        raise GraphmemError(f"{p}: is a directory, not an ONNX file")
-    if p.stat().st_size == 0:
-        raise GraphmemError(f"{p}: empty file, not an ONNX model")
+    from graphmem.frontend.reader import model_file
+    p = model_file(path)
     try:
         with open(p, "rb") as fh:  # mapped: the weights' pages are never read
             import mmap

@@ -46,7 +46,7 @@ __all__ = ["SMALL_CONSTANT_BYTES", "bind_dims", "check_external_data", "copy_wit
 
 def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.ModelProto:
     """Read an ONNX file, turning every failure into a one-line GraphmemError."""
-    p = _model_file(path)
+    p = model_file(path)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
@@ -70,7 +70,7 @@ def plan_size_bound(model: onnx.ModelProto) -> int:
     return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.node)
 
 
-def _model_file(path: str | os.PathLike) -> Path:
+def model_file(path: str | os.PathLike) -> Path:
     """``path``, refused in one line unless it is a non-empty file."""
     p = Path(path)
     if not p.exists():
@@ -132,7 +132,7 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
     (``Graph.bindings`` then says which). Weights are not read into memory unless a
     small constant's value is needed for shape inference.
     """
-    p = _model_file(resolve(os.fspath(path), quiet=True))
+    p = model_file(resolve(os.fspath(path), quiet=True))
     return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p)
 
