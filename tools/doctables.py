@@ -93,7 +93,7 @@ ZOO_COLUMNS = ("model", "nodes", "naive MiB", "unaliased peak MiB", "aliased pea
                "share (MXNet) MiB", "file order, inplace+place MiB", "arena MiB",
                "arena / aliased peak")
 REPORT_COLUMNS = ("model", "params", "weights MiB", "naive act MiB", "arena MiB",
-                  "im2col MiB", "GMACs all ops", "GMACs (matrix ops)")
+                  "workspace MiB", "GMACs all ops", "GMACs (matrix ops)")
 
 SECTIONS = (
     Section("zoo-table", "README.md", "python tools/zoo_table.py --readme", ZOO_COLUMNS,

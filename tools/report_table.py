@@ -20,7 +20,7 @@ from graphmem.analysis.breakdown import report  # noqa: E402
 from graphmem.frontend.zoo import ZOO, zoo_path  # noqa: E402
 
 MIB = 2 ** 20
-HEADER = ["| model | params | weights MiB | naive act MiB | arena MiB | im2col MiB "
+HEADER = ["| model | params | weights MiB | naive act MiB | arena MiB | workspace MiB "
           "| GMACs all ops | GMACs (matrix ops) |",
           "|---|---:|---:|---:|---:|---:|---:|---:|"]
 

@@ -45,6 +45,7 @@ def add_parser(sub) -> None:
                    help="a memory budget (12GiB, 4GB, 512MiB, bytes) drawn on the footprint "
                         "and the what-if plot, each what-if marked fits or over")
     add_device_args(p)
+    add_workspace_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
     add_html_args(p)
@@ -59,6 +60,36 @@ def add_device_args(p) -> None:
                    help="peak FLOP/s of a custom device, e.g. 1e13 (with --device-bw)")
     p.add_argument("--device-bw", type=float, metavar="B",
                    help="peak memory bandwidth in bytes/s, e.g. 9e11 (with --device-flops)")
+
+
+def add_workspace_args(p) -> None:
+    """``--workspace RULE`` and ``--threads N``: the convolution working buffer counted
+    in the total (:mod:`graphmem.analysis.workspace`)."""
+    from graphmem.analysis.workspace import PROVIDER_RULE, RULES
+    p.add_argument("--workspace", choices=RULES, default=None,
+                   help="the convolution working buffer counted in the total: mlas (what "
+                        "ONNX Runtime's CPU kernels allocate), im2col (one unfolded image "
+                        "of the largest convolution), none (cuDNN's own scratch, kernels "
+                        "that take none); default: the rule of --provider ("
+                        + ", ".join(f"{k}: {v}" for k, v in PROVIDER_RULE.items()) + ")")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="intra-op threads of the ONNX Runtime session the mlas workspace is "
+                        "sized for (MLAS gives each thread its own buffer; default 1)")
+
+
+def workspace_from_args(args) -> tuple[str, int]:
+    """(rule, threads) the command's ``--workspace`` (or ``--no-workspace``),
+    ``--provider`` and ``--threads`` choose."""
+    from graphmem.analysis.workspace import rule_for
+    choice = getattr(args, "workspace", None)
+    if getattr(args, "no_workspace", False):
+        if choice not in (None, "none"):
+            raise GraphmemError(f"--no-workspace and --workspace {choice} contradict each other")
+        choice = "none"
+    threads = getattr(args, "threads", 1)
+    if threads < 1:
+        raise GraphmemError("--threads: give at least 1")
+    return rule_for(getattr(args, "provider", "cpu"), choice), threads
 
 
 def device_from_args(args, graph):
@@ -87,6 +118,7 @@ def build(args) -> dict:
     if batches and min(batches) < 1:
         raise GraphmemError("--batch: every batch must be at least 1")
     dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
+    rule, threads = workspace_from_args(args)
     with Progress("report") as progress:
         progress("reading the model")
         source = batch_source(args)
@@ -94,8 +126,11 @@ def build(args) -> dict:
         view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
         progress("the breakdown per layer")
         dev = device_from_args(args, graph)
-        out = analysis.report(graph, view.plan, dev)
+        out = analysis.report(graph, view.plan, dev, rule, threads)
         out["dtype"] = float_dtype(graph)
+        notes = provider_notes(args, graph)
+        if notes:
+            out["notes"] = notes
         optimized = getattr(args, "optimized", None)
         if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
             progress("the model as exported, for comparison")
@@ -123,12 +158,26 @@ def build(args) -> dict:
             out["batch"] = batcher.axis.size
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
                                   dtypes or [out["dtype"]], progress=progress.callback(),
-                                  **plan_options(args))
+                                  workspace_rule=rule, threads=threads, **plan_options(args))
         if args.html:
             progress("writing the page")
             write_page(args.html, view, graph, input_paths(args), sections=page_sections(
-                out["footprint"], out.get("whatif"), out.get("batch"), budget))
+                out["footprint"], out.get("whatif"), out.get("batch"), budget),
+                footprint=out["footprint"])
     return out
+
+
+def provider_notes(args, graph) -> list[str]:
+    """Where the provider runs the graph in another form than the plan's: float16
+    convolutions on the CPU provider run in float32 behind Casts it inserts."""
+    from graphmem.analysis.workspace import float16_convs
+    convs = float16_convs(graph)
+    if not convs or getattr(args, "provider", "cpu") != "cpu":
+        return []
+    return [f"ONNX Runtime's CPU provider has no float16 Conv kernel for x86: it runs these "
+            f"{convs} float16 convolutions in float32, behind Casts it inserts, so what runs "
+            "holds float32 copies this plan of the graph as exported does not; "
+            "--ort-optimize basic plans the graph it runs"]
 
 
 def batch_source(args):
@@ -222,7 +271,10 @@ def print_breakdown(console: Console, data: dict) -> None:
         table.add_column(col, justify=justify)
     kinds = ", ".join(f"{dtype} {mib(n)} MiB" for dtype, n in t["weight_bytes_by_dtype"].items())
     table.add_row("weights", f"{t['weight_bytes']:,}", mib(t["weight_bytes"]),
-                  f"{t['params']:,} parameters read by the running nodes, as stored"
+                  f"{t['params']:,} trainable parameters"
+                  + (f" and {t['running_stats']:,} running statistics (BatchNorm mean and "
+                     "variance)" if t.get("running_stats") else "")
+                  + " read by the running nodes, as stored"
                   + (f" ({kinds})" if len(t["weight_bytes_by_dtype"]) > 1 else ""))
     if t["weight_bytes_dequantized"]:
         table.add_row("  dequantized", f"{t['weight_bytes_dequantized']:,}",
@@ -246,12 +298,13 @@ def print_breakdown(console: Console, data: dict) -> None:
                           mib(rt["exported_arena_bytes"]),
                           f"the arena of the model as given ({rt['exported_nodes']} nodes); "
                           f"{above}")
-    where = "no convolution needs one" if t["workspace_node"] is None else \
+    where = "no kernel takes one" if t["workspace_node"] is None else \
         "largest at " + next((layer_label(r["op"], r["name"], r["step"], r["node"])
                               for r in data["layers"] if r["node"] == t["workspace_node"]),
                              f"node {t['workspace_node']}")
-    table.add_row("workspace (im2col)", f"{t['workspace_bytes']:,}", mib(t["workspace_bytes"]),
-                  f"one unfolded image of one conv, reused; {where}")
+    table.add_row(f"workspace ({t['workspace_rule']})", f"{t['workspace_bytes']:,}",
+                  mib(t["workspace_bytes"]),
+                  f"{footprint.workspace_note(t)}; {where}")
     table.add_row("[bold]total", f"[bold]{t['total_bytes']:,}", f"[bold]{mib(t['total_bytes'])}",
                   "weights + arena + workspace")
     # an op without a MAC rule makes every MAC total, and the roofline time, a lower bound
@@ -271,6 +324,8 @@ def print_breakdown(console: Console, data: dict) -> None:
                   f"({d['flops'] / 1e12:g} TFLOP/s, "
                   f"{d['bandwidth'] / 1e9:g} GB/s, ridge {d['ridge_macs_per_byte']:.1f} MAC/B)")
     console.print(table)
+    for note in data.get("notes", ()):
+        console.print(f"note: {note}", markup=False)
 
 
 def print_peak(console: Console, data: dict, most: int = 8) -> None:

@@ -57,14 +57,22 @@ def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
     }
 
 
-def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = None) -> str:
+def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = None,
+         footprint: dict | None = None) -> str:
     """The report page of a plan for its graph, with the per-layer table and the MAC
     total: what ``graphmem report --html`` and ``graphmem export --html`` write.
     ``sections``: more HTML sections placed after the headline
     (:mod:`graphmem.export.html_parts`: the whole footprint, the what-ifs, a training
-    step's figures)."""
+    step's figures). ``footprint`` (:mod:`graphmem.analysis.footprint`): the one the
+    page draws; the headline's weights card shows its ``weights`` part, so that the
+    page names one figure "weights" (a training step's graph also reads folded
+    constants and frozen weights, which its footprint lists apart)."""
+    weights = (weight_bytes(graph), dequantized_bytes(graph))
+    part = next((p for p in (footprint or {}).get("parts", ()) if p["key"] == "weights"), None)
+    if part is not None:
+        weights = (part["bytes"], weights[1] if footprint["kind"] == "inference" else 0)
     return render(view, layer_table(graph, view.plan), mac_totals(graph),
-                  (weight_bytes(graph), dequantized_bytes(graph)), sections, title)
+                  weights, sections, title)
 
 
 def render(view: PlanView, layers: list[dict] | None = None,
