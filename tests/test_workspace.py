@@ -4,6 +4,10 @@ choose the rule on every command that shows a total."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -54,11 +58,12 @@ def test_more_filters_than_pixels_unfolds_the_image():
     assert ws(m) == 16 * 36 * 4 == ws(m, "im2col")
 
 
-def test_a_batch_gives_each_thread_an_unfolded_image():
+def test_a_batch_gives_each_thread_a_slice():
     m = conv_model(2, 4, 8, 16, kernel=3, pad=1)
-    per_thread = max(256 * 36, 8 * 256, 128 * 128)
-    assert ws(m, threads=1) == per_thread * 4
-    assert ws(m, threads=4) == 2 * per_thread * 4  # no more threads than images x groups
+    assert ws(m, threads=1) == 128 * 128 * 4
+    assert ws(m, threads=4) == 2 * 128 * 128 * 4  # no more threads than images x groups
+    depthwise = conv_model(1, 8, 8, 16, kernel=3, pad=1, group=8)
+    assert ws(depthwise, threads=4) == 4 * 128 * 128 * 4
 
 
 def test_float16_runs_in_float32_and_nchwc_takes_none():
@@ -110,3 +115,15 @@ def test_report_notes_float16_convolutions_on_cpu(tmp_path, capsys):
     notes = report_json(capsys, str(path)).get("notes", [])
     assert any("float16" in n and "--ort-optimize" in n for n in notes)
     assert "notes" not in report_json(capsys, str(path), "--provider", "cuda")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("cc") is None, reason="tools/mlas_workspace.py needs cc")
+def test_mlas_rule_matches_what_onnxruntime_allocates():
+    """tools/mlas_workspace.py: one Conv per MlasConvPrepare branch run under a malloc
+    log; the working buffer the installed ONNX Runtime allocated equals the rule's."""
+    tool = Path(__file__).resolve().parent.parent / "tools" / "mlas_workspace.py"
+    proc = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DIFFERS" not in proc.stdout and proc.stdout.count("\n| ") >= 9

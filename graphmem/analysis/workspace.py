@@ -14,10 +14,15 @@ adds to the arena. How large depends on the kernel, so the rule is a choice:
   * the whole unfolded image (output pixels x input channels per group x kernel
     elements) when the filters outnumber the output pixels (``ExpandThenGemm``);
   * otherwise 128 x 128 floats per thread it slices the output across
-    (``ExpandThenGemmSegmented``), and, for more than one image or group, one unfolded
-    image (or output image, if larger) per thread, for up to batch x groups threads.
+    (``ExpandThenGemmSegmented``): as many threads as the work warrants, at most the
+    session's intra-op threads (``threads``); for more than one image or group, one
+    slice per thread, for up to batch x groups threads.
 
-  The thread count is the session's intra-op threads (``threads``). The provider runs
+  tools/mlas_workspace.py checks this against the allocations the installed ONNX
+  Runtime makes (a malloc log around one run of a one-Conv model) and prints the
+  version it measured. MLAS's newer sources size each thread's buffer as a whole
+  unfolded image in the batch-or-groups case; the tool says which one the installed
+  runtime follows, and the rule here is the one it measures. The provider runs
   float16 convolutions in float32 behind Casts it inserts (there is no float16 Conv
   kernel for x86), so the buffer is float32 whatever the graph's type. At the default
   optimization level on an AVX2 or AVX-512 machine ONNX Runtime rewrites most
@@ -118,11 +123,9 @@ def mlas_conv_elements(node: Node, tensors: Mapping[str, Tensor], threads: int =
             target = 1
         elif stride_n * (target - 1) >= out_size:
             target -= 1
-    size = target * _PER_THREAD
-    if batch > 1 or groups > 1:
-        per_thread = max(out_size * k, filters * out_size, _PER_THREAD)
-        size = min(threads, batch * groups) * per_thread
-    return size
+    if batch > 1 or groups > 1:  # threads take whole images and groups, one slice each
+        target = min(threads, batch * groups)
+    return target * _PER_THREAD
 
 
 def largest(graph: Graph, rule: str, threads: int = 1) -> tuple[int, int | None]:
