@@ -20,7 +20,7 @@ from graphmem.commands.export import planned_view
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
-from graphmem.export.html_parts import page_sections
+from graphmem.export.html_parts import fit_sentence, page_sections
 from graphmem.commands.sizes import parse_bytes
 from graphmem.plan.io import check_output
 from graphmem.plan.view import layer_label
@@ -149,12 +149,20 @@ def build(args) -> dict:
         out["footprint"] = footprint.inference(
             out["totals"], title=f"{view.plan.model}, inference"
                                  f"{'' if batch is None else f', batch {batch}'}, {out['dtype']}")
+        batcher = None
         if budget is not None:
             out["budget_bytes"] = budget
+            if batch is not None:
+                try:
+                    batcher = make_batcher(args)
+                    out["fit"] = largest_batch(batcher, out["dtype"], budget, progress,
+                                               workspace_rule=rule, threads=threads,
+                                               **plan_options(args))
+                except GraphmemError as exc:  # no batch to grow: the report stands
+                    batcher = None
+                    out["fit"] = {"batch": None, "budget_bytes": budget, "error": str(exc)}
         if batches or dtypes:
-            path = model_path(args)  # planned_view has said which file it is
-            batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                              dim_default=args.dim_default)
+            batcher = batcher or make_batcher(args)
             out["batch"] = batcher.axis.size
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
                                   dtypes or [out["dtype"]], progress=progress.callback(),
@@ -162,9 +170,34 @@ def build(args) -> dict:
         if args.html:
             progress("writing the page")
             write_page(args.html, view, graph, input_paths(args), sections=page_sections(
-                out["footprint"], out.get("whatif"), out.get("batch"), budget),
+                out["footprint"], out.get("whatif"), out.get("batch"), budget, out.get("fit")),
                 footprint=out["footprint"])
     return out
+
+
+def make_batcher(args) -> Batcher:
+    path = model_path(args)  # planned_view has said which file it is
+    return Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
+                   dim_default=args.dim_default)
+
+
+def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
+    """The largest batch whose total (weights + arena + workspace, each batch planned)
+    fits ``budget``: ``fit``'s search, with the report's options."""
+    from graphmem.analysis.whatif import fit, footprint, with_float_dtype
+    totals: dict[int, int] = {}
+
+    def total_at(b: int) -> int:
+        progress(f"the largest batch under the budget: planning batch {b} "
+                 f"(plan {len(totals) + 1})")
+        totals[b] = footprint(with_float_dtype(batcher.graph(b), dtype),
+                              **options)["total_bytes"]
+        return totals[b]
+
+    answer = fit(total_at, budget)
+    return {"batch": answer["batch"], "total_bytes": answer["total_bytes"],
+            "next_total_bytes": answer["next_total_bytes"], "budget_bytes": budget,
+            "plans": len(totals)}
 
 
 def provider_notes(args, graph) -> list[str]:
@@ -232,6 +265,9 @@ def run(args) -> int:
     out = console()
     print_breakdown(out, data)
     print_footprints(out, [data["footprint"]], data.get("budget_bytes"))
+    sentence = fit_sentence(data.get("fit"))
+    if sentence:
+        out.print(sentence, markup=False)
     print_peak(out, data)
     print_by_op(out, data)
     if not args.no_layers:

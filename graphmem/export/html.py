@@ -68,20 +68,23 @@ def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = N
     page names one figure "weights" (a training step's graph also reads folded
     constants and frozen weights, which its footprint lists apart)."""
     weights = (weight_bytes(graph), dequantized_bytes(graph))
+    note = None
     part = next((p for p in (footprint or {}).get("parts", ()) if p["key"] == "weights"), None)
     if part is not None:
         weights = (part["bytes"], weights[1] if footprint["kind"] == "inference" else 0)
+        note = None if footprint["kind"] == "inference" else part["note"]
     return render(view, layer_table(graph, view.plan), mac_totals(graph),
-                  weights, sections, title)
+                  weights, sections, title, weights_note=note)
 
 
 def render(view: PlanView, layers: list[dict] | None = None,
            macs: dict | None = None, weights: tuple[int, int] | None = None,
-           sections: str = "", title: str | None = None) -> str:
+           sections: str = "", title: str | None = None,
+           weights_note: str | None = None) -> str:
     """The whole report page as one HTML string (``layers``: see :func:`report_data`;
     ``macs``: :func:`~graphmem.analysis.macs.mac_totals`, ``weights``: the stored and the
     dequantized weight bytes; each a card when given; ``sections``, ``title``: see
-    :func:`page`)."""
+    :func:`page`; ``weights_note``: the weights card's note, in place of "as stored")."""
     plan, s = view.plan, view.plan.stats
     e = html.escape
     data = json.dumps(report_data(view, layers), separators=(",", ":")).translate(_ESC)
@@ -103,6 +106,7 @@ def render(view: PlanView, layers: list[dict] | None = None,
         stored, dequantized = weights
         note = (f"as stored; dequantized to {_mib(dequantized)} of float weights"
                 if dequantized else "as stored, read by the running nodes")
+        note = weights_note or note
         card_html += (f'<div class="card" id="weights"><div class="k">weights</div>'
                       f'<div class="v">{_mib(stored)}</div><div class="n">{stored:,} bytes'
                       f'</div><div class="n">{e(note)}</div></div>')
@@ -117,14 +121,15 @@ def render(view: PlanView, layers: list[dict] | None = None,
                       f'<div class="n">{e(note)}</div></div>')
     saving = f"{(1 - plan.arena_bytes / naive) * 100:.1f}%" if naive else "n/a"
     pass_rows = "".join(
-        f"<tr><td>{e(str(p.get('name')))}</td><td class=r>{int(p.get('bytes_saved') or 0):,}"
+        f"<tr><td class=name>{e(str(p.get('name')))}</td><td class=r>{int(p.get('bytes_saved') or 0):,}"
         f"</td><td class=r>{_mib(int(p.get('bytes_saved') or 0))}</td>"
         f'<td><div class="bar" style="width:{_pct(p.get("bytes_saved"), naive)}%"></div></td>'
         f"</tr>" for p in plan.passes) or "<tr><td colspan=4>no passes ran</td></tr>"
     peak_rows = "".join(
-        f"<tr><td>{e(r.name)}</td><td>{e(r.producer_op)}</td><td class=r>{r.bytes:,}</td>"
+        f'<tr><td class=name title="{e(r.name)}">{e(r.name)}</td>'
+        f'<td class=name>{e(r.producer_op)}</td><td class=r>{r.bytes:,}</td>'
         f"<td class=r>{r.offset:,}</td><td>{r.first}..{r.last}</td>"
-        f"<td>{e(_share(r))}</td></tr>"
+        f'<td class=name title="{e(_share(r))}">{e(_share(r))}</td></tr>'
         for r in sorted((t for t in view.tensors if t.name in set(view.peak_tensors)),
                         key=lambda t: (-t.bytes, t.name)))
     peak_op = next((layer_label(st.op, st.name, st.step, st.node) for st in view.steps
@@ -186,6 +191,10 @@ svg{display:block;background:#fff}svg text{font-size:11px;fill:#444}
 #layers-body tr{cursor:pointer}#layers-body tr:hover{background:#f0f6ff}
 #status{font-size:12px;color:#444;min-height:18px}
 #errors{color:#b00;white-space:pre-wrap}#errors:empty{display:none}
+td.name{max-width:34ch;overflow:hidden;text-overflow:ellipsis}
+td.note{white-space:normal;min-width:24ch;max-width:80ch}
+.lines span{display:inline-block;margin-right:16px;font-size:12px}
+.lines svg{display:inline-block;vertical-align:-1px;margin-right:4px;background:none}
 """
 
 # The page's script: draws from the JSON, one delegated listener per interactive area.
@@ -231,39 +240,50 @@ function axes(w, h, ymax, yOf, label) {
   return s;
 }
 
+// the timeline's lines are named in a legend above the plot, each with its value (the
+// arena, the unaliased and the aliased peak are often within a few pixels of each
+// other: labels on the lines would land on each other); only the peak's step is
+// written in the plot, in the margin above every line
+const TOP = 26;
+function lineKey(color, dash, text) {
+  return `<span><svg width="22" height="10"><line x1="0" x2="22" y1="5" y2="5" stroke="${color}" ` +
+    `stroke-width="2" stroke-dasharray="${dash}"/></svg>${text}</span>`;
+}
 function drawTimeline() {
   const svg = document.getElementById("timeline");
-  const w = svg.parentNode.clientWidth || 1000, h = 280;
+  const w = svg.parentNode.clientWidth || 1000, h = 290;
   svg.setAttribute("width", w); svg.setAttribute("height", h);
   const x = xScale(w);
   const lb = D.stats.unaliased_peak_bytes || 0, ap = D.stats.aliased_peak_bytes || 0;
   const ymax = Math.max(D.arena, lb, ...D.live_unaliased, 1) * 1.08;
-  const y = b => h - M.b - b * (h - M.t - M.b) / ymax;
+  const y = b => h - M.b - b * (h - TOP - M.b) / ymax;
   const path = arr => {
     let d = `M${x(-1)},${y(0)}`;
     arr.forEach((b, i) => { d += `V${y(b).toFixed(1)}H${x(i).toFixed(1)}`; });
     return d + `V${y(0)}`;
   };
-  // labels at the right end: the arena's above its line, the unaliased peak's below its
-  // own (the two are often close: their labels must not land on each other); the
-  // aliased peak's, drawn only where it differs from the arena, at the left end
-  const hline = (b, color, dash, text, where) =>
-    `<line x1="${M.l}" x2="${w - M.r}" y1="${y(b)}" y2="${y(b)}" stroke="${color}" stroke-width="1.5" stroke-dasharray="${dash}"/>` +
-    `<text x="${where === "left" ? M.l + 4 : w - M.r - 4}" y="${where === "below" ? y(b) + 13 : y(b) - 4}" ` +
-    `text-anchor="${where === "left" ? "start" : "end"}" style="fill:${color}">${text} ${fmtMiB(b)}</text>`;
+  const hline = (b, color, dash) =>
+    `<line x1="${M.l}" x2="${w - M.r}" y1="${y(b)}" y2="${y(b)}" stroke="${color}" stroke-width="1.5" stroke-dasharray="${dash}"/>`;
+  const showAliased = ap && ap !== D.arena;
+  document.getElementById("timeline-lines").innerHTML =
+    lineKey("#c0392b", "", `arena ${fmtMiB(D.arena)}`) +
+    lineKey("#e08214", "6 3", `unaliased peak ${fmtMiB(lb)}`) +
+    (showAliased ? lineKey("#2171b5", "2 2", `aliased peak ${fmtMiB(ap)}`) : "") +
+    `<span><i style="background:#9ecae1"></i>live, shared storage once</span>` +
+    `<span><i style="background:#dde5ee"></i>live, every tensor alone</span>`;
   const px = x(D.peak_step) + (x(D.peak_step + 1) - x(D.peak_step)) / 2;
   svg.innerHTML = axes(w, h, ymax, y, "MiB") +
     `<path d="${path(D.live_unaliased)}" fill="#dde5ee" stroke="#9fb3c8" stroke-width="1"/>` +
     `<path d="${path(D.live)}" fill="#9ecae1" fill-opacity="0.6" stroke="#2171b5" stroke-width="1.2" class="live"/>` +
-    hline(lb, "#e08214", "6 3", "unaliased peak", "below") +
-    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak", "left") : "") +
-    hline(D.arena, "#c0392b", "", "arena", "above") +
-    `<line x1="${px}" x2="${px}" y1="${M.t}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
+    hline(lb, "#e08214", "6 3") +
+    (showAliased ? hline(ap, "#2171b5", "2 2") : "") +
+    hline(D.arena, "#c0392b", "") +
+    `<line x1="${px}" x2="${px}" y1="${TOP - 8}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
     `<circle cx="${px}" cy="${y(D.live[D.peak_step + 1])}" r="4" fill="#c0392b" class="peak"/>` +
     (px > 0.6 * w
-      ? `<text x="${px - 6}" y="${M.t + 12}" text-anchor="end" style="fill:#c0392b">peak at step ${D.peak_step}</text>`
-      : `<text x="${px + 6}" y="${M.t + 12}" style="fill:#c0392b">peak at step ${D.peak_step}</text>`) +
-    `<line id="cursor" x1="0" x2="0" y1="${M.t}" y2="${h - M.b}" stroke="#333" visibility="hidden"/>`;
+      ? `<text x="${px - 6}" y="${TOP - 12}" text-anchor="end" style="fill:#c0392b">peak at step ${D.peak_step}: ${fmtMiB(D.live[D.peak_step + 1])} live</text>`
+      : `<text x="${px + 6}" y="${TOP - 12}" style="fill:#c0392b">peak at step ${D.peak_step}: ${fmtMiB(D.live[D.peak_step + 1])} live</text>`) +
+    `<line id="cursor" x1="0" x2="0" y1="${TOP}" y2="${h - M.b}" stroke="#333" visibility="hidden"/>`;
   svg.dataset.w = w;
 }
 
@@ -356,9 +376,10 @@ function drawTable() {
   const k = sortKey, dir = sortDir;
   ROWS.sort((a, b) => (a[k] < b[k] ? -dir : a[k] > b[k] ? dir : a.step - b.step));
   document.getElementById("layers-body").innerHTML = ROWS.map(r =>
-    `<tr data-i="${r.i}"><td class=r>${r.step}</td><td>${esc(r.node)}</td><td>${esc(r.op)}</td>` +
-    `<td>${esc(r.tensor)}</td><td>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
-    `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td>${esc(r.alias)}</td>` +
+    `<tr data-i="${r.i}"><td class=r>${r.step}</td><td class=name title="${esc(r.node)}">${esc(r.node)}</td>` +
+    `<td class=name title="${esc(r.op)}">${esc(r.op)}</td>` +
+    `<td class=name title="${esc(r.tensor)}">${esc(r.tensor)}</td><td class=name>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
+    `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td class=name title="${esc(r.alias)}">${esc(r.alias)}</td>` +
     `<td class=r>${fmtCost(r.macs)}</td><td class=r>${fmtCost(r.params)}</td>` +
     `<td class=r>${r.moved < 0 ? "" : (r.moved / MiB).toFixed(2)}</td></tr>`).join("");
   for (const th of document.querySelectorAll("#layers th[data-k]")) {
@@ -455,6 +476,7 @@ alignment {alignment} &middot; dims {bindings} &middot; graphmem {version}</div>
 <div>Live bytes per step: dark, what the arena must hold (storage shared by views, in-place
 ops and concat slices counted once); light, every tensor counted on its own. Lines: the
 unaliased peak (every tensor counted alone; no bound: aliases share bytes) and the arena.</div>
+<div class="lines legend" id="timeline-lines"></div>
 <div class="plot"><svg id="timeline" role="img" aria-label="memory timeline"></svg></div>
 <div id="status">Move the mouse over the timeline to read a step.</div></section>
 

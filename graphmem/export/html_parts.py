@@ -24,19 +24,34 @@ def _mib(n: int | float) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-INFERENCE_CAPTION = ("Weights as the file stores them, the im2col workspace a runtime that "
-                     "lowers convolutions keeps, and the planned activation arena: what "
-                     "one inference holds.")
+INFERENCE_CAPTION = ("Weights as the file stores them, the working buffer the largest "
+                     "convolution's kernel takes (the workspace rule is in its label), and "
+                     "the planned activation arena: what one inference holds.")
 
 
 def page_sections(fp: dict, whatif: list | None = None, batch: int | None = None,
-                  budget: int | None = None) -> str:
+                  budget: int | None = None, fit: dict | None = None) -> str:
     """The report page's sections beyond the arena: the whole footprint ``fp``
-    (:mod:`graphmem.analysis.footprint`), the what-ifs as a plot when there are any."""
-    html_text = footprint_section([fp], budget, INFERENCE_CAPTION)
+    (:mod:`graphmem.analysis.footprint`), the largest batch under the budget (``fit``,
+    what ``report --json`` gives as ``fit``), the what-ifs as a plot when there are any."""
+    html_text = footprint_section([fp], budget, INFERENCE_CAPTION, fit_sentence(fit))
     if whatif:
         html_text += whatif_section(whatif, budget, batch)
     return html_text
+
+
+def fit_sentence(fit: dict | None) -> str:
+    """The largest batch under a budget in words (``report``'s ``fit``), or ""."""
+    if not fit:
+        return ""
+    if fit.get("error"):
+        return f"No largest batch under the budget: {fit['error']}."
+    if fit["batch"] == 0:
+        return (f"Even batch 1 does not fit the budget of {_mib(fit['budget_bytes'])}: "
+                f"it needs {_mib(fit['total_bytes'])}.")
+    return (f"The largest batch that fits the budget of {_mib(fit['budget_bytes'])} is "
+            f"{fit['batch']:,} ({_mib(fit['total_bytes'])}); batch {fit['batch'] + 1:,} "
+            f"needs {_mib(fit['next_total_bytes'])} ({fit['plans']} plans made).")
 
 
 def inference_sections(view, graph) -> str:
@@ -48,7 +63,7 @@ def inference_sections(view, graph) -> str:
 
 
 def footprint_section(footprints: list[dict], budget: int | None = None,
-                      caption: str = "") -> str:
+                      caption: str = "", answer: str = "") -> str:
     """The whole footprint: one stacked bar per footprint, all to one scale, each with
     its parts listed (label, bytes, share, what it is) and the total."""
     e = html.escape
@@ -67,7 +82,7 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
             f'{PART_COLOURS.get(p["key"], "#999")}"></i>{e(p["label"])}</td>'
             f'<td class=r>{_mib(p["bytes"])}</td><td class=r>{p["bytes"]:,}</td>'
             f'<td class=r>{100 * p["bytes"] / max(f["total_bytes"], 1):.1f}%</td>'
-            f'<td>{e(p["note"])}</td></tr>' for p in f["parts"])
+            f'<td class=note>{e(p["note"])}</td></tr>' for p in f["parts"])
         over = ""
         if budget:
             word = "fits" if f["total_bytes"] <= budget else "does not fit"
@@ -83,8 +98,9 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
             f'<td class=r><b>{_mib(f["total_bytes"])}</b></td>'
             f'<td class=r>{f["total_bytes"]:,}</td><td class=r>100%</td><td></td></tr>'
             f'</tbody></table></div>')
+    answer = f'<p id="fit"><b>{e(answer)}</b></p>' if answer else ""
     return (f'<section id="footprint"><h2>Whole footprint</h2>'
-            f'<div>{e(caption)}</div>{"".join(blocks)}</section>')
+            f'<div>{e(caption)}</div>{answer}{"".join(blocks)}</section>')
 
 
 def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int | None = None,
@@ -97,14 +113,10 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
     batches = sorted({r["batch"] for r in rows})
     top = max([r[key] for r in rows] + [budget or 0, 1]) * 1.08
     w, h, ml, mr, mt, mb = 760, 300, 74, 16, 14, 36
-    log = len(batches) > 2 and batches[-1] / max(batches[0], 1) >= 16
 
-    def x(b: float) -> float:
-        lo, hi = batches[0], batches[-1]
-        if hi == lo:
-            return (ml + w - mr) / 2
-        t = (math.log(b / lo) / math.log(hi / lo)) if log else (b - lo) / (hi - lo)
-        return ml + t * (w - ml - mr)
+    def x(b: float) -> float:  # linear: memory grows linearly with the batch, and looks it
+        lo, hi = 0, batches[-1]
+        return ml + (b - lo) / max(hi - lo, 1) * (w - ml - mr)
 
     def y(v: float) -> float:
         return h - mb - v * (h - mt - mb) / top
@@ -117,11 +129,15 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
                      f'stroke="#eee"/><text x="{ml - 6}" y="{y(v * MIB) + 4:.1f}" '
                      f'text-anchor="end">{v:,.6g}</text>')
         v += step
-    for b in batches:
-        parts.append(f'<text x="{x(b):.1f}" y="{h - mb + 16}" text-anchor="middle">{b}</text>')
+    xstep = next(m * 10 ** e for e in range(12) for m in (1, 2, 5)
+                 if m * 10 ** e >= batches[-1] / 8)  # whole batches
+    tick = 0.0
+    while tick <= batches[-1] + 1e-9:
+        parts.append(f'<text x="{x(tick):.1f}" y="{h - mb + 16}" text-anchor="middle">'
+                     f'{tick:,.6g}</text>')
+        tick += xstep
     parts.append(f'<text x="{(ml + w - mr) / 2:.0f}" y="{h - 4}" text-anchor="middle">batch'
-                 f'{" (log scale)" if log else ""}</text>'
-                 f'<text x="6" y="{mt + 4}">MiB</text>')
+                 f'</text><text x="6" y="{mt + 4}">MiB</text>')
     if budget:
         parts.append(f'<line class="budget" x1="{ml}" x2="{w - mr}" y1="{y(budget):.1f}" '
                      f'y2="{y(budget):.1f}" stroke="#c0392b" stroke-dasharray="6 3"/>'
@@ -168,7 +184,7 @@ def training_section(rows: list[tuple[str, int | None, str]], title: str) -> str
     e = html.escape
     body = "".join(
         f"<tr><td>{e(label)}</td><td class=r>{'' if b is None else _mib(b)}</td>"
-        f"<td class=r>{'' if b is None else f'{b:,}'}</td><td>{e(note)}</td></tr>"
+        f"<td class=r>{'' if b is None else f'{b:,}'}</td><td class=note>{e(note)}</td></tr>"
         for label, b, note in rows)
     return (f'<section id="training"><h2>{e(title)}</h2><table><thead><tr><th></th>'
             f'<th class=r>MiB</th><th class=r>bytes</th><th>note</th></tr></thead>'
