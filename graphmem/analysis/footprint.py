@@ -59,3 +59,16 @@ def inference(totals: dict, title: str = "inference") -> dict:
         part("arena", "activation arena", totals["arena_bytes"],
              "every activation, planned into one buffer"),
     ])
+
+
+_BINARY = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def format_bytes(n: int | float) -> str:
+    """A size in the binary unit that reads best: ``512 B``, ``3.50 KiB``, ``6.89 MiB``,
+    ``2.04 GiB`` (the largest unit that gives at least 1; two decimals): how every view
+    writes a size beside its exact bytes."""
+    for unit, scale in _BINARY:
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{int(n):,} B"

@@ -22,6 +22,7 @@ from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
 from graphmem.export.html_parts import fit_sentence, page_sections
 from graphmem.commands.sizes import parse_bytes
+from graphmem.analysis.footprint import format_bytes
 from graphmem.plan.io import check_output
 from graphmem.plan.view import layer_label
 
@@ -278,7 +279,8 @@ def run(args) -> int:
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.2f}"
+    """A size in the unit that reads best (:func:`~graphmem.commands.sizes.format_bytes`)."""
+    return format_bytes(n)
 
 
 def count(n: float) -> str:
@@ -303,9 +305,9 @@ def print_breakdown(console: Console, data: dict) -> None:
     t = data["totals"]
     table = Table(title=f"graphmem report: {shown(data['model'])} ({data['dtype']})",
                   header_style="bold")
-    for col, justify in (("", "left"), ("bytes", "right"), ("MiB", "right"), ("note", "left")):
+    for col, justify in (("", "left"), ("bytes", "right"), ("size", "right"), ("note", "left")):
         table.add_column(col, justify=justify)
-    kinds = ", ".join(f"{dtype} {mib(n)} MiB" for dtype, n in t["weight_bytes_by_dtype"].items())
+    kinds = ", ".join(f"{dtype} {mib(n)}" for dtype, n in t["weight_bytes_by_dtype"].items())
     table.add_row("weights", f"{t['weight_bytes']:,}", mib(t["weight_bytes"]),
                   f"{t['params']:,} trainable parameters"
                   + (f" and {t['running_stats']:,} running statistics (BatchNorm mean and "
@@ -368,9 +370,9 @@ def print_peak(console: Console, data: dict, most: int = 8) -> None:
     p = data["peak"]
     if p["node"] is None:
         return
-    title = f"peak: {mib(p['live_bytes'])} MiB live at {shown(p['layer'])}"
+    title = f"peak: {mib(p['live_bytes'])} live at {shown(p['layer'])}"
     table = Table(title=title, header_style="bold", min_width=len(title))
-    for col in ("tensor", "shape", "MiB", "offset"):
+    for col in ("tensor", "shape", "size", "offset"):
         table.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
     for t in p["tensors"][:most]:
         shares = f" (+{len(t['shares_with'])} sharing it)" if t["shares_with"] else ""
@@ -387,7 +389,7 @@ def print_by_op(console: Console, data: dict) -> None:
     total_macs = sum(r["macs"] or 0 for r in layers) or 1
     total_time = sum(r["time_s"] for r in layers) or 1
     table = Table(title="by op type", header_style="bold")
-    for col in ("op", "nodes", "MACs", "% MACs", "MiB moved", "% time"):
+    for col in ("op", "nodes", "MACs", "% MACs", "moved", "% time"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for op, s in analysis.by_op(layers).items():
         macs = ("?" if not s["macs"] else f">= {count(s['macs'])}") if s["unknown"] else \
@@ -412,8 +414,8 @@ def print_layers(console: Console, data: dict) -> None:
         title = (f"per layer (plan order): the {MAX_LAYER_ROWS} slowest of "
                  f"{len(data['layers'])}; --json lists all")
     table = Table(title=title, header_style="bold")
-    cols = ("step", "node", "layer", "op", "output shape", "params", "param MiB", "act MiB",
-            "live MiB", "MACs", "MiB moved", "MAC/B", "bound")
+    cols = ("step", "node", "layer", "op", "output shape", "params", "param size", "output size",
+            "live", "MACs", "moved", "MAC/B", "bound")
     for col in cols:
         table.add_column(col, justify="left" if col in ("layer", "op", "output shape", "bound")
                          else "right")
@@ -432,8 +434,8 @@ def print_whatif(console: Console, data: dict) -> None:
     table = Table(title=f"what-if: re-planned per batch and dtype (the model's batch is "
                         f"{data['batch']})", header_style="bold")
     budget = data.get("budget_bytes")
-    for col in ("batch", "dtype", "weights MiB", "naive act MiB", "arena MiB", "workspace MiB",
-                "total MiB", "MACs") + (("budget",) if budget else ()):
+    for col in ("batch", "dtype", "weights", "naive activations", "arena", "workspace",
+                "total", "MACs") + (("budget",) if budget else ()):
         table.add_column(col, justify="right")
     for r in data["whatif"]:
         table.add_row(str(r["batch"]), r["dtype"], mib(r["weight_bytes"]),

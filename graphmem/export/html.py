@@ -17,6 +17,7 @@ import json
 
 from graphmem import __version__
 from graphmem.analysis.breakdown import dequantized_bytes, layer_table, weight_bytes
+from graphmem.analysis.footprint import format_bytes
 from graphmem.analysis.macs import mac_totals
 from graphmem.core.ir import Graph
 from graphmem.export.html_parts import CSS as PARTS_CSS
@@ -148,7 +149,7 @@ def render(view: PlanView, layers: list[dict] | None = None,
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**20:,.2f} MiB"
+    return format_bytes(n)
 
 
 def _pct(part, whole) -> str:
@@ -203,7 +204,15 @@ _JS = r"""
 const T0 = performance.now();
 const D = JSON.parse(document.getElementById("data").textContent);
 const MiB = 1048576;
-const fmtMiB = b => (b / MiB).toFixed(2) + " MiB";
+// a size in the binary unit that reads best, as graphmem.analysis.footprint.format_bytes
+const UNITS = [["GiB", 1073741824], ["MiB", MiB], ["KiB", 1024]];
+const fmtMiB = b => {
+  const u = UNITS.find(([, s]) => Math.abs(b) >= s);
+  return u ? (b / u[1]).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " " + u[0]
+           : fmtInt(Math.round(b)) + " B";
+};
+// the unit an axis up to max bytes is labelled in
+const axisUnit = max => UNITS.find(([, s]) => max >= s) || ["B", 1];
 const fmtInt = b => b.toLocaleString("en-US");
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const COLORS = {input:"#4e79a7", output:"#e15759", activation:"#59a14f", view:"#b07aa1",
@@ -227,8 +236,10 @@ function niceTicks(max, count) {
 }
 function axes(w, h, ymax, yOf, label) {
   let s = "";
-  for (const v of niceTicks(ymax / MiB, 5)) {
-    const y = yOf(v * MiB);
+  const [unit, scale] = axisUnit(ymax);
+  label = label.replace("MiB", unit);
+  for (const v of niceTicks(ymax / scale, 5)) {
+    const y = yOf(v * scale);
     s += `<line x1="${M.l}" x2="${w - M.r}" y1="${y}" y2="${y}" stroke="#eee"/>` +
          `<text x="${M.l - 6}" y="${y + 4}" text-anchor="end">${+v.toPrecision(6)}</text>`;
   }
@@ -381,7 +392,7 @@ function drawTable() {
     `<td class=name title="${esc(r.tensor)}">${esc(r.tensor)}</td><td class=name>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
     `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td class=name title="${esc(r.alias)}">${esc(r.alias)}</td>` +
     `<td class=r>${fmtCost(r.macs)}</td><td class=r>${fmtCost(r.params)}</td>` +
-    `<td class=r>${r.moved < 0 ? "" : (r.moved / MiB).toFixed(2)}</td></tr>`).join("");
+    `<td class=r>${r.moved < 0 ? "" : fmtMiB(r.moved)}</td></tr>`).join("");
   for (const th of document.querySelectorAll("#layers th[data-k]")) {
     th.textContent = th.dataset.label + (th.dataset.k === k ? (dir > 0 ? " \u25b2" : " \u25bc") : "");
   }
@@ -486,7 +497,7 @@ arena from offset 0. Hover for details. <span class="legend" id="legend"></span>
 <div class="plot"><svg id="layout" role="img" aria-label="arena layout"></svg></div></section>
 
 <section id="passes"><h2>Passes</h2>
-<table><thead><tr><th>pass</th><th class=r>bytes saved</th><th class=r>MiB</th>
+<table><thead><tr><th>pass</th><th class=r>bytes saved</th><th class=r>size</th>
 <th style="width:300px">of naive</th></tr></thead><tbody>{pass_rows}</tbody></table></section>
 
 <section id="peak"><h2>Tensors live at the peak (step {peak_step}, {npeak} tensors)</h2>
@@ -501,7 +512,7 @@ outline its tensor in the layout.</div>
 <th data-k="shape">shape</th><th data-k="bytes" class=r>bytes</th>
 <th data-k="offset" class=r>offset</th><th data-k="live">live</th>
 <th data-k="alias">in-place / view</th><th data-k="macs" class=r>MACs</th>
-<th data-k="params" class=r>params</th><th data-k="moved" class=r>MiB moved</th></tr></thead>
+<th data-k="params" class=r>params</th><th data-k="moved" class=r>moved</th></tr></thead>
 <tbody id="layers-body"></tbody></table>
 </div></section>
 </main>

@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import math
 
+from graphmem.analysis.footprint import format_bytes
+
 MIB = 2 ** 20
 # one colour per part, in stack order (the arena's own colour last kept for the arena)
 PART_COLOURS = {"weights": "#4e79a7", "frozen_weights": "#a0cbe8", "master_weights": "#76b7b2",
@@ -21,7 +23,7 @@ LINE_COLOURS = ("#4e79a7", "#e15759", "#59a14f", "#b07aa1", "#f28e2b", "#76b7b2"
 
 
 def _mib(n: int | float) -> str:
-    return f"{n / MIB:,.2f} MiB"
+    return format_bytes(n)
 
 
 INFERENCE_CAPTION = ("Weights as the file stores them, the working buffer the largest "
@@ -92,7 +94,7 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
             f'<span class="total">{_mib(f["total_bytes"])}</span> '
             f'({f["total_bytes"]:,} bytes){over}</h3>'
             f'<div class="stack">{bar}</div>'
-            f'<table class="parts"><thead><tr><th>part</th><th class=r>MiB</th>'
+            f'<table class="parts"><thead><tr><th>part</th><th class=r>size</th>'
             f'<th class=r>bytes</th><th class=r>share</th><th>what it is</th></tr></thead>'
             f'<tbody>{rows}<tr class="sum"><td><b>total</b></td>'
             f'<td class=r><b>{_mib(f["total_bytes"])}</b></td>'
@@ -122,12 +124,14 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
         return h - mb - v * (h - mt - mb) / top
 
     parts = []
-    step = _nice(top / MIB / 5)
+    unit, scale = next(((u, sc) for u, sc in (("GiB", 2 ** 30), ("MiB", MIB), ("KiB", 1024))
+                        if top >= sc), ("B", 1))
+    step = _nice(top / scale / 5)
     v = 0.0
-    while v * MIB <= top:
-        parts.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y(v * MIB):.1f}" y2="{y(v * MIB):.1f}" '
-                     f'stroke="#eee"/><text x="{ml - 6}" y="{y(v * MIB) + 4:.1f}" '
-                     f'text-anchor="end">{v:,.6g}</text>')
+    while v * scale <= top:
+        parts.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y(v * scale):.1f}" '
+                     f'y2="{y(v * scale):.1f}" stroke="#eee"/><text x="{ml - 6}" '
+                     f'y="{y(v * scale) + 4:.1f}" text-anchor="end">{v:,.6g}</text>')
         v += step
     xstep = next(m * 10 ** e for e in range(12) for m in (1, 2, 5)
                  if m * 10 ** e >= batches[-1] / 8)  # whole batches
@@ -137,7 +141,7 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
                      f'{tick:,.6g}</text>')
         tick += xstep
     parts.append(f'<text x="{(ml + w - mr) / 2:.0f}" y="{h - 4}" text-anchor="middle">batch'
-                 f'</text><text x="6" y="{mt + 4}">MiB</text>')
+                 f'</text><text x="6" y="{mt + 4}">{unit}</text>')
     if budget:
         parts.append(f'<line class="budget" x1="{ml}" x2="{w - mr}" y1="{y(budget):.1f}" '
                      f'y2="{y(budget):.1f}" stroke="#c0392b" stroke-dasharray="6 3"/>'
@@ -159,15 +163,15 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
             ("arena_bytes", "arena"), ("workspace_bytes", "workspace"),
             ("total_bytes", "total")]
     cols = [(k, label) for k, label in cols if all(k in r for r in rows)]
-    head = "".join(f'<th{" class=r" if k not in ("dtype",) else ""}>{e(label)}'
-                   f'{" MiB" if k.endswith("_bytes") else ""}</th>' for k, label in cols)
+    head = "".join(f'<th{" class=r" if k not in ("dtype",) else ""}>{e(label)}</th>'
+                   for k, label in cols)
     if budget:
         head += "<th>budget</th>"
     body = ""
     for r in rows:
         cells = "".join(
             f"<td{' class=r' if k != 'dtype' else ''}>"
-            f"{e(str(r[k])) if not k.endswith('_bytes') else f'{r[k] / MIB:,.2f}'}</td>"
+            f"{e(str(r[k])) if not k.endswith('_bytes') else _mib(r[k])}</td>"
             for k, _ in cols)
         if budget:
             cells += f"<td>{'fits' if r[key] <= budget else 'over'}</td>"
@@ -187,7 +191,7 @@ def training_section(rows: list[tuple[str, int | None, str]], title: str) -> str
         f"<td class=r>{'' if b is None else f'{b:,}'}</td><td class=note>{e(note)}</td></tr>"
         for label, b, note in rows)
     return (f'<section id="training"><h2>{e(title)}</h2><table><thead><tr><th></th>'
-            f'<th class=r>MiB</th><th class=r>bytes</th><th>note</th></tr></thead>'
+            f'<th class=r>size</th><th class=r>bytes</th><th>note</th></tr></thead>'
             f'<tbody>{body}</tbody></table></section>')
 
 
