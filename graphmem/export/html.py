@@ -16,7 +16,8 @@ import html
 import json
 
 from graphmem import __version__
-from graphmem.analysis.breakdown import dequantized_bytes, layer_table, weight_bytes
+from graphmem.analysis.breakdown import (dequantized_bytes, layer_table, param_count,
+                                         running_stat_count, weight_bytes)
 from graphmem.analysis.footprint import format_bytes
 from graphmem.analysis.macs import mac_totals
 from graphmem.core.ir import Graph
@@ -69,11 +70,15 @@ def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = N
     page names one figure "weights" (a training step's graph also reads folded
     constants and frozen weights, which its footprint lists apart)."""
     weights = (weight_bytes(graph), dequantized_bytes(graph))
-    note = None
+    params, stats = param_count(graph), running_stat_count(graph)
+    note = (f"{params:,} trainable parameters"
+            + (f" and {stats:,} running statistics (BatchNorm mean and variance)"
+               if stats else "") + ", as stored, read by the running nodes")
     part = next((p for p in (footprint or {}).get("parts", ()) if p["key"] == "weights"), None)
     if part is not None:
         weights = (part["bytes"], weights[1] if footprint["kind"] == "inference" else 0)
-        note = None if footprint["kind"] == "inference" else part["note"]
+        if footprint["kind"] != "inference":
+            note = part["note"]
     return render(view, layer_table(graph, view.plan), mac_totals(graph),
                   weights, sections, title, weights_note=note)
 
@@ -105,9 +110,9 @@ def render(view: PlanView, layers: list[dict] | None = None,
         for k, v, note in cards)
     if weights is not None:
         stored, dequantized = weights
-        note = (f"as stored; dequantized to {_mib(dequantized)} of float weights"
-                if dequantized else "as stored, read by the running nodes")
-        note = weights_note or note
+        note = ((weights_note or "as stored, read by the running nodes")
+                + (f"; dequantized to {_mib(dequantized)} of float weights"
+                   if dequantized else ""))
         card_html += (f'<div class="card" id="weights"><div class="k">weights</div>'
                       f'<div class="v">{_mib(stored)}</div><div class="n">{stored:,} bytes'
                       f'</div><div class="n">{e(note)}</div></div>')
