@@ -127,3 +127,13 @@ def test_mlas_rule_matches_what_onnxruntime_allocates():
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DIFFERS" not in proc.stdout and proc.stdout.count("\n| ") >= 9
+
+
+def test_export_html_takes_the_workspace_choice(tmp_path):
+    pages = {}
+    for rule in ("im2col", "none"):
+        path = tmp_path / f"{rule}.html"
+        assert main(["export", "squeezenet", "--html", str(path), "--workspace", rule]) == 0
+        pages[rule] = path.read_text()
+    assert 'data-part="workspace"' in pages["im2col"] and "workspace (im2col)" in pages["im2col"]
+    assert 'data-part="workspace"' not in pages["none"]  # a part of 0 bytes is left out

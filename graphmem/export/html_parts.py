@@ -56,11 +56,12 @@ def fit_sentence(fit: dict | None) -> str:
             f"needs {_mib(fit['next_total_bytes'])} ({fit['plans']} plans made).")
 
 
-def inference_sections(view, graph) -> str:
-    """:func:`page_sections` for a plan of ``graph`` alone (``export --html``)."""
+def inference_sections(view, graph, workspace_rule: str = "mlas", threads: int = 1) -> str:
+    """:func:`page_sections` for a plan of ``graph`` alone (``export --html``), the
+    workspace under ``workspace_rule`` (:mod:`graphmem.analysis.workspace`)."""
     from graphmem.analysis.breakdown import totals
     from graphmem.analysis.footprint import inference
-    return page_sections(inference(totals(graph, view.plan),
+    return page_sections(inference(totals(graph, view.plan, workspace_rule, threads),
                                    title=f"{view.plan.model}, inference"))
 
 
