@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                    help="raise an older model to IR version 10 so that tensors and nodes "
                         "get metadata_props (default: keep its IR version, use doc_string)")
     p.add_argument("--html", metavar="PATH", help="write the HTML memory report here")
-    from graphmem.commands.report import add_workspace_args  # the --html page's total
+    from graphmem.commands.workspace_args import add_workspace_args  # the --html page's total
     add_workspace_args(p)
     p.add_argument("--graphml", metavar="PATH", help="write GraphML here")
     p.add_argument("--plan-from", metavar="ANNOTATED", dest="plan_from",
@@ -94,7 +94,7 @@ def run(args) -> int:
             elif flag == "html":
                 from graphmem.export.html import page
                 from graphmem.export.html_parts import inference_sections
-                from graphmem.commands.report import workspace_from_args
+                from graphmem.commands.workspace_args import workspace_from_args
                 rule, threads = workspace_from_args(args)
                 texts.append((path, page(view, graph,
                                          inference_sections(view, graph, rule, threads))))

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
     p.add_argument("--dtype", metavar="TYPE",
                    help="element type for the floating tensors (default: the model's own)")
-    from graphmem.commands.report import add_workspace_args
+    from graphmem.commands.workspace_args import add_workspace_args
     add_workspace_args(p)
     p.add_argument("--no-workspace", action="store_true",
                    help="leave the workspace out of the total: --workspace none")
@@ -64,7 +64,7 @@ def search(args) -> dict:
     batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
                       dim_default=args.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)
-    from graphmem.commands.report import workspace_from_args
+    from graphmem.commands.workspace_args import workspace_from_args
     rule, threads = workspace_from_args(args)
     options = {**plan_options(args), "workspace_rule": rule, "threads": threads}
     parts: dict[int, dict] = {}

@@ -20,6 +20,7 @@ from graphmem.commands.export import planned_view
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
+from graphmem.commands.workspace_args import add_workspace_args, workspace_from_args
 from graphmem.export.html_parts import fit_sentence, page_sections
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.footprint import format_bytes
@@ -61,36 +62,6 @@ def add_device_args(p) -> None:
                    help="peak FLOP/s of a custom device, e.g. 1e13 (with --device-bw)")
     p.add_argument("--device-bw", type=float, metavar="B",
                    help="peak memory bandwidth in bytes/s, e.g. 9e11 (with --device-flops)")
-
-
-def add_workspace_args(p) -> None:
-    """``--workspace RULE`` and ``--threads N``: the convolution working buffer counted
-    in the total (:mod:`graphmem.analysis.workspace`)."""
-    from graphmem.analysis.workspace import PROVIDER_RULE, RULES
-    p.add_argument("--workspace", choices=RULES, default=None,
-                   help="the convolution working buffer counted in the total: mlas (what "
-                        "ONNX Runtime's CPU kernels allocate), im2col (one unfolded image "
-                        "of the largest convolution), none (cuDNN's own scratch, kernels "
-                        "that take none); default: the rule of --provider ("
-                        + ", ".join(f"{k}: {v}" for k, v in PROVIDER_RULE.items()) + ")")
-    p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="intra-op threads of the ONNX Runtime session the mlas workspace is "
-                        "sized for (MLAS gives each thread its own buffer; default 1)")
-
-
-def workspace_from_args(args) -> tuple[str, int]:
-    """(rule, threads) the command's ``--workspace`` (or ``--no-workspace``),
-    ``--provider`` and ``--threads`` choose."""
-    from graphmem.analysis.workspace import rule_for
-    choice = getattr(args, "workspace", None)
-    if getattr(args, "no_workspace", False):
-        if choice not in (None, "none"):
-            raise GraphmemError(f"--no-workspace and --workspace {choice} contradict each other")
-        choice = "none"
-    threads = getattr(args, "threads", 1)
-    if threads < 1:
-        raise GraphmemError("--threads: give at least 1")
-    return rule_for(getattr(args, "provider", "cpu"), choice), threads
 
 
 def device_from_args(args, graph):

@@ -34,7 +34,7 @@ def write_page(path: str, view, graph, inputs=(), sections: str = "",
 def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
     check_output(args.html, input_paths(args))
-    from graphmem.commands.report import workspace_from_args
+    from graphmem.commands.workspace_args import workspace_from_args
     view, graph = planned_view(args)
     return write_page(args.html, view, graph, input_paths(args),
                       sections=inference_sections(view, graph, *workspace_from_args(args)))
