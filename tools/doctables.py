@@ -122,6 +122,9 @@ SECTIONS = (
                           "(tools/speed_files.py build, tools/export_fullsize.py)"),
     Section("bench:reorder", "docs/benchmarks.md", "python tools/reorder_bench.py --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
+    Section("mlas-workspace", "docs/ort-graphs.md", "python tools/mlas_workspace.py --doc",
+            (), None, why_unchecked="ONNX Runtime runs under a malloc log built with cc "
+                                    "(the slow tests/test_workspace.py runs the tool)"),
     Section("corpus", "docs/corpus.md", "python tools/export_corpus.py", (), None,
             why_unchecked="the exports need torch, torchvision and transformers"),
     Section("deployment", "docs/corpus.md", "python tools/deployment_corpus.py run DIR --write",

@@ -9,6 +9,7 @@ output tensor, are the kernel's working buffer; graphmem's rule
 (graphmem.analysis.workspace) must give the same bytes.
 
     python tools/mlas_workspace.py          # a table; exit 1 on any difference
+    python tools/mlas_workspace.py --doc    # also write it into docs/ort-graphs.md
 
 Needs a C compiler (cc) and Linux (LD_PRELOAD).
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 SHIM = r"""
 #define _GNU_SOURCE
@@ -126,6 +128,11 @@ def predicted(case) -> int:
 
 
 def main() -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", action="store_true",
+                    help="write the table into docs/ort-graphs.md (mlas-workspace)")
+    args = ap.parse_args()
     rows, version, bad = [], "?", 0
     with tempfile.TemporaryDirectory(prefix="graphmem-mlas-") as tmp:
         folder = Path(tmp)
@@ -137,13 +144,18 @@ def main() -> int:
             want = predicted(case)
             bad += got != want
             rows.append((case, got, want))
-    print(f"ONNX Runtime {version}, CPU provider, level basic: Conv working buffers")
-    print("| batch | channels | filters | size | kernel | groups | threads "
-          "| allocated bytes | graphmem mlas bytes |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [f"ONNX Runtime {version}, CPU provider, level basic: Conv working buffers",
+             "",
+             "| batch | channels | filters | size | kernel | groups | threads "
+             "| allocated bytes | graphmem mlas bytes |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (n, c, f, hw, k, _pad, g, t), got, want in rows:
-        print(f"| {n} | {c} | {f} | {hw} | {k}x{k} | {g} | {t} | {got:,} | {want:,}"
-              f"{'' if got == want else ' DIFFERS'} |")
+        lines.append(f"| {n} | {c} | {f} | {hw} | {k}x{k} | {g} | {t} | {got:,} | {want:,}"
+                     f"{'' if got == want else ' DIFFERS'} |")
+    print("\n".join(lines))
+    if args.doc and not bad:
+        from benchdoc import replace_marked
+        replace_marked(ROOT / "docs" / "ort-graphs.md", "mlas-workspace", "\n".join(lines))
     return 1 if bad else 0
 
 
