@@ -137,3 +137,10 @@ def test_export_html_takes_the_workspace_choice(tmp_path):
         pages[rule] = path.read_text()
     assert 'data-part="workspace"' in pages["im2col"] and "workspace (im2col)" in pages["im2col"]
     assert 'data-part="workspace"' not in pages["none"]  # a part of 0 bytes is left out
+
+
+def test_fit_train_refuses_a_workspace_it_does_not_count(capsys):
+    assert main(["fit", "squeezenet", "--budget", "1GiB", "--train",
+                 "--workspace", "im2col"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphmem: --workspace is for inference") and err.count("\n") == 1

@@ -95,6 +95,9 @@ def search_training(args, budget: int) -> dict:
     from graphmem.errors import GraphmemError
     if args.dtype:
         raise GraphmemError("--dtype is for inference; with --train give --precision")
+    if args.workspace or args.no_workspace:
+        raise GraphmemError("--workspace is for inference: a training step's total has no "
+                            "convolution workspace")
     reports: dict[int, object] = {}
     with Progress("fit") as progress:
         def total_at(batch: int) -> int:
