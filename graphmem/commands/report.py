@@ -313,7 +313,8 @@ def print_breakdown(console: Console, data: dict) -> None:
                              f"node {t['workspace_node']}")
     table.add_row(f"workspace ({t['workspace_rule']})", f"{t['workspace_bytes']:,}",
                   mib(t["workspace_bytes"]),
-                  f"{footprint.workspace_note(t)}; {where}")
+                  footprint.workspace_note(t)
+                  + ("" if t["workspace_rule"] == "none" else f"; {where}"))
     table.add_row("[bold]total", f"[bold]{t['total_bytes']:,}", f"[bold]{mib(t['total_bytes'])}",
                   "weights + arena + workspace")
     # an op without a MAC rule makes every MAC total, and the roofline time, a lower bound

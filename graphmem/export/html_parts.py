@@ -81,8 +81,9 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
             bar += (f'<div class="budget" style="left:{100 * budget / scale:.3f}%" '
                     f'title="budget {_mib(budget)}"></div>')
         rows = "".join(
-            f'<tr data-part="{e(p["key"])}"><td><i style="background:'
-            f'{PART_COLOURS.get(p["key"], "#999")}"></i>{e(p["label"])}</td>'
+            f'<tr data-part="{e(p["key"])}"><td class=name title="{e(p["label"])}">'
+            f'<i style="background:{PART_COLOURS.get(p["key"], "#999")}"></i>'
+            f'{e(p["label"])}</td>'
             f'<td class=r>{_mib(p["bytes"])}</td><td class=r>{p["bytes"]:,}</td>'
             f'<td class=r>{100 * p["bytes"] / max(f["total_bytes"], 1):.1f}%</td>'
             f'<td class=note>{e(p["note"])}</td></tr>' for p in f["parts"])
@@ -188,7 +189,8 @@ def training_section(rows: list[tuple[str, int | None, str]], title: str) -> str
     """A training step's figures as a table: (label, bytes or None, note) rows."""
     e = html.escape
     body = "".join(
-        f"<tr><td>{e(label)}</td><td class=r>{'' if b is None else _mib(b)}</td>"
+        f'<tr><td class=name title="{e(label)}">{e(label)}</td>'
+        f"<td class=r>{'' if b is None else _mib(b)}</td>"
         f"<td class=r>{'' if b is None else f'{b:,}'}</td><td class=note>{e(note)}</td></tr>"
         for label, b, note in rows)
     return (f'<section id="training"><h2>{e(title)}</h2><table><thead><tr><th></th>'
