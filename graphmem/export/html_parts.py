@@ -38,7 +38,8 @@ def page_sections(fp: dict, whatif: list | None = None, batch: int | None = None
     what ``report --json`` gives as ``fit``), the what-ifs as a plot when there are any."""
     html_text = footprint_section([fp], budget, INFERENCE_CAPTION, fit_sentence(fit))
     if whatif:
-        html_text += whatif_section(whatif, budget, batch)
+        html_text += whatif_section(whatif, budget, batch,
+                                    largest=(fit or {}).get("batch") or None)
     return html_text
 
 
@@ -108,10 +109,11 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
 
 
 def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int | None = None,
-                   key: str = "total_bytes", title: str = "What-ifs: memory against batch"
-                   ) -> str:
+                   key: str = "total_bytes", title: str = "What-ifs: memory against batch",
+                   largest: int | None = None) -> str:
     """The what-ifs as a plot: total bytes against batch, one line per dtype, the budget
-    as a dashed line when given; then the rows as a table."""
+    as a dashed line when given, the largest batch that fits it (``largest``) as a
+    vertical line where it lies in the plot; then the rows as a table."""
     e = html.escape
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     batches = sorted({r["batch"] for r in rows})
@@ -149,6 +151,11 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
                      f'y2="{y(budget):.1f}" stroke="#c0392b" stroke-dasharray="6 3"/>'
                      f'<text x="{ml + 4}" y="{y(budget) - 4:.1f}" style="fill:#c0392b">budget '
                      f'{_mib(budget)}</text>')
+    if largest and largest <= batches[-1]:
+        parts.append(f'<line class="largest" x1="{x(largest):.1f}" x2="{x(largest):.1f}" '
+                     f'y1="{mt}" y2="{h - mb}" stroke="#2e7d32" stroke-dasharray="4 3"/>'
+                     f'<text x="{x(largest) - 4:.1f}" y="{mt + 12}" text-anchor="end" '
+                     f'style="fill:#2e7d32">largest batch that fits: {largest:,}</text>')
     legend = []
     for k, dt in enumerate(dtypes):
         colour = LINE_COLOURS[k % len(LINE_COLOURS)]
