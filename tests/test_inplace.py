@@ -181,10 +181,7 @@ def _with_and_without_ranges(graph):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_groups_without_ranges_join_as_with_them_on_random_dags(seed):
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import scale
+    from tools.bench import scale
     for graph in (scale.random_dag(300, 8, seed), scale.chain(200), scale.residual(40)):
         (a1, d1), (a2, d2) = _with_and_without_ranges(graph)
         assert a1.alias == a2.alias and list(a1.alias) == list(a2.alias) and d1 == d2

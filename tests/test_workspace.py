@@ -118,13 +118,15 @@ def test_report_notes_float16_convolutions_on_cpu(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("cc") is None, reason="tools/mlas_workspace.py needs cc")
+@pytest.mark.skipif(shutil.which("cc") is None,
+                    reason="python -m tools.upstream.mlas_workspace needs cc")
 def test_mlas_rule_matches_what_onnxruntime_allocates():
-    """tools/mlas_workspace.py: one Conv per MlasConvPrepare branch run under a malloc
-    log; the working buffer the installed ONNX Runtime allocated equals the rule's."""
-    tool = Path(__file__).resolve().parent.parent / "tools" / "mlas_workspace.py"
-    proc = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True,
-                          timeout=900)
+    """python -m tools.upstream.mlas_workspace: one Conv per MlasConvPrepare branch run
+    under a malloc log; the working buffer the installed ONNX Runtime allocated equals
+    the rule's."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "tools.upstream.mlas_workspace"],
+                          capture_output=True, text=True, timeout=900, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DIFFERS" not in proc.stdout and proc.stdout.count("\n| ") >= 9
 

@@ -26,7 +26,7 @@ from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Tensor
 from graphmem.frontend.folding import constant_value
 from graphmem.frontend.reader import copy_without_weights, from_model
-from graphmem.pipeline import DEFAULT_PASSES, plan_graph
+from graphmem.pipeline import DEFAULT_INPLACE, DEFAULT_PASSES, InplaceTable, plan_graph
 
 MAX_BATCH = 1 << 31  # fit gives up doubling here: a model whose memory does not grow
 
@@ -230,15 +230,16 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
 
 def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: int = 64,
               placement: str = "best", time_limit: float = 10.0,
-              provider: str = "cpu", workspace_rule: str | None = None,
+              table: InplaceTable = DEFAULT_INPLACE, workspace_rule: str | None = None,
               threads: int = 1) -> dict:
-    """Plan ``graph`` and return weights, activations, workspace and their total, and the
-    matrix MACs (``macs_at_least``: a lower bound, an op has no rule). The workspace is
-    the largest working buffer under ``workspace_rule`` (default: the one ``provider``'s
-    kernels follow; :mod:`graphmem.analysis.workspace`) for ``threads`` threads."""
+    """Plan ``graph`` (``table``: the in-place table trusted) and return weights,
+    activations, workspace and their total, and the matrix MACs (``macs_at_least``: a
+    lower bound, an op has no rule). The workspace is the largest working buffer under
+    ``workspace_rule`` (default: the one ``table.provider``'s kernels follow;
+    :mod:`graphmem.analysis.workspace`) for ``threads`` threads."""
     result = plan_graph(graph, passes, alignment=alignment, placement=placement,
-                        time_limit=time_limit, provider=provider)
-    ws, _ = workspace(graph, rule_for(provider, workspace_rule), threads)
+                        time_limit=time_limit, table=table)
+    ws, _ = workspace(graph, rule_for(table.provider, workspace_rule), threads)
     weights = weight_bytes(graph)
     macs = mac_totals(graph)  # matrix MACs, a lower bound where an op has no rule
     return {"weight_bytes": weights, "params": param_count(graph),

@@ -18,7 +18,7 @@ adds to the arena. How large depends on the kernel, so the rule is a choice:
     session's intra-op threads (``threads``); for more than one image or group, one
     slice per thread, for up to batch x groups threads.
 
-  tools/mlas_workspace.py checks this against the allocations the installed ONNX
+  ``python -m tools.upstream.mlas_workspace`` checks this against the allocations the installed ONNX
   Runtime makes (a malloc log around one run of a one-Conv model) and prints the
   version it measured. MLAS's newer sources size each thread's buffer as a whole
   unfolded image in the batch-or-groups case; the tool says which one the installed

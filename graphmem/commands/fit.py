@@ -10,8 +10,9 @@ from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      model_path, parse_dims, plan_options)
+                                      model_source, plan_options)
 from graphmem.commands.progress import Progress
+from graphmem.commands import ranges
 
 
 def add_parser(sub) -> None:
@@ -60,9 +61,9 @@ def search(args) -> dict:
     budget = parse_bytes(args.budget, "--budget")
     if args.train:
         return search_training(args, budget)
-    path = model_path(args)
-    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                      dim_default=args.dim_default)
+    source = model_source(args)
+    batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
+                      dim_default=source.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)
     from graphmem.commands.workspace_args import workspace_from_args
     rule, threads = workspace_from_args(args)
@@ -99,12 +100,14 @@ def search_training(args, budget: int) -> dict:
         raise GraphmemError("--workspace is for inference: a training step's total has no "
                             "convolution workspace")
     reports: dict[int, object] = {}
+    source = model_source(args)  # once: each batch's step is built from the same file
     with Progress("fit") as progress:
         def total_at(batch: int) -> int:
             step_args = Namespace(**{**vars(args), "batch": batch, "offload": False})
             # the step's own stages are named in this command's progress line
             step = train_step(step_args, _Prefixed(progress, f"batch {batch} "
-                                                   f"(plan {len(reports) + 1}): "), None, 0)
+                                                   f"(plan {len(reports) + 1}): "), None, 0,
+                              source=source)
             reports[batch] = step["report"]
             return step_total(step["report"])
 
@@ -134,6 +137,8 @@ class _Prefixed:
 
 
 def run(args) -> int:
+    if ranges.wanted(args):  # --dim past_seq=1..8192: from the range plan's formulas
+        return ranges.run_fit(args)
     out = search(args)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")

@@ -14,9 +14,10 @@ from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, batch_axis, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      console, exported_arena, input_paths, model_path,
+                                      console, exported_arena, input_paths, model_source,
                                       parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
+from graphmem.commands import ranges
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
@@ -51,6 +52,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
     add_html_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
@@ -94,8 +96,8 @@ def build(args) -> dict:
     with Progress("report") as progress:
         progress("reading the model")
         source = batch_source(args)
-        bind_batch(args, batches, source)
-        view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
+        model = model_source(args, batch_dims(args, batches, source))
+        view, graph = planned_view(args, model)  # plans, or checks a saved --plan against it
         progress("the breakdown per layer")
         dev = device_from_args(args, graph)
         out = analysis.report(graph, view.plan, dev, rule, threads)
@@ -103,10 +105,10 @@ def build(args) -> dict:
         notes = provider_notes(args, graph)
         if notes:
             out["notes"] = notes
-        optimized = getattr(args, "optimized", None)
+        optimized = model.optimized
         if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
             progress("the model as exported, for comparison")
-            exported = exported_arena(args, plan_options(args))
+            exported = exported_arena(model, plan_options(args))
             out["runtime"] = {"ort_optimize": optimized.level, "provider": optimized.provider,
                               "optimize_seconds": round(optimized.seconds, 3),
                               "arena_bytes": view.plan.arena_bytes,
@@ -115,7 +117,7 @@ def build(args) -> dict:
                               "nodes": len(view.plan.order)}
             if "error" in exported:
                 out["runtime"]["exported_error"] = exported["error"]
-        batch = model_batch(args, source)
+        batch = model_batch(model, source)
         if batch is not None:
             out["batch"] = batch
         out["footprint"] = footprint.inference(
@@ -126,7 +128,7 @@ def build(args) -> dict:
             out["budget_bytes"] = budget
             if batch is not None:
                 try:
-                    batcher = make_batcher(args)
+                    batcher = make_batcher(model)
                     out["fit"] = largest_batch(batcher, out["dtype"], budget, progress,
                                                workspace_rule=rule, threads=threads,
                                                **plan_options(args))
@@ -134,7 +136,7 @@ def build(args) -> dict:
                     batcher = None
                     out["fit"] = {"batch": None, "budget_bytes": budget, "error": str(exc)}
         if batches or dtypes:
-            batcher = batcher or make_batcher(args)
+            batcher = batcher or make_batcher(model)
             out["batch"] = batcher.axis.size
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
                                   dtypes or [out["dtype"]], progress=progress.callback(),
@@ -147,10 +149,11 @@ def build(args) -> dict:
     return out
 
 
-def make_batcher(args) -> Batcher:
-    path = model_path(args)  # planned_view has said which file it is
-    return Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                   dim_default=args.dim_default)
+def make_batcher(model) -> Batcher:
+    """The what-ifs' and the budget's batcher over ``model`` (the command's
+    :class:`~graphmem.commands.common.ModelSource`: the file planned, its bindings)."""
+    return Batcher(read_model(model.path), model.dims, model_path=str(model.path),
+                   dim_default=model.dim_default)
 
 
 def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
@@ -196,38 +199,42 @@ def batch_source(args):
         return None
 
 
-def bind_batch(args, batches: list[int] | None, source) -> None:
-    """Bind a symbolic batch dimension that no ``--dim`` binds, as ``fit`` and ``train``
-    do: to the first ``--batch`` (without one, to 1 unless ``--dim-default`` binds
-    it). A model without a batch axis is left as it is; ``source``: see
-    :func:`batch_source`."""
-    if source is None:
-        return
+def batch_dims(args, batches: list[int] | None, source) -> dict[str, int]:
+    """The ``--dim`` bindings, and a symbolic batch dimension that none binds bound as
+    ``fit`` and ``train`` bind it: to the first ``--batch`` (without one, to 1 unless
+    ``--dim-default`` binds it). A model without a batch axis is left as it is;
+    ``source``: see :func:`batch_source`."""
     dims = parse_dims(args.dim)
+    if source is None:
+        return dims
     try:
         axis = batch_axis(source, dims)
     except GraphmemError:
-        return  # no batch axis: nothing to bind (the what-ifs say so themselves)
+        return dims  # no batch axis: nothing to bind (the what-ifs say so themselves)
     if axis.symbol is None or axis.symbol in dims:
-        return
+        return dims
     if batches:
-        args.dim = [*args.dim, f"{axis.symbol}={batches[0]}"]
-    elif args.dim_default is None:
-        args.dim = [*args.dim, f"{axis.symbol}=1"]
+        return {**dims, axis.symbol: batches[0]}
+    if args.dim_default is None:
+        return {**dims, axis.symbol: 1}
+    return dims
 
 
-def model_batch(args, source) -> int | None:
+def model_batch(model, source) -> int | None:
     """The batch the report's plan is at: its batch axis's bound or fixed size (None for
-    a model without one, or for a saved --plan)."""
+    a model without one, or for a saved --plan); ``model``: the command's
+    :class:`~graphmem.commands.common.ModelSource`."""
     if source is None:
         return None
     try:
-        return batch_axis(source, parse_dims(args.dim)).size
+        return batch_axis(source, dict(model.dims)).size
     except GraphmemError:
         return None
 
 
 def run(args) -> int:
+    if ranges.wanted(args):  # --dim seq=1..4096: memory as formulas of the dims
+        return ranges.run_report(args)
     data = build(args)
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)

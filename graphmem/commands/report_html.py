@@ -7,7 +7,7 @@ given. ``graphmem export MODEL --html OUT`` writes the same page
 """
 from __future__ import annotations
 
-from graphmem.commands.common import input_paths
+from graphmem.commands.common import input_paths, model_source
 from graphmem.commands.export import add_plan_arg, planned_view
 from graphmem.export.html_parts import inference_sections
 from graphmem.plan.io import check_output, write_atomic
@@ -35,6 +35,6 @@ def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
     check_output(args.html, input_paths(args))
     from graphmem.commands.workspace_args import workspace_from_args
-    view, graph = planned_view(args)
+    view, graph = planned_view(args, model_source(args))
     return write_page(args.html, view, graph, input_paths(args),
                       sections=inference_sections(view, graph, *workspace_from_args(args)))
