@@ -367,12 +367,12 @@ def plan_size_bound(path: str | Path) -> int:
                 data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):
                 data = fh.read()
-        g = wire.parse_model(data)["graph"]
+        g = wire.parse_model(data).graph
     except OSError as exc:
         raise GraphmemError(f"{p}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise GraphmemError(f"{p}: not an ONNX model ({one_line(exc)})") from None
-    if g is None or (not g["nodes"] and not g["outputs"]):
+    if g is None or (not g.nodes and not g.outputs):
         raise GraphmemError(f"{p}: not an ONNX model (no graph in the file)")
-    names = {t for n in g["nodes"] for t in n.outputs} | {v.name for v in g["inputs"]}
-    return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g["nodes"])
+    names = {t for n in g.nodes for t in n.outputs} | {v.name for v in g.inputs}
+    return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.nodes)
