@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 from graphmem.analysis.breakdown import FLOAT_TYPES, param_count, weight_bytes, workspace
 from graphmem.analysis.macs import mac_totals
+from graphmem.analysis.workspace import rule_for
 from graphmem.core.dtypes import BITS_BY_NAME
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
@@ -229,13 +230,16 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
 
 def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: int = 64,
               placement: str = "best", time_limit: float = 10.0,
-              table: InplaceTable = DEFAULT_INPLACE) -> dict:
+              table: InplaceTable = DEFAULT_INPLACE, workspace_rule: str | None = None,
+              threads: int = 1) -> dict:
     """Plan ``graph`` (``table``: the in-place table trusted) and return weights,
     activations, workspace and their total, and the matrix MACs (``macs_at_least``: a
-    lower bound, an op has no rule)."""
+    lower bound, an op has no rule). The workspace is the largest working buffer under
+    ``workspace_rule`` (default: the one ``table.provider``'s kernels follow;
+    :mod:`graphmem.analysis.workspace`) for ``threads`` threads."""
     result = plan_graph(graph, passes, alignment=alignment, placement=placement,
                         time_limit=time_limit, table=table)
-    ws, _ = workspace(graph)
+    ws, _ = workspace(graph, rule_for(table.provider, workspace_rule), threads)
     weights = weight_bytes(graph)
     macs = mac_totals(graph)  # matrix MACs, a lower bound where an op has no rule
     return {"weight_bytes": weights, "params": param_count(graph),

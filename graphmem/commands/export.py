@@ -43,6 +43,8 @@ def add_parser(sub) -> None:
                    help="raise an older model to IR version 10 so that tensors and nodes "
                         "get metadata_props (default: keep its IR version, use doc_string)")
     p.add_argument("--html", metavar="PATH", help="write the HTML memory report here")
+    from graphmem.commands.workspace_args import add_workspace_args  # the --html page's total
+    add_workspace_args(p)
     p.add_argument("--graphml", metavar="PATH", help="write GraphML here")
     p.add_argument("--plan-from", metavar="ANNOTATED", dest="plan_from",
                    help="read the plan stored in an annotated model (no MODEL needed)")
@@ -94,7 +96,10 @@ def run(args) -> int:
             elif flag == "html":
                 from graphmem.export.html import page
                 from graphmem.export.html_parts import inference_sections
-                texts.append((path, page(view, graph, inference_sections(view, graph))))
+                from graphmem.commands.workspace_args import workspace_from_args
+                rule, threads = workspace_from_args(args)
+                texts.append((path, page(view, graph,
+                                         inference_sections(view, graph, rule, threads))))
             else:
                 from graphmem.export.graphml import graphml_text
                 texts.append((path, graphml_text(view, graph)))

@@ -379,7 +379,8 @@ def write_training_page(path: str, args, step: dict, inference: dict | None,
     sections += training_section(report_rows(r, step["names"]),
                                  f"Training step, batch {r.batch}")
     write_atomic(path, page(view, graph, sections,
-                            title=f"{args.model} training step, batch {r.batch}"),
+                            title=f"{args.model} training step, batch {r.batch}",
+                            footprint=fps[-1]),
                  inputs=[source.path])
 
 

@@ -91,7 +91,7 @@ ZOO_COLUMNS = ("model", "nodes", "naive MiB", "unaliased peak MiB", "aliased pea
                "share (MXNet) MiB", "file order, inplace+place MiB", "arena MiB",
                "arena / aliased peak")
 REPORT_COLUMNS = ("model", "params", "weights MiB", "naive act MiB", "arena MiB",
-                  "im2col MiB", "GMACs all ops", "GMACs (matrix ops)")
+                  "workspace MiB", "GMACs all ops", "GMACs (matrix ops)")
 
 SECTIONS = (
     Section("zoo-table", "README.md", "python -m tools.docs.zoo_table --readme", ZOO_COLUMNS,
@@ -120,6 +120,10 @@ SECTIONS = (
                           "(tools/corpus/speed_files.py build, tools/corpus/export_fullsize.py)"),
     Section("bench:reorder", "docs/benchmarks.md", "python -m tools.bench.reorder --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
+    Section("mlas-workspace", "docs/ort-graphs.md",
+            "python -m tools.upstream.mlas_workspace --doc", (), None,
+            why_unchecked="ONNX Runtime runs under a malloc log built with cc "
+                          "(the slow tests/test_workspace.py runs the tool)"),
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),

@@ -17,7 +17,7 @@ from graphmem.analysis.breakdown import report
 from graphmem.frontend.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
-HEADER = ["| model | params | weights MiB | naive act MiB | arena MiB | im2col MiB "
+HEADER = ["| model | params | weights MiB | naive act MiB | arena MiB | workspace MiB "
           "| GMACs all ops | GMACs (matrix ops) |",
           "|---|---:|---:|---:|---:|---:|---:|---:|"]
 
