@@ -1,4 +1,4 @@
-"""Issue 55's fault classes (tools/fault_suite.py makes the reproducers): train checks a
+"""Issue 55's fault classes (tools/faults/fault_suite.py makes the reproducers): train checks a
 model before onnx's version converter, which runs in a bounded process; local functions
 are budgeted before onnx's inference inlines them."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from graphmem.frontend import function_budget
 from graphmem.frontend.function_budget import MAX_INLINED_NODES, check_functions
 from graphmem.frontend.reader import load
 from graphmem.isolated import convert_version
-from tools import fault_suite
+from tools.faults import fault_suite
 
 
 def _cli(*args, cwd=None, timeout=120):
@@ -226,7 +226,7 @@ def test_no_choice_found_leaves_the_heuristic_cuts_with_a_note(monkeypatch, caps
         None, {"status": "Time limit reached", "solve_seconds": 1.0}))
     notes.clear()
     try:
-        *_, info = recompute_planned(tg, "sgd", 8, optimal=True)
+        info = recompute_planned(tg, "sgd", 8, optimal=True).info
         notes.flush()
     finally:
         notes.drop()

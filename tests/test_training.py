@@ -309,6 +309,28 @@ def test_budget_picks_recomputation_only_when_needed(tmp_path, capsys):
     assert d["fits_budget"] and d["recompute_macs"] > 0 and d["step_bytes"] <= tight
 
 
+def test_budget_counts_the_master_weights_of_a_mixed_step(tmp_path, capsys):
+    """Under mixed precision the step holds float32 master weights beside the float16
+    copy: a budget just below the step with nothing recomputed must not be judged met
+    by the no-recompute candidate, and every total --json shows is the same sum."""
+    path = tmp_path / "tiny.onnx"
+    onnx.save(chain_model(), str(path))
+    args = ["train", str(path), "--batch", "8", "--loss", "sum", "--json",
+            "--optimizer", "sgd", "--precision", "mixed"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["master_weight_bytes"] > 0
+    tight = plain["step_bytes"] - 1  # above the total without the master weights
+    assert main(args + ["--budget", str(tight)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    whole = (d["weight_bytes"] + d["master_weight_bytes"] + d["optimizer_bytes"]
+             + d["constant_bytes"] + d["arena_bytes"])
+    assert d["step_bytes"] == whole
+    assert d["fits_budget"] == (d["step_bytes"] <= tight)
+    none = next(t for t in d["budget_tried"] if t["choice"] == "none")
+    assert none["step_bytes"] == plain["step_bytes"] > tight
+
+
 def test_gemm_gradients_match_central_differences():
     """A Gemm head (transB=1, as in the zoo): exercises the transpose rewrites."""
     w1 = (RNG.standard_normal([4, 5]) * 0.5).astype(np.float32)
@@ -478,7 +500,8 @@ def test_trimmed_recompute_keeps_matrix_outputs_and_the_gradients():
     for w in tg.weights:
         np.testing.assert_array_equal(a[tg.gradients[w]], b[rc.gradients[w]])
     # --recompute sqrt: Chen's arena, with no more recomputed MACs than Chen's
-    t, graph, result, order, info = recompute_planned(tg, "sgd", 16)
+    best = recompute_planned(tg, "sgd", 16)
+    graph, result, info = best.step.graph, best.step.result, best.info
     assert result.plan.arena_bytes <= info["chen_arena_bytes"]
     from graphmem.analysis.macs import macs_by_phase
     assert macs_by_phase(graph)["recompute"] <= info["chen_recompute_macs"]
@@ -562,10 +585,10 @@ def test_recompute_optimal_keeps_the_gradients_and_is_never_worse_than_sqrt():
     a, b = run(tg.model, feeds), run(rc.model, feeds)
     for w in tg.weights:
         np.testing.assert_array_equal(a[tg.gradients[w]], b[rc.gradients[w]])
-    *_, sqrt_info = recompute_planned(tg, "sgd", 8)
-    t, graph, result, order, opt_info = recompute_planned(tg, "sgd", 8, optimal=True)
+    best = recompute_planned(tg, "sgd", 8, optimal=True)
+    result, opt_info = best.step.result, best.info
     assert result.plan.arena_bytes <= opt_info["chen_arena_bytes"]
-    planned_sqrt = recompute_planned(tg, "sgd", 8)[2].plan.arena_bytes
+    planned_sqrt = recompute_planned(tg, "sgd", 8).step.result.plan.arena_bytes
     assert result.plan.arena_bytes <= planned_sqrt
     assert opt_info["optimal"]["optimal_arena_bytes"] > 0
 

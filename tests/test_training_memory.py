@@ -261,7 +261,8 @@ def test_selective_planned_never_plans_larger_than_none():
     for model in (silu_net(batch=4), gelu_block(batch=4, seq=16, d=16)):
         tg = build_training(model, 4, loss="sum")
         plain_arena = plan_training(lt(tg))[0].plan.arena_bytes
-        base, (chosen, _, result, _, rep), info = selective_planned(tg, "sgd", 4)
+        base, planned, info = selective_planned(tg, "sgd", 4)
+        result, rep = planned.result, planned.report
         assert info["selective_arena_bytes"]["none"] == plain_arena
         assert result.plan.arena_bytes == min(info["selective_arena_bytes"].values())
         assert rep.arena_bytes <= plain_arena and rep.recompute_macs == 0
@@ -284,7 +285,8 @@ def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys):
 
     for batch in (2, 4, 1, 3):
         tg = build_training(tiny_model("Relu", batch=batch), batch, loss="sum")
-        rc_tg, _, result, _, info = recompute_planned(tg, "sgd", batch, segments=1)
+        best = recompute_planned(tg, "sgd", batch, segments=1)
+        rc_tg, result, info = best.step.tg, best.step.result, best.info
         if info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]:
             break  # the case
     assert info["chen_arena_bytes"] > info["unsegmented_arena_bytes"]
@@ -314,3 +316,160 @@ def test_budget_tries_the_programs_cuts(tmp_path, capsys):
     choices = [t["choice"] for t in d["budget_tried"]]
     assert choices[:3] == ["none", "balanced", "optimal"] and "sqrt" in choices
     assert d["fits_budget"] and d["step_bytes"] <= tight
+
+
+# --- what the step recomputes, as the user asks ------------------------------------------
+
+def test_recompute_none_recomputes_nothing(tmp_path, capsys):
+    """The default recomputes cheap values where that plans smaller and says what the
+    step as written plans to; --recompute none is that step, with no cheap value
+    recomputed; --selective forces a tier; --recompute none with a tier is refused."""
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+            "--optimizer", "sgd"]
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["selective"] != "none" and auto["selective_recomputed"] > 0
+    assert auto["arena_bytes"] < auto["unrecomputed"]["arena_bytes"]
+    assert main(args + ["--recompute", "none"]) == 0
+    none = json.loads(capsys.readouterr().out)
+    assert none["selective"] == "none" and none["selective_recomputed"] == 0
+    assert none["recompute_macs"] == 0
+    assert none["arena_bytes"] == auto["unrecomputed"]["arena_bytes"]
+    assert none["step_bytes"] == auto["unrecomputed"]["step_bytes"]
+    assert main(args + ["--selective", "none"]) == 0
+    assert json.loads(capsys.readouterr().out)["arena_bytes"] == none["arena_bytes"]
+    assert main(args + ["--selective", "elementwise+normalization"]) == 0
+    assert json.loads(capsys.readouterr().out)["selective"] == "elementwise+normalization"
+    assert main(args + ["--recompute", "none", "--selective", "elementwise"]) == 2
+    assert "--recompute none recomputes nothing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recompute", [[], ["--recompute", "sqrt"]])
+def test_a_saved_step_plans_to_the_arena_train_shows(tmp_path, capsys, recompute):
+    """train --save writes the step's nodes in the order it was planned in, so plan on
+    the saved file gives train's arena (in file order, with sqrt recomputation: 8,640
+    bytes against 8,576)."""
+    path, saved = tmp_path / "silu.onnx", tmp_path / "step.onnx"
+    onnx.save(silu_net(layers=6), str(path))
+    assert main(["train", str(path), "--loss", "sum", "--json",
+                 "--save", str(saved), *recompute]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(saved), "-o", str(tmp_path / "p.json")]) == 0
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["arena_bytes"] == step["arena_bytes"]
+
+
+# --- fine-tuning: frozen parameters and LoRA adapters ------------------------------------
+
+def test_frozen_parameters_get_no_gradient_and_no_optimizer_state(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+            "--recompute", "none"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--frozen", "W1"]) == 0
+    part = json.loads(capsys.readouterr().out)
+    model = gelu_block(batch=4, seq=16, d=16)
+    frozen = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer
+                 if i.name == "W1")
+    assert frozen > 0 and part["frozen_weight_bytes"] == frozen
+    assert part["weight_bytes"] == full["weight_bytes"] - frozen
+    assert part["gradient_bytes"] == full["gradient_bytes"] - frozen
+    assert part["optimizer_bytes"] == 2 * part["weight_bytes"]  # adam
+    assert part["step_bytes"] == (part["weight_bytes"] + part["frozen_weight_bytes"]
+                                  + part["optimizer_bytes"] + part["constant_bytes"]
+                                  + part["arena_bytes"])
+    assert part["frozen_weight_tensors"] == 1
+    assert main(args + ["--trainable", "nothing*"]) == 2
+    assert "no parameter trains" in capsys.readouterr().err
+
+
+def test_lora_trains_only_its_adapters_and_keeps_the_outputs():
+    from graphmem.training.lora import Lora
+
+    model = gelu_block(batch=2, seq=6, d=8)
+    adapted = onnx.ModelProto()
+    adapted.CopyFrom(model)
+    names = Lora(4).add_to(adapted)
+    onnx.checker.check_model(adapted)
+    x = np.random.default_rng(0).standard_normal([2, 6, 8]).astype(np.float32)
+    run = lambda m: ort.InferenceSession(  # noqa: E731
+        m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(adapted), run(model), rtol=1e-6, atol=1e-6)
+    matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+    assert len(names) == 2 * len(matmuls)
+    tg = build_training(model, 2, loss="sum", lora=Lora(4))
+    assert set(tg.weights) == set(names) and set(tg.gradients) == set(names)
+    assert not set(tg.frozen) & set(names) and tg.frozen
+
+
+def test_train_lora_reports_the_adapters_gradients_and_state(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--lora", "2"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # W1 16x64 and W2 64x16: adapters 16x2 + 2x64 and 64x2 + 2x16, float32
+    assert d["weight_bytes"] == d["gradient_bytes"] == 4 * (32 + 128 + 128 + 32)
+    assert d["optimizer_bytes"] == 2 * d["weight_bytes"]
+    assert d["frozen_weight_bytes"] == full["weight_bytes"]
+    assert d["lora"]["rank"] == 2 and d["lora"]["adapters"] == 2
+    assert main(args + ["--lora", "2", "--frozen", "x"]) == 2
+    assert main(args + ["--lora-targets", "W1"]) == 2
+    assert main(args + ["--lora", "2", "--lora-targets", "W1"]) == 0
+    assert json.loads(capsys.readouterr().out)["weight_bytes"] == 4 * (32 + 128)
+
+
+# --- data parallelism and ZeRO -----------------------------------------------------------
+
+def test_zero_stages_shard_what_each_stage_shards(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
+            "--recompute", "none", "--precision", "mixed"]
+    assert main(args) == 0
+    one = json.loads(capsys.readouterr().out)
+    got = {}
+    for stage in (0, 1, 2, 3):
+        assert main(args + ["--devices", "8", "--zero", str(stage)]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["arena_bytes"] == one["arena_bytes"]  # the step itself is unchanged
+        got[stage] = pd = d["per_device"]
+        assert d["step_bytes"] == pd["total_bytes"] == (
+            pd["weight_bytes"] + pd["frozen_weight_bytes"] + pd["master_weight_bytes"]
+            + pd["optimizer_bytes"] + pd["constant_bytes"] + pd["arena_bytes"]
+            + pd["gathered_weight_bytes"])
+    share = lambda b: -(-b // 8)  # noqa: E731
+    assert got[0]["total_bytes"] == one["step_bytes"]
+    assert got[1]["optimizer_bytes"] == share(one["optimizer_bytes"])
+    assert got[1]["master_weight_bytes"] == share(one["master_weight_bytes"])
+    assert got[1]["weight_bytes"] == one["weight_bytes"]
+    assert share(one["gradient_bytes"]) <= got[2]["gradient_bytes"] < one["gradient_bytes"]
+    assert got[2]["arena_bytes"] <= one["arena_bytes"]
+    assert got[3]["weight_bytes"] == share(one["weight_bytes"])
+    assert got[3]["gathered_weight_bytes"] > 0
+    # stage 2 saves only where gradients are live at the arena's peak
+    assert got[3]["total_bytes"] < got[2]["total_bytes"] <= got[1]["total_bytes"] \
+        < got[0]["total_bytes"]
+    assert main(args + ["--devices", "8", "--zero", "1", "--offload-optimizer"]) == 0
+    off = json.loads(capsys.readouterr().out)["per_device"]
+    assert off["optimizer_bytes"] == off["master_weight_bytes"] == 0
+    assert off["host_bytes"] == got[1]["optimizer_bytes"] + got[1]["master_weight_bytes"]
+    assert main(args + ["--devices", "0"]) == 2
+
+
+def test_fit_train_answers_per_device(tmp_path, capsys):
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    fit = ["fit", str(path), "--train", "--loss", "sum", "--json", "--budget", "400KiB"]
+    assert main(fit) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main(fit + ["--devices", "8", "--zero", "3"]) == 0
+    sharded = json.loads(capsys.readouterr().out)
+    assert sharded["batch"] >= alone["batch"] > 0
+    assert all(t["fits"] == (t["step_bytes"] <= 400 * 1024) for t in sharded["tried"])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from argparse import Namespace
 
 from dataclasses import replace
 
@@ -12,13 +13,13 @@ from rich.table import Table
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
-from graphmem.commands.common import add_model_args, console, model_path, parse_dims, shown
+from graphmem.commands.common import (ModelSource, add_model_args, console, model_source,
+                                      shown)
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.plan.io import check_output
 from graphmem.plan.view import layer_label
-
-PRECISIONS = ("fp32", "fp16", "bf16", "mixed")  # graphmem.training.precision.PRECISIONS
+from graphmem.training.precision import PRECISIONS
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -42,13 +43,9 @@ def add_parser(sub) -> None:
                         "statistics and outputs the updated running mean and variance; "
                         "inference keeps the frozen running statistics")
     add_step_args(p)
-    p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default="none",
-                   help="sqrt: Chen et al. 2016 checkpoints, sqrt(n) segments, or the "
-                        "balanced cuts, whichever plans smaller, the rest recomputed in "
-                        "backward; then as few segments recomputed whole as keep the "
-                        "planned arena (the others keep their Conv/Gemm/MatMul outputs). "
-                        "optimal: also the cuts of a mixed-integer program (HiGHS) over "
-                        "the segment schedules, planned beside them; the smallest wins")
+    add_recompute_args(p)
+    add_trainable_args(p)
+    add_device_args(p)
     p.add_argument("--budget", metavar="BYTES",
                    help="pick recomputation checkpoints so that the whole step (weights, "
                         "optimizer state, arena) fits, e.g. 2GiB")
@@ -84,8 +81,104 @@ def add_step_args(p) -> None:
                         "weights and float32 optimizer state")
 
 
+def add_recompute_args(p) -> None:
+    """What the step recomputes in backward (``train`` and ``fit --train``)."""
+    from graphmem.training.selective import CHOICES
+    p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default=None,
+                   help="none: nothing recomputed (no checkpoints and no cheap values: "
+                        "the step as written). sqrt: Chen et al. 2016 checkpoints, "
+                        "sqrt(n) segments, or the balanced cuts, whichever plans smaller, "
+                        "the rest recomputed in backward; then as few segments recomputed "
+                        "whole as keep the planned arena (the others keep their "
+                        "Conv/Gemm/MatMul outputs). optimal: also the cuts of a "
+                        "mixed-integer program (HiGHS) over the segment schedules, planned "
+                        "beside them; the smallest wins. Default: no checkpoints, cheap "
+                        "values recomputed as --selective says")
+    p.add_argument("--selective", choices=list(CHOICES), default=None,
+                   help="cheap forward values recomputed in backward instead of kept: "
+                        "none, the element-wise ops, or those and the normalisations; "
+                        "auto (the default): whichever plans the smallest arena. "
+                        "--recompute none means none")
+
+
+def add_trainable_args(p) -> None:
+    """Which parameters train (``train`` and ``fit --train``)."""
+    p.add_argument("--trainable", action="append", default=[], metavar="PATTERN",
+                   help="only the parameters whose initializer name matches this glob "
+                        "pattern train (repeatable); the others are frozen: read, with no "
+                        "gradient and no optimizer state")
+    p.add_argument("--frozen", action="append", default=[], metavar="PATTERN",
+                   help="the parameters whose name matches this glob pattern are frozen "
+                        "(repeatable)")
+    p.add_argument("--lora", type=int, metavar="RANK",
+                   help="add LoRA adapters of this rank to the matrix products (MatMul, "
+                        "Gemm) and train only them; the base weights are frozen")
+    p.add_argument("--lora-targets", nargs="+", default=[], metavar="PATTERN",
+                   help="with --lora: only the products whose weight or node name matches "
+                        "one of these glob patterns (default: all)")
+
+
+def add_device_args(p) -> None:
+    """Data parallelism and ZeRO (``train`` and ``fit --train``)."""
+    p.add_argument("--devices", type=int, default=1, metavar="N",
+                   help="data-parallel devices: --batch is each device's batch, and the "
+                        "figures per device are shown (default 1)")
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3],
+                   help="ZeRO stage: 1 shards the optimizer state (and master weights), 2 "
+                        "also the gradients (the arena planned with one shard kept), 3 "
+                        "also the weights (default 0: nothing sharded)")
+    p.add_argument("--offload-optimizer", action="store_true",
+                   help="ZeRO-Offload: the optimizer state and master weights on the host")
+
+
+def sharding_choice(args):
+    """The :class:`~graphmem.training.sharding.Sharding` of ``--devices``, ``--zero``
+    and ``--offload-optimizer``."""
+    from graphmem.training.sharding import Sharding
+    return Sharding(args.devices, args.zero, args.offload_optimizer)
+
+
+def trainable_choice(args):
+    """``(trains, lora)`` for :func:`graphmem.training.build.build_training` from
+    ``--trainable``, ``--frozen``, ``--lora`` and ``--lora-targets``."""
+    from fnmatch import fnmatchcase
+
+    from graphmem.training.lora import Lora
+    if args.lora_targets and args.lora is None:
+        raise GraphmemError("--lora-targets needs --lora RANK")
+    if args.lora is not None:
+        if args.trainable or args.frozen:
+            raise GraphmemError("--lora trains only its adapters: give --lora or "
+                                "--trainable/--frozen, not both")
+        if args.lora <= 0:
+            raise GraphmemError(f"--lora: the rank must be positive, not {args.lora}")
+        return None, Lora(args.lora, tuple(args.lora_targets))
+    if not args.trainable and not args.frozen:
+        return None, None
+    keep, freeze = tuple(args.trainable), tuple(args.frozen)
+
+    def trains(name: str) -> bool:
+        return ((not keep or any(fnmatchcase(name, p) for p in keep))
+                and not any(fnmatchcase(name, p) for p in freeze))
+    return trains, None
+
+
+def recompute_choice(args) -> tuple[str, str]:
+    """``(checkpoints, selective)`` from ``--recompute`` and ``--selective``:
+    ``--recompute none`` recomputes nothing, so it takes no cheap values either."""
+    if args.recompute == "none":
+        if args.selective not in (None, "none"):
+            raise GraphmemError(f"--recompute none recomputes nothing: it cannot take "
+                                f"--selective {args.selective}")
+        return "none", "none"
+    return args.recompute or "none", args.selective or "auto"
+
+
 def run(args) -> int:
-    if args.budget and args.recompute != "none":
+    recompute_choice(args)  # the options' conflicts, before the work
+    trainable_choice(args)
+    sharding_choice(args)
+    if args.budget and args.recompute is not None:
         raise GraphmemError("--budget chooses its own recomputation: give --budget or "
                             "--recompute, not both")
     if args.batch is not None and args.batch <= 0:
@@ -94,25 +187,27 @@ def run(args) -> int:
     if args.host_bw <= 0 or args.device_flops <= 0:
         raise GraphmemError("--host-bw and --device-flops must be positive")
     offload_min = parse_bytes(args.offload_min, "--offload-min")
+    source = model_source(args)
     for out in (args.save, args.html):  # before the work: a bad output fails at once
         if out:
-            check_output(out, [model_path(args)])
+            check_output(out, [source.path])
     if args.save and args.html and args.save == args.html:
         raise GraphmemError("--save and --html name the same file")
     with Progress("train") as progress:
-        step = train_step(args, progress, budget, offload_min)
+        step = train_step(args, progress, budget, offload_min, source=source)
         report = step["report"]
         inference = None
         if args.inference:
-            progress(f"planning inference at batch {args.batch}")
-            inference = inference_footprint(args, args.batch, args.precision)
+            progress(f"planning inference at batch {report.batch}")
+            inference = inference_footprint(source, report.batch, args.precision)
         if args.html:
             progress("writing the page")
-            write_training_page(args.html, args, step, inference)
+            write_training_page(args.html, args, step, inference, source)
     if args.save:
         from graphmem.plan.io import write_atomic
-        write_atomic(args.save, step["tg"].model.SerializeToString(),
-                     inputs=[model_path(args)])
+        from graphmem.training.schedule import in_planned_order
+        saved = in_planned_order(step["tg"].model, step["result"].plan.order)
+        write_atomic(args.save, saved.SerializeToString(), inputs=[source.path])
     data = training_json(report, step)
     if inference is not None:
         data["inference_footprint"] = inference
@@ -127,45 +222,54 @@ def run(args) -> int:
     return 0
 
 
-def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
-    """Build, plan (with the recomputation asked for) and account for the step:
-    ``report`` (a TrainingReport), ``tg``, ``graph``, ``result``, ``names`` (node name
-    -> the name a user reads) and ``layers``."""
+def train_step(args, progress, budget: int | None, offload_min: int, *,
+               source: ModelSource | None = None) -> dict:
+    """Build, plan (with the recomputation asked for) and account for the step of
+    ``source`` (default: the command's model, :func:`model_source`): ``report`` (a
+    TrainingReport, its ``batch`` the batch bound), ``tg``, ``graph``, ``result``,
+    ``names`` (node name -> the name a user reads) and ``layers``."""
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
     from graphmem.training.recompute import fit_budget, recompute_planned
-    from graphmem.training.report import account
     from graphmem.training.selective import selective_planned
 
     progress("reading the model")
-    model = read_model(model_path(args), load_weights=True)
-    args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
+    source = source if source is not None else model_source(args)
+    model = read_model(source.path, load_weights=True)
+    batch = bind_training_dims(model, dict(source.dims), args.batch, source.dim_default)
+    args = Namespace(**{**vars(args), "batch": batch})  # the caller's namespace is its own
     progress(f"building the training step (onnx-ad), batch {args.batch}")
-    tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn)
+    trains, lora = trainable_choice(args)
+    tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn,
+                        trains=trains, lora=lora)
     tg = replace(tg, precision=args.precision)
     # cheap values recomputed in backward where that plans smaller (selective.py)
+    checkpoints, cheap = recompute_choice(args)
     progress("planning the step, with and without cheap values recomputed in backward")
-    base, plain, selected = selective_planned(tg, args.optimizer, args.batch)
-    baseline = None
-    if args.recompute != "none" or budget is not None:
-        baseline = plain[4]
+    base, plain, selected = selective_planned(tg, args.optimizer, args.batch, cheap)
+    baseline, planned, info = None, plain, {}
+    if checkpoints != "none" or budget is not None:
+        baseline = plain.report
         if budget is not None:
             progress("choosing recomputation to fit the budget (each choice planned)")
-            tg, graph, result, order, info = fit_budget(base, budget, args.optimizer,
-                                                         args.batch, plain=plain)
+            chosen = fit_budget(base, budget, args.optimizer, args.batch, plain=plain)
         else:
-            progress(f"planning --recompute {args.recompute} (each choice planned)")
-            tg, graph, result, order, info = recompute_planned(
-                base, args.optimizer, args.batch, optimal=args.recompute == "optimal",
-                plain=plain)
-        report = account(tg, graph, result, order, args.batch, args.optimizer)
-    else:
-        info = {}
-        tg, graph, result, order, report = plain
+            progress(f"planning --recompute {checkpoints} (each choice planned)")
+            chosen = recompute_planned(base, args.optimizer, args.batch,
+                                       optimal=checkpoints == "optimal", plain=plain)
+        planned, info = chosen.step, chosen.info
+    tg, graph, result = planned.tg, planned.graph, planned.result
+    # the figures shown: the planned step's own, with what the command adds beside them
+    report = replace(planned.report, extra=dict(planned.report.extra))
     report.extra.update(selected)
     report.extra.update(info)
     report.extra["bn"] = args.bn
+    report.extra["trained_weight_tensors"] = len(tg.weights)
+    report.extra["frozen_weight_tensors"] = len(tg.frozen)
+    if lora is not None:
+        report.extra["lora"] = {"rank": lora.rank, "targets": list(lora.targets),
+                                "adapters": len(tg.weights) // 2}
     report.extra["running_stat_bytes"] = sum(graph.tensors[t].bytes for t in
                                              running_stat_outputs(tg.model).values())
     if baseline is not None:
@@ -173,6 +277,11 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
         report.extra["baseline_kept_for_backward_bytes"] = \
             baseline.extra["kept_for_backward_bytes"]
         report.extra["baseline_arena_bytes"] = baseline.arena_bytes
+    sharding = sharding_choice(args)
+    if not sharding.plain:
+        from graphmem.training.sharding import per_device
+        progress(f"the step per device: {sharding.devices} devices, ZeRO-{sharding.stage}")
+        report.extra["per_device"] = per_device(planned, sharding)
     if args.offload:
         progress("planning with the saved activations offloaded")
         report.extra.update(offload_plan(graph, result, args.host_bw, args.device_flops,
@@ -187,8 +296,11 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
 
 def step_total(r) -> int:
     """The step total as the device holds it: with ``--offload``, the arena is the one
-    planned with the offloaded activations away."""
+    planned with the offloaded activations away; with ``--devices``/``--zero``, what
+    one device holds."""
     e = r.extra
+    if "per_device" in e:
+        return e["per_device"]["total_bytes"]
     if "offload_arena_bytes" in e:
         return r.step_bytes - r.arena_bytes + e["offload_arena_bytes"]
     return r.step_bytes
@@ -228,21 +340,21 @@ def _peak_layer(peak: dict, names: dict) -> str:
                        peak.get("node_index"))
 
 
-def inference_footprint(args, batch: int, precision: str) -> dict:
-    """The inference footprint of the model at ``batch`` (in half for a half or mixed
+def inference_footprint(source: ModelSource, batch: int, precision: str) -> dict:
+    """The inference footprint of ``source`` at ``batch`` (in half for a half or mixed
     precision), planned with the default passes."""
     from graphmem.analysis.footprint import inference
     from graphmem.analysis.whatif import Batcher, footprint, with_float_dtype
     from graphmem.training.precision import STEP_DTYPE
-    path = model_path(args)
-    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                      dim_default=args.dim_default)
+    batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
+                      dim_default=source.dim_default)
     graph = with_float_dtype(batcher.graph(batch), STEP_DTYPE[precision])
     return inference(footprint(graph),
                      title=f"inference, batch {batch}, {STEP_DTYPE[precision]}")
 
 
-def write_training_page(path: str, args, step: dict, inference: dict | None) -> None:
+def write_training_page(path: str, args, step: dict, inference: dict | None,
+                        source: ModelSource) -> None:
     """The HTML report of the step: the whole footprint (inference beside it when
     asked), the figures, then the arena's timeline, layout and layers, every node under
     the name a user reads."""
@@ -267,8 +379,9 @@ def write_training_page(path: str, args, step: dict, inference: dict | None) -> 
     sections += training_section(report_rows(r, step["names"]),
                                  f"Training step, batch {r.batch}")
     write_atomic(path, page(view, graph, sections,
-                            title=f"{args.model} training step, batch {r.batch}"),
-                 inputs=[model_path(args)])
+                            title=f"{args.model} training step, batch {r.batch}",
+                            footprint=fps[-1]),
+                 inputs=[source.path])
 
 
 def bind_training_dims(model, dims: dict[str, int], batch: int | None,
@@ -316,6 +429,10 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     half = r.precision != "fp32"
     add("weights (trainable)", r.weight_bytes,
         f"{STEP_DTYPE[r.precision]}, as the step reads them" if half else "")
+    if r.frozen_weight_bytes:
+        add("weights (frozen)", r.frozen_weight_bytes,
+            f"{e.get('frozen_weight_tensors', 0)} weight tensors read and not trained: "
+            f"no gradient, no optimizer state")
     if r.master_weight_bytes:
         add("master weights", r.master_weight_bytes,
             "float32 copy the optimizer updates (mixed precision)")
@@ -351,6 +468,13 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{e['selective_recomputed']} forward values of {e['selective']} ops "
             f"recomputed in backward from kept ones (arena without: "
             f"{mib(e['selective_arena_bytes']['none'])} MiB)")
+    none = e.get("unrecomputed")
+    if none and (e.get("selective") not in (None, "none") or r.recompute_macs
+                 or none["arena_bytes"] != r.arena_bytes):
+        add("  nothing recomputed", none["arena_bytes"],
+            f"the step as written (--recompute none): arena; step total "
+            f"{mib(none['step_bytes'])} MiB, kept for backward "
+            f"{mib(none['kept_for_backward_bytes'])} MiB")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
@@ -358,6 +482,12 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{_peak_layer(peak, names)}; backward starts at step "
             f"{peak['first_backward_position']}: kept {mib(kinds['saved'])}, gradients "
             f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])} MiB")
+        if kinds["gradients"] < r.gradient_bytes:
+            add("    weight gradients", None,
+                f"{mib(r.gradient_bytes - kinds['gradients'])} MiB of them are made after "
+                f"the peak, as the order defers them: this holds for an optimizer that "
+                f"steps once after backward; accumulating gradients over micro-batches "
+                f"keeps all {mib(r.gradient_bytes)} MiB live through the step")
         for h in peak["helpers"]:
             add(f"    {_named(h['op'], h['node'], names)}", h["bytes"],
                 f"output {'x'.join(map(str, h['shape']))}")
@@ -369,7 +499,8 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"and back before backward: {mib(e['offload_bytes'])} MiB each way")
         add("transfer stalls", None, f"{e['stall_seconds'] * 1e3:.3f} ms over "
             f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
-    parts = ["weights"] + (["master weights"] if r.master_weight_bytes else []) + \
+    parts = ["weights"] + (["frozen weights"] if r.frozen_weight_bytes else []) + \
+        (["master weights"] if r.master_weight_bytes else []) + \
         ["optimizer state", "constants", "arena with offload" if "offload_bytes" in e
          else "arena"]
     add("step total", step_total(r), " + ".join(parts) + f"; {r.optimizer}, loss: "
@@ -397,6 +528,28 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak "
             f"{mib(o['modelled_peak_bytes'])} MiB over {o['cuts_modelled']} cuts, "
             f"{o['solve_seconds']} s, {o['status']}")
+    if "per_device" in e:
+        d = e["per_device"]
+        add(f"per device ({d['devices']} devices, ZeRO-{d['zero']})", d["total_bytes"],
+            "what one device holds, its batch as given"
+            + ("; optimizer state and master weights on the host" if d["offload_optimizer"]
+               else ""))
+        for label, key, note in (
+                ("  weights", "weight_bytes", "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
+                ("  weights (frozen)", "frozen_weight_bytes",
+                 "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
+                ("  gathered weight", "gathered_weight_bytes",
+                 "the largest weight, gathered whole while its layer runs"),
+                ("  master weights", "master_weight_bytes", ""),
+                ("  optimizer state", "optimizer_bytes", "sharded" if d["zero"] >= 1 else ""),
+                ("  gradients kept", "gradient_bytes",
+                 "this device's shard, the rest freed as it is reduced (in the arena)"
+                 if d["zero"] >= 2 else "all of them (in the arena)"),
+                ("  planned arena", "arena_bytes",
+                 "planned again with one gradient shard kept" if d["zero"] >= 2 else ""),
+                ("  on the host", "host_bytes", "optimizer state and master weights")):
+            if d[key] or key in ("gradient_bytes", "arena_bytes"):
+                add(label, d[key], note)
     if "budget_bytes" in e:
         add("budget", e["budget_bytes"], ("fits" if e.get("fits_budget") else "does not fit")
             + f" after {e.get('budget_trials')} plans")

@@ -7,13 +7,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
 from graphmem.commands.progress import Heartbeat
+from graphmem.commands import range_options as ranges
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      console, load_graph, model_path,
-                                      non_negative_int, parse_dims, plan_from_args, read_plan,
-                                      shown)
+                                      console, load_graph, model_source, non_negative_int,
+                                      plan_source, shown)
 
 
 def add_parser(sub) -> None:
@@ -27,6 +26,7 @@ def add_parser(sub) -> None:
     add_runtime_args(p)
     p.add_argument("--plan", metavar="PATH", help="verify this plan file instead of planning")
     add_verify_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
@@ -50,18 +50,31 @@ def add_verify_args(p) -> None:
                         "(input_0.pb, ...) or one .npz file with an array per input name")
 
 
-def _check_plan_names_model(planned: str, args) -> None:
+def _check_plan_names_model(plan, graph, source, plan_file: str) -> None:
     """A plan names the model it was made for by its file name (or its zoo name):
-    refused in one line when that is not this model's (a plan of another model can
-    still pass the layout checks where their tensors happen to match)."""
+    refused in one line when that is not this model's. With ``graph`` (the model loaded
+    at the plan's bindings) and a plan that records its graph's digest, only a plan of
+    this very graph is checked by name here: one of another graph is left to the
+    verifier, whose refusal (another model's tensors, or another graph) comes first and
+    alone. A plan without a digest is checked by name before the model is loaded
+    (``graph`` None): a plan of another model can pass the layout checks where their
+    tensors happen to match."""
     from pathlib import Path
-    names = {Path(args.model).name, Path(model_path(args)).name}
+    if (plan.graph is None) != (graph is None):
+        return
+    if graph is not None:
+        from graphmem.plan.graph_digest import graph_digest
+        if plan.graph != graph_digest(graph):
+            return
+    planned = plan.model
+    names = {Path(source.given).name, Path(source.file).name, Path(source.path).name,
+             source.plan_name}
     stems = {Path(n).stem for n in names}
     stems |= {stem.removeprefix("light_") for stem in stems}  # a zoo graph's file
     if planned not in names and Path(planned).stem not in stems:
-        raise GraphmemError(f"{args.plan}: the plan was made for another model, "
+        raise GraphmemError(f"{plan_file}: the plan was made for another model, "
                             f"{planned!r} (its \"model\" field), not "
-                            f"{Path(args.model).name!r}; give this model's plan")
+                            f"{Path(source.given).name!r}; give this model's plan")
 
 
 def run(args) -> int:
@@ -70,20 +83,23 @@ def run(args) -> int:
     with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"
-            plan = read_plan(args.plan, model_path(args))
-            _check_plan_names_model(plan.model, args)
+            source = model_source(args)
+            plan = ranges.read_plan_at(args, source)  # a range plan: at --at/--dim
+            _check_plan_names_model(plan, None, source, args.plan)  # a plan without a digest
             dims = dict(plan.bindings)
-            for name, value in parse_dims(args.dim).items():
+            for name, value in source.dims.items():
                 if name in dims and dims[name] != value:
                     raise GraphmemError(f"--dim {name}={value}, but the plan was made with "
                                         f"{name}={dims[name]}")
                 dims[name] = value
-            graph = load(model_path(args), dims)
+            graph = source.load(dims, dim_default=False)
+            _check_plan_names_model(plan, graph, source, args.plan)
         else:
             beat.status = "loading the model"
-            graph, _ = load_graph(args)
+            source = model_source(args)
+            graph, _ = load_graph(args, source)
             beat.status = "planning"
-            plan = plan_from_args(args, graph).plan
+            plan = plan_source(args, source, graph).plan
         beat.status = "checking the plan, then the reference run on ONNX Runtime"
         report = run_verify(plan, graph, args, beat)
     print_report(console(), report)

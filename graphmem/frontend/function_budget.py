@@ -182,7 +182,7 @@ def _wire_calls(nodes) -> list[tuple[str, str, str]]:
         out.append((n.domain, n.op_type, ""))
         for a in n.attrs:
             for sub in a.subgraphs:
-                stack.extend(sub["nodes"])
+                stack.extend(sub.nodes)
     return out
 
 

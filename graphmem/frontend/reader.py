@@ -32,8 +32,10 @@ from graphmem.frontend.lazy import onnx as _onnx
 from graphmem.frontend.protos import drop_tensor_data, one_line
 from graphmem.frontend.shape_strategies import LoadState, run_strategies
 from graphmem.frontend.splice import SMALL_CONSTANT_BYTES, splice, stripped_weights
+from graphmem.frontend.zoo import resolve
 from graphmem.frontend.structure import (EXTERNAL, all_reads, check_names, external_locations,
                                          invalid_name, topological_order)
+from graphmem.frontend.working_model import WorkingModel
 
 if TYPE_CHECKING:
     import onnx
@@ -46,7 +48,7 @@ __all__ = ["SMALL_CONSTANT_BYTES", "bind_dims", "check_external_data", "check_mo
 
 def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.ModelProto:
     """Read an ONNX file, turning every failure into a one-line GraphmemError."""
-    p = _model_file(path)
+    p = model_file(path)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
@@ -69,7 +71,7 @@ def plan_size_bound(model: onnx.ModelProto) -> int:
     return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.node)
 
 
-def _model_file(path: str | os.PathLike) -> Path:
+def model_file(path: str | os.PathLike) -> Path:
     """``path``, refused in one line unless it is a non-empty file."""
     p = Path(path)
     if not p.exists():
@@ -115,12 +117,13 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
          check: bool = True, dim_default: int | None = None) -> Graph:
     """Load an ONNX model into a :class:`Graph` with every shape static.
 
-    ``dims`` binds symbolic dimensions by name (``{"N": 8}``); ``dim_default``, when
+    ``path`` names a file, or a Model Zoo graph onnx ships (``"resnet50"``) where no
+    such file exists, as the commands take it. ``dims`` binds symbolic dimensions by name (``{"N": 8}``); ``dim_default``, when
     given, binds every symbolic dimension of a graph input that ``dims`` leaves open
     (``Graph.bindings`` then says which). Weights are not read into memory unless a
     small constant's value is needed for shape inference.
     """
-    p = _model_file(path)
+    p = model_file(resolve(os.fspath(path), quiet=True))
     return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p)
 
@@ -172,29 +175,30 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         raise GraphmemError(f"{source or 'the model'}: reading its {len(data):,} bytes "
                             "ran out of memory (the records of its entries need more "
                             "than this process may use)") from None
-    g = parsed["graph"]
+    g = parsed.graph
     stored: dict[str, tuple[str, ...]] = {}
-    if g is not None and g["sparse_initializers"]:
+    if g is not None and g.sparse_initializers:
         from graphmem.frontend.sparse import densify
         data, parsed, stored = densify(data, parsed)
-        g = parsed["graph"]
+        g = parsed.graph
     if source is not None:
-        if g is None or (not g["nodes"] and not g["outputs"]):
+        if g is None or (not g.nodes and not g.outputs):
             raise GraphmemError(f"{source}: not an ONNX model (no graph in the file)")
         for name, location in external_locations(g):
             _check_location(name, location, source)
     if g is None:
-        g = wire.parse_model(b"\x3a\x00")["graph"]  # an empty graph
-    bad = parsed["not_utf8"] and invalid_name(g)
+        g = wire.parse_model(b"\x3a\x00").graph  # an empty graph
+    bad = parsed.not_utf8 and invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     reads, order, values, stripped = _checked(data, parsed, g, check)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
+    model = WorkingModel(data, parsed, splice(data, parsed, rebound + stripped), base_dir)
     state = LoadState(
-        data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
-        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes, shape_values=values,
-        opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
+        model=model, order=order, reads=reads, bindings=bindings, notes=notes,
+        shape_values=values,
+        opset=max((v for d, v in parsed.opsets if standard_domain(d)), default=0))
     try:
         sizing = run_strategies(state)
     except GraphmemError as exc:
@@ -208,8 +212,8 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         raise GraphmemError(
             f"{', '.join(f'{name}=0' for name in zero)}: with a dimension bound to 0 the "
             f"model's shapes cannot be worked out ({why}); bind it to 1 or more") from None
-    graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,
-                  model_path, bindings, state.scopes, sizing, state.notes, stored)
+    graph = build(parsed, g, order, state.tensors, reads, state.folding, model_path,
+                  bindings, state.scopes, sizing, state.notes, stored)
     if graph.load_notes:
         from graphmem.notes import note
         for line in graph.load_notes:
@@ -217,13 +221,13 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     return graph
 
 
-def _checked(data, parsed: dict, g: dict, check: bool):
+def _checked(data, parsed, g, check: bool):
     """The structural checks, the function budget and (``check``) onnx's checker on the
     model's bytes: (reads, order, shape values, stripped weights) for the stages after."""
     # Our own structural checks first: they name the node and tensor, where the
     # checker only says "not topologically sorted" for a cycle or a missing producer.
     producer = check_names(g)
-    check_functions(data, g["nodes"])  # before onnx's C++ inlines them
+    check_functions(data, g.nodes)  # before onnx's C++ inlines them
     reads = all_reads(g)
     order = topological_order(g, reads, producer)
     values = shape_values(g, reads)
@@ -256,13 +260,13 @@ def check_model(model: onnx.ModelProto) -> None:
         parsed = wire.parse_model(data)
     except ValueError as exc:
         raise GraphmemError(f"the model is corrupt ({one_line(exc)})") from None
-    g = parsed["graph"]
+    g = parsed.graph
     if g is None:
         raise GraphmemError("not an ONNX model (no graph in the file)")
-    if g["sparse_initializers"]:
+    if g.sparse_initializers:
         from graphmem.frontend.sparse import densify
         data, parsed, _ = densify(data, parsed)
-        g = parsed["graph"]
+        g = parsed.graph
     _checked(data, parsed, g, True)
 
 

@@ -51,6 +51,9 @@ class TrainingGraph:
     # forward values recomputed in backward from the values kept anyway, never kept by
     # a checkpointing rewrite (the selective rule of :mod:`.selective`)
     recomputable: frozenset = frozenset()
+    # parameters the step reads but does not train (``--frozen``, ``--trainable``, the
+    # base weights under ``--lora``): initializers, no gradient, no optimizer state
+    frozen: tuple[str, ...] = ()
 
     def feeds(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ORT feeds for one step: the given data plus the loss seed."""
@@ -76,7 +79,8 @@ def trainable_weights(model: onnx.ModelProto) -> list[str]:
 def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: str = "auto",
                    relu_fix: bool = True, rewrites: bool = True,
                    prepared: bool = False, output: str | None = None,
-                   bn: str = "training", fuse_activations: bool = True) -> TrainingGraph:
+                   bn: str = "training", fuse_activations: bool = True,
+                   trains=None, lora=None) -> TrainingGraph:
     """Build the training graph of an inference model.
 
     ``loss``: ``xent`` (cross-entropy of the logits against a one-hot ``label`` input;
@@ -92,6 +96,10 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     ``relu_fix`` and ``rewrites`` switch our post-reversal rewrites off (for checks);
     ``fuse_activations`` our activation rules: exported GELU chains differentiated as
     one op, HardSwish by an in-place-friendly rule (:mod:`.activations`).
+    ``trains``: which parameters train (a predicate on their names, default all); the
+    others are frozen: read, never differentiated. ``lora``: a
+    :class:`graphmem.training.lora.Lora`; its adapters are added to the graph and are
+    the only parameters that train.
     """
     import onnx_ad
 
@@ -110,9 +118,17 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
     if bn not in BN_MODES:
         raise GraphmemError(f"unknown BatchNormalization mode {bn!r}; choose from "
                             f"{', '.join(BN_MODES)}")
-    weights = trainable_weights(m)
-    if not weights:
+    adapters = lora.add_to(m) if lora is not None else None
+    parameters = trainable_weights(m)
+    if not parameters:
         raise GraphmemError("the model has no trainable float initializers")
+    if adapters is not None:
+        trains = set(adapters).__contains__
+    weights = [w for w in parameters if trains is None or trains(w)]
+    frozen = tuple(w for w in parameters if w not in set(weights))
+    if not weights:
+        raise GraphmemError(f"no parameter trains: all {len(parameters)} of the model's "
+                            f"parameters are frozen (see --trainable and --frozen)")
     loss_name, data_inputs = _add_loss(m, loss)
     running = _batch_norm_training(m) if bn == "training" else []  # outputs after the loss
     # onnx_ad differentiates graph inputs only: move the weights out of the initializers.
@@ -165,7 +181,8 @@ def build_training(model: onnx.ModelProto, batch: int | None = None, *, loss: st
             or o.name in running]
     del rg.output[:]
     rg.output.extend(keep)
-    return TrainingGraph(r, loss_name, tuple(weights), gradients, tuple(data_inputs))
+    return TrainingGraph(r, loss_name, tuple(weights), gradients, tuple(data_inputs),
+                         frozen=frozen)
 
 
 def running_stat_outputs(model: onnx.ModelProto) -> dict[str, str]:

@@ -18,6 +18,8 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
     e = r.extra
     parts = [part("weights", "weights" + (" (float16 copy)" if r.precision == "mixed" else ""),
                   r.weight_bytes, "the trainable parameters the step reads"),
+             part("frozen_weights", "frozen weights", r.frozen_weight_bytes,
+                  "parameters the step reads and does not train"),
              part("master_weights", "master weights (float32)", r.master_weight_bytes,
                   "what the optimizer updates under mixed precision"),
              part("optimizer", f"optimizer state ({r.optimizer})", r.optimizer_bytes,
@@ -38,9 +40,12 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
     grads = (f"weight gradients made by then, live {at}" if kinds["gradients"] else
              f"none made by the peak: all {r.gradient_bytes / 2**20:,.2f} MiB of them are "
              f"made later, in arena bytes freed by then")
-    parts += [part("kept", "kept for backward", kinds["saved"],
+    # named apart from the step's "kept for backward" and "gradients" (every storage
+    # made before backward and read after it; every gradient), of which these are
+    # the bytes live at the peak
+    parts += [part("kept", "kept, live at the peak", kinds["saved"],
                    f"activations made before backward starts, live {at}"),
-              part("gradients", "gradients", kinds["gradients"], grads),
+              part("gradients", "gradients at the peak", kinds["gradients"], grads),
               part("backward", "backward's tensors", kinds["backward"],
                    f"adjoints, transposed weights, masks live {at}"),
               part("arena_rest", "rest of the arena", r.arena_bytes - sum(kinds.values()),

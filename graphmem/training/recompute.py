@@ -18,14 +18,12 @@ from typing import Callable, Sequence
 import onnx
 
 from graphmem.analysis.macs import MATRIX_OPS
-from graphmem.core.ir import Graph
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
-from graphmem.pipeline import Result
 from graphmem.training.build import TrainingGraph
 from graphmem.training.cuts import cuts, forward_pass, segment_model
 from graphmem.training.optimal import choose_optimal
-from graphmem.training.report import TrainingReport, account, load_training, plan_training
+from graphmem.training.report import PlannedStep, TrainingReport, plan_step
 
 # MATRIX_OPS: ops whose outputs are costly to recompute. A trimmed segment keeps their
 # outputs and recomputes only the cheap ops between them (BatchNormalization, ReLU,
@@ -209,24 +207,26 @@ def recompute_chosen(tg: TrainingGraph, chosen: list[str], found: list,
 
 @record
 class Attempt:
-    """One recomputation choice, planned."""
+    """One recomputation choice, planned: the step (its total, report, graph and plan),
+    the cuts' tensors it keeps (see :func:`recompute_chosen`) and what the command
+    reports of it (``info``)."""
 
-    total: int  # the step's bytes: weights, optimizer state, folded constants, arena
-    report: TrainingReport
-    tg: TrainingGraph  # the (rewritten) step, its graph, plan and order: what the
-    graph: Graph  # commands get back
-    result: Result
-    order: str
-    chosen: Sequence[str] = ()  # the cuts' tensors it keeps (see recompute_chosen)
-    info: dict = field(default_factory=dict)  # what the command reports of it
+    step: PlannedStep
+    chosen: Sequence[str] = ()
+    info: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.step.total
+
+    @property
+    def report(self) -> TrainingReport:
+        return self.step.report
 
 
 def _planned(tg: TrainingGraph, optimizer: str, batch: int, chosen: Sequence[str] = (),
              info: dict | None = None) -> Attempt:
-    graph = load_training(tg)
-    result, order = plan_training(graph)
-    rep = account(tg, graph, result, order, batch, optimizer)
-    return Attempt(rep.step_bytes, rep, tg, graph, result, order, chosen, info or {})
+    return Attempt(plan_step(tg, optimizer, batch), chosen, info or {})
 
 
 def _attempt(tg, chosen, found, optimizer, batch, full=None, **more) -> Attempt:
@@ -254,20 +254,20 @@ def _trim(tg, found, optimizer, batch, limit, whole: Attempt,
     return best, plans
 
 
-def _unsegmented(tg: TrainingGraph, plain, optimizer: str, batch: int) -> Attempt:
-    """The step without checkpoints as an attempt: ``plain`` (``(tg, graph, result,
-    order, report)`` as :func:`graphmem.training.selective.selective_planned` returns
-    it, the step ``train`` plans), else ``tg`` planned as it is."""
+def _unsegmented(tg: TrainingGraph, plain: PlannedStep | None, optimizer: str,
+                 batch: int) -> Attempt:
+    """The step without checkpoints as an attempt: ``plain`` (the step ``train`` plans,
+    as :func:`graphmem.training.selective.selective_planned` returns it), else ``tg``
+    planned as it is."""
     info = {"choice": "none", "checkpoints": 0, "segments": 1, "whole_segments": 0}
     if plain is None:
         return _planned(tg, optimizer, batch, info=info)
-    t, graph, result, order, rep = plain
-    total = rep.weight_bytes + rep.optimizer_bytes + rep.constant_bytes + rep.arena_bytes
-    return Attempt(total, rep, t, graph, result, order, (), info)
+    return Attempt(plain, (), info)
 
 
 def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
-                      segments: int | None = None, optimal: bool = False, plain=None):
+                      segments: int | None = None, optimal: bool = False,
+                      plain: PlannedStep | None = None) -> Attempt:
     """``--recompute sqrt``: Chen's evenly spaced cuts and the cuts of
     :func:`choose_balanced`, each planned; the smaller arena (then fewer recomputed
     MACs) wins, so the result is never worse than Chen's; then as few of its segments
@@ -280,7 +280,8 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
     The step without checkpoints (``plain``: ``selective_planned``'s planned step, whose
     marked ``tg`` the caller passes; else ``tg`` planned as it is) is a candidate too, so recomputation never plans
     larger than none (``choice`` ``none``: vgg19 at batch 32 planned 2,083.6 MiB with
-    Chen's cuts against 2,045.6 without). Returns ``(tg, graph, result, order, info)``."""
+    Chen's cuts against 2,045.6 without). Returns the chosen :class:`Attempt`, its
+    ``info`` with what was tried beside it."""
     unsegmented = _unsegmented(tg, plain, optimizer, batch)
     found = cuts(tg)
     chen = _attempt(tg, choose_sqrt(tg, segments, found), found, optimizer, batch,
@@ -306,17 +307,20 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
             "unsegmented_arena_bytes": unsegmented.report.arena_bytes}
     if solver:
         info["optimal"] = solver
-    return best.tg, best.graph, best.result, best.order, info
+    return replace(best, info=info)
 
 
-def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int, plain=None):
+def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int,
+               plain: PlannedStep | None = None) -> Attempt:
     """Choose the recomputation whose planned step (weights, optimizer state, folded
     constants, arena) fits ``budget``: none first (``plain``, as in
     :func:`recompute_planned`), then :func:`choose_balanced`'s cuts and the cuts of the
     program of :mod:`graphmem.training.optimal`, then a binary search over Chen's
     segment counts, each scored by a real plan; among those that fit the one with the
     fewest recomputed MACs, else the smallest step found. Then as few of its segments
-    are recomputed whole as still fit (as in :func:`recompute_planned`)."""
+    are recomputed whole as still fit (as in :func:`recompute_planned`). Every total is
+    the planned step's (:attr:`PlannedStep.total`); returns the chosen :class:`Attempt`,
+    its ``info`` with the budget and what was tried."""
     unsegmented = _unsegmented(tg, plain, optimizer, batch)
     found = cuts(tg)
     tried = [unsegmented]
@@ -350,5 +354,5 @@ def fit_budget(tg: TrainingGraph, budget: int, optimizer: str, batch: int, plain
         best, plans = _trim(tg, found, optimizer, batch, limit, best, lambda x: x.total)
         trials += plans
     info = {**best.info, "budget_bytes": budget, "fits_budget": best.total <= budget,
-            "step_bytes": best.total, "budget_trials": trials, "budget_tried": tried_public}
-    return best.tg, best.graph, best.result, best.order, info
+            "budget_trials": trials, "budget_tried": tried_public}
+    return replace(best, info=info)

@@ -9,8 +9,9 @@ backward node reads, each counted alone wherever the plan runs it: tensors that 
 storage (an in-place ReLU over its BatchNormalization) count once each, and tensors the
 plan frees before others are made count too, so it can exceed the arena.
 
-The step total (``step_bytes``) is what the device holds for one step: the weights (and,
-for mixed precision, the float32 master weights), the optimizer state, the folded
+The step total (``step_bytes``) is what the device holds for one step: the weights (the
+frozen ones too, and, for mixed precision, the float32 master weights of the trained
+ones), the optimizer state, the folded
 constants and the planned arena (which holds the gradients, the activations kept for
 backward and backward's own tensors).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graphmem.core.ir import Graph
+from graphmem.core.records import record
 from graphmem.frontend.reader import from_model
 from graphmem.pipeline import DEFAULT_PASSES, Result, plan_graph
 from graphmem.plan.format import Plan
@@ -52,13 +54,16 @@ class TrainingReport:
     optimizer: str = "adam"
     precision: str = "fp32"  # graphmem.training.precision.PRECISIONS
     master_weight_bytes: int = 0  # float32 master weights beside the step (mixed only)
+    # parameters read but not trained (TrainingGraph.frozen), in the step's type
+    frozen_weight_bytes: int = 0
 
     @property
     def step_bytes(self) -> int:
-        """The step total: weights, master weights, optimizer state, folded constants and
-        the planned arena (gradients and activations are inside the arena)."""
-        return (self.weight_bytes + self.master_weight_bytes + self.optimizer_bytes
-                + self.constant_bytes + self.arena_bytes)
+        """The step total: weights (trained and frozen), master weights, optimizer
+        state, folded constants and the planned arena (gradients and activations are
+        inside the arena)."""
+        return (self.weight_bytes + self.frozen_weight_bytes + self.master_weight_bytes
+                + self.optimizer_bytes + self.constant_bytes + self.arena_bytes)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -181,7 +186,7 @@ def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
     named after its largest live member; ``helpers`` are the ``top`` largest
     ``backward`` entries (name, bytes, producing op and node, shape).
     """
-    from graphmem.plan.columns import group_roots
+    from graphmem.plan.columns import live_groups
     from graphmem.plan.stats import live_timelines
 
     aliased, _ = live_timelines(plan)  # index 0 is position -1
@@ -193,14 +198,9 @@ def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
     by_index = {n.index: n for n in graph.nodes}
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
     outputs = set(graph.outputs)
-    roots = group_roots(plan)
-    groups: dict[str, list[str]] = {}
-    for name, t in plan.tensors.items():
-        if t.bytes and t.live[0] <= pos <= t.live[1]:
-            groups.setdefault(roots[name], []).append(name)
     kinds = {"saved": 0, "gradients": 0, "backward": 0}
     helpers = []
-    for members in groups.values():
+    for members in live_groups(plan, pos):
         main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
         nbytes = _union([(plan.tensors[m].offset, plan.tensors[m].offset
                           + plan.tensors[m].bytes) for m in members])
@@ -264,4 +264,35 @@ def account(tg: TrainingGraph, graph: Graph, result: Result, order_name: str, ba
         forward_macs=macs["forward"],
         backward_macs=macs["backward"], recompute_macs=macs["recompute"],
         nodes=len(graph.nodes), order=order_name, extra=extra, optimizer=optimizer,
-        precision=tg.precision, master_weight_bytes=master)
+        precision=tg.precision, master_weight_bytes=master,
+        frozen_weight_bytes=sum(graph.tensors[w].bytes for w in tg.frozen
+                                if w in graph.tensors))
+
+
+@record
+class PlannedStep:
+    """One training step, planned and accounted: the (rewritten) step ``tg``, its graph
+    as planned, the plan (``result``), the name of the order it was planned in and its
+    figures (``report``). What :mod:`.selective`, :mod:`.recompute` and the ``train``
+    command hand each other."""
+
+    tg: TrainingGraph
+    graph: Graph
+    result: Result
+    order: str
+    report: TrainingReport
+
+    @property
+    def total(self) -> int:
+        """The step total: :attr:`TrainingReport.step_bytes`, the one place it is
+        added up."""
+        return self.report.step_bytes
+
+
+def plan_step(tg: TrainingGraph, optimizer: str, batch: int) -> PlannedStep:
+    """``tg`` loaded (:func:`load_training`), planned (:func:`plan_training`) and
+    accounted (:func:`account`)."""
+    graph = load_training(tg)
+    result, order = plan_training(graph)
+    return PlannedStep(tg, graph, result, order,
+                       account(tg, graph, result, order, batch, optimizer))

@@ -136,3 +136,23 @@ def _sunk(graph: Graph, floating: set[int], early: set[int]) -> list[int]:
     for n in graph.nodes:  # floating nodes nobody reads, early nodes never ready
         run(n)
     return order
+
+
+def in_planned_order(model, order: list[int]):
+    """A copy of ``model`` (a ModelProto) whose top-level nodes run in ``order`` (node
+    indices of ``model``, as a plan's ``order`` lists them): what ``train --save``
+    writes, so planning the saved file starts from the order the step was planned in.
+    Nodes the order leaves out (folded: they read constants only) come first, in file
+    order."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = list(model.graph.node)
+    listed = set(order)
+    if len(listed) != len(order) or not listed <= set(range(len(nodes))):
+        raise ValueError("the order must list distinct node indices of the model")
+    del out.graph.node[:]
+    out.graph.node.extend([n for i, n in enumerate(nodes) if i not in listed]
+                          + [nodes[i] for i in order])
+    return out

@@ -32,7 +32,7 @@ import dataclasses
 from graphmem.training.build import TrainingGraph
 from graphmem.training.cuts import forward_pass
 from graphmem.training.recompute import rewrite
-from graphmem.training.report import account, load_training, plan_training
+from graphmem.training.report import PlannedStep, plan_step
 
 # One output element from the same elements of the inputs (broadcasting allowed), or
 # data movement: recomputing them is one pass over memory.
@@ -79,32 +79,43 @@ def selective(tg: TrainingGraph, cheap=ELEMENTWISE) -> TrainingGraph:
     return rewrite(marked, [], [t for t in produced if t not in rec])
 
 
-def selective_planned(tg: TrainingGraph, optimizer: str, batch: int):
+CHOICES = ("auto", "none", *TIERS)  # train --selective
+
+
+def selective_planned(tg: TrainingGraph, optimizer: str, batch: int,
+                      choice: str = "auto") -> tuple[TrainingGraph, PlannedStep, dict]:
     """The step without selective recomputation and with each of :data:`TIERS`, each
-    planned; the smallest arena wins (the first on a tie: none before the tiers).
+    planned; with ``choice`` ``auto`` the smallest arena wins (the first on a tie: none
+    before the tiers); ``none`` or a tier's name plans that one alone (beside none).
 
     Returns ``(base, planned, info)``: ``base`` is ``tg`` with the winner's
     ``recomputable`` set (what the checkpointing passes build on), ``planned`` the
-    winner's ``(tg, graph, result, order, report)``, ``info`` the tier chosen
-    (``selective``), how many values it recomputes and each tier's arena."""
-    def planned(t):
-        graph = load_training(t)
-        result, order = plan_training(graph)
-        return t, graph, result, order, account(t, graph, result, order, batch, optimizer)
-
-    best, name, base = planned(tg), "none", tg
-    arenas = {"none": best[4].arena_bytes}
+    winner's :class:`~graphmem.training.report.PlannedStep`, ``info`` the tier chosen
+    (``selective``), how many values it recomputes, each tier's arena and the step with
+    nothing recomputed (``unrecomputed``: its arena, step total and what it keeps for
+    backward)."""
+    if choice not in CHOICES:
+        raise ValueError(f"selective choice {choice!r} is not one of {', '.join(CHOICES)}")
+    plain = plan_step(tg, optimizer, batch)
+    best, name, base = plain, "none", tg
+    arenas = {"none": best.report.arena_bytes}
     tried: dict[frozenset, str] = {frozenset(): "none"}
     for tier, cheap in TIERS.items():
+        if choice not in ("auto", tier):
+            continue
         rec = recomputable(tg, cheap)
         if rec in tried:  # the same values as an earlier tier: the same graph
             arenas[tier] = arenas[tried[rec]]
             continue
         tried[rec] = tier
-        got = planned(selective(tg, cheap))
-        arenas[tier] = got[4].arena_bytes
-        if got[4].arena_bytes < best[4].arena_bytes:
+        got = plan_step(selective(tg, cheap), optimizer, batch)
+        arenas[tier] = got.report.arena_bytes
+        if choice == tier or got.report.arena_bytes < best.report.arena_bytes:
             best, name, base = got, tier, dataclasses.replace(tg, recomputable=rec)
     info = {"selective": name, "selective_recomputed": len(base.recomputable),
-            "selective_arena_bytes": arenas}
+            "selective_arena_bytes": arenas,
+            "unrecomputed": {"arena_bytes": plain.report.arena_bytes,
+                             "step_bytes": plain.total,
+                             "kept_for_backward_bytes":
+                                 plain.report.extra["kept_for_backward_bytes"]}}
     return base, best, info

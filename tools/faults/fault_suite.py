@@ -1,0 +1,336 @@
+"""Issue 55's fault classes as reproducers, and a campaign that runs every command on them.
+
+Classes (each a function that makes the files): ``converter`` -- models whose nodes carry
+wrong-typed attributes, at an old opset, with a trainable weight, so that ``train`` would
+hand them to onnx's version converter (which crashed on them: SIGSEGV); ``functions`` --
+local functions calling each other twice per level (2**depth nodes once inlined) and a
+function calling itself; ``output`` -- stdout on /dev/full, closed, and a broken pipe; ``floods`` -- a 6 MB file of 3 M empty
+subgraphs.
+
+    python -m tools.faults.fault_suite run [--out DIR]      # every command on every file
+    python -m tools.faults.fault_suite signals MODEL --runs N --commands plan,verify,train
+    python -m tools.faults.fault_suite signals MODEL --commands plan:60,verify:60,train:20
+
+prints, per class and command, how the runs ended (one line exit 2, plan, traceback,
+several lines, signal, timeout). Each run is limited to 2 GB of address space and 60 s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tools import ROOT
+
+F = TensorProto.FLOAT
+vi = helper.make_tensor_value_info
+
+# (op, attribute, wrong value, opset): an attribute of another type than the schema's
+CONVERTER_CASES = [
+    ("Pad", "pads", 1, 2), ("Pad", "pads", "one", 2), ("Pad", "mode", 3, 2),
+    ("Squeeze", "axes", "abc", 11), ("Squeeze", "axes", 1.5, 11), ("Squeeze", "axes", 1, 11),
+    ("Unsqueeze", "axes", 1.5, 11), ("Unsqueeze", "axes", "x", 11),
+    ("ReduceSum", "axes", "a", 11), ("ReduceMean", "axes", 2.0, 11),
+    ("ReduceMax", "keepdims", "yes", 11), ("Split", "split", 2, 11),
+    ("Split", "axis", "z", 11), ("Softmax", "axis", 1.0, 11),
+    ("Transpose", "perm", 1, 9), ("Concat", "axis", "q", 9),
+    ("Gemm", "transB", 1.0, 9), ("LeakyRelu", "alpha", "a", 9),
+]
+
+
+def converter_model(op: str, attr: str, value, opset: int) -> bytes:
+    """x -> Mul by a weight W -> ``op`` with ``attr`` set to ``value`` -> y, at ``opset``
+    (IR version 6): the model a user trains, with one wrong-typed attribute."""
+    w = numpy_helper.from_array(np.ones([1, 3, 4, 4], np.float32), "W")
+    node = helper.make_node(op, ["h"] + (["h"] if op in ("Concat", "Gemm") else []), ["y"])
+    node.attribute.append(helper.make_attribute(attr, value))
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]), node], "g",
+                          [vi("x", F, [1, 3, 4, 4])], [vi("y", F, [1, 3, 4, 4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 6
+    return m.SerializeToString()
+
+
+def function_bomb(depth: int, *, weight: bool = True) -> bytes:
+    """Local functions f0..f{depth-1}, each f{i} calling f{i-1} twice: one call of the
+    last is 2**(depth-1) Relus once inlined."""
+    funcs = []
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    for i in range(depth):
+        nodes = ([helper.make_node("Relu", ["a"], ["b"])] if i == 0 else
+                 [helper.make_node(f"f{i - 1}", ["a"], ["t"], domain="local"),
+                  helper.make_node(f"f{i - 1}", ["t"], ["b"], domain="local")])
+        funcs.append(helper.make_function("local", f"f{i}", ["a"], ["b"], nodes, opsets))
+    nodes = [helper.make_node("Mul", ["x", "W"], ["h"]),
+             helper.make_node(f"f{depth - 1}", ["h"], ["y"], domain="local")]
+    g = helper.make_graph(nodes, "g", [vi("x", F, [4])], [vi("y", F, [4])],
+                          [numpy_helper.from_array(np.ones(4, np.float32), "W")])
+    m = helper.make_model(g, opset_imports=opsets, functions=funcs)
+    return m.SerializeToString()
+
+
+def flood(graphs: int = 3_000_000) -> bytes:
+    """A Relu with an attribute of ``graphs`` empty subgraphs (two bytes each in the
+    file, records of a few hundred bytes each once read): a 6 MB file that needs more
+    than 0.7 GB."""
+    from graphmem.frontend.protowire import message, varint
+    attr = message(1, b"branches") + b"\x50" + varint(10) + b"\x5a\x00" * graphs
+    node = helper.make_node("Relu", ["x"], ["y"]).SerializeToString() + message(5, attr)
+    graph = (message(1, node) + message(2, b"g")
+             + message(11, vi("x", F, [4]).SerializeToString())
+             + message(12, vi("y", F, [4]).SerializeToString()))
+    return (b"\x08\x08" + message(7, graph)
+            + message(8, helper.make_opsetid("", 17).SerializeToString()))
+
+
+def small_model() -> bytes:
+    """x * W -> Relu -> y: a model every command runs (the output and signal faults)."""
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
+                           helper.make_node("Relu", ["h"], ["y"])], "g",
+                          [vi("x", F, [2, 4])], [vi("y", F, [2, 4])],
+                          [numpy_helper.from_array(np.ones([2, 4], np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def recursive_function() -> bytes:
+    """A local function that calls itself."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    f = helper.make_function("local", "f", ["a"], ["b"],
+                             [helper.make_node("f", ["a"], ["b"], domain="local")], opsets)
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
+                           helper.make_node("f", ["h"], ["y"], domain="local")], "g",
+                          [vi("x", F, [4])], [vi("y", F, [4])],
+                          [numpy_helper.from_array(np.ones(4, np.float32), "W")])
+    return helper.make_model(g, opset_imports=opsets, functions=[f]).SerializeToString()
+
+
+def files(out: Path) -> dict[str, list[Path]]:
+    """Every reproducer written under ``out``, by class."""
+    out.mkdir(parents=True, exist_ok=True)
+    made: dict[str, list[Path]] = {"converter": [], "functions": []}
+    for op, attr, value, opset in CONVERTER_CASES:
+        p = out / f"convert_{op}_{attr}_{type(value).__name__}.onnx"
+        p.write_bytes(converter_model(op, attr, value, opset))
+        made["converter"].append(p)
+    for depth in (22, 24, 64, 200):
+        p = out / f"functions_depth{depth}.onnx"
+        p.write_bytes(function_bomb(depth))
+        made["functions"].append(p)
+    p = out / "functions_recursive.onnx"
+    p.write_bytes(recursive_function())
+    made["functions"].append(p)
+    p = out / "flood.onnx"
+    p.write_bytes(flood())
+    made["floods"] = [p]
+    return made
+
+
+ADDRESS_LIMIT = 2 << 30
+TIME_LIMIT = 60
+
+
+def _limit(address: int = ADDRESS_LIMIT) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (address, address))
+
+
+def command(name: str, model: Path, work: Path) -> list[str]:
+    args = {"plan": ["-o", str(work / "p.json")], "report": [], "verify": [],
+            "train": []}[name]
+    return [sys.executable, "-m", "graphmem", name, str(model), *args]
+
+
+def outcome(proc: subprocess.CompletedProcess | None) -> str:
+    """How one run ended, in the campaign's words."""
+    if proc is None:
+        return "timeout"
+    err = proc.stderr.decode("utf-8", "replace")
+    if "Traceback" in err:
+        return "traceback"
+    if proc.returncode < 0:
+        return "signal"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if proc.returncode == 0:
+        return "ran"
+    if proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("graphmem: "):
+        return "one line, exit 2"
+    return f"exit {proc.returncode}, {len(lines)} lines"
+
+
+def run_one(argv: list[str], cwd: Path,
+            address: int = ADDRESS_LIMIT) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=TIME_LIMIT, cwd=cwd,
+                              preexec_fn=lambda: _limit(address))
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def campaign(out: Path, commands=("plan", "report", "verify", "train")) -> Counter:
+    counts: Counter = Counter()
+    for cls, paths in files(out).items():
+        for p in paths:
+            for name in commands:
+                counts[(cls, name, outcome(run_one(command(name, p, out), out)))] += 1
+    return counts
+
+
+PROGRESS = re.compile(r"^graphmem: [a-z]+: .*, \d+ s$")
+
+
+def signal_outcome(proc: subprocess.Popen, err: str, signum: int) -> str:
+    """How a run sent ``signum`` ended: answered (130/143, one line), lost (exit 0),
+    the signal's own exit (the interpreter's start, before graphmem holds signals),
+    traceback or another exit."""
+    # a long command's progress lines ("graphmem: train: planning ..., 10 s") and a note
+    # of the run are not the answer
+    lines = [ln for ln in err.splitlines() if ln.strip() and "IR version" not in ln
+             and not PROGRESS.match(ln)]
+    if "Traceback" in err:
+        return "traceback"
+    want = {signal.SIGINT: (130, "graphmem: interrupted"),
+            signal.SIGTERM: (143, "graphmem: terminated")}[signum]
+    if proc.returncode == want[0] and lines == [want[1]]:
+        return "answered"
+    if proc.returncode == 0:
+        return "lost"
+    if proc.returncode == -signum:
+        return "killed by the signal"
+    return f"exit {proc.returncode}, {len(lines)} lines"
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_campaign(model: Path, runs, seed: int, commands=("plan",)) -> Counter:
+    """``runs`` signals (SIGINT and SIGTERM in turn) at moments uniform over a command's
+    whole run, from the process's start (imports included)."""
+    import random
+    import time
+    rng = random.Random(seed)
+    counts: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in commands:
+            argv = command(name, model, Path(tmp))
+            start = time.perf_counter()
+            subprocess.run(argv, capture_output=True, cwd=tmp, timeout=TIME_LIMIT)
+            duration = time.perf_counter() - start
+            for i in range(runs.get(name, 0) if isinstance(runs, dict) else runs):
+                signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
+                # SIGINT as a terminal's Ctrl-C finds it (a background job of a shell
+                # starts with it ignored, and Python keeps it so)
+                start = time.perf_counter()
+                proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True, errors="replace",
+                                        preexec_fn=_default_sigint)
+                time.sleep(rng.uniform(0, duration))
+                if proc.poll() is not None:
+                    proc.communicate()
+                    counts[(name, signum.name, "ended first")] += 1
+                    continue
+                proc.send_signal(signum)
+                sent = time.perf_counter() - start
+                _, err = proc.communicate(timeout=TIME_LIMIT)
+                how = signal_outcome(proc, err, signum)
+                counts[(name, signum.name, how)] += 1
+                if how != "answered":
+                    UNANSWERED.append((name, signum.name, how, round(1000 * sent)))
+    return counts
+
+
+# (command, signal, outcome, ms from the process's start to the signal) of every signal
+# not answered in one line
+UNANSWERED: list = []
+
+
+DOC = ROOT / "docs" / "hostile-input.md"
+
+
+def _write_doc(key: str, command: str, lines: list[str]) -> None:
+    """Rewrite this tool's section ``bench:key`` of docs/hostile-input.md."""
+    import datetime
+    import platform
+    from tools.docs.sections import cpu_name, write_doc
+    stamp = (f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+             f"by `{command}` on {cpu_name()}, {os.cpu_count()} CPUs, Python "
+             f"{platform.python_version()}.")
+    write_doc(DOC, f"bench:{key}", stamp + "\n\n" + "\n".join(lines))
+
+
+def startup_ms(runs: int = 20) -> float:
+    """The interpreter's start with site's imports (``python -c pass``), median ms: the
+    part of a command's life before graphmem holds signals back."""
+    import statistics
+    import time
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}",
+                                 description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
+    sg = sub.add_parser("signals")
+    sg.add_argument("model", type=Path)
+    sg.add_argument("--runs", type=int, default=100, help="per command")
+    sg.add_argument("--seed", type=int, default=55)
+    sg.add_argument("--commands", default="plan")
+    sg.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
+    args = ap.parse_args(argv)
+    if args.what == "signals":
+        # --commands plan,verify (--runs each) or plan:60,train:20 (runs by command)
+        named = [c.split(":") for c in args.commands.split(",")]
+        runs = {c[0]: int(c[1]) if len(c) > 1 else args.runs for c in named}
+        counts = signal_campaign(args.model.resolve(), runs, args.seed, tuple(runs))
+        lines = ["| command | signal | outcome | runs |", "|---|---|---|---|"]
+        lines += [f"| {name} | {sig} | {how} | {n} |"
+                  for (name, sig, how), n in sorted(counts.items())]
+        lines += ["", f"The interpreter's start with site's imports (`python -c pass`, "
+                      f"median of 20): {startup_ms():.0f} ms."]
+        if UNANSWERED:
+            lines += ["", "Signals not answered in one line, by the moment they were sent "
+                          "(ms after the process was started): " + ", ".join(
+                              f"{ms} ({name} {sig}, {how})"
+                              for name, sig, how, ms in sorted(UNANSWERED, key=lambda u: u[3]))
+                      + "."]
+        print("\n".join(lines))
+        if args.write:
+            _write_doc("fault-signals",
+                       f"python -m tools.faults.fault_suite signals {args.model.name} --runs "
+                       f"{args.runs} --seed {args.seed} --commands {args.commands} --write",
+                       lines)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        counts = campaign(args.out or Path(tmp))
+    lines = ["| class | command | outcome | runs |", "|---|---|---|---|"]
+    lines += [f"| {cls} | {name} | {how} | {n} |" for (cls, name, how), n in sorted(counts.items())]
+    lines += ["", f"Each run limited to {ADDRESS_LIMIT >> 30} GB of address space and "
+                  f"{TIME_LIMIT} s."]
+    print("\n".join(lines))
+    if args.write:
+        _write_doc("fault-suite", "python -m tools.faults.fault_suite run --write", lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
