@@ -234,7 +234,11 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def is_range_plan(path: str | os.PathLike) -> bool:
     """Does the file at ``path`` say it is a range plan? (Read cheaply: the format is
-    among the first keys graphmem writes.)"""
+    among the first keys graphmem writes.) Only a regular file is opened: a FIFO, a
+    device or a folder is not one, and the plan reader says what it is instead (opening
+    a FIFO would wait for a writer)."""
+    if not os.path.isfile(path):
+        return False
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
