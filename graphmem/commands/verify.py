@@ -50,22 +50,18 @@ def add_verify_args(p) -> None:
                         "(input_0.pb, ...) or one .npz file with an array per input name")
 
 
-def _check_plan_names_model(plan, graph, source, plan_file: str) -> None:
-    """A plan names the model it was made for by its file name (or its zoo name):
-    refused in one line when that is not this model's. With ``graph`` (the model loaded
-    at the plan's bindings) and a plan that records its graph's digest, only a plan of
-    this very graph is checked by name here: one of another graph is left to the
-    verifier, whose refusal (another model's tensors, or another graph) comes first and
-    alone. A plan without a digest is checked by name before the model is loaded
-    (``graph`` None): a plan of another model can pass the layout checks where their
-    tensors happen to match."""
+def _check_plan_names_model(plan, source, plan_file: str) -> None:
+    """A plan that records no graph digest (written before graphmem recorded one) is
+    checked by the model it names, its file name (or its zoo name): refused in one line
+    when that is not this model's, before the model is loaded (a plan of another model
+    can pass the layout checks where their tensors happen to match). A plan with a digest
+    is left to the digest (:func:`~graphmem.plan.graph_digest.check_graph`, in the
+    verifier): the graph decides, not the file's name, so the same graph saved under
+    another name (``plan --save-graph``) is its graph, and another graph gets that one
+    refusal alone."""
     from pathlib import Path
-    if (plan.graph is None) != (graph is None):
+    if plan.graph is not None:
         return
-    if graph is not None:
-        from graphmem.plan.graph_digest import graph_digest
-        if plan.graph != graph_digest(graph):
-            return
     planned = plan.model
     names = {Path(source.given).name, Path(source.file).name, Path(source.path).name,
              source.plan_name}
@@ -85,7 +81,7 @@ def run(args) -> int:
             beat.status = "reading the plan and the model"
             source = model_source(args)
             plan = ranges.read_plan_at(args, source)  # a range plan: at --at/--dim
-            _check_plan_names_model(plan, None, source, args.plan)  # a plan without a digest
+            _check_plan_names_model(plan, source, args.plan)  # a plan without a digest
             dims = dict(plan.bindings)
             for name, value in source.dims.items():
                 if name in dims and dims[name] != value:
@@ -93,7 +89,6 @@ def run(args) -> int:
                                         f"{name}={dims[name]}")
                 dims[name] = value
             graph = source.load(dims, dim_default=False)
-            _check_plan_names_model(plan, graph, source, args.plan)
         else:
             beat.status = "loading the model"
             source = model_source(args)
