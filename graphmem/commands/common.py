@@ -49,6 +49,10 @@ def add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> Non
     p.add_argument("--dim-default", type=_dim_value, default=None, metavar="N",
                    help="bind every symbolic dimension that no --dim binds to N "
                         "(off unless given; says on stderr which it bound)")
+    p.add_argument("--bound", action="append", default=[], metavar="NAME=N",  # issue 53
+                   help="plan a size that depends on the data (NonZero_3, the op and its "
+                        "node) at most N: tightens the bound the graph proves, or gives "
+                        "one it cannot (repeatable)")
 
 
 # The largest value a symbolic dimension may be bound to: past it, one tensor of a
@@ -125,6 +129,16 @@ def parse_dims(items: list[str]) -> dict[str, int]:
                                 f"plans (2**40)")
         dims[name] = v
     return dims
+
+
+def parse_bounds(items: list[str]) -> dict[str, int]:
+    """``--bound NAME=N`` values (issue 53), refused in one line as ``--dim``'s are."""
+    try:
+        return parse_dims(items)
+    except GraphmemError as exc:
+        raise GraphmemError(str(exc).replace("--dim", "--bound").replace(
+            "e.g. --bound N=8", "e.g. --bound NonZero_3=100").replace(
+            "a dimension cannot", "a bound cannot")) from None
 
 
 def chosen_passes(args) -> list[str]:
@@ -236,7 +250,8 @@ def load_graph(args):
     path = model_path(args)
     with stages(args) as stage:
         stage(f"loading {Path(path).name}")
-        graph = load(path, dims, dim_default=default)
+        graph = load(path, dims, dim_default=default,
+                     bounds=parse_bounds(getattr(args, "bound", [])))  # issue 53
     # dims written as expressions (past_seq + 1) are computed, not defaulted
     defaulted = [f"{k}={v}" for k, v in graph.bindings.items()
                  if k not in dims and default is not None and not is_expression(k)]

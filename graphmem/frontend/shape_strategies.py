@@ -419,10 +419,20 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("contrib-rules", contrib_rules_and_values, applies=has_contrib_ops,
              summary="the contrib rules again, past the shapes the constant values sized, "
                      "and the constant values after them, in turn while a turn sizes more"),
+    # issue 53 (graphmem/frontend/data_bounds.py): data-dependent sizes at their bounds
+    Strategy("data-bounds", lambda state: _data_bounds().bounded_sizes(state),
+             applies=lambda state: _data_bounds().has_data_dependent_ops(state),
+             summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k: "
+                     "their outputs at the upper bounds the graph proves (or --bound)"),
     Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
              summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
                      "with the contrib rules in front of its handlers"),
 )
+
+
+def _data_bounds():  # issue 53's hook: the module is imported only where it applies
+    from graphmem.frontend import data_bounds
+    return data_bounds
 
 
 def run_strategies(state: LoadState, strategies: tuple[Strategy, ...] | None = None
@@ -509,7 +519,8 @@ def unknown_shape_message(state: LoadState) -> str:
                 "shape rule for it: pass --infer-by-running to take the shapes from one "
                 "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
                 "in the model's value_info")
-    hint = hint or data_dependence(state.g, name, state.tensors)
+    hint = hint or _data_bounds().refusal(state.g, name, state.tensors) or \
+        data_dependence(state.g, name, state.tensors)
     caught = f" (on the way: {state.notes[0]})" if state.notes else ""
     return f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}{caught}"
 
