@@ -37,6 +37,7 @@ class Symbol(NamedTuple):
     node: int
     tensor: str  # the node's first output
     why: str  # the bound in words
+    axis: int = 0  # the dim of ``tensor`` that holds the count
 
 
 class DataBounds:
@@ -53,7 +54,7 @@ class DataBounds:
         return bool(self.symbols)
 
     def add(self, name: str, proven: int | None, op: str, node: int, tensor: str,
-            why: str) -> int:
+            why: str, axis: int = 0) -> int:
         """Record a symbol; return the value it is planned at."""
         given = self.given.get(name)
         bound = proven if given is None else given
@@ -61,7 +62,7 @@ class DataBounds:
             self.notes.append(f"--bound {name}={given}: the graph proves at most {proven:,} "
                               f"({why}); planned at {proven:,}")
             bound = proven
-        self.symbols[name] = Symbol(name, int(bound), proven, op, node, tensor, why)
+        self.symbols[name] = Symbol(name, int(bound), proven, op, node, tensor, why, axis)
         return int(bound)
 
     def unused(self) -> list[str]:
@@ -70,7 +71,7 @@ class DataBounds:
     def to_dict(self) -> dict:
         """The symbols as the plan file writes them."""
         return {s.name: {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
-                         "tensor": s.tensor} for s in self.symbols.values()}
+                         "tensor": s.tensor, "axis": s.axis} for s in self.symbols.values()}
 
 
 def symbol_name(op: str, index: int) -> str:
@@ -97,8 +98,9 @@ def _shape(state, name: str):
     return None if t is None else tuple(t.shape)
 
 
-def _bounded(state, record: DataBounds, op: str, index: int, tensor: str, proven, why):
-    return record.add(symbol_name(op, index), proven, op, index, tensor, why)
+def _bounded(state, record: DataBounds, op: str, index: int, tensor: str, proven, why,
+             axis: int = 0):
+    return record.add(symbol_name(op, index), proven, op, index, tensor, why, axis)
 
 
 def _nonzero(state, record, node, index):
@@ -106,7 +108,7 @@ def _nonzero(state, record, node, index):
     if x is None:
         return None
     k = _bounded(state, record, "NonZero", index, node.outputs[0], prod(x),
-                 f"the {prod(x):,} elements of its input")
+                 f"the {prod(x):,} elements of its input", axis=1)
     return {node.outputs[0]: (_INT64, (len(x), k))}
 
 
@@ -141,7 +143,7 @@ def _compress(state, record, node, index):
     axis = axis % len(x)
     proven = min(x[axis], prod(cond))
     k = _bounded(state, record, "Compress", index, node.outputs[0], proven,
-                 f"its input's {x[axis]} on axis {axis}")
+                 f"its input's {x[axis]} on axis {axis}", axis=axis)
     shape = list(x)
     shape[axis] = k
     return {node.outputs[0]: (_elem(state, node.inputs[0]), tuple(shape))}
@@ -163,7 +165,8 @@ def _unique(state, record, node, index):
         axis = axis % len(x)
         proven, length = x[axis], x[axis]
         k = _bounded(state, record, "Unique", index, first, proven,
-                     f"its input's {proven} on axis {axis}")
+                     f"its input's {proven} on axis {axis}",
+                     axis=axis if first == outs[0] else 0)
         y = tuple(k if i == axis else d for i, d in enumerate(x))
     found = {}
     for out, typed in zip(outs, ((_elem(state, node.inputs[0]), y), (_INT64, (k,)),
@@ -179,7 +182,8 @@ def _topk(state, record, node, index):
         return None
     axis = _attr(node, "axis", -1) % len(x)
     k = _bounded(state, record, "TopK", index, node.outputs[0], x[axis],
-                 f"its input's {x[axis]} on axis {axis} (k is computed at run time)")
+                 f"its input's {x[axis]} on axis {axis} (k is computed at run time)",
+                 axis=axis)
     shape = tuple(k if i == axis else d for i, d in enumerate(x))
     found = {node.outputs[0]: (_elem(state, node.inputs[0]), shape)}
     if len(node.outputs) > 1 and node.outputs[1]:
@@ -250,11 +254,13 @@ def record_of(state) -> DataBounds:
     return record
 
 
-def bounded_sizes(state) -> None:
+def bounded_sizes(state, strategies) -> None:
     """Size each open output of a data-dependent node at its bound, then what onnx's
     inference and the constant values size downstream, round after round; then decide
-    which tensors the bounds govern and fold none of them."""
-    from graphmem.frontend.shape_strategies import add_types, constant_values
+    which tensors the bounds govern and fold none of them. ``strategies``: the module
+    :mod:`graphmem.frontend.shape_strategies` (its ``add_types``, ``constant_values``
+    and ``unknown``; passed in, it imports this one)."""
+    add_types, constant_values = strategies.add_types, strategies.constant_values
     record = record_of(state)
     nodes = state.g["nodes"]
     while state.missing:
@@ -279,32 +285,17 @@ def bounded_sizes(state) -> None:
         if state.missing:
             constant_values(state)
     if record:
-        govern(state, record)
+        govern(state, record, strategies.unknown)
 
 
-def govern(state, record: DataBounds) -> None:
+def govern(state, record: DataBounds, unknown) -> None:
     """Which tensors each symbol governs (computed from its outputs, through data or
     shape), and the folding decided again without them: a Shape of a bounded tensor
     is known only at run time."""
     from graphmem.frontend.constant_nodes import foldable, without_dim_data
-    from graphmem.frontend.shape_strategies import unknown
     g, order, reads = state.g, state.order, state.reads
     nodes = g["nodes"]
-    syms: dict[str, set] = {}
-    for s in record.symbols.values():
-        for o in nodes[s.node].outputs:
-            if o:
-                syms.setdefault(o, set()).add(s.name)
-    for idx in order:
-        n = nodes[idx]
-        found = set()
-        for t in reads[idx]:
-            found |= syms.get(t, set())
-        if found:
-            for o in n.outputs:
-                if o:
-                    syms.setdefault(o, set()).update(found)
-    record.governed = {t: tuple(sorted(s)) for t, s in syms.items()}
+    record.governed, syms = governed(g, order, reads, record)
     # folding, as constant_nodes decides it, less what reads a governed tensor
     const = {t.name for t in g["initializers"]}
     folded: set[int] = set()
@@ -325,6 +316,50 @@ def govern(state, record: DataBounds) -> None:
     state.folded, state.constants = without_dim_data(g, order, reads, state.bindings,
                                                      folded, constants)
     state.missing = unknown(g, order, state.tensors, state.folded)
+
+
+def governed(g: dict, order, reads, record: DataBounds
+             ) -> tuple[dict[str, tuple[str, ...]], dict[str, set]]:
+    """(tensor -> the symbols its size may depend on, tensor -> the symbols its size or
+    its values may depend on). A symbol's outputs have sizes it decides; a node reading
+    such a tensor makes outputs whose size it decides too, but for a Shape or Size (its
+    value only); a value read where a node takes a shape, axes or a count
+    (constant_nodes.VALUE_ARGUMENTS: TopK's k, Reshape's shape, ...) decides the sizes
+    of its outputs, read elsewhere their values only."""
+    from graphmem.frontend.constant_nodes import VALUE_ARGUMENTS
+    nodes = g["nodes"]
+    size: dict[str, set] = {}
+    value: dict[str, set] = {}
+    for s in record.symbols.values():
+        for o in nodes[s.node].outputs:
+            if o:
+                size.setdefault(o, set()).add(s.name)
+    for idx in order:
+        n = nodes[idx]
+        if idx in {s.node for s in record.symbols.values()}:
+            continue
+        args = VALUE_ARGUMENTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
+        shape_only = n.op_type in ("Shape", "Size") and standard_domain(n.domain)
+        sized, valued = set(), set()
+        for i, t in enumerate(n.inputs):
+            if not t:
+                continue
+            if t in size:
+                (valued if shape_only else sized).update(size[t])
+            if t in value:
+                (sized if i in args else valued).update(value[t])
+        for t in reads[idx]:  # a body's outer reads: as data
+            if t not in n.inputs:
+                sized.update(size.get(t, ()))
+                valued.update(value.get(t, ()))
+        for o in n.outputs:
+            if o and sized:
+                size.setdefault(o, set()).update(sized)
+            if o and (valued or sized):
+                value.setdefault(o, set()).update(valued | sized)
+    for t, found in size.items():
+        value.setdefault(t, set()).update(found)
+    return {t: tuple(sorted(s)) for t, s in size.items()}, value
 
 
 def refusal(g: dict, name: str, tensors) -> str:

@@ -14,6 +14,7 @@ place in the order where it should run: cheap and exact ones before broad ones.
 """
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from graphmem import wire
@@ -420,7 +421,8 @@ STRATEGIES: tuple[Strategy, ...] = (
              summary="the contrib rules again, past the shapes the constant values sized, "
                      "and the constant values after them, in turn while a turn sizes more"),
     # issue 53 (graphmem/frontend/data_bounds.py): data-dependent sizes at their bounds
-    Strategy("data-bounds", lambda state: _data_bounds().bounded_sizes(state),
+    Strategy("data-bounds",
+             lambda state: _data_bounds().bounded_sizes(state, sys.modules[__name__]),
              applies=lambda state: _data_bounds().has_data_dependent_ops(state),
              summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k: "
                      "their outputs at the upper bounds the graph proves (or --bound)"),

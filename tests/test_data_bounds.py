@@ -1,0 +1,239 @@
+"""Sizes that depend on the data (issue 53): hand-built post-processing graphs plan at
+the upper bounds the graph proves, the plan marks those tensors, validates, and
+verifies with the sizes the data gives; a bound below the actual size is a FAIL."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphmem
+from graphmem.cli import main
+from graphmem.errors import GraphmemError
+from graphmem.plan.format import Plan
+from graphmem.plan.validate import problems
+from graphmem.verify.verifier import verify
+
+from conftest import make_model
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def const(name, value, dtype=np.int64):
+    return numpy_helper.from_array(np.array(value, dtype), name)
+
+
+def nonzero_gather():
+    """NonZero of a threshold, its indices gathered: at most the 24 elements."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["vals"]),
+             helper.make_node("Relu", ["vals"], ["y"])]
+    return make_model(nodes, [("x", F, [4, 6])], [("y", F, ["k"])],
+                      initializers=[const("t", 0.2, np.float32)])
+
+
+def topk_min(threshold=0.3):
+    """torchvision's pre-NMS top-k: the scores over a threshold, then TopK with
+    k = Min(300, n), n from their Shape."""
+    nodes = [helper.make_node("Greater", ["x", "thr"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "ax0"], ["keep"]),
+             helper.make_node("Gather", ["x", "keep"], ["s"]),
+             helper.make_node("Shape", ["s"], ["n"]),
+             helper.make_node("Min", ["cap", "n"], ["k"]),
+             helper.make_node("TopK", ["s", "k"], ["y", "yi"])]
+    return make_model(nodes, [("x", F, [2000])], [("y", F, ["k"])],
+                      initializers=[const("thr", threshold, np.float32), const("ax0", [0]),
+                                    const("cap", [300])])
+
+
+def nms():
+    """NonMaxSuppression with a constant max_output_boxes_per_class of 10 over 3
+    classes of 50 boxes, then the kept boxes gathered: at most 1 x 3 x 10 rows."""
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "m", "iou", "st"],
+                              ["sel"]),
+             helper.make_node("Gather", ["sel", "two"], ["box_idx"], axis=1),
+             helper.make_node("Squeeze", ["boxes", "ax0"], ["flat"]),
+             helper.make_node("Gather", ["flat", "box_idx"], ["kept"], axis=0),
+             helper.make_node("Mul", ["kept", "scale"], ["y"])]
+    return make_model(nodes, [("boxes", F, [1, 50, 4]), ("scores", F, [1, 3, 50])],
+                      [("y", F, ["k", 4])],
+                      initializers=[const("m", [10]), const("iou", [0.5], np.float32),
+                                    const("st", [0.2], np.float32), const("two", 2),
+                                    const("ax0", [0]), const("scale", 2.0, np.float32)])
+
+
+def compress_unique():
+    """Compress of rows whose sum is positive, then the Unique of an int input."""
+    nodes = [helper.make_node("ReduceSum", ["x", "ax1"], ["sum"], keepdims=0),
+             helper.make_node("Greater", ["sum", "zero"], ["cond"]),
+             helper.make_node("Compress", ["x", "cond"], ["rows"], axis=0),
+             helper.make_node("Relu", ["rows"], ["y"]),
+             helper.make_node("Unique", ["ids"], ["u", "ui", "inv", "cnt"]),
+             helper.make_node("Add", ["u", "one"], ["z"])]
+    return make_model(nodes, [("x", F, [10, 4]), ("ids", I64, [12])],
+                      [("y", F, ["k", 4]), ("z", I64, ["j"])],
+                      initializers=[const("ax1", [1]), const("zero", 0.0, np.float32),
+                                    const("one", 1)])
+
+
+def save(model, tmp_path, name="m.onnx"):
+    path = tmp_path / name
+    onnx.save(model, path)
+    return str(path)
+
+
+def planned(tmp_path, model, bounds=None):
+    graph = graphmem.load(save(model, tmp_path), bounds=bounds)
+    plan = graphmem.plan_graph(graph).plan
+    return graph, plan
+
+
+def test_nonzero_plans_at_the_input_elements_and_verifies(tmp_path):
+    graph, plan = planned(tmp_path, nonzero_gather())
+    (sym,) = graph.data_bounds.symbols.values()
+    assert (sym.name, sym.op, sym.bound, sym.proven) == ("NonZero_1", "NonZero", 24, 24)
+    assert graph.tensors["nz"].shape == (2, 24) and graph.tensors["y"].shape == (24,)
+    assert plan.tensors["nz"].bounded_by == {"NonZero_1": 24}
+    assert plan.tensors["y"].bounded_by == {"NonZero_1": 24}
+    assert plan.tensors["x"].bounded_by is None and plan.tensors["mask"].bounded_by is None
+    assert plan.bounds["NonZero_1"]["bound"] == 24
+    assert problems(plan, graph) == []
+    report = verify(plan, graph)
+    assert report.passed, report
+    counts = {c.tensor: c for c in report.bounded}
+    # uniform(-1, 1) inputs over 0.2: some, not all, of the 24
+    assert 0 < counts["y"].elements < 24 and counts["nz"].elements == 2 * counts["y"].elements
+    assert report.symbol_counts[0].startswith("NonZero_1 (NonZero, node 1): ")
+
+
+def test_topk_with_k_min_300_of_a_shape(tmp_path):
+    graph, plan = planned(tmp_path, topk_min())
+    assert graph.tensors["s"].shape == (2000,)
+    assert graph.tensors["y"].shape == (300,)  # Min(300, n) at n's bound
+    # the Shape and the Min run: their values are known at run time only
+    ops = [n.op_type for n in graph.nodes]
+    assert "Shape" in ops and "Min" in ops and not graph.constants
+    assert plan.tensors["y"].bounded_by == {"NonZero_1": 2000}
+    assert plan.tensors["n"].bounded_by is None  # a shape's size is its rank
+    assert problems(plan, graph) == []
+    report = verify(plan, graph)
+    assert report.passed, report
+    assert {c.tensor: c.shape for c in report.bounded}["y"] == (300,)
+
+
+def test_topk_below_its_cap_runs_smaller(tmp_path):
+    """Fewer than 300 scores over the threshold: TopK's k is what the data gives."""
+    graph, plan = planned(tmp_path, topk_min(threshold=0.95))
+    report = verify(plan, graph)
+    assert report.passed, report
+    y = {c.tensor: c for c in report.bounded}["y"]
+    assert 0 < y.elements < 300 and y.planned == 300
+
+
+def test_nms_bound_from_a_constant_max_boxes(tmp_path):
+    graph, plan = planned(tmp_path, nms())
+    sym = graph.data_bounds.symbols["NonMaxSuppression_0"]
+    assert sym.bound == 30 and "max_output_boxes_per_class 10" in sym.why
+    assert graph.tensors["sel"].shape == (30, 3) and graph.tensors["y"].shape == (30, 4)
+    assert problems(plan, graph) == []
+    report = verify(plan, graph)
+    assert report.passed, report
+    sel = {c.tensor: c for c in report.bounded}["sel"]
+    assert 0 < sel.shape[0] <= 30
+    assert report.symbol_counts == (
+        f"NonMaxSuppression_0 (NonMaxSuppression, node 0): {sel.shape[0]} of at most 30",)
+
+
+def test_compress_and_unique(tmp_path):
+    graph, plan = planned(tmp_path, compress_unique())
+    symbols = graph.data_bounds.symbols
+    assert symbols["Compress_2"].bound == 10 and symbols["Unique_4"].bound == 12
+    assert graph.tensors["y"].shape == (10, 4)
+    assert graph.tensors["u"].shape == (12,) and graph.tensors["inv"].shape == (12,)
+    assert problems(plan, graph) == []
+    report = verify(plan, graph)
+    assert report.passed, report
+    seen = {c.tensor for c in report.bounded}
+    assert {"rows", "y", "u", "z"} <= seen
+
+
+def test_a_bound_below_the_actual_size_fails_naming_the_tensor(tmp_path, capsys):
+    model = save(topk_min(), tmp_path)
+    out = tmp_path / "low.json"
+    assert main(["plan", model, "--bound", "NonZero_1=100", "-o", str(out)]) == 0
+    text = json.loads(out.read_text())
+    assert text["bounds"]["NonZero_1"]["bound"] == 100
+    assert text["tensors"]["nz"]["bounded_by"] == {"NonZero_1": 100}
+    capsys.readouterr()
+    assert main(["verify", model, "--plan", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL: tensor 'nz'" in " ".join(printed.split()), printed
+    assert "NonZero_1 <= 100" in " ".join(printed.split()), printed
+
+
+def test_the_plan_text_round_trips(tmp_path):
+    _, plan = planned(tmp_path, nms())
+    again = Plan.parse(plan.to_json(), "test")
+    assert again == plan
+    assert again.tensors["sel"].bounded_by == {"NonMaxSuppression_0": 30}
+
+
+def test_a_corrupt_bounded_by_is_refused(tmp_path):
+    _, plan = planned(tmp_path, nms())
+    d = json.loads(plan.to_json())
+    d["tensors"]["sel"]["bounded_by"] = {"NonMaxSuppression_0": "many"}
+    with pytest.raises(GraphmemError, match="corrupt plan"):
+        Plan.from_dict(d, "test")
+
+
+def test_bound_tightens_and_a_looser_one_is_noted(tmp_path, capsys):
+    graph, _ = planned(tmp_path, nonzero_gather(), {"NonZero_1": 5})
+    assert graph.tensors["nz"].shape == (2, 5)
+    graph, _ = planned(tmp_path, nonzero_gather(), {"NonZero_1": 500, "Other": 3})
+    assert graph.tensors["nz"].shape == (2, 24)
+    err = capsys.readouterr().err
+    assert "the graph proves at most 24" in err and "--bound Other" in err
+
+
+def range_of_data():
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["limit"], to=I64),
+             helper.make_node("Range", ["zero", "limit", "one"], ["r"], name="count"),
+             helper.make_node("Cast", ["r"], ["y"], to=F)]
+    return make_model(nodes, [("x", F, [4, 5])], [("y", F, ["k"])],
+                      initializers=[const("zero", 0), const("one", 1)])
+
+
+def test_a_range_of_data_needs_a_bound_and_plans_with_one(tmp_path, capsys):
+    model = save(range_of_data(), tmp_path)
+    assert main(["plan", model]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--bound Range_2=N" in err, err
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.full((4, 5), 7.5, np.float32))
+    assert main(["verify", model, "--bound", "Range_2=16", "--inputs", str(inputs)]) == 0
+    out = capsys.readouterr().out
+    assert "Range_2 (Range, node 2): 7 of at most 16" in out, out
+    np.savez(inputs, x=np.full((4, 5), 20.0, np.float32))
+    assert main(["verify", model, "--bound", "Range_2=16", "--inputs", str(inputs)]) == 1
+    assert "FAIL: tensor 'r'" in capsys.readouterr().out
+
+
+def test_a_bounded_tensor_over_a_live_one_is_caught(tmp_path):
+    """The plan's rules skipped (--runtime-only): the input placed under the bounded
+    NonZero output, written while the input is still to be read, shows as a read that
+    differs."""
+    from dataclasses import replace
+    graph, plan = planned(tmp_path, nonzero_gather())
+    tensors = dict(plan.tensors)
+    tensors["x"] = replace(plan.tensors["x"], offset=plan.tensors["nz"].offset)
+    bad = Plan(**{**plan.__dict__, "tensors": tensors})
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and report.mismatch is not None
+    assert report.mismatch.tensor == "x" and report.mismatch.read
