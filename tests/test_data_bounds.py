@@ -237,3 +237,19 @@ def test_a_bounded_tensor_over_a_live_one_is_caught(tmp_path):
     report = verify(bad, graph, runtime_only=True)
     assert not report.passed and report.mismatch is not None
     assert report.mismatch.tensor == "x" and report.mismatch.read
+
+
+def test_the_summary_says_what_the_bounds_govern(tmp_path, capsys):
+    from graphmem.plan.bounded import summary
+    _, plan = planned(tmp_path, nms())
+    s = summary(plan)
+    governed = set(s["symbols"]["NonMaxSuppression_0"]["tensors"])
+    assert governed == {"sel", "box_idx", "kept", "y"}
+    # sel int64[30, 3], box_idx int64[30], kept and y float32[30, 4]
+    slots = {n: t for n, t in plan.tensors.items() if n in governed}
+    assert s["tensors"] == 4 and 0 < s["arena_bytes_covered"] <= plan.arena_bytes
+    assert s["slot_bytes"] == sum(t.bytes for t in slots.values()
+                                  if not t.alias_of and not t.slice_of)
+    assert main(["plan", save(nms(), tmp_path), "-o", str(tmp_path / "p.json")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "NonMaxSuppression_0 <= 30 (NonMaxSuppression node 0, 4 tensors)" in text, text

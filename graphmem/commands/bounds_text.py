@@ -17,3 +17,17 @@ def print_bounded(console, report) -> None:
         console.print(f"  {shown(c.tensor)}: {c.elements:,} of {c.planned:,} elements "
                       f"planned {list(c.shape)} ({', '.join(c.symbols)})",
                       highlight=False, soft_wrap=True)
+
+
+def bounded_row(plan) -> tuple[str, str, str, str]:
+    """plan's summary row: the arena bytes that hold a bounded tensor at some step, the
+    symbols and their bounds, and how many tensors each governs."""
+    from graphmem.plan.bounded import summary
+    s = summary(plan)
+    symbols = "; ".join(f"{name} <= {v['bound']:,} ({v['op']} node {v['node']}, "
+                        f"{len(v['tensors'])} tensors)" for name, v in s["symbols"].items())
+    share = 100 * s["arena_bytes_covered"] / plan.arena_bytes if plan.arena_bytes else 0.0
+    covered = s["arena_bytes_covered"]
+    return ("bounded", f"{covered:,}", f"{covered / 2**20:,.2f} MiB",
+            shown(f"{share:.1f}% of the arena holds one of {s['tensors']} tensors planned at "
+                  f"a bound ({s['slot_bytes']:,} B of slots): {symbols}"))

@@ -130,6 +130,9 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
                       f"{len(bodies)} {noun} of If/Loop/Scan nodes, "
                       f"{sum(len(s.plan.tensors) for s in bodies):,} tensors, each planned "
                       f"into its node's workspace ({sizes})")
+    if plan.bounds:  # issue 53: the sizes that depend on the data
+        from graphmem.commands.bounds_text import bounded_row
+        table.add_row(*bounded_row(plan))
     table.add_row("time", "", "", f"load {load_seconds:.2f} s, plan {result.seconds:.3f} s")
     console.print(table)
     if written:

@@ -28,3 +28,30 @@ def bounded_bytes(plan: Plan) -> int:
     a slice of another) counted once."""
     return sum(t.bytes for t in plan.tensors.values()
                if t.bounded_by and not t.alias_of and not t.slice_of)
+
+
+def summary(plan: Plan) -> dict | None:
+    """What the bounds govern in ``plan``: per symbol its bound and the tensors it
+    governs; the bounded tensors' slots (each storage counted once), and the arena
+    bytes that hold a bounded tensor at some step (the union of their byte ranges)."""
+    if not plan.bounds:
+        return None
+    governs: dict[str, list[str]] = {s: [] for s in plan.bounds}
+    ranges = []
+    for name, t in plan.tensors.items():
+        if not t.bounded_by:
+            continue
+        for s in t.bounded_by:
+            governs.setdefault(s, []).append(name)
+        if t.bytes:
+            ranges.append((t.offset, t.offset + t.bytes))
+    covered, end = 0, -1
+    for lo, hi in sorted(ranges):
+        if hi <= end:
+            continue
+        covered += hi - max(lo, end)
+        end = hi
+    return {"symbols": {s: {**plan.bounds[s], "tensors": governs.get(s, [])}
+                        for s in plan.bounds},
+            "tensors": sum(1 for t in plan.tensors.values() if t.bounded_by),
+            "slot_bytes": bounded_bytes(plan), "arena_bytes_covered": covered}
