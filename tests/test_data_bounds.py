@@ -253,3 +253,67 @@ def test_the_summary_says_what_the_bounds_govern(tmp_path, capsys):
     assert main(["plan", save(nms(), tmp_path), "-o", str(tmp_path / "p.json")]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "NonMaxSuppression_0 <= 30 (NonMaxSuppression node 0, 4 tensors)" in text, text
+
+
+def yolo_head(anchors=200, classes=80):
+    """A YOLO-style head: predictions [1, A, 5 + C] to xyxy boxes and class scores
+    (objectness x class), NonMaxSuppression over them (at most 100 a class), the kept
+    boxes, scores and classes gathered: at most 1 x 80 x min(200, 100) detections."""
+    n = helper.make_node
+    nodes = [
+        n("Sigmoid", ["pred"], ["p"]),
+        n("Slice", ["p", "s0", "s2", "ax2"], ["cxcy"]),
+        n("Slice", ["p", "s2", "s4", "ax2"], ["wh"]),
+        n("Slice", ["p", "s4", "s5", "ax2"], ["obj"]),
+        n("Slice", ["p", "s5", "send", "ax2"], ["cls"]),
+        n("Mul", ["wh", "half"], ["hwh"]),
+        n("Sub", ["cxcy", "hwh"], ["xy1"]),
+        n("Add", ["cxcy", "hwh"], ["xy2"]),
+        n("Concat", ["xy1", "xy2"], ["boxes"], axis=2),
+        n("Mul", ["cls", "obj"], ["conf"]),
+        n("Transpose", ["conf"], ["scores"], perm=[0, 2, 1]),
+        n("NonMaxSuppression", ["boxes", "scores", "maxb", "iou", "thr"], ["sel"],
+          name="nms"),
+        n("Gather", ["sel", "c1"], ["cls_idx"], axis=1),
+        n("Gather", ["sel", "c2"], ["box_idx"], axis=1),
+        n("Squeeze", ["boxes", "ax0"], ["boxes2"]),
+        n("Gather", ["boxes2", "box_idx"], ["det_boxes"], axis=0),
+        n("Squeeze", ["scores", "ax0"], ["scores2"]),
+        n("Concat", ["cls_idx", "box_idx"], ["pairs"], axis=0),
+        n("Unsqueeze", ["cls_idx", "ax1"], ["ci"]),
+        n("Unsqueeze", ["box_idx", "ax1"], ["bi"]),
+        n("Concat", ["ci", "bi"], ["nd"], axis=1),
+        n("GatherND", ["scores2", "nd"], ["det_scores"]),
+        n("Cast", ["cls_idx"], ["det_classes"], to=F),
+    ]
+    inits = [const("s0", [0]), const("s2", [2]), const("s4", [4]), const("s5", [5]),
+             const("send", [5 + classes]), const("ax2", [2]), const("ax0", [0]),
+             const("ax1", [1]), const("half", 0.5, np.float32), const("maxb", [100]),
+             const("iou", [0.45], np.float32), const("thr", [0.25], np.float32),
+             const("c1", 1), const("c2", 2)]
+    return make_model(nodes, [("pred", F, [1, anchors, 5 + classes])],
+                      [("det_boxes", F, ["k", 4]), ("det_scores", F, ["k"]),
+                       ("det_classes", F, ["k"])], initializers=inits)
+
+
+def test_a_yolo_style_head_with_nms(tmp_path):
+    graph, plan = planned(tmp_path, yolo_head())
+    sym = graph.data_bounds.symbols["NonMaxSuppression_11"]
+    assert sym.bound == 1 * 80 * 100
+    assert graph.tensors["det_boxes"].shape == (8000, 4)
+    assert plan.tensors["det_scores"].bounded_by == {"NonMaxSuppression_11": 8000}
+    assert plan.tensors["boxes"].bounded_by is None  # before the NMS
+    assert problems(plan, graph) == []
+    report = verify(plan, graph)
+    assert report.passed, report
+    kept = {c.tensor: c for c in report.bounded}["det_boxes"].shape[0]
+    assert 0 < kept <= 8000
+    # tightened to what a deployment keeps: plans smaller, and verifies while it holds
+    small = planned(tmp_path, yolo_head(), {"NonMaxSuppression_11": kept})[1]
+    assert small.arena_bytes < plan.arena_bytes
+    assert verify(small, graphmem.load(str(tmp_path / "m.onnx"),
+                                       bounds={"NonMaxSuppression_11": kept})).passed
+    low = {"NonMaxSuppression_11": kept - 1}
+    report = verify(planned(tmp_path, yolo_head(), low)[1],
+                    graphmem.load(str(tmp_path / "m.onnx"), bounds=low))
+    assert not report.passed and "tensor 'sel'" in report.overflow
