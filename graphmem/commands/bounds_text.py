@@ -24,8 +24,17 @@ def bounded_row(plan) -> tuple[str, str, str, str]:
     symbols and their bounds, and how many tensors each governs."""
     from graphmem.plan.bounded import summary
     s = summary(plan)
+    shown_at_most = 6
+    items = list(s["symbols"].items())
     symbols = "; ".join(f"{name} <= {v['bound']:,} ({v['op']} node {v['node']}, "
-                        f"{len(v['tensors'])} tensors)" for name, v in s["symbols"].items())
+                        f"{len(v['tensors'])} tensors)" for name, v in items[:shown_at_most])
+    if len(items) > shown_at_most:
+        by_op: dict[str, list[int]] = {}
+        for _, v in items[shown_at_most:]:
+            by_op.setdefault(v["op"], []).append(v["bound"])
+        symbols += "; and " + ", ".join(
+            f"{len(b)} {op} (<= {min(b):,}..{max(b):,})" if min(b) != max(b) else
+            f"{len(b)} {op} (each <= {b[0]:,})" for op, b in by_op.items())
     share = 100 * s["arena_bytes_covered"] / plan.arena_bytes if plan.arena_bytes else 0.0
     covered = s["arena_bytes_covered"]
     return ("bounded", f"{covered:,}", f"{covered / 2**20:,.2f} MiB",

@@ -49,6 +49,9 @@ class DataBounds:
         self.symbols: dict[str, Symbol] = {}
         self.governed: dict[str, tuple[str, ...]] = {}
         self.notes: list[str] = []
+        # the symbols of data-dependent nodes in If/Loop/Scan bodies: Op_<i>_<node>_<attr>
+        # (i: the node's index in its body), planned at their bounds in the body's plan
+        self.body_symbols: dict[str, Symbol] = {}
 
     def __bool__(self) -> bool:
         return bool(self.symbols)
@@ -66,7 +69,7 @@ class DataBounds:
         return int(bound)
 
     def unused(self) -> list[str]:
-        return [n for n in self.given if n not in self.symbols]
+        return [n for n in self.given if n not in self.symbols and n not in self.body_symbols]
 
     def to_dict(self) -> dict:
         """The symbols as the plan file writes them."""
@@ -82,6 +85,10 @@ def symbol_name(op: str, index: int) -> str:
 
 def _attr(node, name: str, default=None):
     from graphmem.frontend import attributes
+    if isinstance(node, _ProtoNode):  # a body's node
+        from onnx import helper
+        return next((helper.get_attribute_value(a) for a in node.attribute
+                     if a.name == name), default)
     for a in node.attrs:
         if a.name == name:
             v = attributes.decode(a.type, a.raw)
@@ -244,7 +251,17 @@ def _constants(state) -> dict:
 # --------------------------------------------------------------------------- the strategy
 
 def has_data_dependent_ops(state) -> bool:
-    return any(n.op_type in RULES and standard_domain(n.domain) for n in state.g["nodes"])
+    """A node of :data:`RULES` in the graph, or (by its name in the bytes of a body) in
+    an If/Loop/Scan body."""
+    from graphmem.frontend.structure import GRAPH_ATTRS
+    names = [op.encode() for op in RULES]
+    for n in state.g["nodes"]:
+        if n.op_type in RULES and standard_domain(n.domain):
+            return True
+        for a in n.attrs:
+            if a.type in GRAPH_ATTRS and any(op in bytes(a.raw) for op in names):
+                return True
+    return False
 
 
 def record_of(state) -> DataBounds:
@@ -279,6 +296,9 @@ def bounded_sizes(state, strategies) -> None:
             if found:
                 break
         if not found:
+            if getattr(state, "deferred_control_flow", False) and _control_flow(state, record,
+                                                                                strategies):
+                continue
             break
         add_types(state, found)
         state.settle()
@@ -286,6 +306,166 @@ def bounded_sizes(state, strategies) -> None:
             constant_values(state)
     if record:
         govern(state, record, strategies.unknown)
+
+
+class ControlFlowBounds:
+    """What the control-flow settling asks of the bounds (graphmem/frontend/
+    control_flow.py): a body's data-dependent nodes at their bounds, and an If's output
+    whose branches differ in size bounded by the larger (a symbol ``If_N``)."""
+
+    def __init__(self, record: DataBounds):
+        self.record = record
+
+    def merge(self, idx: int, name: str, a, b):
+        from graphmem.core.ir import Tensor
+        if a.dtype != b.dtype or len(a.shape) != len(b.shape):
+            return None
+        shape = tuple(max(x, y) for x, y in zip(a.shape, b.shape))
+        axis = next(i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y)
+        sym = symbol_name("If", idx)
+        bound = self.record.symbols[sym].bound if sym in self.record.symbols else \
+            self.record.add(sym, shape[axis], "If", idx, name,
+                            f"the larger of its branches' {a.shape[axis]} and "
+                            f"{b.shape[axis]}", axis=axis)
+        return Tensor(name, a.dtype, tuple(bound if i == axis else d
+                                           for i, d in enumerate(shape)), a.bits)
+
+    def size_body(self, model, tensors, values, where: str):
+        """``model`` (a body, inferred) with the types of its open data-dependent
+        nodes' outputs at their bounds added, or None where none could be sized. Their
+        symbols are ``Op_<node>_<body>_<i>`` (bounds of the body's own plan)."""
+        from onnx import helper
+        body = _BodyState(tensors, values)
+        found = {}
+        for late in (False, True):
+            for i, nd in enumerate(model.graph.node):
+                if nd.op_type not in RULES or (nd.op_type == "TopK") != late or \
+                        all(o in tensors for o in nd.output if o):
+                    continue
+                node = _ProtoNode(tuple(nd.input), tuple(nd.output), nd.attribute)
+                rule = RULES[nd.op_type]
+                suffix = f"_{where}"
+                record = DataBounds({k[:-len(suffix)]: v for k, v in self.record.given.items()
+                                     if k.endswith(suffix)})
+                sized = rule(body, record, node, i)
+                if sized:
+                    for sym in record.symbols.values():
+                        name = sym.name + suffix
+                        self.record.body_symbols[name] = sym._replace(name=name)
+                    self.record.notes.extend(record.notes)
+                    found.update(sized)
+            if found:
+                break
+        if not found:
+            return _fold_body(model, tensors, values)
+        out = type(model)()
+        out.CopyFrom(model)
+        names = set(found)
+        kept = [vi for vi in out.graph.value_info if vi.name not in names]
+        del out.graph.value_info[:]
+        out.graph.value_info.extend(kept + [helper.make_tensor_value_info(n, e, list(sh))
+                                            for n, (e, sh) in found.items()])
+        return out
+
+
+# the most bytes a body constant folded for the shapes may hold
+BODY_CONSTANT_BYTES = 4096
+
+
+def _fold_body(model, tensors, values):
+    """``model`` (a body) with the values of its small constant nodes (of Constants,
+    initializers and the outer constants ``values`` knows) as initializers, for onnx's
+    inference to read shapes from (a Slice's axes from an Unsqueeze of a constant), or
+    None where nothing new folds."""
+    import numpy as np
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    from graphmem.frontend.constant_nodes import foldable  # noqa: F401 (same rule)
+    known = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for vi in model.graph.input:
+        v = _Lookup(values).get(vi.name)
+        if v is not None:
+            known[vi.name] = np.asarray(v)
+    new = {}
+    for nd in model.graph.node:
+        if nd.op_type in RULES or any(a.type in (5, 10) for a in nd.attribute):
+            continue
+        if any(o in known for o in nd.output if o) or not all(
+                not t or t in known for t in nd.input):
+            continue
+        if nd.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike",
+                          "RandomUniformLike", "Multinomial"):
+            continue
+        try:
+            from onnx import helper
+            ins = [t for t in nd.input if t]
+            g = helper.make_graph([nd], "fold", [], [helper.make_empty_tensor_value_info(o)
+                                                     for o in nd.output if o],
+                [numpy_helper.from_array(np.asarray(known[t]), t) for t in dict.fromkeys(ins)])
+            m = helper.make_model(g, opset_imports=list(model.opset_import))
+            outs = ReferenceEvaluator(m).run(None, {})
+        except Exception:  # not evaluable here: left to the run
+            continue
+        for o, v in zip([o for o in nd.output if o], outs):
+            v = np.asarray(v)
+            if v.nbytes <= BODY_CONSTANT_BYTES:
+                known[o] = v
+                new[o] = v
+    added = new
+    # each folded node of one output a Constant of its value, in its place (the model
+    # inferred only; the body's scope keeps its nodes, and settling indexes them)
+    from onnx import helper
+    out = type(model)()
+    out.CopyFrom(model)
+    done = False
+    for k, nd in enumerate(out.graph.node):
+        outs = [o for o in nd.output if o]
+        if nd.op_type != "Constant" and len(outs) == 1 and outs[0] in added:
+            out.graph.node[k].CopyFrom(helper.make_node(
+                "Constant", [], outs, value=numpy_helper.from_array(added[outs[0]])))
+            done = True
+    return out if done else None
+
+
+class _ProtoNode(NamedTuple):
+    inputs: tuple
+    outputs: tuple
+    attribute: object
+
+
+class _BodyState:
+    """What a rule reads of a body: its tensors, and its constants' values."""
+
+    def __init__(self, tensors, values):
+        self.tensors = tensors
+        self._values = values
+
+    @property
+    def _data_bound_constants(self):
+        return _Lookup(self._values)
+
+
+class _Lookup:
+    def __init__(self, values):
+        self.values = values
+
+    def get(self, name):
+        try:
+            return self.values(name)
+        except Exception:  # a value the body cannot compute: not a constant
+            return None
+
+
+def _control_flow(state, record: DataBounds, strategies) -> bool:
+    """The If/Loop/Scan bodies the control-flow strategy left for later (an outer tensor
+    a body reads was sized here), settled now: did it size more?"""
+    before = len(state.tensors)
+    state.deferred_control_flow = False
+    strategies.control_flow_bodies(state)
+    state.settle()
+    if state.missing:
+        strategies.constant_values(state)
+    return len(state.tensors) > before
 
 
 def govern(state, record: DataBounds, unknown) -> None:

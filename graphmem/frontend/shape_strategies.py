@@ -200,11 +200,18 @@ def control_flow_bodies(state: LoadState) -> None:
                 state.notes.append(failure_note(failures))
             computed[""] = None  # evaluated once, whatever it found
         return computed.get(name)
+    bounds = None
+    if _data_bounds().has_data_dependent_ops(state):  # issue 53: sizes at their bounds
+        bounds = _data_bounds().ControlFlowBounds(_data_bounds().record_of(state))
     try:
         model, _, state.scopes = settle(to_proto(state.model_bytes()), order, dict(tensors),
-                                        inference.infer_proto, values)
+                                        inference.infer_proto, values, bounds=bounds)
     except UnknownShape as exc:  # an outer tensor a body reads
-        raise GraphmemError(f"{exc}{data_dependence(g, exc.tensor, tensors)}") from None
+        why = data_dependence(g, exc.tensor, tensors)
+        if why and bounds is not None and not getattr(state, "deferred_control_flow", None):
+            state.deferred_control_flow = True  # issue 53: data-bounds settles it later
+            return
+        raise GraphmemError(f"{exc}{why}") from None
     state.model = model.SerializeToString()
     state.tensors = inference.tensors(state.model)
 
