@@ -4,19 +4,35 @@ from __future__ import annotations
 from graphmem.commands.common import shown
 
 
+# the most symbol counts and bounded tensors verify lists
+ROWS = 12
+
+
 def print_bounded(console, report) -> None:
     """verify's counts: each symbol's value at run time against its bound, and each
     bounded tensor's elements against those planned."""
     if not report.bounded:
         return
-    for line in report.symbol_counts:
+    counts = report.symbol_counts
+    for line in counts[:ROWS]:
         console.print(f"count         {shown(line)}", highlight=False, soft_wrap=True)
+    if len(counts) > ROWS:
+        console.print(f"count         ... and {len(counts) - ROWS:,} more symbols "
+                      f"(graphmem.verify.bounded.count_lines lists them all)")
     console.print(f"bounded       {len(report.bounded)} tensors ran with the sizes the "
                   "data gave, each in the first bytes of its slot:")
-    for c in report.bounded:
+    # the largest planned first: where the bounds cost the most
+    largest = sorted(report.bounded, key=lambda c: -c.planned)
+    for c in largest[:ROWS]:
+        symbols = ", ".join(c.symbols[:3]) + (f", +{len(c.symbols) - 3}"
+                                              if len(c.symbols) > 3 else "")
         console.print(f"  {shown(c.tensor)}: {c.elements:,} of {c.planned:,} elements "
-                      f"planned {list(c.shape)} ({', '.join(c.symbols)})",
+                      f"planned {list(c.shape)} ({symbols})",
                       highlight=False, soft_wrap=True)
+    if len(largest) > ROWS:
+        within = ", all within their slots" if report.overflow is None else ""
+        console.print(f"  ... and {len(largest) - ROWS:,} more bounded tensors{within}",
+                      highlight=False)
 
 
 def bounded_row(plan) -> tuple[str, str, str, str]:

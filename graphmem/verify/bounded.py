@@ -15,7 +15,9 @@ The reference runs the same sessions on the same inputs, every tensor in an arra
 its own; every tensor a node reads in the arena is compared with the reference's bit
 for bit before the node runs, and every graph output at the end. The report says how
 many elements each bounded tensor had, and each symbol's count (how many boxes each
-NonMaxSuppression kept, how many elements each NonZero found).
+NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
+runs whole on ONNX Runtime, the tensors its bodies read from the graph given as inputs:
+its outputs are checked against their slots, its bodies' own plans are not run here.
 """
 from __future__ import annotations
 
@@ -54,7 +56,10 @@ class _Sessions:
         self._cache: dict[int, object] = {}
         self.built = 0
 
-    def run(self, index: int, feeds: list):
+    def run(self, index: int, feeds: list, implicit: tuple = (), implicit_values: list = ()):
+        """Run node ``index`` on ``feeds`` (its inputs' values, None for a blank one);
+        ``implicit``: the names its bodies read from this scope (an If, Loop or Scan run
+        whole), inputs of the session under their own names."""
         from onnx import helper
         proto = self.model.graph.node[index]
         sess = self._cache.get(index)
@@ -69,7 +74,8 @@ class _Sessions:
             def info(local, name):
                 return helper.make_tensor_value_info(local, ENUM_BY_NAME[t[name].dtype], None)
             g = helper.make_graph([node], f"node_{proto.op_type}",
-                                  [info(a, b) for a, b in zip(ins, proto.input) if a],
+                                  [info(a, b) for a, b in zip(ins, proto.input) if a]
+                                  + [info(b, b) for b in implicit],
                                   [info(a, b) for a, b in zip(outs, proto.output) if a])
             m = helper.make_model(g, opset_imports=list(self.model.opset_import))
             m.ir_version = self.ir_version
@@ -81,8 +87,8 @@ class _Sessions:
                                     f"{proto.name!r} alone: {runtime_message(exc)}") from None
             self._cache[index] = sess
             self.built += 1
-        names = [f"in{i}" for i, t in enumerate(proto.input) if t]
-        values = [v for t, v in zip(proto.input, feeds) if t]
+        names = [f"in{i}" for i, t in enumerate(proto.input) if t] + list(implicit)
+        values = [v for t, v in zip(proto.input, feeds) if t] + list(implicit_values)
         out = sess.run(None, dict(zip(names, values)))
         it = iter(out)
         return [next(it) if t else None for t in proto.output]
@@ -93,9 +99,9 @@ class _Failed(Exception):
         self.node, self.error = node, error
 
 
-def _run_node(sessions, node, feeds):
+def _run_node(sessions, node, feeds, implicit_values=()):
     try:
-        return sessions.run(node.index, feeds)
+        return sessions.run(node.index, feeds, node.implicit_inputs, implicit_values)
     except GraphmemError:
         raise
     except Exception as exc:
@@ -113,9 +119,6 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     from graphmem.verify.reference import (constant_values, model_with_weights,
                                            refused_inputs_message)
     start = time.perf_counter() if start is None else start
-    if graph.scopes:
-        raise GraphmemError("the verifier runs a model with data-dependent sizes without "
-                            "If/Loop/Scan bodies only")
     model = model_with_weights(graph)
     constants = constant_values(model, graph)
     feeds = checked_inputs(graph, inputs) if inputs is not None else random_inputs(graph, seed)
@@ -127,8 +130,10 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     try:
         for idx in order:
             node = by_index[idx]
-            outs = _run_node(sessions, node, [ref[t] if t in ref else constants[t] if t else None
-                                              for t in node.inputs])
+            def value(t):
+                return ref[t] if t in ref else constants[t] if t else None
+            outs = _run_node(sessions, node, [value(t) for t in node.inputs],
+                             [value(t) for t in node.implicit_inputs])
             ref.update({o: v for o, v in zip(node.outputs, outs) if o and v is not None})
     except _Failed as exc:
         raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
@@ -166,7 +171,7 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
         node = by_index[idx]
         _poison(arena, tensors, shapes, graph, step)
         values = []
-        for t in node.inputs:
+        for t in (*node.inputs, *node.implicit_inputs):
             if t and t in tensors:
                 v = read(t)
                 reads += 1
@@ -180,7 +185,8 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
         if mismatch is not None:
             break
         try:
-            outs = _run_node(sessions, node, values)
+            k = len(node.inputs)
+            outs = _run_node(sessions, node, values[:k], values[k:])
         except _Failed as exc:
             raise GraphmemError(f"ONNX Runtime failed on {exc.node.label} in the arena run: "
                                 f"{exc.error}") from None
