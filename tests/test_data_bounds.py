@@ -317,3 +317,65 @@ def test_a_yolo_style_head_with_nms(tmp_path):
     report = verify(planned(tmp_path, yolo_head(), low)[1],
                     graphmem.load(str(tmp_path / "m.onnx"), bounds=low))
     assert not report.passed and "tensor 'sel'" in report.overflow
+
+
+def batched_nms_if():
+    """torchvision's post-processing: the scores over a threshold (NonZero), their boxes
+    gathered, then ``if boxes.numel() == 0: empty else: nms(...)`` as an If whose
+    else_branch holds the NonMaxSuppression (at most 20 boxes) and reads the bounded
+    boxes from the graph; the kept boxes gathered after it."""
+    n = helper.make_node
+    then_branch = helper.make_graph(
+        [n("Constant", [], ["empty"], value=numpy_helper.from_array(
+            np.zeros((0,), np.int64)))], "then", [],
+        [helper.make_tensor_value_info("empty", I64, [0])])
+    else_branch = helper.make_graph(
+        [n("Constant", [], ["ax0b"], value=numpy_helper.from_array(np.array([0], np.int64))),
+         n("Unsqueeze", ["b", "ax0b"], ["b3"]),
+         n("Unsqueeze", ["s", "ax0b"], ["s2"]),
+         n("Unsqueeze", ["s2", "ax0b"], ["s3"]),
+         n("Constant", [], ["maxb"], value=numpy_helper.from_array(np.array([20], np.int64))),
+         n("Constant", [], ["iou"], value=numpy_helper.from_array(np.array([0.5],
+                                                                           np.float32))),
+         n("NonMaxSuppression", ["b3", "s3", "maxb", "iou"], ["sel"]),
+         n("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2, np.int64))),
+         n("Gather", ["sel", "two"], ["keep"], axis=1)], "else", [],
+        [helper.make_tensor_value_info("keep", I64, ["k"])])
+    nodes = [n("Greater", ["scores", "thr"], ["mask"]),
+             n("NonZero", ["mask"], ["nz"]),
+             n("Squeeze", ["nz", "ax0"], ["idx"]),
+             n("Gather", ["boxes", "idx"], ["b"], axis=0),
+             n("Gather", ["scores", "idx"], ["s"], axis=0),
+             n("Size", ["b"], ["count"]),
+             n("Equal", ["count", "zero"], ["none"]),
+             n("If", ["none"], ["kept"], then_branch=then_branch, else_branch=else_branch),
+             n("Gather", ["b", "kept"], ["y"], axis=0)]
+    return make_model(nodes, [("boxes", F, [100, 4]), ("scores", F, [100])],
+                      [("y", F, ["k", 4])],
+                      initializers=[const("thr", 0.3, np.float32), const("ax0", [0]),
+                                    const("zero", 0)])
+
+
+def test_an_if_around_nms_reading_bounded_boxes(tmp_path, capsys):
+    graph, plan = planned(tmp_path, batched_nms_if())
+    symbols = graph.data_bounds.symbols
+    assert symbols["NonZero_1"].bound == 100
+    # the branches: 0 boxes, or what the NonMaxSuppression of the body keeps (<= 20)
+    assert symbols["If_7"].bound == 20 and graph.tensors["y"].shape == (20, 4)
+    assert "NonMaxSuppression_6_7_else_branch" in graph.data_bounds.body_symbols
+    assert plan.tensors["y"].bounded_by == {"If_7": 20, "NonZero_1": 100}
+    assert problems(plan, graph) == []
+    report = verify(plan, graph)
+    assert report.passed, report
+    kept = {c.tensor: c for c in report.bounded}["kept"].elements
+    assert 0 < kept <= 20
+    # no score over the threshold: the then_branch's empty answer, planned the same
+    inputs = tmp_path / "none.npz"
+    np.savez(inputs, boxes=np.zeros((100, 4), np.float32),
+             scores=np.zeros(100, np.float32))
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "m.onnx"), "--inputs", str(inputs)]) == 0
+    out = capsys.readouterr().out
+    assert "If_7 (If, node 7): 0 of at most 20" in out, out
+    assert main(["verify", str(tmp_path / "m.onnx"), "--bound", f"If_7={kept - 1}"]) == 1
+    assert "FAIL: tensor 'kept'" in capsys.readouterr().out
