@@ -56,3 +56,27 @@ def bounded_row(plan) -> tuple[str, str, str, str]:
     return ("bounded", f"{covered:,}", f"{covered / 2**20:,.2f} MiB",
             shown(f"{share:.1f}% of the arena holds one of {s['tensors']} tensors planned at "
                   f"a bound ({s['slot_bytes']:,} B of slots): {symbols}"))
+
+
+def print_bounds(console, s: dict, arena_bytes: int) -> None:
+    """report's table of the bounded symbols: each one's bound, what proves it, the
+    tensors it governs; and the arena bytes that hold a bounded tensor."""
+    from rich.table import Table
+    share = 100 * s["arena_bytes_covered"] / arena_bytes if arena_bytes else 0.0
+    table = Table(title=f"sizes that depend on the data: {len(s['symbols'])} bounds; "
+                        f"{s['arena_bytes_covered']:,} B ({share:.1f}%) of the arena hold one "
+                        f"of {s['tensors']} tensors planned at a bound",
+                  header_style="bold")
+    for col in ("symbol", "op", "node", "bound", "proven", "tensors governed"):
+        table.add_column(col, justify="right" if col in ("node", "bound", "proven") else "left")
+    items = list(s["symbols"].items())
+    for name, v in items[:ROWS]:
+        governed = v["tensors"]
+        names = ", ".join(governed[:3]) + (f", +{len(governed) - 3}" if len(governed) > 3
+                                           else "")
+        proven = "--bound" if v.get("proven") is None else f"{v['proven']:,}"
+        table.add_row(shown(name), v["op"], str(v["node"]), f"{v['bound']:,}", proven,
+                      f"{len(governed)}: {shown(names)}")
+    if len(items) > ROWS:
+        table.add_row(f"... {len(items) - ROWS} more", "", "", "", "", "")
+    console.print(table)

@@ -127,11 +127,14 @@ def planned_view(args) -> tuple[PlanView, Graph]:
     saved = getattr(args, "plan", None)
     if saved:
         plan = load_any_plan(saved, model_path(args))
-        graph = load(model_path(args), dims or plan.bindings)
+        bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}  # issue 53
+        graph = load(model_path(args), dims or plan.bindings, bounds=bounds or None)
         check_plan_fits(plan, graph, saved)
         graph = graph_for_plan(graph, plan)  # with the workspaces of its bodies
         return build(plan, graph), graph
-    graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None))
+    from graphmem.commands.common import parse_bounds
+    graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None),
+                 bounds=parse_bounds(getattr(args, "bound", None) or []))  # issue 53
     passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
     name = Path(model_path(args)).name if Path(args.model).exists() or \
         getattr(args, "ort_optimize", None) else model_stem(args) + ".onnx"

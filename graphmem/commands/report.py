@@ -96,6 +96,9 @@ def build(args) -> dict:
         dev = device_from_args(args, graph)
         out = analysis.report(graph, view.plan, dev)
         out["dtype"] = float_dtype(graph)
+        if view.plan.bounds:  # issue 53: the sizes planned at their bounds
+            from graphmem.plan.bounded import summary
+            out["bounds"] = summary(view.plan)
         optimized = getattr(args, "optimized", None)
         if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
             progress("the model as exported, for comparison")
@@ -182,6 +185,9 @@ def run(args) -> int:
         return 0
     out = console()
     print_breakdown(out, data)
+    if "bounds" in data:  # issue 53
+        from graphmem.commands.bounds_text import print_bounds
+        print_bounds(out, data["bounds"], data["totals"]["arena_bytes"])
     print_footprints(out, [data["footprint"]], data.get("budget_bytes"))
     print_peak(out, data)
     print_by_op(out, data)

@@ -51,7 +51,13 @@ def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
                 continue
             if not all(t in tensors for t in n.input if t):
                 continue
-            made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds)
+            try:
+                made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds)
+            except UnknownShape:
+                if bounds is None:
+                    raise
+                continue  # issue 53: a body reads what the bounds size later
+
             scopes[idx] = made
             for name, t in outs.items():
                 tensors[name] = t

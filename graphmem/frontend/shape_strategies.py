@@ -214,6 +214,9 @@ def control_flow_bodies(state: LoadState) -> None:
         raise GraphmemError(f"{exc}{why}") from None
     state.model = model.SerializeToString()
     state.tensors = inference.tensors(state.model)
+    if bounds is not None and len(state.scopes) < sum(
+            n.op_type in CONTROL_FLOW and standard_domain(n.domain) for n in g["nodes"]):
+        state.deferred_control_flow = True  # issue 53: data-bounds settles the rest later
 
 
 _BOOL = 9  # TensorProto.BOOL
