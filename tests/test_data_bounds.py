@@ -379,3 +379,23 @@ def test_an_if_around_nms_reading_bounded_boxes(tmp_path, capsys):
     assert "If_7 (If, node 7): 0 of at most 20" in out, out
     assert main(["verify", str(tmp_path / "m.onnx"), "--bound", f"If_7={kept - 1}"]) == 1
     assert "FAIL: tensor 'kept'" in capsys.readouterr().out
+
+
+def test_an_if_on_static_data_settles_beside_one_that_waits(tmp_path):
+    """Two Ifs: the batched_nms one, whose body reads the NonZero-gated boxes, and one
+    on the static scores alone: each is sized (the one waiting for the bounds does not
+    undo the other)."""
+    model = batched_nms_if()
+    n = helper.make_node
+    branch = lambda name, op: helper.make_graph(  # noqa: E731
+        [n(op, ["scores"], [name])], name, [], [helper.make_tensor_value_info(name, F, [100])])
+    model.graph.node.insert(0, n("ReduceMax", ["scores"], ["top"], keepdims=0))
+    model.graph.node.insert(1, n("Greater", ["top", "thr"], ["any"]))
+    model.graph.node.insert(2, n("If", ["any"], ["plain"], then_branch=branch("t", "Relu"),
+                                 else_branch=branch("e", "Neg")))
+    model.graph.output.append(helper.make_tensor_value_info("plain", F, [100]))
+    graph, plan = planned(tmp_path, model)
+    assert set(graph.scopes) == {2, 10}
+    assert "If_10" in graph.data_bounds.symbols and "If_2" not in graph.data_bounds.symbols
+    assert plan.tensors["plain"].bounded_by is None
+    assert verify(plan, graph).passed
