@@ -14,8 +14,9 @@ def models(names):
     import torch
     import torchvision.models.detection as det
     torch.manual_seed(0)
-    # random weights score every class near 1/classes: thresholds low enough that the
-    # post-processing keeps boxes (the default 0.05 keeps none)
+    # random weights score every class near 1/classes (RetinaNet's head starts at a
+    # prior of 0.01): thresholds low enough that the post-processing keeps boxes (the
+    # default 0.05 keeps none)
     low = {"box_score_thresh": 0.001}
     made = {
         "ssdlite": lambda: (det.ssdlite320_mobilenet_v3_large(
@@ -24,7 +25,7 @@ def models(names):
             weights=None, weights_backbone=None, num_classes=91, **low), (3, 320, 320)),
         "retinanet": lambda: (det.retinanet_resnet50_fpn(
             weights=None, weights_backbone=None, num_classes=91, min_size=320,
-            max_size=320), (3, 320, 320)),
+            max_size=320, score_thresh=0.001), (3, 320, 320)),
         "maskrcnn": lambda: (det.maskrcnn_resnet50_fpn(
             weights=None, weights_backbone=None, num_classes=91, min_size=320,
             max_size=320, **low), (3, 320, 320)),
