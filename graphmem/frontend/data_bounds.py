@@ -23,7 +23,6 @@ from typing import Mapping, NamedTuple
 
 from graphmem.core.dtypes import ENUM_BY_NAME
 from graphmem.core.ir import standard_domain
-from graphmem.errors import GraphmemError
 
 _INT64 = 7  # TensorProto.INT64
 
@@ -380,7 +379,6 @@ def _fold_body(model, tensors, values):
     import numpy as np
     from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
-    from graphmem.frontend.constant_nodes import foldable  # noqa: F401 (same rule)
     known = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for vi in model.graph.input:
         v = _Lookup(values).get(vi.name)
@@ -388,7 +386,7 @@ def _fold_body(model, tensors, values):
             known[vi.name] = np.asarray(v)
     new = {}
     for nd in model.graph.node:
-        if nd.op_type in RULES or any(a.type in (5, 10) for a in nd.attribute):
+        if nd.op_type in RULES or any(a.type in (5, 10) for a in nd.attribute):  # GRAPH(S)
             continue
         if any(o in known for o in nd.output if o) or not all(
                 not t or t in known for t in nd.input):
