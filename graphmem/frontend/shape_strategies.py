@@ -202,7 +202,8 @@ def control_flow_bodies(state: LoadState) -> None:
         return computed.get(name)
     bounds = None
     if _data_bounds().has_data_dependent_ops(state):  # issue 53: sizes at their bounds
-        bounds = _data_bounds().ControlFlowBounds(_data_bounds().record_of(state))
+        from graphmem.frontend.body_bounds import ControlFlowBounds
+        bounds = ControlFlowBounds(_data_bounds().record_of(state))
     try:
         model, _, state.scopes = settle(to_proto(state.model_bytes()), order, dict(tensors),
                                         inference.infer_proto, values, bounds=bounds)
