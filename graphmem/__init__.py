@@ -20,11 +20,15 @@ _API = {
     "load": "graphmem.frontend.reader",
     "DEFAULT_PASSES": "graphmem.pipeline", "PassReport": "graphmem.pipeline",
     "Result": "graphmem.pipeline", "plan_graph": "graphmem.pipeline",
-    "plan_model": "graphmem.pipeline",
+    "plan_model": "graphmem.pipeline", "InplaceTable": "graphmem.pipeline",
     "FORMAT": "graphmem.plan.format", "Plan": "graphmem.plan.format",
     "TensorPlan": "graphmem.plan.format",
     "problems": "graphmem.plan.validate", "validate": "graphmem.plan.validate",
+    "graph_digest": "graphmem.plan.graph_digest",
+    "PlanForAnotherGraph": "graphmem.plan.graph_digest",
     "file_order": "graphmem.core.order",
+    "plan_range": "graphmem.ranges.api", "range_plan_at": "graphmem.ranges.api",
+    "RangePlan": "graphmem.ranges.rangeplan",
 }
 
 __all__ = ["GraphmemError", "PlanInvalid", *_API, "__version__"]

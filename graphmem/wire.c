@@ -1,8 +1,8 @@
 /* graphmem.wire: a serialized ONNX ModelProto read straight from the protobuf wire format.
  *
  * parse_model(data) walks the bytes of a ModelProto (any object with the buffer protocol:
- * bytes, memoryview, mmap; it is not copied) and returns plain Python data (dicts, and named
- * records: struct sequences, tuples whose items also have names): the opsets, and
+ * bytes, memoryview, mmap; it is not copied) and returns named records (struct sequences,
+ * tuples whose items also have names: Model, Graph, Node, ...): the opsets, and
  * for the main graph (and, recursively, for the subgraphs of GRAPH and GRAPHS attributes)
  * its nodes, initializers (without their data), value infos with their tensor types, and the
  * byte span of every top-level entry of the GraphProto, so that a caller can re-assemble a
@@ -10,7 +10,7 @@
  *
  * It parses as protobuf does (the specification is onnx.ModelProto.ParseFromString;
  * tests/test_wire.py runs both on mutated files). Every message of onnx-ml.proto is known
- * from a table written from onnx's own descriptors (tools/wire_schema.py), so a file is
+ * from a table written from onnx's own descriptors (tools/upstream/wire_schema.py), so a file is
  * refused exactly when protobuf refuses it: the fields this reader does not keep are still
  * walked (sub-messages to any depth, packed runs, groups of unknown fields); a known field
  * that comes with another wire type is an unknown field; a tag takes at most 5 bytes; a
@@ -56,7 +56,7 @@ typedef struct {
     const char *name;
 } smsg_t;
 
-/* BEGIN schema (tools/wire_schema.py writes this block; do not edit) */
+/* BEGIN schema (tools/upstream/wire_schema.py writes this block; do not edit) */
 /* every message of onnx/onnx-ml.proto */
 enum {
     M_AttributeProto,
@@ -464,8 +464,6 @@ typedef struct {
 } ctx_t;
 
 static PyObject *s_tensor, *t_sequence, *t_map, *t_optional, *t_sparse, *t_opaque;
-static PyObject *k_ir_version, *k_opsets, *k_graph, *k_graph_span, *k_name, *k_nodes,
-    *k_initializers, *k_inputs, *k_outputs, *k_value_info, *k_sparse, *k_spans;
 
 static uint64_t hash_bytes(const uint8_t *s, Py_ssize_t n)
 {
@@ -904,7 +902,7 @@ static PyObject *pair(PyObject *a, PyObject *b) /* steals both */
 
 /* ---- the named records (struct sequences: tuples whose items also have names) ---- */
 
-static PyTypeObject *r_node, *r_attr, *r_init, *r_value, *r_type;
+static PyTypeObject *r_node, *r_attr, *r_init, *r_value, *r_type, *r_graph, *r_model;
 
 /* a new record of type `type` holding items[0..n), which it steals (also on failure) */
 static PyObject *record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
@@ -923,6 +921,17 @@ static PyObject *record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
     for (i = 0; i < n; i++)
         PyStructSequence_SET_ITEM(r, i, items[i]);
     return untrack(r);
+}
+
+/* record() for a record that holds lists and dicts (a Graph, a Model): tracked by the
+   cycle collector, as the containers it holds are (PyStructSequence_New leaves a record
+   untracked) */
+static PyObject *container_record(PyTypeObject *type, PyObject **items, Py_ssize_t n)
+{
+    PyObject *r = record(type, items, n);
+    if (r != NULL && !PyObject_GC_IsTracked(r))
+        PyObject_GC_Track(r);
+    return r;
 }
 
 /* ---- the messages ---- */
@@ -1587,24 +1596,14 @@ static PyObject *parse_graph(ctx_t *c, const uint8_t *p, const uint8_t *end)
             goto fail;
         Py_CLEAR(o);
     }
-    if ((res = PyDict_New()) == NULL || (tmp = sref_str(c, name)) == NULL ||
-        PyDict_SetItem(res, k_name, tmp) < 0)
+    {
+        PyObject *items[8] = {sref_str(c, name), nodes, inits, ins, outs, vi,
+                              PyLong_FromSsize_t(sparse), spans};
+        nodes = inits = ins = outs = vi = spans = NULL; /* the record owns them */
+        res = container_record(r_graph, items, 8);
+    }
+    if (res == NULL)
         goto fail;
-    Py_CLEAR(tmp);
-    if (PyDict_SetItem(res, k_nodes, nodes) < 0 || PyDict_SetItem(res, k_initializers, inits) < 0 ||
-        PyDict_SetItem(res, k_inputs, ins) < 0 || PyDict_SetItem(res, k_outputs, outs) < 0 ||
-        PyDict_SetItem(res, k_value_info, vi) < 0)
-        goto fail;
-    if ((tmp = PyLong_FromSsize_t(sparse)) == NULL || PyDict_SetItem(res, k_sparse, tmp) < 0 ||
-        PyDict_SetItem(res, k_spans, spans) < 0)
-        goto fail;
-    Py_CLEAR(tmp);
-    Py_DECREF(nodes);
-    Py_DECREF(inits);
-    Py_DECREF(ins);
-    Py_DECREF(outs);
-    Py_DECREF(vi);
-    Py_DECREF(spans);
     c->depth--;
     return res;
 fail:
@@ -1663,16 +1662,15 @@ static PyObject *parse_model_data(ctx_t *c, const uint8_t *p, const uint8_t *end
     }
     if (rc < 0)
         goto fail;
-    if ((res = PyDict_New()) == NULL ||
-        (tmp = PyLong_FromLongLong((long long)(int64_t)ir)) == NULL ||
-        PyDict_SetItem(res, k_ir_version, tmp) < 0 || PyDict_SetItem(res, k_opsets, opsets) < 0 ||
-        PyDict_SetItem(res, k_graph, graph ? graph : Py_None) < 0 ||
-        PyDict_SetItem(res, k_graph_span, span ? span : Py_None) < 0)
+    {
+        PyObject *items[5] = {PyLong_FromLongLong((long long)(int64_t)ir), opsets,
+                              graph ? graph : Py_NewRef(Py_None),
+                              span ? span : Py_NewRef(Py_None), PyLong_FromLong(0)};
+        opsets = graph = span = NULL; /* the record owns them */
+        res = container_record(r_model, items, 5);
+    }
+    if (res == NULL)
         goto fail;
-    Py_CLEAR(tmp);
-    Py_DECREF(opsets);
-    Py_XDECREF(graph);
-    Py_XDECREF(span);
     c->depth--;
     return res;
 fail:
@@ -1700,9 +1698,13 @@ static PyObject *parse(PyObject *arg, int skip_nodes)
         res = parse_model_data(&c, data, data + view.len);
     if (res != NULL) {
         PyObject *count = PyLong_FromSize_t(c.not_utf8);
-        if (count == NULL || PyDict_SetItemString(res, "not_utf8", count) < 0)
+        if (count == NULL) {
             Py_CLEAR(res);
-        Py_XDECREF(count);
+        } else { /* the record was made here: its last item is set once more */
+            PyObject *old = PyStructSequence_GetItem(res, 4);
+            PyStructSequence_SetItem(res, 4, count);
+            Py_XDECREF(old);
+        }
     }
     ctx_free(&c);
     PyBuffer_Release(&view);
@@ -1719,27 +1721,71 @@ static PyObject *wire_parse_values(PyObject *self, PyObject *arg)
     return parse(arg, 1);
 }
 
+/* wire_types(message) -> {field number: tuple of the wire types protobuf accepts for it} */
+static PyObject *wire_wire_types(PyObject *self, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    const smsg_t *m = NULL;
+    for (int k = 0; k < M_COUNT; k++)
+        if (strcmp(SCHEMA[k].name, name) == 0)
+            m = &SCHEMA[k];
+    if (m == NULL) {
+        PyErr_Format(PyExc_KeyError, "no message %R in onnx's schema", arg);
+        return NULL;
+    }
+    PyObject *res = PyDict_New();
+    if (res == NULL)
+        return NULL;
+    for (uint32_t num = 1; num <= m->max_num; num++) {
+        int8_t at = m->index[num];
+        if (at < 0)
+            continue;
+        const sfield_t *f = &m->fields[at];
+        long wt = f->kind == K_VARINT ? 0 : f->kind == K_FIXED64 ? 1 : f->kind == K_FIXED32 ? 5 : 2;
+        PyObject *types = (wt != 2 && f->repeated) ? Py_BuildValue("(ll)", wt, 2L)
+                                                   : Py_BuildValue("(l)", wt);
+        PyObject *key = PyLong_FromUnsignedLong(num);
+        if (types == NULL || key == NULL || PyDict_SetItem(res, key, types) < 0) {
+            Py_XDECREF(types);
+            Py_XDECREF(key);
+            Py_DECREF(res);
+            return NULL;
+        }
+        Py_DECREF(types);
+        Py_DECREF(key);
+    }
+    return res;
+}
+
 static PyMethodDef wire_methods[] = {
     {"parse_model", wire_parse_model, METH_O,
-     "parse_model(data) -> dict\n\n"
-     "A serialized ModelProto (any bytes-like object, not copied) as plain data:\n"
-     "{'ir_version': int, 'opsets': [(domain, version)], 'graph': GRAPH or None,\n"
-     " 'graph_span': (offset, length) of the graph's content in data, or None}.\n"
-     "GRAPH: {'name', 'nodes': [Node(name, op_type, domain, inputs, outputs, attrs)],\n"
-     " 'initializers': [Initializer(name, data_type, dims, data_location, raw_bytes,\n"
-     "   external_data)], 'inputs'/'outputs'/'value_info': [Value(name, type)],\n"
-     " 'sparse_initializers': count, 'spans': {field number: [(offset, length)]} of every\n"
-     " whole top-level entry}. An attrs item is Attribute(name, type, raw AttributeProto\n"
-     " bytes, subgraphs: the list of parsed GRAPHs for GRAPH and GRAPHS, else ()). A type is\n"
+     "parse_model(data) -> Model\n\n"
+     "A serialized ModelProto (any bytes-like object, not copied) as named records:\n"
+     "Model(ir_version, opsets: [(domain, version)], graph: Graph or None, graph_span:\n"
+     " (offset, length) of the graph's content in data, or None, not_utf8).\n"
+     "Graph(name, nodes: [Node(name, op_type, domain, inputs, outputs, attrs)],\n"
+     " initializers: [Initializer(name, data_type, dims, data_location, raw_bytes,\n"
+     "   external_data)], inputs/outputs/value_info: [Value(name, type)],\n"
+     " sparse_initializers: count, spans: {field number: [(offset, length)]} of every\n"
+     " whole top-level entry). An attrs item is Attribute(name, type, raw AttributeProto\n"
+     " bytes, subgraphs: the list of parsed Graphs for GRAPH and GRAPHS, else ()). A type is\n"
      " None or ValueType(kind, elem_type, shape or None): kind 'tensor', or 'sequence',\n"
      " 'map', 'optional', 'sparse_tensor', 'opaque' (elem_type 0, shape None); a dim is an\n"
      " int, a str or None. The records are tuples with named items. Strings that are\n"
-     " not UTF-8 come back as bytes, and 'not_utf8' counts them (0: none anywhere).\n"
+     " not UTF-8 come back as bytes, and not_utf8 counts them (0: none anywhere).\n"
      " Malformed data raises ValueError."},
     {"parse_values", wire_parse_values, METH_O,
-     "parse_values(data) -> dict\n\n"
-     "parse_model(data) without the main graph's nodes: its 'nodes' list is empty and its\n"
-     "'spans' have no entry for them (a shape-inferred model's value infos, read fast)."},
+     "parse_values(data) -> Model\n\n"
+     "parse_model(data) without the main graph's nodes: its nodes list is empty and its\n"
+     "spans have no entry for them (a shape-inferred model's value infos, read fast)."},
+    {"wire_types", wire_wire_types, METH_O,
+     "wire_types(message) -> dict\n\n"
+     "The wire types protobuf accepts for each field of an onnx message ('AttributeProto',\n"
+     "'TensorProto.Segment', ...), from the schema this reader parses by: {field number:\n"
+     "(wire type, ...)}, 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 (a repeated\n"
+     "number also packed, 2). Another wire type for a known field makes it an unknown field."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef wire_module = {
@@ -1763,7 +1809,7 @@ static PyStructSequence_Field node_fields[] = {
 static PyStructSequence_Field attr_fields[] = {
     {"name", NULL}, {"type", "AttributeProto.AttributeType (5 GRAPH, 10 GRAPHS, ...)"},
     {"raw", "the serialized AttributeProto"},
-    {"subgraphs", "list of GRAPH dicts for GRAPH and GRAPHS, else ()"}, FIELDS_END};
+    {"subgraphs", "list of Graph for GRAPH and GRAPHS, else ()"}, FIELDS_END};
 static PyStructSequence_Field init_fields[] = {
     {"name", NULL}, {"data_type", "TensorProto.DataType"}, {"dims", "tuple of int"},
     {"data_location", "0 DEFAULT, 1 EXTERNAL"}, {"raw_bytes", "length of raw_data"},
@@ -1774,6 +1820,17 @@ static PyStructSequence_Field type_fields[] = {
     {"kind", "'tensor', 'sequence', 'map', 'optional', 'sparse_tensor' or 'opaque'"},
     {"elem_type", "TensorProto.DataType (0 unless a tensor)"},
     {"shape", "tuple of dims (int, str or None), or None"}, FIELDS_END};
+static PyStructSequence_Field graph_fields[] = {
+    {"name", NULL}, {"nodes", "list of Node"}, {"initializers", "list of Initializer"},
+    {"inputs", "list of Value"}, {"outputs", "list of Value"}, {"value_info", "list of Value"},
+    {"sparse_initializers", "how many"},
+    {"spans", "{GraphProto field number: [(offset, length)]} of every whole top-level entry"},
+    FIELDS_END};
+static PyStructSequence_Field model_fields[] = {
+    {"ir_version", NULL}, {"opsets", "list of (domain, version)"},
+    {"graph", "Graph or None"},
+    {"graph_span", "(offset, length) of the graph's content in the data, or None"},
+    {"not_utf8", "how many strings were not UTF-8 (returned as bytes)"}, FIELDS_END};
 static struct {
     PyTypeObject **slot;
     PyStructSequence_Desc desc;
@@ -1783,8 +1840,11 @@ static struct {
     {&r_init, {"graphmem.wire.Initializer", "An initializer's TensorProto, without its data.",
                init_fields, 6}},
     {&r_value, {"graphmem.wire.Value", "A ValueInfoProto.", value_fields, 2}},
-    {&r_type, {"graphmem.wire.ValueType", "A TypeProto.", type_fields, 3}}};
-static const char *record_names[] = {"Node", "Attribute", "Initializer", "Value", "ValueType"};
+    {&r_type, {"graphmem.wire.ValueType", "A TypeProto.", type_fields, 3}},
+    {&r_graph, {"graphmem.wire.Graph", "A GraphProto.", graph_fields, 8}},
+    {&r_model, {"graphmem.wire.Model", "A ModelProto.", model_fields, 5}}};
+static const char *record_names[] = {"Node", "Attribute", "Initializer", "Value", "ValueType",
+                                     "Graph", "Model"};
 
 PyMODINIT_FUNC PyInit_wire(void)
 {
@@ -1792,13 +1852,7 @@ PyMODINIT_FUNC PyInit_wire(void)
         struct {
             PyObject **slot;
             const char *text;
-        } keys[] = {{&s_tensor, "tensor"}, {&k_ir_version, "ir_version"},
-                    {&k_opsets, "opsets"}, {&k_graph, "graph"},
-                    {&k_graph_span, "graph_span"}, {&k_name, "name"},
-                    {&k_nodes, "nodes"}, {&k_initializers, "initializers"},
-                    {&k_inputs, "inputs"}, {&k_outputs, "outputs"},
-                    {&k_value_info, "value_info"}, {&k_sparse, "sparse_initializers"},
-                    {&k_spans, "spans"}};
+        } keys[] = {{&s_tensor, "tensor"}};
         for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
             if ((*keys[i].slot = PyUnicode_InternFromString(keys[i].text)) == NULL)
                 return NULL;

@@ -104,10 +104,11 @@ def test_resnet50_matches_torchvision_v1_5():
     assert [g.tensors[n.inputs[1]].shape[2] for n in strided] == [7, 3, 1, 3, 1, 3, 1]
     assert round(conv_gemm_macs(g) / 1e9, 2) == 4.09
     # torchvision counts BatchNorm's weight and bias but not its running mean and variance
-    # (buffers); the ONNX graph reads all four.
+    # (buffers); the ONNX graph reads all four, and graphmem names them apart.
     bn_channels = sum(g.tensors[n.inputs[1]].numel for n in g.nodes
                       if n.op_type == "BatchNormalization")
-    assert analysis.param_count(g) - 2 * bn_channels == 25_557_032
+    assert analysis.param_count(g) == 25_557_032
+    assert analysis.running_stat_count(g) == 2 * bn_channels == 53_120
 
 
 def test_macs_of_each_op_kind():

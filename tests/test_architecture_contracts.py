@@ -10,7 +10,11 @@ too), and:
   reach the private helper it tests);
 - every import of graphmem/ and passes/ is one that the "may import" column of the table
   in docs/architecture.md allows: the table is read from the document itself, so what
-  the document says is what this file enforces.
+  the document says is what this file enforces;
+- graphmem/ and passes/ use names private to another package (a module, function or
+  member named ``_x``, or a member named ``x_`` as ONNX Runtime names its state) exactly
+  where the exceptions table of docs/architecture.md lists them: one not listed fails,
+  and so does a listed one no longer used.
 
 ``graphmem.<name>`` of the lazy public API (``graphmem/__init__.py``'s ``_API``) counts as
 an import of the module that defines ``<name>``.
@@ -113,23 +117,12 @@ class Resolver:
     def absolute(self, src: Source, module: str | None, level: int) -> str:
         """The module ``from <level dots><module>`` names in ``src``."""
         if not level:
-            return self.bare(src, module or "")
+            return module or ""  # tools/ and tests/ name first-party modules in full
         base = src.name.split(".")
         if not src.package:
             base = base[:-1]
         base = base[:len(base) - level + 1]
         return ".".join(base + ([module] if module else []))
-
-    def bare(self, src: Source, module: str) -> str:
-        """A script beside its siblings imports them by bare name (tools/, tests/)."""
-        first = module.split(".")[0]
-        if first in self.known or first in FIRST_PARTY:
-            return module
-        if src.path.startswith("tools/") and f"tools.{first}" in self.known:
-            return f"tools.{module}"
-        if src.path.startswith("tests/") and f"tools.{first}" in self.known:
-            return f"tools.{module}"  # the tests that put tools/ on sys.path
-        return module
 
     def module_of(self, dotted: str) -> str:
         """The longest known module ``dotted`` starts with (itself when unknown)."""
@@ -154,7 +147,7 @@ def imports_of(src: Source, res: Resolver) -> list[Import]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                full = res.bare(src, a.name)
+                full = a.name
                 add(node.lineno, res.module_of(full))
                 if is_first_party(full, res.known):
                     if a.asname:
@@ -365,6 +358,152 @@ def layer_violations(sources: dict[str, Source], imports: list[Import],
     return out
 
 
+# ---- names private to other packages ------------------------------------------------------
+
+def is_private_member(name: str) -> bool:
+    """``_x`` (not ``__x__``), or ``x_``: how ONNX Runtime's SymbolicShapeInference names
+    its state (``known_vi_``, ``dispatcher_``)."""
+    if name.startswith("__") and name.endswith("__"):
+        return False
+    return name.startswith("_") or name.endswith("_")
+
+
+def _target_names(target: ast.AST):
+    """The names an assignment target binds: a name, an attribute (``self.x``), each
+    item of a tuple or list; never a subscript's container (``self.d_[k] = v`` writes
+    into ``d_``, which it does not define)."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Attribute):
+        yield target.attr
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for item in target.elts:
+            yield from _target_names(item)
+    elif isinstance(target, ast.Starred):
+        yield from _target_names(target.value)
+
+
+def first_party_names(sources: dict[str, Source]) -> set[str]:
+    """Every name the first-party tree defines: functions, classes, parameters,
+    assignment targets (attributes too), imports' aliases."""
+    out: set[str] = set()
+    for src in sources.values():
+        for node in ast.walk(ast.parse(src.text, src.path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(node.name)
+            elif isinstance(node, ast.arg):
+                out.add(node.arg)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    out.update(_target_names(t))
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.comprehension,
+                                   ast.NamedExpr)):
+                out.update(_target_names(node.target))
+            elif isinstance(node, ast.With):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        out.update(_target_names(item.optional_vars))
+    return out
+
+
+def other_private_uses(sources: dict[str, Source]) -> dict[str, dict[str, list[int]]]:
+    """path -> {private name of another package -> the lines that use it}, in graphmem/
+    and passes/: ``from pkg._m import x`` and ``import pkg._m`` (``_m``),
+    ``from pkg import _x``, ``mod._x`` of an imported third-party module, and
+    ``obj._x`` / ``obj.x_`` where no first-party code defines that name (a member of an
+    object of another package's class: a subclass's ``self.known_vi_``, ``engine._x``),
+    and ``super()._x`` (a private method a subclass overrides and calls).
+    The standard library's modules are not checked by name (``os._exit``); a private
+    member of one of its objects is, as any other."""
+    known = set(sources) | set(EXTENSIONS)
+    defined = first_party_names(sources)
+    out: dict[str, dict[str, list[int]]] = {}
+    for name, src in sources.items():
+        if not name.startswith("graphmem"):
+            continue
+        found: dict[str, list[int]] = {}
+        modules: dict[str, str] = {}  # local name -> the top of the module it binds
+
+        def add(what: str, line: int) -> None:
+            found.setdefault(what, []).append(line)
+
+        tree = ast.parse(src.text, src.path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    top = a.name.split(".")[0]
+                    modules[a.asname or top] = top
+                    if is_first_party(a.name, known) or is_stdlib(top):
+                        continue
+                    for part in a.name.split(".")[1:]:
+                        if is_private(part):
+                            add(part, node.lineno)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                top = node.module.split(".")[0]
+                if is_first_party(node.module, known) or is_stdlib(top):
+                    continue
+                for part in node.module.split(".")[1:]:
+                    if is_private(part):
+                        add(part, node.lineno)
+                for a in node.names:
+                    if is_private(a.name):
+                        add(a.name, node.lineno)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not is_private_member(node.attr):
+                continue
+            base = node.value
+            overridden = isinstance(base, ast.Call) and isinstance(base.func, ast.Name) \
+                and base.func.id == "super"  # super()._x: the base class's own, always
+            if node.attr in defined and not overridden:
+                continue
+            if isinstance(base, ast.Name) and base.id in modules:
+                top = modules[base.id]
+                # a module's own attribute: private only with a leading _ (numpy's bool_)
+                if is_stdlib(top) or top in FIRST_PARTY or not is_private(node.attr):
+                    continue
+            add(node.attr, node.lineno)
+        if found:
+            out[src.path] = found
+    return out
+
+
+def exceptions_table(text: str | None = None) -> dict[str, set[str]]:
+    """The table whose header is ``| module | private to | names |``: path -> the private
+    names of other packages it may use."""
+    text = DOC.read_text(encoding="utf-8") if text is None else text
+    lines = text.splitlines()
+    start = next(k for k, line in enumerate(lines)
+                 if re.match(r"\|\s*module\s*\|\s*private to\s*\|\s*names\s*\|", line))
+    out: dict[str, set[str]] = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        first, _, names = [c.strip() for c in line.strip().strip("|").split("|")]
+        paths = re.findall(r"`([^`]+)`", first)
+        assert len(paths) == 1, f"{DOC.name}: an exception row names one module: {line}"
+        listed = set(re.findall(r"`([^`]+)`", names))
+        assert listed, f"{DOC.name}: an exception row names no private name: {line}"
+        out[paths[0]] = listed
+    return out
+
+
+def exception_violations(uses: dict[str, dict[str, list[int]]],
+                         table: dict[str, set[str]]) -> list[str]:
+    out = []
+    for path, found in sorted(uses.items()):
+        allowed = table.get(path, set())
+        for what, lines in sorted(found.items()):
+            if what not in allowed:
+                out.append(f"{path}:{lines[0]}: uses {what!r}, private to another package, "
+                           f"which the exceptions table of docs/architecture.md does not "
+                           f"list for it")
+    for path, allowed in sorted(table.items()):
+        for what in sorted(allowed - set(uses.get(path, {}))):
+            out.append(f"docs/architecture.md lists {what!r} as used by {path}, which no "
+                       f"longer uses it: take it out of the exceptions table")
+    return out
+
+
 # ---- the tests --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -388,6 +527,12 @@ def test_no_private_name_is_imported_from_another_module(tree):
 
 def test_every_import_is_allowed_by_the_table(tree):
     found = layer_violations(*tree, table_rows())
+    assert not found, "\n".join(found)
+
+
+def test_private_names_of_other_packages_are_the_listed_exceptions(tree):
+    sources, _ = tree
+    found = exception_violations(other_private_uses(sources), exceptions_table())
     assert not found, "\n".join(found)
 
 
@@ -494,3 +639,37 @@ def test_the_checker_reads_the_table_and_finds_forbidden_imports():
 def test_the_checker_refuses_a_table_it_cannot_read():
     with pytest.raises(AssertionError, match="cannot read 'onnx shape inference'"):
         table_rows(TABLE.replace("numpy (arrays)", "onnx shape inference"))
+
+
+def test_the_checker_finds_private_names_of_other_packages():
+    s = _sources({
+        "graphmem/frontend/adapter.py":
+            "import os\nimport numpy as np\nfrom ort.tools import Engine\n"
+            "from onnx_ad._build import attribute\nfrom onnx_ad.rules import _pad, public\n"
+            "class Mine(Engine):\n"
+            "    def __init__(self):\n"
+            "        self.own_ = {}\n"
+            "        self.dispatcher_['x'] = self._handle\n"
+            "    def _handle(self, node):\n"
+            "        super()._infer_single(node)\n"
+            "    def _infer_single(self, node):\n"
+            "        return super()._infer_single(node)\n"
+            "        return self.own_, np.bool_, os._exit\n"
+            "def run(engine):\n"
+            "    engine._preprocess()\n    return engine.out_mp_\n",
+        "graphmem/core/plain.py": "import numpy as np\nx = np._core\n",
+        "tests/test_x.py": "from onnx_ad.rules import _pad\n"})
+    uses = other_private_uses(s)
+    assert {p: sorted(f) for p, f in uses.items()} == {
+        "graphmem/frontend/adapter.py": ["_build", "_infer_single", "_pad", "_preprocess",
+                                         "dispatcher_", "out_mp_"],
+        "graphmem/core/plain.py": ["_core"]}
+    table = exceptions_table(
+        "| module | private to | names |\n|---|---|---|\n"
+        "| `graphmem/frontend/adapter.py` | ort, onnx_ad | `_build`, `_infer_single`, "
+        "`_pad`, `_preprocess`, `dispatcher_`, `out_mp_`, `run_` |\n")
+    found = exception_violations(uses, table)
+    assert [f.split(": ")[0] for f in found] == ["graphmem/core/plain.py:2",
+                                                 "docs/architecture.md lists 'run_' as used "
+                                                 "by graphmem/frontend/adapter.py, which no "
+                                                 "longer uses it"]

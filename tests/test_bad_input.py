@@ -5,6 +5,7 @@ beforehand, so a partial write or a truncation would show.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -262,9 +263,14 @@ def two_models(tmp_path):
     return a, b
 
 
-def test_plan_for_another_model_breaks_the_rules(tmp_path):
+def test_plan_for_another_model_is_refused_not_judged(tmp_path):
     a, b = two_models(tmp_path)
-    found = graphmem.problems(graphmem.plan_model(a).plan, graphmem.load(b))
+    from graphmem.plan.graph_digest import PlanForAnotherGraph
+    with pytest.raises(PlanForAnotherGraph, match="^this plan was made for another graph: "):
+        graphmem.problems(graphmem.plan_model(a).plan, graphmem.load(b))
+    # a plan without the digest (written before graphmem recorded it) breaks the rules
+    old = dataclasses.replace(graphmem.plan_model(a).plan, graph=None)
+    found = graphmem.problems(old, graphmem.load(b))
     assert found and "'x'" in found[0]
     assert not graphmem.problems(graphmem.plan_model(a).plan, graphmem.load(a))
 

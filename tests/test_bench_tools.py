@@ -1,28 +1,22 @@
-"""tools/bench.py, tools/scale.py and tools/ort_pattern.py: the parts that need no peers."""
+"""tools/bench/zoo.py, tools/bench/scale.py and tools/bench/ort_pattern.py: the parts that need
+no peers."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
 import graphmem
 from graphmem.frontend.zoo import zoo_path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-
-import bench  # noqa: E402
-import benchdoc  # noqa: E402
-import ort_pattern  # noqa: E402
-import scale  # noqa: E402
+from tools.bench import ort_pattern, scale
+from tools.bench import zoo as bench
+from tools.docs.sections import write_doc
 
 
 def test_write_section_keeps_other_sections(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nintro\n\n<!-- other:tool -->\nkeep me\n<!-- /other:tool -->\n")
-    benchdoc.write_section("zoo", "first", doc)
-    benchdoc.write_section("scale", "S", doc)
-    benchdoc.write_section("zoo", "second $1 \\g<0>", doc)  # replacement text is literal
+    write_doc(doc, "bench:zoo", "first")
+    write_doc(doc, "bench:scale", "S")
+    write_doc(doc, "bench:zoo", "second $1 \\g<0>")  # replacement text is literal
     text = doc.read_text()
     assert "keep me" in text and "intro" in text and "first" not in text
     assert "<!-- bench:zoo -->\nsecond $1 \\g<0>\n<!-- /bench:zoo -->" in text
@@ -100,10 +94,10 @@ def test_reference_workload_runs_and_takes_time():
 
 @pytest.mark.slow
 def test_macs_match_pytorch_flop_counter(capsys):
-    """tools/macs_vs_pytorch.py: graphmem's MACs of resnet18's training step equal
+    """tools/training/macs_vs_pytorch.py: graphmem's MACs of resnet18's training step equal
     PyTorch's FlopCounterMode FLOPs / 2 (needs torch; slow: it exports resnet18)."""
     pytest.importorskip("torch")
-    import macs_vs_pytorch
+    from tools.training import macs_vs_pytorch
 
     assert macs_vs_pytorch.main(["resnet18", "--batch", "1"]) == 0
     out = capsys.readouterr().out
@@ -111,9 +105,9 @@ def test_macs_match_pytorch_flop_counter(capsys):
 
 
 def test_whole_files_interleaves_the_two_processes_and_keeps_each_fastest(monkeypatch, tmp_path):
-    """tools/whole.py --files: every round runs each file's graphmem and ORT processes
+    """tools/bench/whole.py --files: every round runs each file's graphmem and ORT processes
     one after the other, which goes first alternating; each keeps its fastest."""
-    import whole
+    from tools.bench import whole
     a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
     for p in (a, b):
         p.write_bytes(b"x")
@@ -134,7 +128,7 @@ def test_whole_files_interleaves_the_two_processes_and_keeps_each_fastest(monkey
 
 
 def test_speed_files_bind_the_corpus_dims_then_the_given_then_one(tmp_path):
-    import speed_files
+    from tools.corpus import speed_files
     from onnx import TensorProto, helper, save
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", "other"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", "other"])

@@ -96,7 +96,7 @@ def _by_wire(model, dims, default):
     parsed = wire.parse_model(data)
     notes: list[str] = []
     try:
-        bindings, changes = bind(data, parsed["graph"], dict(dims), default, notes)
+        bindings, changes = bind(data, parsed.graph, dict(dims), default, notes)
     except GraphmemError as e:
         return ("refused", str(e)), None, None
     return (list(bindings.items()), notes), onnx.load_from_string(splice(data, parsed, changes)), changes
@@ -155,7 +155,7 @@ def test_the_outcomes_the_cases_are_for():
 
 def test_dim_params_are_listed_in_the_order_first_seen():
     for model in MODELS.values():
-        assert wire_dim_params(wire.parse_model(model.SerializeToString())["graph"]) == \
+        assert wire_dim_params(wire.parse_model(model.SerializeToString()).graph) == \
             all_dim_params(model)
     assert all_dim_params(MODELS["expressions"]) == [
         "batch", "seq", "past_seq + seq", "past_seq", "2*seq", "seq + 1"]

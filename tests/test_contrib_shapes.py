@@ -1,8 +1,10 @@
-"""The shape rules of graphmem.frontend.contrib_shapes, op by op: each op alone in a
+"""The shape rules of graphmem.frontend.contrib_rules, op by op: each op alone in a
 one-node model, run in ONNX Runtime (CPU, no graph optimization), and the output
 shapes and element types it produces compared with what graphmem infers (an op or form
 no CPU kernel runs: with what ONNX Runtime's symbolic shape inference gives)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -10,8 +12,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphmem.frontend.contrib_shapes import (MS, NCHWC, RULES, infer, nchwc_block_size,
-                                              propagate)
+from graphmem.frontend.contrib_rules import MS, NCHWC, RULES, nchwc_block_size
+from graphmem.frontend.ort_symbolic import infer
+from graphmem.frontend.shape_walk import propagate
 
 F, H, U8, I8, I32, I64 = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.UINT8,
                           TensorProto.INT8, TensorProto.INT32, TensorProto.INT64)
@@ -442,7 +445,7 @@ def test_inferred_shape_is_what_ort_symbolic_inference_makes(case, tmp_path, mon
 
 
 def by_rules(model) -> dict:
-    """{output name: (elem_type, shape)} of the rules' one pass (contrib_shapes.propagate,
+    """{output name: (elem_type, shape)} of the rules' one pass (shape_walk.propagate,
     no fallback on ORT's inference): None where it leaves an output unknown."""
     known = propagate(model)
     return {o.name: known.get(o.name) for o in model.graph.output}
@@ -546,10 +549,9 @@ def test_a_model_with_ort_own_onnx_domain_op_loads_plans_and_verifies(op, opset,
     ort_outputs(model)  # ONNX Runtime runs it
     loaded = graphmem.load(path)
     assert loaded.tensors["n"].shape == (2, 3, 8)
-    # by the contrib rules, on the bytes: with no op of ORT's domains in the graph they
-    # were not tried, and ONNX Runtime's symbolic inference sized it (twice as slow on
-    # the T5 encoder ORT saves)
-    assert [s.strategy for s in loaded.sizing if s.count][-1] == "contrib-rules"
+    # by the contrib rules in the shape walk, on the bytes (ONNX Runtime's symbolic
+    # inference, twice as slow on the T5 encoder ORT saves, is not needed)
+    assert [s.strategy for s in loaded.sizing if s.count][-1] == "shape-walk"
     plan = graphmem.plan_graph(loaded).plan
     graphmem.validate(plan, loaded)
     assert verify(plan, loaded).passed
@@ -626,7 +628,7 @@ def test_contrib_ops_that_size_each_layer_shape_arithmetic_load(tmp_path):
 
 
 def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
-    """The layered model above is sized by the first contrib-rules pass alone: the rules
+    """The layered model above is sized by the first shape walk alone: the rules
     compute Shape -> Mod as they walk (no turn per layer; ViT-B/16 through the
     transformer optimizer took 12), and the shape arithmetic the rules unlocked is
     folded like any other: constants, not tensors of the plan."""
@@ -634,7 +636,7 @@ def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
     layers = 6
     loaded = graphmem.load(_layered_model(tmp_path, layers))
     ran = [s.strategy for s in loaded.sizing]
-    assert ran[-1] == "contrib-rules" and "constant-values" not in ran, ran
+    assert ran[-1] == "shape-walk" and "constant-values" not in ran, ran
     plan = graphmem.plan_graph(loaded).plan
     assert not any(f"{k}{i}" in plan.tensors for k in "sm" for i in range(layers))
     assert {f"m{i}" for i in range(layers)} <= set(plan.constants)
@@ -643,7 +645,7 @@ def test_the_contrib_rules_walk_shape_arithmetic_and_its_shapes_fold(tmp_path):
 def test_the_rules_walk_computes_no_large_value(monkeypatch):
     """The walk computes shape-sized values only: a ConstantOfShape of a computed shape
     (a causal mask at a long sequence) is sized by onnx's inference, never filled."""
-    from graphmem.frontend import contrib_shapes, shape_arithmetic
+    from graphmem.frontend import shape_arithmetic, shape_walk
     computed = []
     real = shape_arithmetic.evaluate
     monkeypatch.setattr(shape_arithmetic, "evaluate",
@@ -657,7 +659,7 @@ def test_the_rules_walk_computes_no_large_value(monkeypatch):
                               [c("bias", np.zeros(64))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid(MS, 1)])
-    known = contrib_shapes.propagate(model)
+    known = shape_walk.propagate(model)
     assert known["mask"][1] == (64, 64, 64) and known["y"][1] == (64, 64, 64)
     assert computed == ["Shape"]  # the 262,144-element mask was never computed
 
@@ -667,7 +669,7 @@ def test_the_rules_walk_computes_sized_arithmetic_only_where_it_is_read(monkeypa
     the walk's usual input) is computed when a node left open reads its value, and not
     otherwise: here the Reshape after the contrib op reads ``s``; ``m`` is read by
     nothing."""
-    from graphmem.frontend import contrib_shapes, shape_arithmetic
+    from graphmem.frontend import shape_arithmetic, shape_walk
     computed = []
     real = shape_arithmetic.evaluate
     monkeypatch.setattr(shape_arithmetic, "evaluate",
@@ -687,7 +689,7 @@ def test_the_rules_walk_computes_sized_arithmetic_only_where_it_is_read(monkeypa
         value_info=[helper.make_tensor_value_info(t, i64, [3]) for t in ("s2", "m", "s")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid(MS, 1)])
-    known = contrib_shapes.propagate(model)
+    known = shape_walk.propagate(model)
     assert known["y"][1] == (2, 3, 8)
     assert computed == ["s"]
 
@@ -712,7 +714,7 @@ def test_an_optional_input_given_but_unknown_is_not_taken_for_absent():
     """GroupQueryAttention's key comes from an op no rule knows: it is given (so not the
     packed-QKV form, whose head size would be hidden / (heads + 2 kv_heads)), only not
     sized yet. The output is the query's shape, and the presents follow the past."""
-    from graphmem.frontend.contrib_shapes import propagate
+    from graphmem.frontend.shape_walk import propagate
     nodes = [helper.make_node("Opaque", ["kx"], ["k"], domain="example.org"),
              helper.make_node("GroupQueryAttention",
                               ["q", "k", "v", "pk", "pv", "seqlens", "total"],
@@ -813,7 +815,7 @@ def test_a_quantized_transformer_block_is_sized_by_the_rules_alone(tmp_path):
     model = _quantized_block(path)
     loaded = graphmem.load(path, {"batch": 2, "seq": 5})
     ran = [s.strategy for s in loaded.sizing if s.count]
-    assert ran[-1] == "contrib-rules" and "onnxruntime-symbolic" not in ran, ran
+    assert ran[-1] == "shape-walk" and "onnxruntime-symbolic" not in ran, ran
     fixed = helper.make_model(model.graph, opset_imports=model.opset_import, ir_version=8)
     for vi in fixed.graph.input:
         for d, v in zip(vi.type.tensor_type.shape.dim, (2, 5)):
@@ -842,3 +844,31 @@ def _every_output(model):
     out.graph.output.extend(helper.make_empty_tensor_value_info(o)
                             for n in model.graph.node for o in n.output if o)
     return out
+
+
+def test_ort_inference_reads_no_file_and_keeps_the_working_folder(tmp_path, monkeypatch):
+    """The fallback never changes the process's working folder, and reads no external
+    data relative to it: a Reshape whose shape is external data stays unknown even with
+    a file of that name, holding a valid shape, in the working folder (ORT would read it
+    with no folder); the model comes back with the tensor still external."""
+    monkeypatch.chdir(tmp_path)
+    np.array([3, 2], np.int64).tofile(tmp_path / "shape.bin")
+    shape = onnx.TensorProto(name="shape", data_type=TensorProto.INT64, dims=[2])
+    shape.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "shape.bin"), ("length", "16")):
+        entry = shape.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "ext",
+                              [helper.make_tensor_value_info("x", F, [2, 3])],
+                              [helper.make_empty_tensor_value_info("y")], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    moved = []
+    monkeypatch.setattr("os.chdir", lambda path: moved.append(path))
+    notes: list[str] = []
+    out = infer(model, notes=notes)
+    assert not moved and Path.cwd() == tmp_path
+    assert static_outputs(out, model) == {"y": None}
+    assert notes and "stopped" in notes[0]
+    assert out.graph.initializer[0].data_location == TensorProto.EXTERNAL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shape.bin"]  # nothing written

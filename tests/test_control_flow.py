@@ -374,7 +374,7 @@ def test_trip_count_computed_from_a_bound_dim(tmp_path):
 
 
 def test_torchscript_rnn_loop_export_plans_and_verifies(tmp_path, capsys):
-    """A real export (tools/export_control_flow.py, PyTorch's TorchScript exporter): a
+    """A real export (tools/corpus/export_control_flow.py, PyTorch's TorchScript exporter): a
     scripted RNN loop becomes a Loop whose trip count is Shape -> Gather of the
     sequence; with only --dim bindings it plans with its body, validates and verifies."""
     path = Path(__file__).parent / "data" / "control_flow" / "rnn_loop_ts.onnx"

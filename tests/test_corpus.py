@@ -1,7 +1,7 @@
 """Real exports without torch (issue 21): small BERT and GPT-2 decode-step graphs written
 by PyTorch's TorchScript (``-ts``) and dynamo (``-dynamo``) exporters, kept with their
 weights in tests/data/corpus (hidden 32, 2 layers, vocabulary 100; made by
-``python tools/export_corpus.py export --tiny --models bert,gpt2-past --out DIR``).
+``python -m tools.corpus.export_corpus export --tiny --models bert,gpt2-past --out DIR``).
 Each is planned, checked by an independent validation, verified on ONNX Runtime CPU and
 reported with only ``--dim`` bindings, as a user would run them."""
 from __future__ import annotations
@@ -114,9 +114,7 @@ def test_export_failure_names_the_cause_not_the_wrapper():
     """A dynamo export that fails is recorded with torch.export's own error (the exception
     the exporter's wrapper was raised from) and the line of code it names, without the
     wrapper's advice or terminal colours: the corpus table shows why the model failed."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    from export_corpus import _export_reason
+    from tools.corpus.export_corpus import _export_reason
 
     class GuardOnDataDependentSymNode(RuntimeError):
         pass

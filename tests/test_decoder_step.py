@@ -45,7 +45,7 @@ def test_a_decode_step_plans_and_verifies(form, seq, past, tmp_path):
     assert g.tensors["present.0.key"].shape == ort_presents(model, dims) == (
         1, KV_HEADS, past + seq, HEAD)
     strategies = [s.strategy for s in g.sizing if s.count]
-    assert "contrib-rules" in strategies and "onnxruntime-symbolic" not in strategies
+    assert "shape-walk" in strategies and "onnxruntime-symbolic" not in strategies
     plan = graphmem.plan_graph(g).plan
     graphmem.validate(plan, g)
     report = verify(plan, g)

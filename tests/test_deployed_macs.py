@@ -335,7 +335,7 @@ def test_report_text_json_and_html_say_at_least(tmp_path, capsys):
 @pytest.mark.parametrize("form", ["bert_opt", "bert_opt_fp16", "bert_int8_dynamic",
                                   "bert_int8_qdq", "bert_fp16"])
 def test_every_deployment_form_of_bert_counts_the_unfused_macs(form):
-    # tests/data/dtypes (tools/dtype_models.py): ONNX Runtime's transformer optimizer
+    # tests/data/dtypes (tools/corpus/dtype_models.py): ONNX Runtime's transformer optimizer
     # (on this export it fuses SkipLayerNormalization and BiasGelu, not the attention),
     # its quantizers and fp16 converter, on the TorchScript BERT export of
     # tests/data/corpus

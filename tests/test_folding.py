@@ -109,6 +109,7 @@ def test_a_value_replaces_the_entry_inferred_before_it_was_known():
     stale entry must not stand for it, or y stays [?, 1] (densenet121's dynamo export
     failed to train on it: 'cannot infer the shape of tensor a_maxpool')."""
     from graphmem.core.ir import Tensor
+    from graphmem.frontend.constant_nodes import Folding
     from graphmem.frontend.constant_values import infer_with_constant_values
     i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
     N = helper.make_node
@@ -123,7 +124,7 @@ def test_a_value_replaces_the_entry_inferred_before_it_was_known():
     model.ir_version = 8
     out = onnx.ModelProto.FromString(infer_with_constant_values(
         model.SerializeToString(), [0, 1, 2], {"x": Tensor("x", "float32", (2, 1), 32)},
-        {0}, ["z"], None))
+        Folding(frozenset({0}), ("z",)), None))
     dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
             for v in out.graph.value_info}
     assert dims["z"] == [16, 1] and dims["y"] == [16, 1]
@@ -134,6 +135,7 @@ def test_constant_values_infer_the_same_whatever_the_files_node_order():
     file lists its nodes in the order given, else each kept node written in order (onnx's
     inference reads nodes in the file's order). Both give the same types."""
     from graphmem.core.ir import Tensor
+    from graphmem.frontend.constant_nodes import Folding
     from graphmem.frontend.constant_values import infer_with_constant_values
     i64 = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
     N = helper.make_node
@@ -150,7 +152,8 @@ def test_constant_values_infer_the_same_whatever_the_files_node_order():
         at = {n: k for k, n in enumerate(file_order)}
         out = onnx.ModelProto.FromString(infer_with_constant_values(
             model.SerializeToString(), [at[i] for i in range(4)],
-            {"x": Tensor("x", "float32", (3, 2), 32)}, {at[0], at[1]}, ["s", "z"], None))
+            {"x": Tensor("x", "float32", (3, 2), 32)},
+            Folding(frozenset({at[0], at[1]}), ("s", "z")), None))
         assert len(out.graph.node) == 4  # the nodes are carried back untouched
         return {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
                 for v in (*out.graph.value_info, *out.graph.output)}

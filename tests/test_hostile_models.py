@@ -1,6 +1,6 @@
 """Issue 38's reproducers and generated hostile files as regression tests: each run of
 ``graphmem`` in a process limited to 2 GB of address space and 20 s ends in a plan or in
-exactly one ``graphmem:`` line with exit 2 (tools/fuzz_reader.py runs the campaign;
+exactly one ``graphmem:`` line with exit 2 (tools/faults/fuzz_reader.py runs the campaign;
 its generated cases are the ones here, their floods a tenth of the size)."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tools import fuzz_reader as fuzz  # the campaign's mutations and generated models
+from tools.faults import fuzz_reader as fuzz  # the campaign's mutations and generated models
 
 ROOT = Path(__file__).resolve().parent.parent
 F = TensorProto.FLOAT

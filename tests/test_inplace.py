@@ -164,34 +164,33 @@ def test_alias_edges_are_the_pairs_of_view_pairs_and_overwrite_pairs():
     assert [s for p, _, s, _ in got if p == 8] == [ids["h"], ids["h"]]
 
 
-def _both_paths(graph):
-    """The inplace pass's lean path (no earlier groups) and its general path, on one
-    graph in its file order."""
+def _with_and_without_ranges(graph):
+    """The inplace pass on one graph in its file order, its storage groups kept with
+    byte ranges and writes, and without (as the pass keeps them where no group exists
+    before it and every write is by an output at its first position)."""
     from graphmem.passes import inplace
     from graphmem.planning.assignment import Assignment
     from graphmem.core.order import file_order
     from graphmem.planning.context import Context
     ctx = Context.for_order(graph, file_order(graph), 64)
-    lean = inplace._plain(ctx, Assignment(), list(inplace._candidates(ctx)))
-    general = inplace._general(ctx, Assignment(), inplace._candidates(ctx))
-    return lean, general
+    c = inplace._candidates(ctx)
+    assert not (c.overwrite & (ctx.first[c.out] != c.pos)).any()  # where the pass goes lean
+    return (inplace._join_pairs(ctx, Assignment(), ranges=False),
+            inplace._join_pairs(ctx, Assignment(), ranges=True))
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_lean_path_equals_the_general_one_on_random_dags(seed):
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import scale
+def test_groups_without_ranges_join_as_with_them_on_random_dags(seed):
+    from tools.bench import scale
     for graph in (scale.random_dag(300, 8, seed), scale.chain(200), scale.residual(40)):
-        (a1, d1), (a2, d2) = _both_paths(graph)
+        (a1, d1), (a2, d2) = _with_and_without_ranges(graph)
         assert a1.alias == a2.alias and list(a1.alias) == list(a2.alias) and d1 == d2
         assert d1["inplace"] + d1["views"] > 0
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1"])
-def test_lean_path_equals_the_general_one_on_the_zoo(name):
+def test_groups_without_ranges_join_as_with_them_on_the_zoo(name):
     import graphmem
     from graphmem.frontend.zoo import zoo_path
-    (a1, d1), (a2, d2) = _both_paths(graphmem.load(zoo_path(name)))
+    (a1, d1), (a2, d2) = _with_and_without_ranges(graphmem.load(zoo_path(name)))
     assert a1.alias == a2.alias and d1 == d2 and d1["inplace"] > 0

@@ -1,10 +1,9 @@
 """The in-place tables rest on evidence from ONNX Runtime's kernel sources
-(graphmem/core/inplace_evidence.json, made by tools/inplace_evidence.py): every default
+(graphmem/core/inplace_evidence.json, made by tools/upstream/inplace_evidence.py): every default
 entry has it, entries without it are only in the opt-in probed tables (issue 20)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -164,8 +163,9 @@ def test_a_plan_made_with_each_table_records_it_and_validates(tmp_path):
     assert probed.target["provider"] == "CPUExecutionProvider"
     assert probed.tensors["b"].alias_of == "a"
     graphmem.validate(probed, graph)
-    # the table's own key, as the commands' plan_options pass it
-    keyed = graphmem.plan_graph(graph, provider="cpu-probed").plan
+    # the table's record, as the commands pass it
+    from graphmem.planning.target import InplaceTable
+    keyed = graphmem.plan_graph(graph, table=InplaceTable("cpu", "probed")).plan
     assert keyed.target == probed.target
     # a probed plan relabelled as a default one breaks the default table's rules
     import dataclasses
@@ -206,11 +206,10 @@ def test_probe_json_says_what_the_runtime_declares(capsys):
 
 
 def test_the_tool_reads_a_source_tree(tmp_path):
-    """tools/inplace_evidence.py on a tiny tree: a declaration through a helper macro
+    """tools/upstream/inplace_evidence.py on a tiny tree: a declaration through a helper macro
     is found at the macro's line and the registration's line, and only the newest
     opset's registrations count."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import inplace_evidence as tool
+    from tools.upstream import inplace_evidence as tool
     cpu = tmp_path / "onnxruntime/core/providers/cpu"
     cpu.mkdir(parents=True)
     (cpu / "act.cc").write_text(

@@ -173,10 +173,8 @@ def test_infer_by_running_fills_the_gap(own_tmp, tmp_path, capsys):
 def test_the_arena_of_what_ort_runs_is_at_most_its_own_pattern_and_the_io(name):
     """Issue 33's bar on the zoo: with --ort-optimize all the arena (graph inputs and
     outputs inside it) is at most ONNX Runtime's own memory-pattern block at
-    ORT_ENABLE_ALL (tools/ort_pattern.py) plus the input and output bytes."""
-    import sys
-    sys.path.insert(0, str(ROOT.parent / "tools"))
-    import ort_pattern
+    ORT_ENABLE_ALL (tools/bench/ort_pattern.py) plus the input and output bytes."""
+    from tools.bench import ort_pattern
     from graphmem.frontend.ort_optimize import cleanup
     path = zoo_path(name)
     try:
@@ -200,11 +198,9 @@ def test_the_summary_says_when_the_model_as_given_does_not_plan(own_tmp, tmp_pat
 
 
 def test_deploy_forms_tool_parts(tmp_path):
-    """tools/deploy_forms.py: a two-input Sum becomes Add with the same results, and a
+    """tools/corpus/deploy_forms.py: a two-input Sum becomes Add with the same results, and a
     row that misses the bar is marked in the table."""
-    import sys
-    sys.path.insert(0, str(ROOT.parent / "tools"))
-    import deploy_forms
+    from tools.corpus import deploy_forms
     nodes = [helper.make_node("Sum", ["a", "b"], ["s"]), helper.make_node("Sum", ["s", "a", "b"], ["y"])]
     graph = helper.make_graph(nodes, "sums", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3])
                                               for n in "ab"],

@@ -71,7 +71,7 @@ def tiny(seed, unit=1):
 
 
 def dense(n, seed):
-    """Dense random records (tools/exact_bench.py's kind): long lives, 64-byte units."""
+    """Dense random records (tools/bench/exact.py's kind): long lives, 64-byte units."""
     rng = random.Random(seed)
     recs = []
     for i in range(n):

@@ -63,7 +63,7 @@ def test_shape_arithmetic_without_data_propagation_is_sized_by_the_shape_walk():
     g = from_model(_range_model())
     ran = {s.strategy: s.tensors for s in g.sizing}
     assert ran["shape-walk"] == ("y", "z")
-    assert "constant-values" not in ran and "contrib-rules" not in ran
+    assert "constant-values" not in ran and "walk-and-values" not in ran
     assert g.tensors["z"].shape == (3, 4)
 
 
@@ -113,6 +113,18 @@ def test_every_strategy_has_a_name_and_a_summary():
     assert STRATEGIES[0].name == "onnx" and STRATEGIES[0].always
     for s in STRATEGIES:
         assert s.name and s.summary and callable(s.run)
+
+
+def test_one_name_per_function_and_one_function_per_name():
+    """A name in Graph.sizing says which function sized the tensors: a strategy that
+    runs twice (dropout-mask) runs under one name, and no function under two."""
+    names: dict[str, set] = {}
+    runs: dict[object, set] = {}
+    for s in STRATEGIES:
+        names.setdefault(s.name, set()).add(s.run)
+        runs.setdefault(s.run, set()).add(s.name)
+    assert all(len(v) == 1 for v in names.values()), names
+    assert all(len(v) == 1 for v in runs.values()), runs
 
 
 def test_an_undecodable_attribute_is_a_note_not_silence(capsys):

@@ -1,10 +1,10 @@
-"""tools/torch_checkpoint.py's table from cached measurements of each side (no torch
+"""tools/training/torch_checkpoint.py's table from cached measurements of each side (no torch
 needed: ``--side none`` reads both sides from ``--cache``)."""
 from __future__ import annotations
 
 import json
 
-from tools import torch_checkpoint as tc
+from tools.training import torch_checkpoint as tc
 
 MIB = 2 ** 20
 

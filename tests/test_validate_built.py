@@ -19,7 +19,7 @@ from graphmem.frontend.zoo import zoo_path
 from graphmem.plan.columns import columns
 from graphmem.plan.live import live_ranges
 from graphmem.plan.validate import validate_built
-from tools import scale
+from tools.bench import scale
 from test_pass_contract import _diamond
 
 

@@ -1,6 +1,6 @@
 """Issue 35: verify judges float16, bfloat16 and int8 models exactly, draws inputs the
 model accepts, and runs models above the runtime's IR version (tests/data/dtypes/,
-written by tools/dtype_models.py from tests/data/corpus/bert-ts.onnx and by hand)."""
+written by tools/corpus/dtype_models.py from tests/data/corpus/bert-ts.onnx and by hand)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -224,13 +224,13 @@ def test_cli_exit_1_names_the_node(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------- the mutation tool
-# tools/mutate_plans.py plants the four kinds of planner defect in correct plans of
+# tools/faults/mutate_plans.py plants the four kinds of planner defect in correct plans of
 # real models and decides, by replaying the plan on bytes apart from the verifier,
 # whether each one's damage reaches a read (issue 35's bar: verify exits 1 on every
 # one that does).
 
 def _tool():
-    from tools import mutate_plans
+    from tools.faults import mutate_plans
     return mutate_plans
 
 

@@ -72,7 +72,7 @@ def _quantized_model(side: int = 256, named_dims: bool = True):
 
 def test_shape_values_follow_shape_arguments_upstream_and_stop_at_shape():
     model = _quantized_model()
-    g = wire.parse_model(model.SerializeToString())["graph"]
+    g = wire.parse_model(model.SerializeToString()).graph
     found = shape_values(g, all_reads(g))
     assert {"target", "neg", "one_d", "table", "idx", "minus1", "s"} <= found
     assert {"zero", "four", "one"} <= found  # Range's bounds
@@ -82,11 +82,11 @@ def test_shape_values_follow_shape_arguments_upstream_and_stop_at_shape():
 
 def test_only_shape_values_and_tiny_initializers_keep_their_data():
     model = _quantized_model()
-    g = wire.parse_model(model.SerializeToString())["graph"]
+    g = wire.parse_model(model.SerializeToString()).graph
     changes = stripped_weights(g, shape_values(g, all_reads(g)))
-    names = [g["initializers"][i].name for _, i, _ in changes]
+    names = [g.initializers[i].name for _, i, _ in changes]
     assert names == ["w"]  # 64 KiB of weight; the 8 KiB table sizes a shape
-    assert all(t.raw_bytes <= SHAPE_DATA_BYTES for t in g["initializers"]
+    assert all(t.raw_bytes <= SHAPE_DATA_BYTES for t in g.initializers
                if t.name not in ("w", "table"))
 
 
@@ -141,7 +141,7 @@ def test_a_constant_without_a_type_is_still_computed_from_a_stripped_weight():
     nodes = wire.parse_model(helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["c"]),
          helper.make_node("Abs", ["w"], ["d"])], "g", [], [])).SerializeToString()
-    )["graph"]["nodes"]
+    ).graph.nodes
     assert upstream(nodes, [0, 1, 2], {"c"}) == [0, 1]
     assert upstream(nodes, [0, 1, 2], {"d", "b"}) == [0, 2]
     assert upstream(nodes, [1, 2], {"c"}) == [1]  # only among those run
@@ -151,7 +151,7 @@ def test_a_constant_without_a_type_is_still_computed_from_a_stripped_weight():
 def test_an_initializer_is_read_back_from_the_models_bytes():
     model = _quantized_model()
     data = model.SerializeToString()
-    g = wire.parse_model(data)["graph"]
+    g = wire.parse_model(data).graph
     for i, t in enumerate(model.graph.initializer):
         assert initializer_from(data, g, i) == t
 
@@ -203,7 +203,7 @@ def test_a_plan_imports_none_of_onnxs_python(tmp_path, make):
     path.write_bytes(make().SerializeToString())
     assert onnx_python_imported_by_plan([str(path), "-o", str(out), "-q"]) == (0, [])
     graph = from_model(make())
-    assert graph.sizing[-1].strategy in ("onnx", "constant-values", "contrib-rules")
+    assert graph.sizing[-1].strategy in ("onnx", "constant-values", "shape-walk")
 
 
 def test_an_output_declared_with_a_name_only_the_contrib_rules_size(tmp_path):
@@ -218,7 +218,7 @@ def test_an_output_declared_with_a_name_only_the_contrib_rules_size(tmp_path):
             "print(g.tensors['y'].shape, g.sizing[-1].strategy)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=120)
-    assert done.stdout.split("\n")[0] == "(1, 4, 6, 6) contrib-rules"
+    assert done.stdout.split("\n")[0] == "(1, 4, 6, 6) shape-walk"
 
 
 def test_the_checker_still_reads_an_unsorted_model_with_weights():

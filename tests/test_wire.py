@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from graphmem import wire
-from tools.fuzz_reader import varint  # the wire encoding the hand-built data below uses
+from tools.faults.fuzz_reader import varint  # the wire encoding the hand-built data below uses
 from models import generate, transformer
 
 F = TensorProto.FLOAT
@@ -80,11 +80,15 @@ def expect_model(data: bytes):
             "graph": expect_graph(m.graph) if m.HasField("graph") else None}
 
 
+GRAPH_FIELDS = ("name", "nodes", "initializers", "inputs", "outputs", "value_info",
+                "sparse_initializers")  # a wire.Graph's, but its spans
+
+
 def comparable(g):
     """A parsed GRAPH without its spans, each attribute's raw bytes parsed (recursively)."""
-    out = {k: v for k, v in g.items() if k != "spans"}
+    out = {k: getattr(g, k) for k in GRAPH_FIELDS}
     nodes = []
-    for name, op, domain, ins, outs, attrs in g["nodes"]:
+    for name, op, domain, ins, outs, attrs in g.nodes:
         got = []
         for a in attrs:
             subs = [comparable(s) for s in a.subgraphs] if a.type in (5, 10) else a.subgraphs
@@ -116,7 +120,7 @@ ENTRY_TYPES = {1: onnx.NodeProto, 5: onnx.TensorProto, 11: onnx.ValueInfoProto,
 
 def check_spans(data: bytes, parsed: dict, proto: onnx.GraphProto, content: bytes | None = None):
     """Every span is a whole entry of its field; sorted, they tile the graph's content."""
-    spans = parsed["spans"]
+    spans = parsed.spans
     flat = sorted((off, n) for entries in spans.values() for off, n in entries)
     if flat:
         for (o1, n1), (o2, _) in zip(flat, flat[1:]):
@@ -151,7 +155,7 @@ def check_spans(data: bytes, parsed: dict, proto: onnx.GraphProto, content: byte
                 assert entry[pos:] == (name.encode() if isinstance(name, str) else name)
         if field in repeated:
             assert len(entries) == len(repeated[field])
-    for node, pnode in zip(parsed["nodes"], proto.node):
+    for node, pnode in zip(parsed.nodes, proto.node):
         for attr, pattr in zip(node.attrs, pnode.attribute):
             if attr.type in (5, 10):
                 subs = [pattr.g] if pattr.type == onnx.AttributeProto.GRAPH else list(pattr.graphs)
@@ -166,42 +170,42 @@ def names_are_interned(parsed):
         assert seen.setdefault(s, s) is s, f"{s!r} is two objects"
 
     def walk(g):
-        see(g["name"])
-        for name, op, domain, ins, outs, attrs in g["nodes"]:
+        see(g.name)
+        for name, op, domain, ins, outs, attrs in g.nodes:
             for s in (name, op, domain, *ins, *outs):
                 see(s)
             for a in attrs:
                 see(a.name)
                 for sub in a.subgraphs:
                     walk(sub)
-        for t in g["initializers"]:
+        for t in g.initializers:
             see(t.name)
-        for v in g["inputs"] + g["outputs"] + g["value_info"]:
+        for v in g.inputs + g.outputs + g.value_info:
             see(v.name)
 
-    if parsed["graph"] is not None:
-        walk(parsed["graph"])
+    if parsed.graph is not None:
+        walk(parsed.graph)
 
 
 def check(data: bytes):
     """parse_model(data) against onnx, with its spans and its interning."""
     got = wire.parse_model(data)
     want = expect_model(data)
-    assert set(got) == {"ir_version", "opsets", "graph", "graph_span", "not_utf8"}
-    if got["graph"] is not None and got["not_utf8"] == 0:
+    assert type(got) is wire.Model and got.graph is None or type(got.graph) is wire.Graph
+    if got.graph is not None and got.not_utf8 == 0:
         # the loader skips its scan for names that are not text when the count is 0
         from graphmem.frontend.structure import invalid_name
-        assert invalid_name(got["graph"]) is None
-    assert got["ir_version"] == want["ir_version"]
-    assert got["opsets"] == want["opsets"]
+        assert invalid_name(got.graph) is None
+    assert got.ir_version == want["ir_version"]
+    assert got.opsets == want["opsets"]
     if want["graph"] is None:
-        assert got["graph"] is None and got["graph_span"] is None
+        assert got.graph is None and got.graph_span is None
         return got
-    assert comparable(got["graph"]) == want["graph"]
-    off, n = got["graph_span"]
+    assert comparable(got.graph) == want["graph"]
+    off, n = got.graph_span
     proto = onnx.ModelProto.FromString(data).graph
     assert onnx.GraphProto.FromString(data[off:off + n]) == proto
-    check_spans(data, got["graph"], proto, data[off:off + n])
+    check_spans(data, got.graph, proto, data[off:off + n])
     names_are_interned(got)
     return got
 
@@ -273,13 +277,13 @@ def test_types_and_shapes():
         [helper.make_node("Relu", ["dims"], ["r"])], "types",
         [dims, seq, mapped, opt], [helper.make_tensor_value_info("r", F, ["batch", 3, None, -1])],
         value_info=[sparse, opaque, untyped, empty_type, no_shape, scalar_shape])
-    got = check(helper.make_model(graph).SerializeToString())["graph"]
-    assert got["inputs"][0] == ("dims", ("tensor", F, ("batch", 3, None, -1)))
-    assert [v.type.kind for v in got["inputs"][1:]] == ["sequence", "map", "optional"]
-    assert [v.type for v in got["value_info"]] == [
+    got = check(helper.make_model(graph).SerializeToString()).graph
+    assert got.inputs[0] == ("dims", ("tensor", F, ("batch", 3, None, -1)))
+    assert [v.type.kind for v in got.inputs[1:]] == ["sequence", "map", "optional"]
+    assert [v.type for v in got.value_info] == [
         ("sparse_tensor", 0, None), ("opaque", 0, None), None, None, ("tensor", F, None),
         ("tensor", F, ())]
-    assert got["inputs"][0].type.shape == ("batch", 3, None, -1)
+    assert got.inputs[0].type.shape == ("batch", 3, None, -1)
 
 
 def test_subgraphs_if_loop_and_graphs_attribute():
@@ -304,15 +308,15 @@ def test_subgraphs_if_loop_and_graphs_attribute():
     graph = helper.make_graph([loop, many, plain], "main",
                               [helper.make_tensor_value_info("x", F, [4])],
                               [helper.make_tensor_value_info("out", F, [None, 4])])
-    got = check(helper.make_model(graph).SerializeToString())["graph"]
-    loop_attr = got["nodes"][0].attrs[0]
+    got = check(helper.make_model(graph).SerializeToString()).graph
+    loop_attr = got.nodes[0].attrs[0]
     assert (loop_attr.name, loop_attr.type) == ("body", onnx.AttributeProto.GRAPH)
     (parsed_body,) = loop_attr.subgraphs
-    assert parsed_body["name"] == "body"
-    assert [len(a.subgraphs) for a in parsed_body["nodes"][1].attrs] == [1, 1]
-    assert [g["name"] for g in got["nodes"][1].attrs[0].subgraphs] == ["body", "empty"]
-    assert all(a.subgraphs == () for a in got["nodes"][2].attrs)
-    assert got["nodes"][0].inputs == ("n", "")
+    assert parsed_body.name == "body"
+    assert [len(a.subgraphs) for a in parsed_body.nodes[1].attrs] == [1, 1]
+    assert [g.name for g in got.nodes[1].attrs[0].subgraphs] == ["body", "empty"]
+    assert all(a.subgraphs == () for a in got.nodes[2].attrs)
+    assert got.nodes[0].inputs == ("n", "")
 
 
 def test_external_data_and_initializers():
@@ -326,10 +330,10 @@ def test_external_data_and_initializers():
     graph = helper.make_graph([helper.make_node("Add", ["w", "raw"], ["y"])], "ext", [],
                               [helper.make_tensor_value_info("y", F, None)],
                               [ext, typed, strings, raw])
-    got = check(helper.make_model(graph).SerializeToString())["graph"]
-    assert got["initializers"][0] == ("w", F, (1024, 16), 1, 0, (
+    got = check(helper.make_model(graph).SerializeToString()).graph
+    assert got.initializers[0] == ("w", F, (1024, 16), 1, 0, (
         ("location", "weights.bin"), ("offset", "4096"), ("length", "65536")))
-    assert got["initializers"][3] == ("raw", F, (2, 3), 0, 24, ())
+    assert got.initializers[3] == ("raw", F, (2, 3), 0, 24, ())
 
 
 def test_non_utf8_names_come_back_as_bytes_and_interned():
@@ -339,11 +343,11 @@ def test_non_utf8_names_come_back_as_bytes_and_interned():
     model.graph.node[1].name = "@@bad@@"
     data = model.SerializeToString().replace(b"@@bad@@", b"\xff\xfe\x80bad\xc3")
     parsed = check(data)
-    got = parsed["graph"]
-    assert got["nodes"][1].inputs[0] == b"\xff\xfe\x80bad\xc3"
-    assert got["nodes"][1].inputs[0] is got["nodes"][0].outputs[0] is got["nodes"][1].name
-    assert parsed["not_utf8"] == 1  # one distinct string; the loader scans names only then
-    assert wire.parse_model(small_model().SerializeToString())["not_utf8"] == 0
+    got = parsed.graph
+    assert got.nodes[1].inputs[0] == b"\xff\xfe\x80bad\xc3"
+    assert got.nodes[1].inputs[0] is got.nodes[0].outputs[0] is got.nodes[1].name
+    assert parsed.not_utf8 == 1  # one distinct string; the loader scans names only then
+    assert wire.parse_model(small_model().SerializeToString()).not_utf8 == 0
 
 
 def test_packed_and_unpacked_dims_and_negative_values():
@@ -355,10 +359,10 @@ def test_packed_and_unpacked_dims_and_negative_values():
              + entry(5, packed) + entry(5, entry(8, b"neg") + negative_type)
              + entry(11, entry(1, b"packed") + entry(2, entry(1, scalar(1, F) + entry(2, (
                  entry(1, scalar(1, -3)) + entry(1, b"") + entry(1, entry(2, b"n"))))))))
-    got = check(model_bytes(graph))["graph"]
-    assert got["initializers"][0] == ("packed", F, (2, -1, 300, 7), 0, 12, ())
-    assert got["initializers"][1][1] == -5
-    assert got["inputs"][0] == ("packed", ("tensor", F, (-3, None, "n")))
+    got = check(model_bytes(graph)).graph
+    assert got.initializers[0] == ("packed", F, (2, -1, 300, 7), 0, 12, ())
+    assert got.initializers[1][1] == -5
+    assert got.inputs[0] == ("packed", ("tensor", F, (-3, None, "n")))
 
 
 def test_protobuf_semantics_later_wins_oneofs_closed_enums_unknown_fields():
@@ -378,15 +382,15 @@ def test_protobuf_semantics_later_wins_oneofs_closed_enums_unknown_fields():
              + entry(15, b"") + entry(15, b""))
     data = model_bytes(graph, head=scalar(1, 3) + unknown)
     got = check(data)
-    assert got["ir_version"] == 3 and got["opsets"] == [("", 17)]
-    g = got["graph"]
-    assert g["name"] == "g2" and g["sparse_initializers"] == 2
-    assert g["nodes"][0][:5] == ("second", "Relu", "", ("x",), ("y",))
-    assert g["nodes"][0].attrs[0][:2] == ("axis", 2)
-    assert g["initializers"][0] == ("t", 0, (), 1, 1, ())
-    assert g["inputs"][0].type == ("tensor", F, ("p", 5))
-    assert g["value_info"][0].type == ("sequence", 0, None)
-    assert set(g["spans"]) == {1, 2, 5, 11, 13, 15, 96, 97, 98, 99}
+    assert got.ir_version == 3 and got.opsets == [("", 17)]
+    g = got.graph
+    assert g.name == "g2" and g.sparse_initializers == 2
+    assert g.nodes[0][:5] == ("second", "Relu", "", ("x",), ("y",))
+    assert g.nodes[0].attrs[0][:2] == ("axis", 2)
+    assert g.initializers[0] == ("t", 0, (), 1, 1, ())
+    assert g.inputs[0].type == ("tensor", F, ("p", 5))
+    assert g.value_info[0].type == ("sequence", 0, None)
+    assert set(g.spans) == {1, 2, 5, 11, 13, 15, 96, 97, 98, 99}
 
 
 def test_buffer_objects_are_read_in_place(tmp_path):
@@ -401,8 +405,10 @@ def test_buffer_objects_are_read_in_place(tmp_path):
     path.write_bytes(data)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         assert wire.parse_model(mm) == want
-    assert wire.parse_model(b"") == {"ir_version": 0, "opsets": [], "graph": None,
-                                     "graph_span": None, "not_utf8": 0}
+    empty = wire.parse_model(b"")
+    assert type(empty) is wire.Model and tuple(empty) == (0, [], None, None, 0)
+    assert (empty.ir_version, empty.opsets, empty.graph, empty.graph_span,
+            empty.not_utf8) == (0, [], None, None, 0)
     with pytest.raises(TypeError):
         wire.parse_model("not bytes")
 
@@ -498,7 +504,7 @@ def test_the_external_location_of_a_huge_enum_is_seen():
     checked like any other (the loader refuses a location outside the model's folder)."""
     data = model_bytes(entry(5, entry(8, b"w") + scalar(14, (1 << 32) + 1)
                              + entry(13, entry(1, b"location") + entry(2, b"../x"))))
-    (init,) = wire.parse_model(data)["graph"]["initializers"]
+    (init,) = wire.parse_model(data).graph.initializers
     assert init[3] == onnx.TensorProto.EXTERNAL == onnx.ModelProto.FromString(
         data).graph.initializer[0].data_location
 
@@ -515,7 +521,7 @@ def _nested_ifs(depth: int) -> bytes:
 
 def test_nesting_depth_is_limited_as_protobuf_limits_it():
     got = check(_nested_ifs(8))
-    assert got["graph"]["name"] == "level7"
+    assert got.graph.name == "level7"
     # each If is three messages deeper (graph, node, attribute), and the innermost output's
     # shape four more: protobuf's limit of 100 below the ModelProto falls after 31 levels
     assert agree(_nested_ifs(31)) == "both"
@@ -580,18 +586,18 @@ def test_random_byte_flips_never_crash(flips):
 def _tool(name: str):
     """A module of tools/ (the campaign and schema tools the tests run)."""
     import importlib
-    return importlib.import_module(f"tools.{name}")
+    return importlib.import_module(name)
 
 
 @pytest.mark.parametrize("seed_model, count", [("small", 400), ("squeezenet", 100),
                                                ("rnn_loop_ts", 60)])
 def test_mutants_are_read_as_protobuf_reads_them(seed_model, count):
-    """The differential campaign of tools/fuzz_reader.py, a few hundred mutants of a
+    """The differential campaign of tools/faults/fuzz_reader.py, a few hundred mutants of a
     model each (truncations at field boundaries, varints that overflow, lengths past the
     end, wrong wire types, groups, floods, swapped values): protobuf and wire accept the
     same mutants with the same content and refuse the same ones."""
     import random
-    fuzz = _tool("fuzz_reader")
+    fuzz = _tool("tools.faults.fuzz_reader")
     mutator = fuzz.Mutator(fuzz.seeds()[seed_model])
     rng = random.Random(seed_model)
     verdicts = Counter()
@@ -604,10 +610,10 @@ def test_mutants_are_read_as_protobuf_reads_them(seed_model, count):
 
 def test_the_schema_in_wire_c_is_the_installed_onnx_s():
     """wire.c knows every message and field of onnx-ml.proto from a table that
-    tools/wire_schema.py writes from onnx's descriptors: it must be that of this onnx
+    tools/upstream/wire_schema.py writes from onnx's descriptors: it must be that of this onnx
     (a newer onnx with new fields: run the tool)."""
     root = Path(__file__).resolve().parent.parent
-    tool = _tool("wire_schema")
+    tool = _tool("tools.upstream.wire_schema")
     assert tool.current_block((root / "graphmem/wire.c").read_text()) == tool.schema_block()
 
 
@@ -617,25 +623,50 @@ def test_parse_values_is_parse_model_without_the_main_graphs_nodes():
     for model in (small_model(), onnx.load(str(squeezenet))):
         data = model.SerializeToString()
         full, values = wire.parse_model(data), wire.parse_values(data)
-        assert values["graph"]["nodes"] == [] and 1 not in values["graph"]["spans"]
-        full["graph"]["nodes"] = []
-        del full["graph"]["spans"][1]
+        assert values.graph.nodes == [] and 1 not in values.graph.spans
+        full.graph.nodes.clear()
+        del full.graph.spans[1]
         assert values == full
 
 
 def test_records_are_named():
     """Every record the parser returns is a tuple whose items also have names."""
-    got = check(small_model().SerializeToString())["graph"]
-    node, vi = got["nodes"][0], got["inputs"][0]
+    model = check(small_model().SerializeToString())
+    assert isinstance(model, wire.Model) and isinstance(model, tuple)
+    assert (model.ir_version, model.opsets, model.graph, model.graph_span,
+            model.not_utf8) == tuple(model)
+    got = model.graph
+    assert isinstance(got, wire.Graph) and (
+        got.name, got.nodes, got.initializers, got.inputs, got.outputs, got.value_info,
+        got.sparse_initializers, got.spans) == tuple(got)
+    assert all(isinstance(s, wire.Graph) for s in got.nodes[0].attrs[0].subgraphs)
+    import gc  # the records that hold lists and dicts are the cycle collector's, as those are
+    assert gc.is_tracked(model) and gc.is_tracked(got)
+    node, vi = got.nodes[0], got.inputs[0]
     assert isinstance(node, wire.Node) and isinstance(node, tuple)
     assert (node.name, node.op_type, node.domain, node.inputs, node.outputs) == node[:5]
     assert node.attrs is node[5]
     assert isinstance(vi, wire.Value) and isinstance(vi.type, wire.ValueType)
     assert (vi.name, vi.type.kind) == (vi[0], "tensor")
     assert vi.type.elem_type == vi.type[1] and vi.type.shape == vi.type[2]
-    for init in got["initializers"]:
+    for init in got.initializers:
         assert isinstance(init, wire.Initializer)
         assert (init.name, init.data_type, init.dims, init.data_location, init.raw_bytes,
                 init.external_data) == tuple(init)
-    for a in (a for n in got["nodes"] for a in n.attrs):
+    for a in (a for n in got.nodes for a in n.attrs):
         assert isinstance(a, wire.Attribute) and (a.name, a.type, a.raw, a.subgraphs) == tuple(a)
+
+
+def test_wire_types_are_protobufs():
+    """wire.wire_types: each field's wire types as onnx's descriptors give them (the
+    table graphmem.frontend.attributes reads attributes by)."""
+    numbers = {1: 1, 6: 1, 16: 1, 2: 5, 7: 5, 15: 5, 9: 2, 11: 2, 12: 2}  # else varint
+    for message in (onnx.AttributeProto, onnx.TensorProto, onnx.NodeProto):
+        expected = {}
+        for f in message.DESCRIPTOR.fields:
+            wt = numbers.get(f.type, 0)
+            repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == f.LABEL_REPEATED
+            expected[f.number] = (wt, 2) if repeated and wt != 2 else (wt,)
+        assert wire.wire_types(message.DESCRIPTOR.name) == expected
+    with pytest.raises(KeyError):
+        wire.wire_types("NoSuchProto")

@@ -7,11 +7,17 @@ Pure functions: nothing here loads or plans; callers hand in a loaded
   only feeding a folded node, e.g. the shape of a ``ConstantOfShape``, is not counted;
   the folded result is), at the size the file stores them: a folded dequantization
   (a QDQ model's weight ``DequantizeLinear``) counts as the int8 (int4, ...) tensor, scale
-  and zero point it reads; the float bytes it makes are ``weight_bytes_dequantized``. ``params`` counts their elements, leaving out int64 constants
-  (Reshape shapes, axes, indices), which are arguments rather than parameters.
+  and zero point it reads; the float bytes it makes are ``weight_bytes_dequantized``.
+- ``params`` counts the elements of the weights a framework trains (PyTorch's
+  ``parameters()``), leaving out int64 constants (Reshape shapes, axes, indices), which
+  are arguments, and BatchNormalization's running mean and variance, which are
+  statistics a framework keeps beside them (PyTorch's buffers): ``running_stats`` counts
+  those. Both are in ``weight_bytes``.
 - Activations: ``naive`` is one buffer per arena tensor; ``arena`` is the planned arena.
-- Workspace: the largest im2col buffer over the convolutions (see :mod:`graphmem.analysis.macs`);
-  one buffer, reused, as a runtime that lowers convolutions would keep it.
+- Workspace: the largest working buffer a convolution kernel takes, under a rule
+  (:mod:`graphmem.analysis.workspace`: ``mlas``, ONNX Runtime's CPU kernels, the
+  default; ``im2col``; ``none``); one buffer, reused, as the runtime allocates it per
+  node.
 - Per layer: bytes moved are the distinct tensors a node reads (activations and weights)
   plus what it writes; a node whose outputs are all views of its input (a Reshape the
   plan aliases) moves nothing. The roofline compares ``2 * MACs / peak FLOP/s`` with
@@ -22,9 +28,10 @@ from __future__ import annotations
 
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
-from graphmem.core.ir import Graph
-from graphmem.analysis.macs import im2col_bytes, mac_totals, node_macs
-from graphmem.plan.columns import group_roots
+from graphmem.core.ir import Graph, standard_domain
+from graphmem.analysis.macs import mac_totals, node_macs
+from graphmem.analysis.workspace import largest, node_workspace
+from graphmem.plan.columns import live_groups
 from graphmem.plan.format import Plan
 from graphmem.plan.view import layer_label
 
@@ -146,35 +153,64 @@ def weight_dtypes(graph: Graph) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def is_param(graph: Graph, name: str) -> bool:
-    """A weight that counts as a parameter: int64 constants are shapes, axes and indices."""
-    return graph.tensors[name].dtype != "int64"
+# BatchNormalization's inputs: X, scale, B, input_mean, input_var; the last two are
+# running statistics, not trained.
+_RUNNING_STAT_SLOTS = {"BatchNormalization": (3, 4)}
+
+
+def running_stats(graph: Graph) -> set[str]:
+    """Weights read only as a normalisation's running mean or variance."""
+    stats: set[str] = set()
+    other: set[str] = set()
+    for n in graph.nodes:
+        slots = _RUNNING_STAT_SLOTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
+        for i, t in enumerate(n.inputs):
+            (stats if i in slots else other).add(t)
+    return stats - other
+
+
+def is_param(graph: Graph, name: str, stats: set[str] | None = None) -> bool:
+    """A weight that counts as a parameter: int64 constants are shapes, axes and indices;
+    running statistics (``stats``, default :func:`running_stats`) are not trained."""
+    stats = running_stats(graph) if stats is None else stats
+    return graph.tensors[name].dtype != "int64" and name not in stats
 
 
 def param_count(graph: Graph) -> int:
-    """Elements of the weights running nodes read, shape and index constants left out."""
-    return sum(graph.tensors[t].numel for t in static_reads(graph) if is_param(graph, t))
+    """Elements of the trainable weights running nodes read: shape and index constants
+    and running statistics left out."""
+    stats = running_stats(graph)
+    return sum(graph.tensors[t].numel for t in static_reads(graph) if is_param(graph, t, stats))
 
 
-def workspace(graph: Graph) -> tuple[int, int | None]:
-    """(bytes, node index) of the largest im2col buffer; (0, None) without convolutions."""
-    best, where = 0, None
-    for n in graph.nodes:
-        b = im2col_bytes(n, graph.tensors)
-        if b > best:
-            best, where = b, n.index
-    return best, where
+def running_stat_count(graph: Graph) -> int:
+    """Elements of the running statistics (BatchNormalization mean and variance) read."""
+    stats = running_stats(graph)
+    return sum(graph.tensors[t].numel for t in static_reads(graph) if t in stats)
 
 
-def totals(graph: Graph, plan: Plan) -> dict:
-    """The breakdown: weights, params, naive and planned activations, MACs, workspace."""
-    ws, ws_node = workspace(graph)
+DEFAULT_WORKSPACE = "mlas"
+
+
+def workspace(graph: Graph, rule: str = DEFAULT_WORKSPACE,
+              threads: int = 1) -> tuple[int, int | None]:
+    """(bytes, node index) of the largest working buffer a node takes under ``rule``
+    (:mod:`graphmem.analysis.workspace`); (0, None) where none takes one."""
+    return largest(graph, rule, threads)
+
+
+def totals(graph: Graph, plan: Plan, workspace_rule: str = DEFAULT_WORKSPACE,
+           threads: int = 1) -> dict:
+    """The breakdown: weights, params, naive and planned activations, MACs, the
+    workspace under ``workspace_rule`` for ``threads`` intra-op threads."""
+    ws, ws_node = workspace(graph, workspace_rule, threads)
     weights = weight_bytes(graph)
     return {
         "weight_bytes": weights,
         "weight_bytes_by_dtype": weight_dtypes(graph),
         "weight_bytes_dequantized": dequantized_bytes(graph),
         "params": param_count(graph),
+        "running_stats": running_stat_count(graph),
         "activation_bytes_naive": plan.stats.get("naive_bytes",
                                                  sum(t.bytes for t in plan.tensors.values())),
         "arena_bytes": plan.arena_bytes,
@@ -182,25 +218,30 @@ def totals(graph: Graph, plan: Plan) -> dict:
         **mac_totals(graph),
         "workspace_bytes": ws,
         "workspace_node": ws_node,
+        "workspace_rule": workspace_rule,
+        "workspace_threads": threads,
         "total_bytes": weights + plan.arena_bytes + ws,
     }
 
 
 # ---------------------------------------------------------------------- per layer
 
-def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dict]:
+def layer_table(graph: Graph, plan: Plan, dev: Device | None = None,
+                workspace_rule: str = DEFAULT_WORKSPACE, threads: int = 1) -> list[dict]:
     """One row per node in plan order: shapes, params, bytes, MACs, roofline.
 
     Fields: ``step`` (position in the plan's order), ``node`` (index in the file),
     ``name``, ``op``, ``output_shapes``,
     ``params``, ``param_bytes`` (weights and constants the node reads),
-    ``activation_bytes`` (its outputs), ``workspace_bytes`` (its im2col buffer),
+    ``activation_bytes`` (its outputs), ``workspace_bytes`` (its working buffer under
+    ``workspace_rule``),
     ``live_bytes`` (arena bytes in use while it runs), ``macs`` (None for an op without a cost rule), ``bytes_moved``,
     ``intensity`` (MACs per byte moved, None when nothing moves), ``bound``
     ("compute", "bandwidth" or "none"), ``time_s`` (roofline time on ``dev``).
     """
     dev = dev or device(compute=compute_class(graph))
     static = graph.weights | set(graph.constants)
+    stats = running_stats(graph)
     by_index = {n.index: n for n in graph.nodes}
     live = live_bytes_per_step(plan)
     rows = []
@@ -224,10 +265,10 @@ def layer_table(graph: Graph, plan: Plan, dev: Device | None = None) -> list[dic
         rows.append({
             "step": pos, "node": idx, "name": n.name, "op": n.op_type,
             "output_shapes": [list(graph.tensors[o].shape) for o in outs],
-            "params": sum(graph.tensors[t].numel for t in params if is_param(graph, t)),
+            "params": sum(graph.tensors[t].numel for t in params if is_param(graph, t, stats)),
             "param_bytes": param_bytes,
             "activation_bytes": act_bytes,
-            "workspace_bytes": im2col_bytes(n, graph.tensors),
+            "workspace_bytes": node_workspace(n, graph.tensors, workspace_rule, threads),
             "live_bytes": live[pos],
             "macs": macs,
             "bytes_moved": moved,
@@ -311,13 +352,8 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
         return {"node": None, "step": None, "op": None, "name": None, "layer": None,
                 "live_bytes": 0, "tensors": []}
     pos = max(range(len(layers)), key=lambda i: layers[i]["live_bytes"])
-    roots = group_roots(plan)
-    groups: dict[str, list[str]] = {}
-    for name, t in plan.tensors.items():
-        if t.bytes and t.live[0] <= pos <= t.live[1]:
-            groups.setdefault(roots[name], []).append(name)
     entries = []
-    for members in groups.values():
+    for members in live_groups(plan, pos):
         ranges = sorted((plan.tensors[m].offset, plan.tensors[m].offset + plan.tensors[m].bytes)
                         for m in members)
         main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
@@ -341,16 +377,18 @@ def _union(ranges: list[tuple[int, int]]) -> int:
     return total
 
 
-def report(graph: Graph, plan: Plan, dev: Device | None = None) -> dict:
-    """``totals``, ``layers`` and the device used, as one JSON-ready object."""
+def report(graph: Graph, plan: Plan, dev: Device | None = None,
+           workspace_rule: str = DEFAULT_WORKSPACE, threads: int = 1) -> dict:
+    """``totals``, ``layers`` and the device used, as one JSON-ready object (the
+    workspace under ``workspace_rule`` for ``threads`` threads)."""
     dev = dev or device(compute=compute_class(graph))
-    layers = layer_table(graph, plan, dev)
+    layers = layer_table(graph, plan, dev, workspace_rule, threads)
     return {
         "model": plan.model,
         "bindings": dict(plan.bindings),
         "device": {"name": dev.name, "flops": dev.flops, "bandwidth": dev.bandwidth,
                    "ridge_macs_per_byte": dev.ridge},
-        "totals": {**totals(graph, plan),
+        "totals": {**totals(graph, plan, workspace_rule, threads),
                    "time_s": sum(r["time_s"] for r in layers)},
         "peak": peak(graph, plan, layers),
         "layers": layers,

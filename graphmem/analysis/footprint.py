@@ -28,16 +28,47 @@ def stack(kind: str, title: str, parts: list[dict], keep: tuple[str, ...] = ()) 
             "parts": kept}
 
 
+# What each workspace rule counts (graphmem.analysis.workspace).
+WORKSPACE_NOTES = {
+    "mlas": "the largest working buffer ONNX Runtime's CPU convolution (MLAS) allocates",
+    "im2col": "one unfolded image of the largest convolution",
+    "none": "no working buffer counted (--workspace none)",
+}
+
+
+def workspace_note(totals: dict) -> str:
+    """What the workspace of a report's ``totals`` is, in words."""
+    rule = totals.get("workspace_rule", "im2col")
+    note = WORKSPACE_NOTES.get(rule, rule)
+    threads = totals.get("workspace_threads", 1)
+    if rule == "mlas":
+        note += f", for {threads} thread{'s' if threads != 1 else ''}"
+    return note + (", reused by every node" if rule != "none" else "")
+
+
 def inference(totals: dict, title: str = "inference") -> dict:
     """The inference footprint of a report's ``totals`` (:func:`graphmem.analysis.breakdown.totals`):
-    weights as stored, the im2col workspace, the activation arena; its total is
-    ``totals["total_bytes"]``."""
-    ws_note = ("one unfolded image of the largest convolution, reused"
-               if totals.get("workspace_bytes") else "")
+    weights as stored, the convolution workspace (under the report's rule), the
+    activation arena; its total is ``totals["total_bytes"]``."""
+    rule = totals.get("workspace_rule", "im2col")
     return stack("inference", title, [
         part("weights", "weights (as stored)", totals["weight_bytes"],
              "initializers and folded constants the running nodes read"),
-        part("workspace", "workspace (im2col)", totals["workspace_bytes"], ws_note),
+        part("workspace", f"workspace ({rule})", totals["workspace_bytes"],
+             workspace_note(totals) if totals["workspace_bytes"] else ""),
         part("arena", "activation arena", totals["arena_bytes"],
              "every activation, planned into one buffer"),
     ])
+
+
+_BINARY = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def format_bytes(n: int | float) -> str:
+    """A size in the binary unit that reads best: ``512 B``, ``3.50 KiB``, ``6.89 MiB``,
+    ``2.04 GiB`` (the largest unit that gives at least 1; two decimals): how every view
+    writes a size beside its exact bytes."""
+    for unit, scale in _BINARY:
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{int(n):,} B"

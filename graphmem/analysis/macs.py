@@ -11,7 +11,7 @@ rules below. That is what published counts (AlexNet, VGG,
 torchvision's ResNets) and PyTorch's ``torch.utils.flop_counter.FlopCounterMode``
 count: FlopCounterMode counts matrix products and convolutions (mm, addmm, bmm,
 convolution and convolution_backward, attention) as 2 x MACs and nothing else, so its
-FLOPs / 2 equal ours (``tools/macs_vs_pytorch.py`` checks resnet18 and resnet50, forward
+FLOPs / 2 equal ours (``tools/training/macs_vs_pytorch.py`` checks resnet18 and resnet50, forward
 and forward+backward). A backward pass is counted by the same rules on its own nodes: a
 Conv weight gradient is a Conv, so it costs exactly its forward conv's MACs (see
 :mod:`graphmem.training.rules`), as in PyTorch's ``convolution_backward``.

@@ -19,13 +19,14 @@ from onnx import numpy_helper
 
 from graphmem.analysis.breakdown import FLOAT_TYPES, param_count, weight_bytes, workspace
 from graphmem.analysis.macs import mac_totals
+from graphmem.analysis.workspace import rule_for
 from graphmem.core.dtypes import BITS_BY_NAME
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph, Tensor
 from graphmem.frontend.folding import constant_value
 from graphmem.frontend.reader import copy_without_weights, from_model
-from graphmem.pipeline import DEFAULT_PASSES, plan_graph
+from graphmem.pipeline import DEFAULT_INPLACE, DEFAULT_PASSES, InplaceTable, plan_graph
 
 MAX_BATCH = 1 << 31  # fit gives up doubling here: a model whose memory does not grow
 
@@ -229,12 +230,16 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
 
 def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: int = 64,
               placement: str = "best", time_limit: float = 10.0,
-              provider: str = "cpu") -> dict:
-    """Plan ``graph`` and return weights, activations, workspace and their total, and the
-    matrix MACs (``macs_at_least``: a lower bound, an op has no rule)."""
+              table: InplaceTable = DEFAULT_INPLACE, workspace_rule: str | None = None,
+              threads: int = 1) -> dict:
+    """Plan ``graph`` (``table``: the in-place table trusted) and return weights,
+    activations, workspace and their total, and the matrix MACs (``macs_at_least``: a
+    lower bound, an op has no rule). The workspace is the largest working buffer under
+    ``workspace_rule`` (default: the one ``table.provider``'s kernels follow;
+    :mod:`graphmem.analysis.workspace`) for ``threads`` threads."""
     result = plan_graph(graph, passes, alignment=alignment, placement=placement,
-                        time_limit=time_limit, provider=provider)
-    ws, _ = workspace(graph)
+                        time_limit=time_limit, table=table)
+    ws, _ = workspace(graph, rule_for(table.provider, workspace_rule), threads)
     weights = weight_bytes(graph)
     macs = mac_totals(graph)  # matrix MACs, a lower bound where an op has no rule
     return {"weight_bytes": weights, "params": param_count(graph),

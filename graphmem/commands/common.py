@@ -5,7 +5,7 @@ import argparse
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from graphmem.errors import GraphmemError, printable
 from graphmem.frontend.dim_expressions import is_expression
@@ -15,6 +15,11 @@ from graphmem.passes.placement.search import STRATEGIES
 from graphmem.pipeline import Result, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.frontend.zoo import resolve
+from graphmem.core.records import record
+from graphmem.planning.target import InplaceTable
+
+if TYPE_CHECKING:
+    from graphmem.frontend.ort_optimize import Optimized
 
 
 
@@ -163,42 +168,97 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
                         "run of the model at the bound dims (seeded inputs)")
 
 
-def model_path(args) -> Path:
-    """The file the command plans: the model as given, or (``--ort-optimize``,
-    ``--infer-by-running``) the copy of it made once for this command."""
-    found = getattr(args, "runtime_model", None)
-    if found is None:
-        found = _runtime_model(args)
-        args.runtime_model = found
-    return found
+@record
+class ModelSource:
+    """The model a command reads, resolved once per command (:func:`model_source`) and
+    passed to what needs it, so that no command keeps state in its argparse namespace.
+
+    ``given`` is MODEL as the user wrote it (a path or a Model Zoo name), ``file`` the
+    file it names, ``dims`` and ``dim_default`` the ``--dim`` and ``--dim-default``
+    bindings, ``path`` the file planned: ``file`` itself, or the copy of it made once
+    for the command (``--ort-optimize``: ONNX Runtime's optimized graph, described by
+    ``optimized``; ``--infer-by-running``: the model with the types of one run),
+    ``bounds`` the ``--bound`` values (issue 53: data-dependent sizes by symbol). A
+    record: a command that binds more dims itself (``report --batch``) passes them to
+    :func:`model_source`; a new option that changes what is planned is a new field here,
+    resolved in :func:`model_source`.
+    """
+    given: str
+    file: Path
+    dims: Mapping[str, int]
+    dim_default: int | None
+    path: Path
+    optimized: Optimized | None = None
+    bounds: Mapping[str, int] | None = None  # issue 53: --bound NAME=N
+
+    @property
+    def stem(self) -> str:
+        """The model's name without ``.onnx`` (:func:`model_stem`)."""
+        return model_stem(self.given)
+
+    @property
+    def plan_name(self) -> str:
+        """The plan's ``model``: the name of the file planned, or for a Model Zoo name
+        ``<name>.onnx``."""
+        if Path(self.given).exists() or self.optimized is not None:
+            return Path(self.path).name
+        return self.stem + ".onnx"
+
+    def load(self, dims: Mapping[str, int] | None = None, *, dim_default: bool = True,
+             bounds: Mapping[str, int] | None = None):
+        """The planned file loaded (:func:`~graphmem.frontend.reader.load`) at ``dims``
+        (default: the source's), with ``--dim-default`` unless ``dim_default`` is False
+        (a saved plan's bindings are complete), its data-dependent sizes at ``bounds``
+        (default: the source's ``--bound`` values; a saved plan's are its own)."""
+        return load(self.path, self.dims if dims is None else dims,
+                    dim_default=self.dim_default if dim_default else None,
+                    bounds=(self.bounds if bounds is None else bounds) or None)
+
+    def plan_size_limit(self) -> int:
+        """The most bytes a plan file for this model can need (see
+        :func:`plan_size_bound`), from the planned file's structure."""
+        return plan_size_bound(self.path)
 
 
-def _runtime_model(args) -> Path:
-    path = resolve(args.model, quiet=getattr(args, "json", False))
+def model_stem(model: str) -> str:
+    """MODEL's name without ``.onnx``: the default plan file is ``<stem>.plan.json``."""
+    name = Path(model).name
+    return name[:-5] if name.endswith(".onnx") else name
+
+
+def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
+    """The command's model, resolved once: MODEL (a path or a Model Zoo name), the
+    ``--dim`` bindings (``dims`` when the command bound more itself), and the file
+    planned, made here once where ``--ort-optimize`` or ``--infer-by-running`` asks
+    for a copy. Options a command's parser lacks take their defaults."""
+    bound = parse_dims(args.dim) if dims is None else dict(dims)
+    dim_default = getattr(args, "dim_default", None)
+    file = resolve(args.model, quiet=getattr(args, "json", False))
+    path, optimized = file, None
     level = getattr(args, "ort_optimize", None)
     if level:
         from graphmem.frontend.ort_optimize import optimize
-        if not path.is_file():
-            raise GraphmemError(f"{path}: no such file")
-        args.optimized = optimize(path, level, getattr(args, "provider", "cpu"))
-        path = args.optimized.path
+        if not file.is_file():
+            raise GraphmemError(f"{file}: no such file")
+        optimized = optimize(file, level, getattr(args, "provider", "cpu"))
+        path = optimized.path
     if getattr(args, "infer_by_running", False):
         from graphmem.frontend.ort_run_shapes import annotated_by_running
-        path = annotated_by_running(path, parse_dims(args.dim),
-                                    getattr(args, "dim_default", None))
-    return path
+        path = annotated_by_running(path, bound, dim_default)
+    return ModelSource(given=args.model, file=file, dims=bound, dim_default=dim_default,
+                       path=path, optimized=optimized,
+                       bounds=parse_bounds(getattr(args, "bound", None) or []) or None)
 
 
-def exported_arena(args, options: dict | None = None) -> dict:
+def exported_arena(source: ModelSource, options: dict) -> dict:
     """With ``--ort-optimize``, for the "as exported" line: the arena of the model as
-    given (not optimized) planned with the command's options and its running nodes, or
-    why it does not plan (``error``: the graph ONNX Runtime runs may plan where the
+    given (not optimized) planned with the command's ``options`` and its running nodes,
+    or why it does not plan (``error``: the graph ONNX Runtime runs may plan where the
     model as given does not)."""
     try:
-        graph = load(resolve(args.model, quiet=True), parse_dims(args.dim),
-                     dim_default=getattr(args, "dim_default", None))
-        result = plan_graph(graph, **(options if options is not None else plan_options(args)),
-                            model_name=Path(args.model).name, bindings=graph.bindings)
+        graph = load(source.file, source.dims, dim_default=source.dim_default)
+        result = plan_graph(graph, **options, model_name=Path(source.given).name,
+                            bindings=graph.bindings)
     except GraphmemError as exc:
         return {"arena_bytes": None, "nodes": None, "error": str(exc)}
     return {"arena_bytes": result.plan.arena_bytes, "nodes": len(result.plan.order)}
@@ -209,11 +269,6 @@ def input_paths(args) -> list[Path]:
     paths = [resolve(args.model, quiet=True)] if getattr(args, "model", None) else []
     return paths + [Path(p) for p in (getattr(args, "plan", None),
                                       getattr(args, "plan_from", None)) if p]
-
-
-def model_stem(args) -> str:
-    name = Path(args.model).name
-    return name[:-5] if name.endswith(".onnx") else name
 
 
 @contextmanager
@@ -242,44 +297,43 @@ def stages(args) -> Iterator[Callable[[str], None]]:
         yield lambda stage: status.update(f"graphmem: {escape(stage)}")
 
 
-def load_graph(args):
-    """(graph, seconds) for the command's model and --dim bindings."""
+def load_graph(args, source: ModelSource):
+    """(graph, seconds): ``source`` loaded at its bindings, the stage shown as
+    :func:`stages` says (``args``: the command's --quiet and --json)."""
     t0 = time.perf_counter()
-    dims = parse_dims(args.dim)
-    default = getattr(args, "dim_default", None)
-    path = model_path(args)
     with stages(args) as stage:
-        stage(f"loading {Path(path).name}")
-        graph = load(path, dims, dim_default=default,
-                     bounds=parse_bounds(getattr(args, "bound", [])))  # issue 53
+        stage(f"loading {Path(source.path).name}")
+        graph = source.load()
     # dims written as expressions (past_seq + 1) are computed, not defaulted
+    default = source.dim_default
     defaulted = [f"{k}={v}" for k, v in graph.bindings.items()
-                 if k not in dims and default is not None and not is_expression(k)]
+                 if k not in source.dims and default is not None and not is_expression(k)]
     if defaulted:
         from graphmem.notes import note
         note(f"--dim-default {default} bound {', '.join(defaulted)}")
     return graph, time.perf_counter() - t0
 
 
-def plan_options(args) -> dict:
-    """The ``plan_graph`` keywords that :func:`add_pass_args` options choose; ``provider``
-    is the in-place table's key ("cpu", "cpu-probed", ...: :func:`inplace_table_key`), which
-    ``plan_graph`` and the helpers that pass it on accept. With ``--inplace-table
-    probed`` it says once on stderr which entries the plan then trusts that the runtime
-    does not declare."""
-    if getattr(args, "inplace_table", "default") == "probed":
-        warn_probed(getattr(args, "provider", "cpu"))
-    return {"passes": chosen_passes(args), "alignment": args.alignment,
-            "placement": args.placement, "time_limit": getattr(args, "time_limit", 10.0),
-            "provider": inplace_table_key(args)}
+def plan_options(args, *, warn: bool = True) -> dict:
+    """The ``plan_graph`` keywords that :func:`add_pass_args` options choose (their
+    defaults on a parser without them): ``passes``, ``alignment``, ``placement``,
+    ``time_limit`` and ``table``, the :class:`~graphmem.planning.target.InplaceTable` of
+    ``--provider`` and ``--inplace-table``. With ``--inplace-table probed`` and ``warn``
+    it says once on stderr which entries the plan then trusts that the runtime does not
+    declare."""
+    table = inplace_table(args)
+    if warn and table.which == "probed":
+        warn_probed(table.provider)
+    return {"passes": chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES),
+            "alignment": getattr(args, "alignment", 64),
+            "placement": getattr(args, "placement", "best"),
+            "time_limit": getattr(args, "time_limit", 10.0), "table": table}
 
 
-def inplace_table_key(args) -> str:
-    """The in-place table the command's ``--provider`` and ``--inplace-table`` name (a
-    key of :data:`graphmem.core.ops.INPLACE_TABLES`, which ``plan_graph`` takes as its
-    ``provider``), without plan_options' warning."""
-    from graphmem.core.ops import table_key
-    return table_key(getattr(args, "provider", "cpu"), getattr(args, "inplace_table", "default"))
+def inplace_table(args) -> InplaceTable:
+    """The in-place table the command's ``--provider`` and ``--inplace-table`` name."""
+    return InplaceTable(getattr(args, "provider", "cpu"),
+                        getattr(args, "inplace_table", "default"))
 
 
 def warn_probed(provider: str) -> None:
@@ -295,26 +349,45 @@ def warn_probed(provider: str) -> None:
          f"{provider}` on the machine that runs the plan")
 
 
-def plan_from_args(args, graph=None) -> Result:
-    """Plan the command's model with the command's pass options."""
+def plan_source(args, source: ModelSource, graph=None) -> Result:
+    """Plan ``source`` (loaded here unless ``graph`` is given) with the command's pass
+    options."""
     if graph is None:
-        graph, _ = load_graph(args)
+        graph, _ = load_graph(args, source)
     with stages(args) as stage:
-        return plan_graph(graph, **plan_options(args),
-                          model_name=Path(model_path(args)).name
-                          if Path(args.model).exists() or getattr(args, "ort_optimize", None)
-                          else model_stem(args) + ".onnx",
+        return plan_graph(graph, **plan_options(args), model_name=source.plan_name,
                           bindings=graph.bindings, progress=stage)
 
 
-def read_plan(path: str, model: str | Path | None = None) -> Plan:
-    """A plan file; with ``model``, a file larger than any plan for that model can be is
-    refused before it is parsed (a hostile file must not take the machine's memory)."""
-    return Plan.load(path, None if model is None else plan_size_limit(model))
+def read_plan(path: str, source: ModelSource | None = None) -> Plan:
+    """A plan file; with ``source``, a file larger than any plan for that model can be
+    is refused before it is parsed (a hostile file must not take the machine's
+    memory)."""
+    return Plan.load(path, None if source is None else source.plan_size_limit())
 
 
-def plan_size_limit(model: str | Path) -> int:
-    """The most bytes a plan file for ``model`` can need: every tensor name written
-    escaped (up to 6 characters each) with its fields, and every node in the order."""
-    from graphmem.frontend.reader import plan_size_bound, read_model
-    return plan_size_bound(read_model(model))
+def plan_size_bound(path: str | Path) -> int:
+    """The most bytes a plan file for the model at ``path`` can take as JSON: every
+    tensor name written escaped (up to 6 characters each) with its fields, and every
+    node in the order. Read by the compiled wire reader from the file's bytes (mapped
+    where large): the names and the node count, not the weights, and no onnx proto."""
+    from graphmem import wire
+    from graphmem.frontend.protos import one_line
+    from graphmem.frontend.reader import model_file
+    p = model_file(path)
+    try:
+        with open(p, "rb") as fh:  # mapped: the weights' pages are never read
+            import mmap
+            try:
+                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                data = fh.read()
+        g = wire.parse_model(data).graph
+    except OSError as exc:
+        raise GraphmemError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise GraphmemError(f"{p}: not an ONNX model ({one_line(exc)})") from None
+    if g is None or (not g.nodes and not g.outputs):
+        raise GraphmemError(f"{p}: not an ONNX model (no graph in the file)")
+    names = {t for n in g.nodes for t in n.outputs} | {v.name for v in g.inputs}
+    return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.nodes)

@@ -16,14 +16,14 @@ from graphmem.errors import GraphmemError
 from graphmem.core.ir import Graph
 from graphmem.frontend.protos import one_line
 from graphmem.frontend.reader import load, read_model
-from graphmem.pipeline import DEFAULT_PASSES, plan_graph
+from graphmem.pipeline import plan_graph
 from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
-from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      chosen_passes,
-                                      inplace_table_key, input_paths, model_path,
-                                      model_stem, parse_dims, plan_size_limit)
+from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
+                                      add_runtime_args, input_paths, model_source,
+                                      plan_options)
+from graphmem.commands import range_options as ranges
 
 
 def add_parser(sub) -> None:
@@ -37,11 +37,14 @@ def add_parser(sub) -> None:
     add_pass_args(p)
     add_runtime_args(p)
     add_plan_arg(p)
+    ranges.add_range_args(p)
     p.add_argument("--annotated", metavar="PATH", help="write the annotated ONNX model here")
     p.add_argument("--raise-ir-version", action="store_true", dest="raise_ir_version",
                    help="raise an older model to IR version 10 so that tensors and nodes "
                         "get metadata_props (default: keep its IR version, use doc_string)")
     p.add_argument("--html", metavar="PATH", help="write the HTML memory report here")
+    from graphmem.commands.workspace_args import add_workspace_args  # the --html page's total
+    add_workspace_args(p)
     p.add_argument("--graphml", metavar="PATH", help="write GraphML here")
     p.add_argument("--plan-from", metavar="ANNOTATED", dest="plan_from",
                    help="read the plan stored in an annotated model (no MODEL needed)")
@@ -75,8 +78,9 @@ def run(args) -> int:
         check_output(path, inputs)
     from graphmem.commands.progress import Progress
     with Progress("export") as progress:
-        progress("planning" if not getattr(args, "plan", None) else "reading the plan")
-        view, graph = planned_view(args)
+        progress("planning" if not args.plan else "reading the plan")
+        source = model_source(args)
+        view, graph = planned_view(args, source)
         # everything is rendered before anything is written: bad input leaves no files
         texts = []
         for flag, path in outputs:
@@ -84,7 +88,7 @@ def run(args) -> int:
             if flag == "annotated":
                 # ORT's optimized model lies in a folder removed when the command
                 # ends: its weights go inside the annotated model
-                inline = getattr(args, "optimized", None) is not None
+                inline = source.optimized is not None
                 model = annotate_model(view, graph, args.raise_ir_version,
                                        load_weights=inline)
                 _check_external_data(model, graph.model_path, path)
@@ -92,7 +96,10 @@ def run(args) -> int:
             elif flag == "html":
                 from graphmem.export.html import page
                 from graphmem.export.html_parts import inference_sections
-                texts.append((path, page(view, graph, inference_sections(view, graph))))
+                from graphmem.commands.workspace_args import workspace_from_args
+                rule, threads = workspace_from_args(args)
+                texts.append((path, page(view, graph,
+                                         inference_sections(view, graph, rule, threads))))
             else:
                 from graphmem.export.graphml import graphml_text
                 texts.append((path, graphml_text(view, graph)))
@@ -102,14 +109,15 @@ def run(args) -> int:
     return 0
 
 
-def load_any_plan(path: str, model=None) -> Plan:
-    """A plan from a plan JSON file, or from an annotated ONNX model."""
+def load_any_plan(path: str, source: ModelSource | None = None) -> Plan:
+    """A plan from a plan JSON file (with ``source``, no larger than a plan of it can
+    be), or from an annotated ONNX model."""
     if Path(path).suffix.lower() == ".onnx":
         from graphmem.export.annotate import read_plan
         if not Path(path).is_file():
             raise GraphmemError(f"{path}: no such annotated model")
         return read_plan(path)
-    return Plan.load(path, None if model is None else plan_size_limit(model))
+    return Plan.load(path, None if source is None else source.plan_size_limit())
 
 
 def graph_for_plan(graph: Graph, plan: Plan) -> Graph:
@@ -117,30 +125,24 @@ def graph_for_plan(graph: Graph, plan: Plan) -> Graph:
     return with_workspaces(graph, plan)
 
 
-def planned_view(args) -> tuple[PlanView, Graph]:
-    """The command's model, planned (or its saved --plan checked against it), as a view.
-
-    Works on any parser with ``model`` and ``dim``; the pass options and ``--plan`` are
-    used where the parser has them, else the defaults.
-    """
-    dims = parse_dims(getattr(args, "dim", None) or [])
+def planned_view(args, source: ModelSource) -> tuple[PlanView, Graph]:
+    """``source`` planned with the command's options (:func:`plan_options`: the
+    defaults where its parser has none), or its saved ``--plan`` checked against it, as
+    a view."""
     saved = getattr(args, "plan", None)
+    ranged = ranges.evaluated(args, source)  # a range plan, at --at/--dim
     if saved:
-        plan = load_any_plan(saved, model_path(args))
-        bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}  # issue 53
-        graph = load(model_path(args), dims or plan.bindings, bounds=bounds or None)
+        plan = ranged or load_any_plan(saved, source)
+        # issue 53: the model's data-dependent sizes at the plan's bounds
+        bounds = {k: v["bound"] for k, v in (getattr(plan, "bounds", None) or {}).items()}
+        graph = source.load(plan.bindings if ranged else source.dims or plan.bindings,
+                            dim_default=False, bounds=bounds)
         check_plan_fits(plan, graph, saved)
         graph = graph_for_plan(graph, plan)  # with the workspaces of its bodies
         return build(plan, graph), graph
-    from graphmem.commands.common import parse_bounds
-    graph = load(model_path(args), dims, dim_default=getattr(args, "dim_default", None),
-                 bounds=parse_bounds(getattr(args, "bound", None) or []))  # issue 53
-    passes = chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES)
-    name = Path(model_path(args)).name if Path(args.model).exists() or \
-        getattr(args, "ort_optimize", None) else model_stem(args) + ".onnx"
-    result = plan_graph(graph, passes, alignment=getattr(args, "alignment", 64),
-                        placement=getattr(args, "placement", "best"), model_name=name,
-                        bindings=graph.bindings, provider=inplace_table_key(args))
+    graph = source.load()
+    result = plan_graph(graph, **plan_options(args, warn=False), model_name=source.plan_name,
+                        bindings=graph.bindings)
     return build(result.plan, result.graph), result.graph
 
 
@@ -180,7 +182,9 @@ def _extract(args) -> int:
         raise GraphmemError(f"{args.plan_from}: no such annotated model")
     plan = read_plan(args.plan_from)
     # the plan must fit the model it sits in, as any plan graphmem reads
-    check_plan_fits(plan, load(args.plan_from, plan.bindings), args.plan_from)
+    bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}  # issue 53
+    check_plan_fits(plan, load(args.plan_from, plan.bindings, bounds=bounds or None),
+                    args.plan_from)
     stem = Path(args.plan_from).name
     for suffix in (".onnx", ".annotated"):
         stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem

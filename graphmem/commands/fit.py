@@ -10,8 +10,9 @@ from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      model_path, parse_dims, plan_options)
+                                      model_source, plan_options)
 from graphmem.commands.progress import Progress
+from graphmem.commands import ranges
 
 
 def add_parser(sub) -> None:
@@ -19,7 +20,8 @@ def add_parser(sub) -> None:
                                    "fit; --train: whose training step fits",
                        description="Search over real plans: each probed batch is "
                                    "re-planned. The total is weights + planned arena + the "
-                                   "im2col workspace estimate (--no-workspace leaves it out). "
+                                   "convolution workspace (--workspace: by default the rule "
+                                   "of --provider's kernels; --no-workspace leaves it out). "
                                    "With --train the total is `graphmem train`'s step total "
                                    "at each batch (weights, optimizer state, folded "
                                    "constants, arena), for --optimizer, --precision and "
@@ -31,8 +33,10 @@ def add_parser(sub) -> None:
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
     p.add_argument("--dtype", metavar="TYPE",
                    help="element type for the floating tensors (default: the model's own)")
+    from graphmem.commands.workspace_args import add_workspace_args
+    add_workspace_args(p)
     p.add_argument("--no-workspace", action="store_true",
-                   help="leave the im2col workspace estimate out of the total")
+                   help="leave the workspace out of the total: --workspace none")
     t = p.add_argument_group("training (--train)")
     t.add_argument("--train", action="store_true",
                    help="fit the training step (`graphmem train` at each batch): the "
@@ -57,27 +61,29 @@ def search(args) -> dict:
     budget = parse_bytes(args.budget, "--budget")
     if args.train:
         return search_training(args, budget)
-    path = model_path(args)
-    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                      dim_default=args.dim_default)
+    source = model_source(args)
+    batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
+                      dim_default=source.dim_default)
     dtype = args.dtype or float_dtype(batcher.base)
-    options = plan_options(args)
+    from graphmem.commands.workspace_args import workspace_from_args
+    rule, threads = workspace_from_args(args)
+    options = {**plan_options(args), "workspace_rule": rule, "threads": threads}
     parts: dict[int, dict] = {}
 
     with Progress("fit") as progress:
         def total_at(batch: int) -> int:
             progress(f"planning batch {batch} (plan {len(parts) + 1})")
             parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
-            p = parts[batch]
-            return p["total_bytes"] - (p["workspace_bytes"] if args.no_workspace else 0)
+            return parts[batch]["total_bytes"]
 
         answer = fit(total_at, budget)
     at = parts[max(answer["batch"], 1)]
     return {"batch": answer["batch"], "total_bytes": answer["total_bytes"],
             "budget_bytes": budget, "next_total_bytes": answer["next_total_bytes"],
             "weight_bytes": at["weight_bytes"], "arena_bytes": at["arena_bytes"],
-            "workspace_bytes": 0 if args.no_workspace else at["workspace_bytes"],
-            "includes_workspace": not args.no_workspace, "dtype": dtype,
+            "workspace_bytes": at["workspace_bytes"], "workspace_rule": rule,
+            "workspace_threads": threads,
+            "includes_workspace": rule != "none", "dtype": dtype,
             "probed": answer["probed"]}
 
 
@@ -90,13 +96,18 @@ def search_training(args, budget: int) -> dict:
     from graphmem.errors import GraphmemError
     if args.dtype:
         raise GraphmemError("--dtype is for inference; with --train give --precision")
+    if args.workspace or args.no_workspace:
+        raise GraphmemError("--workspace is for inference: a training step's total has no "
+                            "convolution workspace")
     reports: dict[int, object] = {}
+    source = model_source(args)  # once: each batch's step is built from the same file
     with Progress("fit") as progress:
         def total_at(batch: int) -> int:
             step_args = Namespace(**{**vars(args), "batch": batch, "offload": False})
             # the step's own stages are named in this command's progress line
             step = train_step(step_args, _Prefixed(progress, f"batch {batch} "
-                                                   f"(plan {len(reports) + 1}): "), None, 0)
+                                                   f"(plan {len(reports) + 1}): "), None, 0,
+                              source=source)
             reports[batch] = step["report"]
             return step_total(step["report"])
 
@@ -126,6 +137,8 @@ class _Prefixed:
 
 
 def run(args) -> int:
+    if ranges.wanted(args):  # --dim past_seq=1..8192: from the range plan's formulas
+        return ranges.run_fit(args)
     out = search(args)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")
@@ -134,7 +147,8 @@ def run(args) -> int:
         print_training(out)
         return 0
     gib = 2 ** 30
-    parts = "weights + arena" + (" + im2col workspace" if out["includes_workspace"] else "")
+    parts = "weights + arena" + (f" + {out['workspace_rule']} workspace"
+                                 if out["includes_workspace"] else "")
     if out["batch"] == 0:
         print(f"even batch 1 does not fit: {parts} = {out['total_bytes']:,} bytes "
                       f"({out['total_bytes'] / gib:.3f} GiB) > budget {out['budget_bytes']:,} "

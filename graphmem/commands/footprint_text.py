@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphmem.commands.common import shown
+from graphmem.analysis.footprint import format_bytes
 
 BAR = 48  # characters of the largest total
 FILLS = ("█", "▓", "▒", "░", "▚", "▞", "▙", "▟")
@@ -17,7 +18,8 @@ COLOURS = ("blue", "magenta", "green", "yellow", "cyan", "red", "bright_blue", "
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.2f}"
+    """A size in the unit that reads best (:func:`~graphmem.commands.sizes.format_bytes`)."""
+    return format_bytes(n)
 
 
 def print_footprints(console: Console, footprints: list[dict],
@@ -27,8 +29,8 @@ def print_footprints(console: Console, footprints: list[dict],
     scale = max([f["total_bytes"] for f in footprints] + [budget or 0, 1])
     for f in footprints:
         table = Table(title=f"whole footprint: {shown(f['title'])}, "
-                            f"{mib(f['total_bytes'])} MiB", header_style="bold")
-        for col, justify in (("part", "left"), ("MiB", "right"), ("%", "right"),
+                            f"{mib(f['total_bytes'])}", header_style="bold")
+        for col, justify in (("part", "left"), ("size", "right"), ("%", "right"),
                              ("", "left"), ("what it is", "left")):
             table.add_column(col, justify=justify, no_wrap=col == "")
         start = 0.0
@@ -48,5 +50,5 @@ def print_footprints(console: Console, footprints: list[dict],
             mark = round(BAR * budget / scale)
             total_bar += " " * max(0, mark - round(BAR * f["total_bytes"] / scale)) + "|"
         table.add_row("[bold]total", f"[bold]{mib(f['total_bytes'])}", "100.0", total_bar,
-                      f"budget {mib(budget)} MiB: the '|'" if budget else "")
+                      f"budget {mib(budget)}: the '|'" if budget else "")
         console.print(table)

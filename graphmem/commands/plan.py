@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphmem.pipeline import Result
-from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args, console,
-                                      exported_arena, input_paths, load_graph, model_stem,
-                                      plan_from_args, shown)
-from graphmem.plan.io import check_output
+from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
+                                      add_runtime_args, console, exported_arena, input_paths,
+                                      load_graph, model_source, model_stem, plan_options,
+                                      plan_source, shown)
+from graphmem.errors import GraphmemError
+from graphmem.frontend.reader import read_model
+from graphmem.plan.io import check_output, write_all
+from graphmem.commands import ranges
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,25 +27,44 @@ def add_parser(sub) -> None:
     add_runtime_args(p)
     p.add_argument("-o", "--output", metavar="PATH",
                    help="plan file to write (default: <model>.plan.json; '-' prints it)")
+    p.add_argument("--save-graph", metavar="PATH", dest="save_graph",
+                   help="also write the graph planned as an ONNX file, its weights inside "
+                        "it (with --ort-optimize: ONNX Runtime's optimized graph in the "
+                        "canonical node order the plan's indices refer to; a model past "
+                        "protobuf's 2 GiB keeps its weights in PATH.weights beside it), so "
+                        "that `graphmem verify PATH --plan` and a runtime use that very graph")
     p.add_argument("--quiet", "-q", action="store_true", help="print no summary")
     p.add_argument("--verify", action="store_true",
                    help="then run the model inside the planned arena on ONNX Runtime (CPU) "
                         "and compare with a plain run (see `graphmem verify`); exit 1 on FAIL")
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    out = args.output or f"{model_stem(args)}.plan.json"
+    if ranges.wanted(args) or args.at:  # --dim seq=1..4096: one plan for the range
+        return ranges.run_plan(args)
+    out = args.output or f"{model_stem(args.model)}.plan.json"
     inputs = input_paths(args)
-    if out != "-":
-        check_output(out, inputs)  # before the work: a bad output fails at once
-    graph, load_seconds = load_graph(args)
-    result = plan_from_args(args, graph)
-    runtime = runtime_summary(args)
+    for path in (out, args.save_graph):  # before the work: a bad output fails at once
+        if path is not None and path != "-":
+            check_output(path, inputs)
+    if args.save_graph == "-":
+        raise GraphmemError("--save-graph -: the graph is an ONNX file; give a file name")
+    if args.save_graph and out != "-" and check_output(args.save_graph).key == \
+            check_output(out).key:
+        raise GraphmemError(f"--save-graph {args.save_graph} and the plan file name the "
+                            "same file")
+    source = model_source(args)
+    graph, load_seconds = load_graph(args, source)
+    result = plan_source(args, source, graph)
+    runtime = runtime_summary(source, plan_options(args, warn=False))
+    files = [] if out == "-" else [(out, result.plan.json_chunks())]
+    if args.save_graph:
+        files += graph_files(source.path, args.save_graph)
+    write_all(files, inputs=inputs)  # the plan and the graph, all or none
     if out == "-":
         sys.stdout.write(result.plan.to_json())
-    else:
-        result.plan.save(out, inputs=inputs)
     if not args.quiet:
         print_summary(console(stderr=out == "-"), result, load_seconds,
                       None if out == "-" else out, runtime)
@@ -58,17 +82,38 @@ def run(args) -> int:
     return 0
 
 
+def graph_files(model: Path, out: str) -> list[tuple[str, bytes]]:
+    """The ONNX file ``out`` of the model file ``model`` (the graph planned), its weights
+    read in: one file, or past protobuf's 2 GiB the model and ``out + ".weights"`` (its
+    weights of EXTERNAL_MIN_BYTES or more, referred to by that name)."""
+    from graphmem.frontend.ort_optimize import EXTERNAL_MIN_BYTES
+    proto = read_model(model, load_weights=True)
+    if proto.ByteSize() < 2 ** 31 - 1:
+        return [(out, proto.SerializeToString())]
+    import tempfile
+    from onnx.external_data_helper import (convert_model_to_external_data,
+                                           write_external_data_tensors)
+    location = Path(out).name + ".weights"
+    convert_model_to_external_data(proto, all_tensors_to_one_file=True, location=location,
+                                   size_threshold=EXTERNAL_MIN_BYTES)
+    with tempfile.TemporaryDirectory(prefix="graphmem-save-") as folder:
+        write_external_data_tensors(proto, folder)
+        weights = (Path(folder) / location).read_bytes()
+    return [(out, proto.SerializeToString()),
+            (str(Path(out).with_name(location)), weights)]
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def runtime_summary(args) -> dict | None:
+def runtime_summary(source: ModelSource, options: dict) -> dict | None:
     """With ``--ort-optimize``: the level, provider, what ONNX Runtime took to optimize,
-    and the arena of the model as exported (planned with the same options)."""
-    optimized = getattr(args, "optimized", None)
+    and the arena of the model as exported (planned with the same ``options``)."""
+    optimized = source.optimized
     if optimized is None:
         return None
-    exported = exported_arena(args)
+    exported = exported_arena(source, options)
     return {"level": optimized.level, "provider": optimized.provider,
             "optimize_seconds": optimized.seconds,
             "exported_arena_bytes": exported["arena_bytes"],

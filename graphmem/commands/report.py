@@ -14,14 +14,17 @@ from graphmem.frontend.reader import read_model
 from graphmem.analysis.whatif import Batcher, batch_axis, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      console, exported_arena, input_paths, model_path,
+                                      console, exported_arena, input_paths, model_source,
                                       parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
+from graphmem.commands import ranges
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
-from graphmem.export.html_parts import page_sections
+from graphmem.commands.workspace_args import add_workspace_args, workspace_from_args
+from graphmem.export.html_parts import fit_sentence, page_sections
 from graphmem.commands.sizes import parse_bytes
+from graphmem.analysis.footprint import format_bytes
 from graphmem.plan.io import check_output
 from graphmem.plan.view import layer_label
 
@@ -45,9 +48,11 @@ def add_parser(sub) -> None:
                    help="a memory budget (12GiB, 4GB, 512MiB, bytes) drawn on the footprint "
                         "and the what-if plot, each what-if marked fits or over")
     add_device_args(p)
+    add_workspace_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
     add_html_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
@@ -87,22 +92,26 @@ def build(args) -> dict:
     if batches and min(batches) < 1:
         raise GraphmemError("--batch: every batch must be at least 1")
     dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
+    rule, threads = workspace_from_args(args)
     with Progress("report") as progress:
         progress("reading the model")
         source = batch_source(args)
-        bind_batch(args, batches, source)
-        view, graph = planned_view(args)  # plans, or checks a saved --plan against the model
+        model = model_source(args, batch_dims(args, batches, source))
+        view, graph = planned_view(args, model)  # plans, or checks a saved --plan against it
         progress("the breakdown per layer")
         dev = device_from_args(args, graph)
-        out = analysis.report(graph, view.plan, dev)
+        out = analysis.report(graph, view.plan, dev, rule, threads)
         out["dtype"] = float_dtype(graph)
         if view.plan.bounds:  # issue 53: the sizes planned at their bounds
             from graphmem.plan.bounded import summary
             out["bounds"] = summary(view.plan)
-        optimized = getattr(args, "optimized", None)
+        notes = provider_notes(args, graph)
+        if notes:
+            out["notes"] = notes
+        optimized = model.optimized
         if optimized is not None:  # --ort-optimize: the model as exported, planned the same way
             progress("the model as exported, for comparison")
-            exported = exported_arena(args, plan_options(args))
+            exported = exported_arena(model, plan_options(args))
             out["runtime"] = {"ort_optimize": optimized.level, "provider": optimized.provider,
                               "optimize_seconds": round(optimized.seconds, 3),
                               "arena_bytes": view.plan.arena_bytes,
@@ -111,27 +120,75 @@ def build(args) -> dict:
                               "nodes": len(view.plan.order)}
             if "error" in exported:
                 out["runtime"]["exported_error"] = exported["error"]
-        batch = model_batch(args, source)
+        batch = model_batch(model, source)
         if batch is not None:
             out["batch"] = batch
         out["footprint"] = footprint.inference(
             out["totals"], title=f"{view.plan.model}, inference"
                                  f"{'' if batch is None else f', batch {batch}'}, {out['dtype']}")
+        batcher = None
         if budget is not None:
             out["budget_bytes"] = budget
+            if batch is not None:
+                try:
+                    batcher = make_batcher(model)
+                    out["fit"] = largest_batch(batcher, out["dtype"], budget, progress,
+                                               workspace_rule=rule, threads=threads,
+                                               **plan_options(args))
+                except GraphmemError as exc:  # no batch to grow: the report stands
+                    batcher = None
+                    out["fit"] = {"batch": None, "budget_bytes": budget, "error": str(exc)}
         if batches or dtypes:
-            path = model_path(args)  # planned_view has said which file it is
-            batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                              dim_default=args.dim_default)
+            batcher = batcher or make_batcher(model)
             out["batch"] = batcher.axis.size
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
                                   dtypes or [out["dtype"]], progress=progress.callback(),
-                                  **plan_options(args))
+                                  workspace_rule=rule, threads=threads, **plan_options(args))
         if args.html:
             progress("writing the page")
             write_page(args.html, view, graph, input_paths(args), sections=page_sections(
-                out["footprint"], out.get("whatif"), out.get("batch"), budget))
+                out["footprint"], out.get("whatif"), out.get("batch"), budget, out.get("fit")),
+                footprint=out["footprint"])
     return out
+
+
+def make_batcher(model) -> Batcher:
+    """The what-ifs' and the budget's batcher over ``model`` (the command's
+    :class:`~graphmem.commands.common.ModelSource`: the file planned, its bindings)."""
+    return Batcher(read_model(model.path), model.dims, model_path=str(model.path),
+                   dim_default=model.dim_default)
+
+
+def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
+    """The largest batch whose total (weights + arena + workspace, each batch planned)
+    fits ``budget``: ``fit``'s search, with the report's options."""
+    from graphmem.analysis.whatif import fit, footprint, with_float_dtype
+    totals: dict[int, int] = {}
+
+    def total_at(b: int) -> int:
+        progress(f"the largest batch under the budget: planning batch {b} "
+                 f"(plan {len(totals) + 1})")
+        totals[b] = footprint(with_float_dtype(batcher.graph(b), dtype),
+                              **options)["total_bytes"]
+        return totals[b]
+
+    answer = fit(total_at, budget)
+    return {"batch": answer["batch"], "total_bytes": answer["total_bytes"],
+            "next_total_bytes": answer["next_total_bytes"], "budget_bytes": budget,
+            "plans": len(totals)}
+
+
+def provider_notes(args, graph) -> list[str]:
+    """Where the provider runs the graph in another form than the plan's: float16
+    convolutions on the CPU provider run in float32 behind Casts it inserts."""
+    from graphmem.analysis.workspace import float16_convs
+    convs = float16_convs(graph)
+    if not convs or getattr(args, "provider", "cpu") != "cpu":
+        return []
+    return [f"ONNX Runtime's CPU provider has no float16 Conv kernel for x86: it runs these "
+            f"{convs} float16 convolutions in float32, behind Casts it inserts, so what runs "
+            "holds float32 copies this plan of the graph as exported does not; "
+            "--ort-optimize basic plans the graph it runs"]
 
 
 def batch_source(args):
@@ -145,38 +202,42 @@ def batch_source(args):
         return None
 
 
-def bind_batch(args, batches: list[int] | None, source) -> None:
-    """Bind a symbolic batch dimension that no ``--dim`` binds, as ``fit`` and ``train``
-    do: to the first ``--batch`` (without one, to 1 unless ``--dim-default`` binds
-    it). A model without a batch axis is left as it is; ``source``: see
-    :func:`batch_source`."""
-    if source is None:
-        return
+def batch_dims(args, batches: list[int] | None, source) -> dict[str, int]:
+    """The ``--dim`` bindings, and a symbolic batch dimension that none binds bound as
+    ``fit`` and ``train`` bind it: to the first ``--batch`` (without one, to 1 unless
+    ``--dim-default`` binds it). A model without a batch axis is left as it is;
+    ``source``: see :func:`batch_source`."""
     dims = parse_dims(args.dim)
+    if source is None:
+        return dims
     try:
         axis = batch_axis(source, dims)
     except GraphmemError:
-        return  # no batch axis: nothing to bind (the what-ifs say so themselves)
+        return dims  # no batch axis: nothing to bind (the what-ifs say so themselves)
     if axis.symbol is None or axis.symbol in dims:
-        return
+        return dims
     if batches:
-        args.dim = [*args.dim, f"{axis.symbol}={batches[0]}"]
-    elif args.dim_default is None:
-        args.dim = [*args.dim, f"{axis.symbol}=1"]
+        return {**dims, axis.symbol: batches[0]}
+    if args.dim_default is None:
+        return {**dims, axis.symbol: 1}
+    return dims
 
 
-def model_batch(args, source) -> int | None:
+def model_batch(model, source) -> int | None:
     """The batch the report's plan is at: its batch axis's bound or fixed size (None for
-    a model without one, or for a saved --plan)."""
+    a model without one, or for a saved --plan); ``model``: the command's
+    :class:`~graphmem.commands.common.ModelSource`."""
     if source is None:
         return None
     try:
-        return batch_axis(source, parse_dims(args.dim)).size
+        return batch_axis(source, dict(model.dims)).size
     except GraphmemError:
         return None
 
 
 def run(args) -> int:
+    if ranges.wanted(args):  # --dim seq=1..4096: memory as formulas of the dims
+        return ranges.run_report(args)
     data = build(args)
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)
@@ -189,6 +250,9 @@ def run(args) -> int:
         from graphmem.commands.bounds_text import print_bounds
         print_bounds(out, data["bounds"], data["totals"]["arena_bytes"])
     print_footprints(out, [data["footprint"]], data.get("budget_bytes"))
+    sentence = fit_sentence(data.get("fit"))
+    if sentence:
+        out.print(sentence, markup=False)
     print_peak(out, data)
     print_by_op(out, data)
     if not args.no_layers:
@@ -199,7 +263,8 @@ def run(args) -> int:
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.2f}"
+    """A size in the unit that reads best (:func:`~graphmem.commands.sizes.format_bytes`)."""
+    return format_bytes(n)
 
 
 def count(n: float) -> str:
@@ -224,11 +289,14 @@ def print_breakdown(console: Console, data: dict) -> None:
     t = data["totals"]
     table = Table(title=f"graphmem report: {shown(data['model'])} ({data['dtype']})",
                   header_style="bold")
-    for col, justify in (("", "left"), ("bytes", "right"), ("MiB", "right"), ("note", "left")):
+    for col, justify in (("", "left"), ("bytes", "right"), ("size", "right"), ("note", "left")):
         table.add_column(col, justify=justify)
-    kinds = ", ".join(f"{dtype} {mib(n)} MiB" for dtype, n in t["weight_bytes_by_dtype"].items())
+    kinds = ", ".join(f"{dtype} {mib(n)}" for dtype, n in t["weight_bytes_by_dtype"].items())
     table.add_row("weights", f"{t['weight_bytes']:,}", mib(t["weight_bytes"]),
-                  f"{t['params']:,} parameters read by the running nodes, as stored"
+                  f"{t['params']:,} trainable parameters"
+                  + (f" and {t['running_stats']:,} running statistics (BatchNorm mean and "
+                     "variance)" if t.get("running_stats") else "")
+                  + " read by the running nodes, as stored"
                   + (f" ({kinds})" if len(t["weight_bytes_by_dtype"]) > 1 else ""))
     if t["weight_bytes_dequantized"]:
         table.add_row("  dequantized", f"{t['weight_bytes_dequantized']:,}",
@@ -252,12 +320,14 @@ def print_breakdown(console: Console, data: dict) -> None:
                           mib(rt["exported_arena_bytes"]),
                           f"the arena of the model as given ({rt['exported_nodes']} nodes); "
                           f"{above}")
-    where = "no convolution needs one" if t["workspace_node"] is None else \
+    where = "no kernel takes one" if t["workspace_node"] is None else \
         "largest at " + next((layer_label(r["op"], r["name"], r["step"], r["node"])
                               for r in data["layers"] if r["node"] == t["workspace_node"]),
                              f"node {t['workspace_node']}")
-    table.add_row("workspace (im2col)", f"{t['workspace_bytes']:,}", mib(t["workspace_bytes"]),
-                  f"one unfolded image of one conv, reused; {where}")
+    table.add_row(f"workspace ({t['workspace_rule']})", f"{t['workspace_bytes']:,}",
+                  mib(t["workspace_bytes"]),
+                  footprint.workspace_note(t)
+                  + ("" if t["workspace_rule"] == "none" else f"; {where}"))
     table.add_row("[bold]total", f"[bold]{t['total_bytes']:,}", f"[bold]{mib(t['total_bytes'])}",
                   "weights + arena + workspace")
     # an op without a MAC rule makes every MAC total, and the roofline time, a lower bound
@@ -277,15 +347,17 @@ def print_breakdown(console: Console, data: dict) -> None:
                   f"({d['flops'] / 1e12:g} TFLOP/s, "
                   f"{d['bandwidth'] / 1e9:g} GB/s, ridge {d['ridge_macs_per_byte']:.1f} MAC/B)")
     console.print(table)
+    for note in data.get("notes", ()):
+        console.print(f"note: {note}", markup=False)
 
 
 def print_peak(console: Console, data: dict, most: int = 8) -> None:
     p = data["peak"]
     if p["node"] is None:
         return
-    title = f"peak: {mib(p['live_bytes'])} MiB live at {shown(p['layer'])}"
+    title = f"peak: {mib(p['live_bytes'])} live at {shown(p['layer'])}"
     table = Table(title=title, header_style="bold", min_width=len(title))
-    for col in ("tensor", "shape", "MiB", "offset"):
+    for col in ("tensor", "shape", "size", "offset"):
         table.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
     for t in p["tensors"][:most]:
         shares = f" (+{len(t['shares_with'])} sharing it)" if t["shares_with"] else ""
@@ -302,7 +374,7 @@ def print_by_op(console: Console, data: dict) -> None:
     total_macs = sum(r["macs"] or 0 for r in layers) or 1
     total_time = sum(r["time_s"] for r in layers) or 1
     table = Table(title="by op type", header_style="bold")
-    for col in ("op", "nodes", "MACs", "% MACs", "MiB moved", "% time"):
+    for col in ("op", "nodes", "MACs", "% MACs", "moved", "% time"):
         table.add_column(col, justify="left" if col == "op" else "right")
     for op, s in analysis.by_op(layers).items():
         macs = ("?" if not s["macs"] else f">= {count(s['macs'])}") if s["unknown"] else \
@@ -327,8 +399,8 @@ def print_layers(console: Console, data: dict) -> None:
         title = (f"per layer (plan order): the {MAX_LAYER_ROWS} slowest of "
                  f"{len(data['layers'])}; --json lists all")
     table = Table(title=title, header_style="bold")
-    cols = ("step", "node", "layer", "op", "output shape", "params", "param MiB", "act MiB",
-            "live MiB", "MACs", "MiB moved", "MAC/B", "bound")
+    cols = ("step", "node", "layer", "op", "output shape", "params", "param size", "output size",
+            "live", "MACs", "moved", "MAC/B", "bound")
     for col in cols:
         table.add_column(col, justify="left" if col in ("layer", "op", "output shape", "bound")
                          else "right")
@@ -347,8 +419,8 @@ def print_whatif(console: Console, data: dict) -> None:
     table = Table(title=f"what-if: re-planned per batch and dtype (the model's batch is "
                         f"{data['batch']})", header_style="bold")
     budget = data.get("budget_bytes")
-    for col in ("batch", "dtype", "weights MiB", "naive act MiB", "arena MiB", "workspace MiB",
-                "total MiB", "MACs") + (("budget",) if budget else ()):
+    for col in ("batch", "dtype", "weights", "naive activations", "arena", "workspace",
+                "total", "MACs") + (("budget",) if budget else ()):
         table.add_column(col, justify="right")
     for r in data["whatif"]:
         table.add_row(str(r["batch"]), r["dtype"], mib(r["weight_bytes"]),

@@ -7,7 +7,7 @@ given. ``graphmem export MODEL --html OUT`` writes the same page
 """
 from __future__ import annotations
 
-from graphmem.commands.common import input_paths
+from graphmem.commands.common import input_paths, model_source
 from graphmem.commands.export import add_plan_arg, planned_view
 from graphmem.export.html_parts import inference_sections
 from graphmem.plan.io import check_output, write_atomic
@@ -22,18 +22,19 @@ def add_html_args(parser) -> None:
 
 
 def write_page(path: str, view, graph, inputs=(), sections: str = "",
-               title: str | None = None) -> str:
+               title: str | None = None, footprint: dict | None = None) -> str:
     """Write the report page of ``view`` (a plan of ``graph``) to ``path``; ``inputs``:
-    the files the command read, which ``path`` must not be; ``sections``, ``title``: see
-    :func:`graphmem.export.html.page`."""
+    the files the command read, which ``path`` must not be; ``sections``, ``title``,
+    ``footprint``: see :func:`graphmem.export.html.page`."""
     from graphmem.export.html import page
-    write_atomic(path, page(view, graph, sections, title), inputs=inputs)
+    write_atomic(path, page(view, graph, sections, title, footprint), inputs=inputs)
     return path
 
 
 def write_html(args) -> str:
     """Plan ``args.model`` (or check ``args.plan`` against it), write ``args.html``."""
     check_output(args.html, input_paths(args))
-    view, graph = planned_view(args)
+    from graphmem.commands.workspace_args import workspace_from_args
+    view, graph = planned_view(args, model_source(args))
     return write_page(args.html, view, graph, input_paths(args),
-                      sections=inference_sections(view, graph))
+                      sections=inference_sections(view, graph, *workspace_from_args(args)))

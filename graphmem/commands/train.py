@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from argparse import Namespace
 
 from dataclasses import replace
 
@@ -12,7 +13,8 @@ from rich.table import Table
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
-from graphmem.commands.common import add_model_args, console, model_path, parse_dims, shown
+from graphmem.commands.common import (ModelSource, add_model_args, console, model_source,
+                                      shown)
 from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.plan.io import check_output
@@ -185,26 +187,27 @@ def run(args) -> int:
     if args.host_bw <= 0 or args.device_flops <= 0:
         raise GraphmemError("--host-bw and --device-flops must be positive")
     offload_min = parse_bytes(args.offload_min, "--offload-min")
+    source = model_source(args)
     for out in (args.save, args.html):  # before the work: a bad output fails at once
         if out:
-            check_output(out, [model_path(args)])
+            check_output(out, [source.path])
     if args.save and args.html and args.save == args.html:
         raise GraphmemError("--save and --html name the same file")
     with Progress("train") as progress:
-        step = train_step(args, progress, budget, offload_min)
+        step = train_step(args, progress, budget, offload_min, source=source)
         report = step["report"]
         inference = None
         if args.inference:
-            progress(f"planning inference at batch {args.batch}")
-            inference = inference_footprint(args, args.batch, args.precision)
+            progress(f"planning inference at batch {report.batch}")
+            inference = inference_footprint(source, report.batch, args.precision)
         if args.html:
             progress("writing the page")
-            write_training_page(args.html, args, step, inference)
+            write_training_page(args.html, args, step, inference, source)
     if args.save:
         from graphmem.plan.io import write_atomic
         from graphmem.training.schedule import in_planned_order
         saved = in_planned_order(step["tg"].model, step["result"].plan.order)
-        write_atomic(args.save, saved.SerializeToString(), inputs=[model_path(args)])
+        write_atomic(args.save, saved.SerializeToString(), inputs=[source.path])
     data = training_json(report, step)
     if inference is not None:
         data["inference_footprint"] = inference
@@ -219,10 +222,12 @@ def run(args) -> int:
     return 0
 
 
-def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
-    """Build, plan (with the recomputation asked for) and account for the step:
-    ``report`` (a TrainingReport), ``tg``, ``graph``, ``result``, ``names`` (node name
-    -> the name a user reads) and ``layers``."""
+def train_step(args, progress, budget: int | None, offload_min: int, *,
+               source: ModelSource | None = None) -> dict:
+    """Build, plan (with the recomputation asked for) and account for the step of
+    ``source`` (default: the command's model, :func:`model_source`): ``report`` (a
+    TrainingReport, its ``batch`` the batch bound), ``tg``, ``graph``, ``result``,
+    ``names`` (node name -> the name a user reads) and ``layers``."""
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
@@ -230,8 +235,10 @@ def train_step(args, progress, budget: int | None, offload_min: int) -> dict:
     from graphmem.training.selective import selective_planned
 
     progress("reading the model")
-    model = read_model(model_path(args), load_weights=True)
-    args.batch = bind_training_dims(model, parse_dims(args.dim), args.batch, args.dim_default)
+    source = source if source is not None else model_source(args)
+    model = read_model(source.path, load_weights=True)
+    batch = bind_training_dims(model, dict(source.dims), args.batch, source.dim_default)
+    args = Namespace(**{**vars(args), "batch": batch})  # the caller's namespace is its own
     progress(f"building the training step (onnx-ad), batch {args.batch}")
     trains, lora = trainable_choice(args)
     tg = build_training(model, args.batch, loss=args.loss, output=args.output, bn=args.bn,
@@ -333,21 +340,21 @@ def _peak_layer(peak: dict, names: dict) -> str:
                        peak.get("node_index"))
 
 
-def inference_footprint(args, batch: int, precision: str) -> dict:
-    """The inference footprint of the model at ``batch`` (in half for a half or mixed
+def inference_footprint(source: ModelSource, batch: int, precision: str) -> dict:
+    """The inference footprint of ``source`` at ``batch`` (in half for a half or mixed
     precision), planned with the default passes."""
     from graphmem.analysis.footprint import inference
     from graphmem.analysis.whatif import Batcher, footprint, with_float_dtype
     from graphmem.training.precision import STEP_DTYPE
-    path = model_path(args)
-    batcher = Batcher(read_model(path), parse_dims(args.dim), model_path=str(path),
-                      dim_default=args.dim_default)
+    batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
+                      dim_default=source.dim_default)
     graph = with_float_dtype(batcher.graph(batch), STEP_DTYPE[precision])
     return inference(footprint(graph),
                      title=f"inference, batch {batch}, {STEP_DTYPE[precision]}")
 
 
-def write_training_page(path: str, args, step: dict, inference: dict | None) -> None:
+def write_training_page(path: str, args, step: dict, inference: dict | None,
+                        source: ModelSource) -> None:
     """The HTML report of the step: the whole footprint (inference beside it when
     asked), the figures, then the arena's timeline, layout and layers, every node under
     the name a user reads."""
@@ -372,8 +379,9 @@ def write_training_page(path: str, args, step: dict, inference: dict | None) -> 
     sections += training_section(report_rows(r, step["names"]),
                                  f"Training step, batch {r.batch}")
     write_atomic(path, page(view, graph, sections,
-                            title=f"{args.model} training step, batch {r.batch}"),
-                 inputs=[model_path(args)])
+                            title=f"{args.model} training step, batch {r.batch}",
+                            footprint=fps[-1]),
+                 inputs=[source.path])
 
 
 def bind_training_dims(model, dims: dict[str, int], batch: int | None,

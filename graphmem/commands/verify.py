@@ -7,13 +7,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import load
 from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
 from graphmem.commands.progress import Heartbeat
+from graphmem.commands import range_options as ranges
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
-                                      console, load_graph, model_path,
-                                      non_negative_int, parse_dims, plan_from_args, read_plan,
-                                      shown)
+                                      console, load_graph, model_source, non_negative_int,
+                                      plan_source, shown)
 
 
 def add_parser(sub) -> None:
@@ -27,6 +26,7 @@ def add_parser(sub) -> None:
     add_runtime_args(p)
     p.add_argument("--plan", metavar="PATH", help="verify this plan file instead of planning")
     add_verify_args(p)
+    ranges.add_range_args(p)
     p.set_defaults(func=run)
 
 
@@ -56,21 +56,23 @@ def run(args) -> int:
     with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"
-            plan = read_plan(args.plan, model_path(args))
+            source = model_source(args)
+            plan = ranges.read_plan_at(args, source)  # a range plan: at --at/--dim
             dims = dict(plan.bindings)
-            for name, value in parse_dims(args.dim).items():
+            for name, value in source.dims.items():
                 if name in dims and dims[name] != value:
                     raise GraphmemError(f"--dim {name}={value}, but the plan was made with "
                                         f"{name}={dims[name]}")
                 dims[name] = value
             # issue 53: the model's data-dependent sizes at the plan's bounds
             bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}
-            graph = load(model_path(args), dims, bounds=bounds or None)
+            graph = source.load(dims, dim_default=False, bounds=bounds)
         else:
             beat.status = "loading the model"
-            graph, _ = load_graph(args)
+            source = model_source(args)
+            graph, _ = load_graph(args, source)
             beat.status = "planning"
-            plan = plan_from_args(args, graph).plan
+            plan = plan_source(args, source, graph).plan
         beat.status = "checking the plan, then the reference run on ONNX Runtime"
         report = run_verify(plan, graph, args, beat)
     print_report(console(), report)

@@ -1,11 +1,10 @@
 """Giving freed memory back to the system.
 
 onnx's checker and shape inference (C++) parse the whole model into their own protos
-and free them when they return; glibc's allocator keeps most of those pages, so a
-million-node model left the process 900 MB larger after the two calls than before
-them, and every later stage added to that (measured: 1.5 GB resident after inference,
-0.6 GB after :func:`release_freed`). ``malloc_trim`` returns the free pages at the
-top of every heap. Elsewhere (macOS, musl, Windows) this does nothing.
+and free them when they return; glibc's allocator keeps most of those pages, so on a
+large model the process stays about as large as the parsed protos after the calls,
+and every later stage adds to that (``python -m tools.bench --whole`` and ``--scale``
+report peak RSS). ``malloc_trim`` returns the free pages at the top of every heap. Elsewhere (macOS, musl, Windows) this does nothing.
 """
 from __future__ import annotations
 

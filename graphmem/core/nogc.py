@@ -2,10 +2,10 @@
 
 Planning a large graph allocates millions of small objects that all stay alive until
 the plan is built (intervals, records, dict entries) and makes no reference cycles
-worth collecting, so CPython's generational collector only re-scans the growing heap:
-on a 100,000-node chain it was half of the planning time (7.4 s with it, 3.7 s
-without). Reference counting still frees everything as usual; the collector is
-switched back on, if it was on, when the outermost paused call returns.
+worth collecting, so CPython's generational collector only re-scans the growing heap
+(its share of the planning time on large graphs: docs/benchmarks.md). Reference
+counting still frees everything as usual; the collector is switched back on, if it was
+on, when the outermost paused call returns.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ Deny by default: an op not listed here never shares storage with its inputs.
   trusts. Whether a kernel may write its output over its input is the kernel's
   property, so each provider's default table ("cpu", "cuda") holds only the candidates
   with evidence from that provider's kernel sources (``inplace_evidence.json``, made by
-  ``tools/inplace_evidence.py``): the kernel's own ``MayInplace(i, o)``/``Alias(i, o)``
+  ``tools/upstream/inplace_evidence.py``): the kernel's own ``MayInplace(i, o)``/``Alias(i, o)``
   declaration, or a reviewed reading of its source showing each output element is
   written after the reads it depends on (:func:`evidence`). The "probed" tables
   ("cpu-probed", "cuda-probed") add every other candidate: entries no kernel declares,
@@ -118,7 +118,7 @@ def evidence_file() -> dict:
         raise GraphmemError(f"cannot read the in-place evidence file {_EVIDENCE_FILE} "
                             f"({exc.strerror or exc}): graphmem's install is incomplete "
                             "(the file is part of the package, made by "
-                            "tools/inplace_evidence.py)") from None
+                            "tools/upstream/inplace_evidence.py)") from None
     except ValueError as exc:  # not JSON, or not UTF-8
         raise GraphmemError(f"the in-place evidence file {_EVIDENCE_FILE} is not valid "
                             f"JSON: {exc}") from None
@@ -199,7 +199,7 @@ def table_id(table: str) -> str:
 
 def _sha256(data: bytes):
     """SHA-256 of ``data`` by Python's own module where there is one (``import hashlib``
-    loads OpenSSL: 3 ms of a 0.16 s plan of a small model); the digest is the same."""
+    loads OpenSSL, a cost a short command pays in full); the digest is the same."""
     try:
         from _sha256 import sha256  # CPython 3.11
     except ImportError:

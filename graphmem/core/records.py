@@ -2,15 +2,14 @@
 
 ``@dataclass(frozen=True)`` writes the source of six methods for each class (``__init__``,
 ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``) and compiles
-it when the module is imported: about 1.3 ms a class on CPython 3.11, and the 15
-classes a ``graphmem plan`` imports came to 15-22 ms of a command that takes 0.25 s
-on a Whisper encoder (``tools/bench.py --whole``). ``@record`` makes the same class
-from a dataclass without methods (0.07 ms), methods shared by every record that read
-the class's fields when called (``__repr__``, ``__eq__``, ``__hash__``, the frozen
-``__setattr__`` and ``__delattr__``), and an ``__init__`` written and compiled as the
-dataclass writes it, but when the class first makes an object: a class that a run
-never instantiates costs none of it, and one that makes a million objects makes them
-as fast as the dataclass's own.
+it when the module is imported, for every class a command imports: a cost a short
+command pays in full (``python -m tools.bench --whole`` times whole commands).
+``@record`` makes the same class from a dataclass without methods, methods shared by
+every record that read the class's fields when called (``__repr__``, ``__eq__``,
+``__hash__``, the frozen ``__setattr__`` and ``__delattr__``), and an ``__init__``
+written and compiled as the dataclass writes it, but when the class first makes an
+object: a class that a run never instantiates costs none of it, and one that makes a
+million objects makes them as fast as the dataclass's own.
 
 A record is a dataclass (``dataclasses.fields``, ``replace``, ``asdict`` and
 ``is_dataclass`` work, and ``__dataclass_params__`` says ``frozen``), and behaves as
@@ -46,8 +45,8 @@ def record(cls=None, /, *, slots: bool = False):
 def _make(cls, slots: bool):
     own = {name for name in ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__",
                              "__delattr__", "__match_args__") if name in cls.__dict__}
-    # dataclass writes a missing docstring from inspect.signature (3-4 ms the first
-    # time: it compiles tokenize's expressions); a record writes the same text from its
+    # dataclass writes a missing docstring from inspect.signature (which compiles
+    # tokenize's expressions the first time); a record writes the same text from its
     # own __signature__ (below), which reads the fields
     undocumented = not cls.__doc__
     if undocumented:
@@ -134,7 +133,7 @@ def _compiled_init(cls):
     """``cls.__init__`` as the dataclass writes it: each field set with
     ``object.__setattr__``, a default factory called where its field is not given, the
     ``init=False`` fields with a default set to it, then ``__post_init__``. Compiled the
-    first time the class makes an object (about 0.3 ms), so a class that an import
+    first time the class makes an object, so a class that an import
     defines and a run never instantiates costs none of it."""
     ns = {"__put": object.__setattr__, "__factory": _FACTORY}
     params, body = [], []

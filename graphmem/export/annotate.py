@@ -17,7 +17,7 @@ fields in ``[graphmem] key=value ...`` doc_string lines, a few fields to a line 
 note in words on a line of its own, so that Netron's description wraps
 (:func:`doc_fields` reads them). Either way the model's own ``metadata_props`` (every IR
 version has them) hold ``graphmem.format``, ``.arena_bytes``, ``.unaliased_peak_bytes``
-(``.lower_bound_bytes`` before 2026-11-25), ``.aliased_peak_bytes``,
+(``.lower_bound_bytes`` in older annotations: docs/plan-format.md), ``.aliased_peak_bytes``,
 ``.naive_bytes``, ``.alignment``, ``.passes``, ``.pass_savings``, ``.peak_step`` and
 ``graphmem.plan``, the whole plan file text, so :func:`read_plan` gets back exactly the
 plan that was written.

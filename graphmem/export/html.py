@@ -16,7 +16,9 @@ import html
 import json
 
 from graphmem import __version__
-from graphmem.analysis.breakdown import dequantized_bytes, layer_table, weight_bytes
+from graphmem.analysis.breakdown import (dequantized_bytes, layer_table, param_count,
+                                         running_stat_count, weight_bytes)
+from graphmem.analysis.footprint import format_bytes
 from graphmem.analysis.macs import mac_totals
 from graphmem.core.ir import Graph
 from graphmem.export.html_parts import CSS as PARTS_CSS
@@ -57,23 +59,38 @@ def report_data(view: PlanView, layers: list[dict] | None = None) -> dict:
     }
 
 
-def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = None) -> str:
+def page(view: PlanView, graph: Graph, sections: str = "", title: str | None = None,
+         footprint: dict | None = None) -> str:
     """The report page of a plan for its graph, with the per-layer table and the MAC
     total: what ``graphmem report --html`` and ``graphmem export --html`` write.
     ``sections``: more HTML sections placed after the headline
     (:mod:`graphmem.export.html_parts`: the whole footprint, the what-ifs, a training
-    step's figures)."""
+    step's figures). ``footprint`` (:mod:`graphmem.analysis.footprint`): the one the
+    page draws; the headline's weights card shows its ``weights`` part, so that the
+    page names one figure "weights" (a training step's graph also reads folded
+    constants and frozen weights, which its footprint lists apart)."""
+    weights = (weight_bytes(graph), dequantized_bytes(graph))
+    params, stats = param_count(graph), running_stat_count(graph)
+    note = (f"{params:,} trainable parameters"
+            + (f" and {stats:,} running statistics (BatchNorm mean and variance)"
+               if stats else "") + ", as stored, read by the running nodes")
+    part = next((p for p in (footprint or {}).get("parts", ()) if p["key"] == "weights"), None)
+    if part is not None:
+        weights = (part["bytes"], weights[1] if footprint["kind"] == "inference" else 0)
+        if footprint["kind"] != "inference":
+            note = part["note"]
     return render(view, layer_table(graph, view.plan), mac_totals(graph),
-                  (weight_bytes(graph), dequantized_bytes(graph)), sections, title)
+                  weights, sections, title, weights_note=note)
 
 
 def render(view: PlanView, layers: list[dict] | None = None,
            macs: dict | None = None, weights: tuple[int, int] | None = None,
-           sections: str = "", title: str | None = None) -> str:
+           sections: str = "", title: str | None = None,
+           weights_note: str | None = None) -> str:
     """The whole report page as one HTML string (``layers``: see :func:`report_data`;
     ``macs``: :func:`~graphmem.analysis.macs.mac_totals`, ``weights``: the stored and the
     dequantized weight bytes; each a card when given; ``sections``, ``title``: see
-    :func:`page`)."""
+    :func:`page`; ``weights_note``: the weights card's note, in place of "as stored")."""
     plan, s = view.plan, view.plan.stats
     e = html.escape
     data = json.dumps(report_data(view, layers), separators=(",", ":")).translate(_ESC)
@@ -93,8 +110,9 @@ def render(view: PlanView, layers: list[dict] | None = None,
         for k, v, note in cards)
     if weights is not None:
         stored, dequantized = weights
-        note = (f"as stored; dequantized to {_mib(dequantized)} of float weights"
-                if dequantized else "as stored, read by the running nodes")
+        note = ((weights_note or "as stored, read by the running nodes")
+                + (f"; dequantized to {_mib(dequantized)} of float weights"
+                   if dequantized else ""))
         card_html += (f'<div class="card" id="weights"><div class="k">weights</div>'
                       f'<div class="v">{_mib(stored)}</div><div class="n">{stored:,} bytes'
                       f'</div><div class="n">{e(note)}</div></div>')
@@ -109,14 +127,15 @@ def render(view: PlanView, layers: list[dict] | None = None,
                       f'<div class="n">{e(note)}</div></div>')
     saving = f"{(1 - plan.arena_bytes / naive) * 100:.1f}%" if naive else "n/a"
     pass_rows = "".join(
-        f"<tr><td>{e(str(p.get('name')))}</td><td class=r>{int(p.get('bytes_saved') or 0):,}"
+        f"<tr><td class=name>{e(str(p.get('name')))}</td><td class=r>{int(p.get('bytes_saved') or 0):,}"
         f"</td><td class=r>{_mib(int(p.get('bytes_saved') or 0))}</td>"
         f'<td><div class="bar" style="width:{_pct(p.get("bytes_saved"), naive)}%"></div></td>'
         f"</tr>" for p in plan.passes) or "<tr><td colspan=4>no passes ran</td></tr>"
     peak_rows = "".join(
-        f"<tr><td>{e(r.name)}</td><td>{e(r.producer_op)}</td><td class=r>{r.bytes:,}</td>"
+        f'<tr><td class=name title="{e(r.name)}">{e(r.name)}</td>'
+        f'<td class=name>{e(r.producer_op)}</td><td class=r>{r.bytes:,}</td>'
         f"<td class=r>{r.offset:,}</td><td>{r.first}..{r.last}</td>"
-        f"<td>{e(_share(r))}</td></tr>"
+        f'<td class=name title="{e(_share(r))}">{e(_share(r))}</td></tr>'
         for r in sorted((t for t in view.tensors if t.name in set(view.peak_tensors)),
                         key=lambda t: (-t.bytes, t.name)))
     peak_op = next((layer_label(st.op, st.name, st.step, st.node) for st in view.steps
@@ -135,7 +154,7 @@ def render(view: PlanView, layers: list[dict] | None = None,
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**20:,.2f} MiB"
+    return format_bytes(n)
 
 
 def _pct(part, whole) -> str:
@@ -178,6 +197,10 @@ svg{display:block;background:#fff}svg text{font-size:11px;fill:#444}
 #layers-body tr{cursor:pointer}#layers-body tr:hover{background:#f0f6ff}
 #status{font-size:12px;color:#444;min-height:18px}
 #errors{color:#b00;white-space:pre-wrap}#errors:empty{display:none}
+td.name{max-width:34ch;overflow:hidden;text-overflow:ellipsis}#layers td.name{max-width:20ch}
+td.note{white-space:normal;min-width:24ch;max-width:80ch}
+.lines span{display:inline-block;margin-right:16px;font-size:12px}
+.lines svg{display:inline-block;vertical-align:-1px;margin-right:4px;background:none}
 """
 
 # The page's script: draws from the JSON, one delegated listener per interactive area.
@@ -186,7 +209,15 @@ _JS = r"""
 const T0 = performance.now();
 const D = JSON.parse(document.getElementById("data").textContent);
 const MiB = 1048576;
-const fmtMiB = b => (b / MiB).toFixed(2) + " MiB";
+// a size in the binary unit that reads best, as graphmem.analysis.footprint.format_bytes
+const UNITS = [["GiB", 1073741824], ["MiB", MiB], ["KiB", 1024]];
+const fmtMiB = b => {
+  const u = UNITS.find(([, s]) => Math.abs(b) >= s);
+  return u ? (b / u[1]).toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) + " " + u[0]
+           : fmtInt(Math.round(b)) + " B";
+};
+// the unit an axis up to max bytes is labelled in
+const axisUnit = max => UNITS.find(([, s]) => max >= s) || ["B", 1];
 const fmtInt = b => b.toLocaleString("en-US");
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const COLORS = {input:"#4e79a7", output:"#e15759", activation:"#59a14f", view:"#b07aa1",
@@ -210,8 +241,10 @@ function niceTicks(max, count) {
 }
 function axes(w, h, ymax, yOf, label) {
   let s = "";
-  for (const v of niceTicks(ymax / MiB, 5)) {
-    const y = yOf(v * MiB);
+  const [unit, scale] = axisUnit(ymax);
+  label = label.replace("MiB", unit);
+  for (const v of niceTicks(ymax / scale, 5)) {
+    const y = yOf(v * scale);
     s += `<line x1="${M.l}" x2="${w - M.r}" y1="${y}" y2="${y}" stroke="#eee"/>` +
          `<text x="${M.l - 6}" y="${y + 4}" text-anchor="end">${+v.toPrecision(6)}</text>`;
   }
@@ -223,39 +256,50 @@ function axes(w, h, ymax, yOf, label) {
   return s;
 }
 
+// the timeline's lines are named in a legend above the plot, each with its value (the
+// arena, the unaliased and the aliased peak are often within a few pixels of each
+// other: labels on the lines would land on each other); only the peak's step is
+// written in the plot, in the margin above every line
+const TOP = 26;
+function lineKey(color, dash, text) {
+  return `<span><svg width="22" height="10"><line x1="0" x2="22" y1="5" y2="5" stroke="${color}" ` +
+    `stroke-width="2" stroke-dasharray="${dash}"/></svg>${text}</span>`;
+}
 function drawTimeline() {
   const svg = document.getElementById("timeline");
-  const w = svg.parentNode.clientWidth || 1000, h = 280;
+  const w = svg.parentNode.clientWidth || 1000, h = 290;
   svg.setAttribute("width", w); svg.setAttribute("height", h);
   const x = xScale(w);
   const lb = D.stats.unaliased_peak_bytes || 0, ap = D.stats.aliased_peak_bytes || 0;
   const ymax = Math.max(D.arena, lb, ...D.live_unaliased, 1) * 1.08;
-  const y = b => h - M.b - b * (h - M.t - M.b) / ymax;
+  const y = b => h - M.b - b * (h - TOP - M.b) / ymax;
   const path = arr => {
     let d = `M${x(-1)},${y(0)}`;
     arr.forEach((b, i) => { d += `V${y(b).toFixed(1)}H${x(i).toFixed(1)}`; });
     return d + `V${y(0)}`;
   };
-  // labels at the right end: the arena's above its line, the unaliased peak's below its
-  // own (the two are often close: their labels must not land on each other); the
-  // aliased peak's, drawn only where it differs from the arena, at the left end
-  const hline = (b, color, dash, text, where) =>
-    `<line x1="${M.l}" x2="${w - M.r}" y1="${y(b)}" y2="${y(b)}" stroke="${color}" stroke-width="1.5" stroke-dasharray="${dash}"/>` +
-    `<text x="${where === "left" ? M.l + 4 : w - M.r - 4}" y="${where === "below" ? y(b) + 13 : y(b) - 4}" ` +
-    `text-anchor="${where === "left" ? "start" : "end"}" style="fill:${color}">${text} ${fmtMiB(b)}</text>`;
+  const hline = (b, color, dash) =>
+    `<line x1="${M.l}" x2="${w - M.r}" y1="${y(b)}" y2="${y(b)}" stroke="${color}" stroke-width="1.5" stroke-dasharray="${dash}"/>`;
+  const showAliased = ap && ap !== D.arena;
+  document.getElementById("timeline-lines").innerHTML =
+    lineKey("#c0392b", "", `arena ${fmtMiB(D.arena)}`) +
+    lineKey("#e08214", "6 3", `unaliased peak ${fmtMiB(lb)}`) +
+    (showAliased ? lineKey("#2171b5", "2 2", `aliased peak ${fmtMiB(ap)}`) : "") +
+    `<span><i style="background:#9ecae1"></i>live, shared storage once</span>` +
+    `<span><i style="background:#dde5ee"></i>live, every tensor alone</span>`;
   const px = x(D.peak_step) + (x(D.peak_step + 1) - x(D.peak_step)) / 2;
   svg.innerHTML = axes(w, h, ymax, y, "MiB") +
     `<path d="${path(D.live_unaliased)}" fill="#dde5ee" stroke="#9fb3c8" stroke-width="1"/>` +
     `<path d="${path(D.live)}" fill="#9ecae1" fill-opacity="0.6" stroke="#2171b5" stroke-width="1.2" class="live"/>` +
-    hline(lb, "#e08214", "6 3", "unaliased peak", "below") +
-    (ap && ap !== D.arena ? hline(ap, "#2171b5", "2 2", "aliased peak", "left") : "") +
-    hline(D.arena, "#c0392b", "", "arena", "above") +
-    `<line x1="${px}" x2="${px}" y1="${M.t}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
+    hline(lb, "#e08214", "6 3") +
+    (showAliased ? hline(ap, "#2171b5", "2 2") : "") +
+    hline(D.arena, "#c0392b", "") +
+    `<line x1="${px}" x2="${px}" y1="${TOP - 8}" y2="${h - M.b}" stroke="#c0392b" stroke-dasharray="2 2"/>` +
     `<circle cx="${px}" cy="${y(D.live[D.peak_step + 1])}" r="4" fill="#c0392b" class="peak"/>` +
     (px > 0.6 * w
-      ? `<text x="${px - 6}" y="${M.t + 12}" text-anchor="end" style="fill:#c0392b">peak at step ${D.peak_step}</text>`
-      : `<text x="${px + 6}" y="${M.t + 12}" style="fill:#c0392b">peak at step ${D.peak_step}</text>`) +
-    `<line id="cursor" x1="0" x2="0" y1="${M.t}" y2="${h - M.b}" stroke="#333" visibility="hidden"/>`;
+      ? `<text x="${px - 6}" y="${TOP - 12}" text-anchor="end" style="fill:#c0392b">peak at step ${D.peak_step}: ${fmtMiB(D.live[D.peak_step + 1])} live</text>`
+      : `<text x="${px + 6}" y="${TOP - 12}" style="fill:#c0392b">peak at step ${D.peak_step}: ${fmtMiB(D.live[D.peak_step + 1])} live</text>`) +
+    `<line id="cursor" x1="0" x2="0" y1="${TOP}" y2="${h - M.b}" stroke="#333" visibility="hidden"/>`;
   svg.dataset.w = w;
 }
 
@@ -348,11 +392,12 @@ function drawTable() {
   const k = sortKey, dir = sortDir;
   ROWS.sort((a, b) => (a[k] < b[k] ? -dir : a[k] > b[k] ? dir : a.step - b.step));
   document.getElementById("layers-body").innerHTML = ROWS.map(r =>
-    `<tr data-i="${r.i}"><td class=r>${r.step}</td><td>${esc(r.node)}</td><td>${esc(r.op)}</td>` +
-    `<td>${esc(r.tensor)}</td><td>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
-    `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td>${esc(r.alias)}</td>` +
+    `<tr data-i="${r.i}"><td class=r>${r.step}</td><td class=name title="${esc(r.node)}">${esc(r.node)}</td>` +
+    `<td class=name title="${esc(r.op)}">${esc(r.op)}</td>` +
+    `<td class=name title="${esc(r.tensor)}">${esc(r.tensor)}</td><td class=name>${r.shape}</td><td class=r>${fmtInt(r.bytes)}</td>` +
+    `<td class=r>${fmtInt(r.offset)}</td><td>${r.live}..${r.last}</td><td class=name title="${esc(r.alias)}">${esc(r.alias)}</td>` +
     `<td class=r>${fmtCost(r.macs)}</td><td class=r>${fmtCost(r.params)}</td>` +
-    `<td class=r>${r.moved < 0 ? "" : (r.moved / MiB).toFixed(2)}</td></tr>`).join("");
+    `<td class=r>${r.moved < 0 ? "" : fmtMiB(r.moved)}</td></tr>`).join("");
   for (const th of document.querySelectorAll("#layers th[data-k]")) {
     th.textContent = th.dataset.label + (th.dataset.k === k ? (dir > 0 ? " \u25b2" : " \u25bc") : "");
   }
@@ -447,6 +492,7 @@ alignment {alignment} &middot; dims {bindings} &middot; graphmem {version}</div>
 <div>Live bytes per step: dark, what the arena must hold (storage shared by views, in-place
 ops and concat slices counted once); light, every tensor counted on its own. Lines: the
 unaliased peak (every tensor counted alone; no bound: aliases share bytes) and the arena.</div>
+<div class="lines legend" id="timeline-lines"></div>
 <div class="plot"><svg id="timeline" role="img" aria-label="memory timeline"></svg></div>
 <div id="status">Move the mouse over the timeline to read a step.</div></section>
 
@@ -456,7 +502,7 @@ arena from offset 0. Hover for details. <span class="legend" id="legend"></span>
 <div class="plot"><svg id="layout" role="img" aria-label="arena layout"></svg></div></section>
 
 <section id="passes"><h2>Passes</h2>
-<table><thead><tr><th>pass</th><th class=r>bytes saved</th><th class=r>MiB</th>
+<table><thead><tr><th>pass</th><th class=r>bytes saved</th><th class=r>size</th>
 <th style="width:300px">of naive</th></tr></thead><tbody>{pass_rows}</tbody></table></section>
 
 <section id="peak"><h2>Tensors live at the peak (step {peak_step}, {npeak} tensors)</h2>
@@ -471,7 +517,7 @@ outline its tensor in the layout.</div>
 <th data-k="shape">shape</th><th data-k="bytes" class=r>bytes</th>
 <th data-k="offset" class=r>offset</th><th data-k="live">live</th>
 <th data-k="alias">in-place / view</th><th data-k="macs" class=r>MACs</th>
-<th data-k="params" class=r>params</th><th data-k="moved" class=r>MiB moved</th></tr></thead>
+<th data-k="params" class=r>params</th><th data-k="moved" class=r>moved</th></tr></thead>
 <tbody id="layers-body"></tbody></table>
 </div></section>
 </main>

@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import math
 
+from graphmem.analysis.footprint import format_bytes
+
 MIB = 2 ** 20
 # one colour per part, in stack order (the arena's own colour last kept for the arena)
 PART_COLOURS = {"weights": "#4e79a7", "frozen_weights": "#a0cbe8", "master_weights": "#76b7b2",
@@ -21,34 +23,51 @@ LINE_COLOURS = ("#4e79a7", "#e15759", "#59a14f", "#b07aa1", "#f28e2b", "#76b7b2"
 
 
 def _mib(n: int | float) -> str:
-    return f"{n / MIB:,.2f} MiB"
+    return format_bytes(n)
 
 
-INFERENCE_CAPTION = ("Weights as the file stores them, the im2col workspace a runtime that "
-                     "lowers convolutions keeps, and the planned activation arena: what "
-                     "one inference holds.")
+INFERENCE_CAPTION = ("Weights as the file stores them, the working buffer the largest "
+                     "convolution's kernel takes (the workspace rule is in its label), and "
+                     "the planned activation arena: what one inference holds.")
 
 
 def page_sections(fp: dict, whatif: list | None = None, batch: int | None = None,
-                  budget: int | None = None) -> str:
+                  budget: int | None = None, fit: dict | None = None) -> str:
     """The report page's sections beyond the arena: the whole footprint ``fp``
-    (:mod:`graphmem.analysis.footprint`), the what-ifs as a plot when there are any."""
-    html_text = footprint_section([fp], budget, INFERENCE_CAPTION)
+    (:mod:`graphmem.analysis.footprint`), the largest batch under the budget (``fit``,
+    what ``report --json`` gives as ``fit``), the what-ifs as a plot when there are any."""
+    html_text = footprint_section([fp], budget, INFERENCE_CAPTION, fit_sentence(fit))
     if whatif:
-        html_text += whatif_section(whatif, budget, batch)
+        html_text += whatif_section(whatif, budget, batch,
+                                    largest=(fit or {}).get("batch") or None)
     return html_text
 
 
-def inference_sections(view, graph) -> str:
-    """:func:`page_sections` for a plan of ``graph`` alone (``export --html``)."""
+def fit_sentence(fit: dict | None) -> str:
+    """The largest batch under a budget in words (``report``'s ``fit``), or ""."""
+    if not fit:
+        return ""
+    if fit.get("error"):
+        return f"No largest batch under the budget: {fit['error']}."
+    if fit["batch"] == 0:
+        return (f"Even batch 1 does not fit the budget of {_mib(fit['budget_bytes'])}: "
+                f"it needs {_mib(fit['total_bytes'])}.")
+    return (f"The largest batch that fits the budget of {_mib(fit['budget_bytes'])} is "
+            f"{fit['batch']:,} ({_mib(fit['total_bytes'])}); batch {fit['batch'] + 1:,} "
+            f"needs {_mib(fit['next_total_bytes'])} ({fit['plans']} plans made).")
+
+
+def inference_sections(view, graph, workspace_rule: str = "mlas", threads: int = 1) -> str:
+    """:func:`page_sections` for a plan of ``graph`` alone (``export --html``), the
+    workspace under ``workspace_rule`` (:mod:`graphmem.analysis.workspace`)."""
     from graphmem.analysis.breakdown import totals
     from graphmem.analysis.footprint import inference
-    return page_sections(inference(totals(graph, view.plan),
+    return page_sections(inference(totals(graph, view.plan, workspace_rule, threads),
                                    title=f"{view.plan.model}, inference"))
 
 
 def footprint_section(footprints: list[dict], budget: int | None = None,
-                      caption: str = "") -> str:
+                      caption: str = "", answer: str = "") -> str:
     """The whole footprint: one stacked bar per footprint, all to one scale, each with
     its parts listed (label, bytes, share, what it is) and the total."""
     e = html.escape
@@ -63,11 +82,12 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
             bar += (f'<div class="budget" style="left:{100 * budget / scale:.3f}%" '
                     f'title="budget {_mib(budget)}"></div>')
         rows = "".join(
-            f'<tr data-part="{e(p["key"])}"><td><i style="background:'
-            f'{PART_COLOURS.get(p["key"], "#999")}"></i>{e(p["label"])}</td>'
+            f'<tr data-part="{e(p["key"])}"><td class=name title="{e(p["label"])}">'
+            f'<i style="background:{PART_COLOURS.get(p["key"], "#999")}"></i>'
+            f'{e(p["label"])}</td>'
             f'<td class=r>{_mib(p["bytes"])}</td><td class=r>{p["bytes"]:,}</td>'
             f'<td class=r>{100 * p["bytes"] / max(f["total_bytes"], 1):.1f}%</td>'
-            f'<td>{e(p["note"])}</td></tr>' for p in f["parts"])
+            f'<td class=note>{e(p["note"])}</td></tr>' for p in f["parts"])
         over = ""
         if budget:
             word = "fits" if f["total_bytes"] <= budget else "does not fit"
@@ -77,56 +97,65 @@ def footprint_section(footprints: list[dict], budget: int | None = None,
             f'<span class="total">{_mib(f["total_bytes"])}</span> '
             f'({f["total_bytes"]:,} bytes){over}</h3>'
             f'<div class="stack">{bar}</div>'
-            f'<table class="parts"><thead><tr><th>part</th><th class=r>MiB</th>'
+            f'<table class="parts"><thead><tr><th>part</th><th class=r>size</th>'
             f'<th class=r>bytes</th><th class=r>share</th><th>what it is</th></tr></thead>'
             f'<tbody>{rows}<tr class="sum"><td><b>total</b></td>'
             f'<td class=r><b>{_mib(f["total_bytes"])}</b></td>'
             f'<td class=r>{f["total_bytes"]:,}</td><td class=r>100%</td><td></td></tr>'
             f'</tbody></table></div>')
+    answer = f'<p id="fit"><b>{e(answer)}</b></p>' if answer else ""
     return (f'<section id="footprint"><h2>Whole footprint</h2>'
-            f'<div>{e(caption)}</div>{"".join(blocks)}</section>')
+            f'<div>{e(caption)}</div>{answer}{"".join(blocks)}</section>')
 
 
 def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int | None = None,
-                   key: str = "total_bytes", title: str = "What-ifs: memory against batch"
-                   ) -> str:
+                   key: str = "total_bytes", title: str = "What-ifs: memory against batch",
+                   largest: int | None = None) -> str:
     """The what-ifs as a plot: total bytes against batch, one line per dtype, the budget
-    as a dashed line when given; then the rows as a table."""
+    as a dashed line when given, the largest batch that fits it (``largest``) as a
+    vertical line where it lies in the plot; then the rows as a table."""
     e = html.escape
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     batches = sorted({r["batch"] for r in rows})
     top = max([r[key] for r in rows] + [budget or 0, 1]) * 1.08
     w, h, ml, mr, mt, mb = 760, 300, 74, 16, 14, 36
-    log = len(batches) > 2 and batches[-1] / max(batches[0], 1) >= 16
 
-    def x(b: float) -> float:
-        lo, hi = batches[0], batches[-1]
-        if hi == lo:
-            return (ml + w - mr) / 2
-        t = (math.log(b / lo) / math.log(hi / lo)) if log else (b - lo) / (hi - lo)
-        return ml + t * (w - ml - mr)
+    def x(b: float) -> float:  # linear: memory grows linearly with the batch, and looks it
+        lo, hi = 0, batches[-1]
+        return ml + (b - lo) / max(hi - lo, 1) * (w - ml - mr)
 
     def y(v: float) -> float:
         return h - mb - v * (h - mt - mb) / top
 
     parts = []
-    step = _nice(top / MIB / 5)
+    unit, scale = next(((u, sc) for u, sc in (("GiB", 2 ** 30), ("MiB", MIB), ("KiB", 1024))
+                        if top >= sc), ("B", 1))
+    step = _nice(top / scale / 5)
     v = 0.0
-    while v * MIB <= top:
-        parts.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y(v * MIB):.1f}" y2="{y(v * MIB):.1f}" '
-                     f'stroke="#eee"/><text x="{ml - 6}" y="{y(v * MIB) + 4:.1f}" '
-                     f'text-anchor="end">{v:,.6g}</text>')
+    while v * scale <= top:
+        parts.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y(v * scale):.1f}" '
+                     f'y2="{y(v * scale):.1f}" stroke="#eee"/><text x="{ml - 6}" '
+                     f'y="{y(v * scale) + 4:.1f}" text-anchor="end">{v:,.6g}</text>')
         v += step
-    for b in batches:
-        parts.append(f'<text x="{x(b):.1f}" y="{h - mb + 16}" text-anchor="middle">{b}</text>')
+    xstep = next(m * 10 ** e for e in range(12) for m in (1, 2, 5)
+                 if m * 10 ** e >= batches[-1] / 8)  # whole batches
+    tick = 0.0
+    while tick <= batches[-1] + 1e-9:
+        parts.append(f'<text x="{x(tick):.1f}" y="{h - mb + 16}" text-anchor="middle">'
+                     f'{tick:,.6g}</text>')
+        tick += xstep
     parts.append(f'<text x="{(ml + w - mr) / 2:.0f}" y="{h - 4}" text-anchor="middle">batch'
-                 f'{" (log scale)" if log else ""}</text>'
-                 f'<text x="6" y="{mt + 4}">MiB</text>')
+                 f'</text><text x="6" y="{mt + 4}">{unit}</text>')
     if budget:
         parts.append(f'<line class="budget" x1="{ml}" x2="{w - mr}" y1="{y(budget):.1f}" '
                      f'y2="{y(budget):.1f}" stroke="#c0392b" stroke-dasharray="6 3"/>'
                      f'<text x="{ml + 4}" y="{y(budget) - 4:.1f}" style="fill:#c0392b">budget '
                      f'{_mib(budget)}</text>')
+    if largest and largest <= batches[-1]:
+        parts.append(f'<line class="largest" x1="{x(largest):.1f}" x2="{x(largest):.1f}" '
+                     f'y1="{mt}" y2="{h - mb}" stroke="#2e7d32" stroke-dasharray="4 3"/>'
+                     f'<text x="{x(largest) - 4:.1f}" y="{mt + 12}" text-anchor="end" '
+                     f'style="fill:#2e7d32">largest batch that fits: {largest:,}</text>')
     legend = []
     for k, dt in enumerate(dtypes):
         colour = LINE_COLOURS[k % len(LINE_COLOURS)]
@@ -143,15 +172,15 @@ def whatif_section(rows: list[dict], budget: int | None = None, model_batch: int
             ("arena_bytes", "arena"), ("workspace_bytes", "workspace"),
             ("total_bytes", "total")]
     cols = [(k, label) for k, label in cols if all(k in r for r in rows)]
-    head = "".join(f'<th{" class=r" if k not in ("dtype",) else ""}>{e(label)}'
-                   f'{" MiB" if k.endswith("_bytes") else ""}</th>' for k, label in cols)
+    head = "".join(f'<th{" class=r" if k not in ("dtype",) else ""}>{e(label)}</th>'
+                   for k, label in cols)
     if budget:
         head += "<th>budget</th>"
     body = ""
     for r in rows:
         cells = "".join(
             f"<td{' class=r' if k != 'dtype' else ''}>"
-            f"{e(str(r[k])) if not k.endswith('_bytes') else f'{r[k] / MIB:,.2f}'}</td>"
+            f"{e(str(r[k])) if not k.endswith('_bytes') else _mib(r[k])}</td>"
             for k, _ in cols)
         if budget:
             cells += f"<td>{'fits' if r[key] <= budget else 'over'}</td>"
@@ -167,11 +196,12 @@ def training_section(rows: list[tuple[str, int | None, str]], title: str) -> str
     """A training step's figures as a table: (label, bytes or None, note) rows."""
     e = html.escape
     body = "".join(
-        f"<tr><td>{e(label)}</td><td class=r>{'' if b is None else _mib(b)}</td>"
-        f"<td class=r>{'' if b is None else f'{b:,}'}</td><td>{e(note)}</td></tr>"
+        f'<tr><td class=name title="{e(label)}">{e(label)}</td>'
+        f"<td class=r>{'' if b is None else _mib(b)}</td>"
+        f"<td class=r>{'' if b is None else f'{b:,}'}</td><td class=note>{e(note)}</td></tr>"
         for label, b, note in rows)
     return (f'<section id="training"><h2>{e(title)}</h2><table><thead><tr><th></th>'
-            f'<th class=r>MiB</th><th class=r>bytes</th><th>note</th></tr></thead>'
+            f'<th class=r>size</th><th class=r>bytes</th><th>note</th></tr></thead>'
             f'<tbody>{body}</tbody></table></section>')
 
 

@@ -31,12 +31,12 @@ def without_annotations(work: bytes, opaque: Container[str] = ()
     what follows them there (a second round of inference for them alone took as long as
     the first on an int4 Whisper encoder)."""
     parsed = wire.parse_model(work)
-    g = parsed["graph"]
-    if g is None or not g["value_info"]:
+    g = parsed.graph
+    if g is None or not g.value_info:
         return work, {}
     found = {}
     drops = []
-    for i, vi in enumerate(g["value_info"]):
+    for i, vi in enumerate(g.value_info):
         t = vi.type
         typed = t is not None and t.kind == "tensor" and t.elem_type
         if typed and vi.name in opaque and _static(t.shape):

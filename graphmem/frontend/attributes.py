@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from struct import unpack_from
 
+from graphmem import wire
 from graphmem.frontend.protowire import Malformed, add_int64s, fields, int64
 
 # AttributeProto.AttributeType
@@ -19,11 +20,9 @@ UNDEFINED, FLOAT, INT, STRING, TENSOR, FLOATS, INTS, STRINGS = 0, 1, 2, 3, 4, 6,
 # AttributeProto field numbers
 _F, _I, _S, _T, _FLOATS, _INTS, _STRINGS, _REF = 2, 3, 4, 5, 7, 8, 9, 21
 _DIMS = 1  # TensorProto.dims
-# wire types protobuf accepts for each field of AttributeProto (0 varint, 2 bytes,
-# 5 fixed32); another one for a known field makes protobuf's parser refuse the bytes
-_WIRE = {1: (2,), 2: (5,), 3: (0,), 4: (2,), 5: (2,), 6: (2,), 7: (5, 2), 8: (0, 2),
-         9: (2,), 10: (2,), 11: (2,), 13: (2,), 14: (2,), 15: (2,), 20: (0,), 21: (2,),
-         22: (2,), 23: (2,)}
+# the wire types protobuf accepts for each field of AttributeProto (0 varint, 2 bytes,
+# 5 fixed32), from the schema graphmem.wire parses by (written from onnx's descriptors)
+_WIRE = wire.wire_types("AttributeProto")
 
 NOT_DECODED = object()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
+from graphmem import wire
 from graphmem.errors import GraphmemError
 from graphmem.frontend.dim_expressions import (expression_names, is_expression, resolve,
                                                unbound_hint)
@@ -103,22 +104,22 @@ def dim_params(shapes: Iterable[Shape]) -> list[str]:
 
 # --------------------------------------------------------------------------- the wire
 
-def bind(data: bytes, g: dict, dims: dict[str, int], default: int | None,
+def bind(data: bytes, g: wire.Graph, dims: dict[str, int], default: int | None,
          notes: list[str] | None = None
          ) -> tuple[dict[str, int], list[tuple[int, int, bytes | None]]]:
     """:func:`bind_shapes` on the wire graph ``g`` (its spans index ``data``): return
     the bindings and the inputs, outputs and value infos that change, written again
     (splice changes: name, element type and dims; a doc string or denotation dropped);
     ``notes`` gains a line for a ``--dim`` the model does not have."""
-    inits = {t.name for t in g["initializers"]}
-    inputs = [(i, vi) for i, vi in enumerate(g["inputs"]) if vi.name not in inits
+    inits = {t.name for t in g.initializers}
+    inputs = [(i, vi) for i, vi in enumerate(g.inputs) if vi.name not in inits
               and vi.type is not None and vi.type.kind == "tensor"]
     others = [(field, i, vi) for field, kind in ((OUTPUT, "outputs"), (VALUE_INFO, "value_info"))
-              for i, vi in enumerate(g[kind]) if _names_dims(vi.type)]
+              for i, vi in enumerate(getattr(g, kind)) if _names_dims(vi.type)]
     if not dims and default is None and not others and all(
             vi.type is not None and vi.type.kind == "tensor" and vi.type.shape is not None
             and all(d.__class__ is int and d >= 0 for d in vi.type.shape)
-            for vi in g["inputs"]):
+            for vi in g.inputs):
         return {}, []  # every input static, nothing to bind: nothing would change
     bindings, bound_inputs, bound_others = bind_shapes(
         [(vi.name, vi.type.shape) for _, vi in inputs], [vi.type.shape for *_, vi in others],
@@ -138,10 +139,11 @@ def _names_dims(t) -> bool:
             and any(d.__class__ is str for d in t.shape))
 
 
-def wire_dim_params(g: dict) -> list[str]:
+def wire_dim_params(g: wire.Graph) -> list[str]:
     """:func:`all_dim_params` of a wire graph."""
     return dim_params(vi.type.shape for kind in ("inputs", "outputs", "value_info")
-                      for vi in g[kind] if vi.type is not None and vi.type.kind == "tensor")
+                      for vi in getattr(g, kind)
+                      if vi.type is not None and vi.type.kind == "tensor")
 
 
 # --------------------------------------------------------------------------- the proto

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from graphmem import wire
 from graphmem.core.ir import Graph, Node, Sizing, from_columns, standard_domain
 from graphmem.frontend import attributes
+from graphmem.frontend.constant_nodes import Folding
 from graphmem.frontend.lazy import helper, onnx
 from graphmem.frontend.protos import one_line
 from graphmem.frontend.stored_weights import DEQUANTIZE_OPS, dequantized_sources
@@ -62,16 +64,17 @@ def ir_nodes(indices: list[int], ns: list, outer_reads: list[tuple[str, ...]],
         implicit_inputs=outer_reads)
 
 
-def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
+def build(parsed: wire.Model, g: wire.Graph, order, tensors, reads, folding: Folding,
           model_path: str | None, bindings, scopes=None, sizing: tuple[Sizing, ...] = (),
           notes: list[str] | None = None,
           sparse: dict[str, tuple[str, ...]] | None = None) -> Graph:
-    """The Graph of the model's running nodes (``order`` less ``folded``); ``notes``
+    """The Graph of the model's running nodes (``order`` less what folds); ``notes``
     gains a line for attributes no reader could decode (their values are None).
     ``sparse``: each densified sparse initializer's stored values and indices
     (:mod:`graphmem.frontend.sparse`), which the weights count instead of it."""
-    nodes_in = g["nodes"]
-    inits = frozenset(t.name for t in g["initializers"])
+    nodes_in = g.nodes
+    folded, constants = folding.nodes, folding.constants
+    inits = frozenset(t.name for t in g.initializers)
     indices = [idx for idx in order if idx not in folded] if folded else list(order)
     rows = [nodes_in[idx] for idx in indices]
     implicit = [() if rs is n.inputs else tuple(t for t in rs if t not in n.inputs)
@@ -82,7 +85,7 @@ def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
     if lost:
         more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
         notes.append(f"{lost[0]}{more} could not be decoded; its value is left out")
-    opset = max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0)
+    opset = max((v for d, v in parsed.opsets if standard_domain(d)), default=0)
     folded_rows = [nodes_in[idx] for idx in order if idx in folded] if folded else []
     stored_as = dequantized_sources((n.op_type, n.domain, n.inputs, n.outputs)
                                     for n in folded_rows) \
@@ -90,10 +93,10 @@ def build(parsed: dict, g: dict, order, tensors, reads, folded, constants,
     if sparse:
         stored_as = {**stored_as, **sparse}
     return Graph(
-        name=g["name"] or (Path(model_path).stem if model_path else "model"),
+        name=g.name or (Path(model_path).stem if model_path else "model"),
         nodes=tuple(nodes), tensors=tensors,
-        inputs=tuple(vi.name for vi in g["inputs"] if vi.name not in inits),
-        outputs=tuple(o.name for o in g["outputs"]),
+        inputs=tuple(vi.name for vi in g.inputs if vi.name not in inits),
+        outputs=tuple(o.name for o in g.outputs),
         weights=inits, constants=tuple(constants),
         folded_nodes=tuple(sorted(folded)), opset=opset, model_path=model_path,
         node_count=len(nodes_in), bindings=dict(bindings), scopes=scopes or {},

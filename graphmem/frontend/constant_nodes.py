@@ -5,8 +5,10 @@ statically shaped tensor. Their values are computed only when needed
 folding (:func:`dim_data_nodes`). Works on the wire records."""
 from __future__ import annotations
 
+from graphmem import wire
 from graphmem.core.ir import standard_domain
 from graphmem.core.ops import RANDOM_OPS
+from graphmem.core.records import record
 from graphmem.frontend.structure import GRAPH_ATTRS
 
 
@@ -35,14 +37,14 @@ VALUE_ARGUMENTS = {
 }
 
 
-def shape_values(g: dict, reads) -> set[str]:
+def shape_values(g: wire.Graph, reads) -> set[str]:
     """The tensors whose values may size a tensor: those a node reads at a
     VALUE_ARGUMENTS input, every outer value a control-flow body reads, and, upstream
     of those, every input of the nodes that could fold (standard and deterministic;
     not through a Shape or Size, which read only a shape). Decided on the graph's
     structure alone, before any type is known, so it holds whatever folds later; the
     loader carries the data of no other weight into shape inference."""
-    nodes = g["nodes"]
+    nodes = g.nodes
     producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     stack: list[str] = []
     for idx, n in enumerate(nodes):
@@ -69,15 +71,15 @@ def shape_values(g: dict, reads) -> set[str]:
     return seen
 
 
-def dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
+def dim_data_nodes(g: wire.Graph, order, folded, reads) -> set[int]:
     """Folded nodes that must run instead: those whose outputs are data computed from a
     bound dimension (a Shape or Size of a tensor that is not a constant), read as data
     by a running node or a graph output. The exporters write such subgraphs for
     defaulted token-type ids, position ids and masks: folded, an [batch, seq, hidden]
     lookup would count as a weight that grows with batch and sequence (issue 21).
     Shape arithmetic (read only as shapes, axes or counts) stays folded."""
-    nodes = g["nodes"]
-    const = {t.name for t in g["initializers"]}
+    nodes = g.nodes
+    const = {t.name for t in g.initializers}
     tainted: set[str] = set()
     for idx in order:
         if idx not in folded:
@@ -97,7 +99,7 @@ def dim_data_nodes(g: dict, order, folded, reads) -> set[int]:
         found.extend(t for t in reads[idx] if t not in n.inputs)  # subgraphs' outer reads
         return [t for t in found if t in tainted]
 
-    data = {o.name for o in g["outputs"] if o.name in tainted}
+    data = {o.name for o in g.outputs if o.name in tainted}
     for idx in order:
         if idx not in folded:
             data.update(data_reads(idx))
@@ -135,29 +137,43 @@ def foldable(node) -> bool:
     return not any(a.type in GRAPH_ATTRS for a in node.attrs)
 
 
-def fold(g: dict, order, tensors, reads, bindings=None) -> tuple[set[int], list[str]]:
+@record
+class Folding:
+    """What folds, decided on the types known so far: the indices of the nodes that
+    compute only constants (``nodes``), and the constants they make (``constants``, in
+    order). The loader runs the other nodes; a constant's value is computed only where
+    something needs it (:mod:`graphmem.frontend.folding`)."""
+    nodes: frozenset
+    constants: tuple
+
+
+NOTHING_FOLDS = Folding(frozenset(), ())
+
+
+def fold(g: wire.Graph, order, tensors, reads, bindings=None) -> Folding:
     """Which nodes compute only constants (initializers, Constant, static Shape), and
     the constants they make; with ``bindings``, less the data computed from bound dims
     (:func:`dim_data_nodes`), which runs."""
-    return without_dim_data(g, order, reads, bindings,
-                            *constant_nodes(g, order, tensors, reads))
+    return without_dim_data(g, order, reads, bindings, constant_nodes(g, order, tensors, reads))
 
 
-def without_dim_data(g: dict, order, reads, bindings, folded: set[int],
-                     constants: list[str]) -> tuple[set[int], list[str]]:
+def without_dim_data(g: wire.Graph, order, reads, bindings, folding: Folding) -> Folding:
     """:func:`constant_nodes`' answer less the data computed from bound dims."""
     if bindings:
-        kept = dim_data_nodes(g, order, folded, reads)
+        kept = dim_data_nodes(g, order, folding.nodes, reads)
         if kept:
-            nodes = g["nodes"]
+            nodes = g.nodes
             made = {o for i in kept for o in nodes[i].outputs}
-            return folded - kept, [c for c in constants if c not in made]
-    return folded, constants
+            return Folding(folding.nodes - kept,
+                           tuple(c for c in folding.constants if c not in made))
+    return folding
 
 
-def constant_nodes(g: dict, order, tensors, reads) -> tuple[set[int], list[str]]:
-    nodes = g["nodes"]
-    const = {t.name for t in g["initializers"]}
+def constant_nodes(g: wire.Graph, order, tensors, reads) -> Folding:
+    """The nodes whose inputs are all constants, given the types known (``tensors``: a
+    Shape or Size of a sized tensor folds), with bound dims' data folding too."""
+    nodes = g.nodes
+    const = {t.name for t in g.initializers}
     folded: set[int] = set()
     constants: list[str] = []
     for idx in order:
@@ -171,4 +187,4 @@ def constant_nodes(g: dict, order, tensors, reads) -> tuple[set[int], list[str]]
             outs = [o for o in n.outputs if o]
             const.update(outs)
             constants.extend(outs)
-    return folded, constants
+    return Folding(frozenset(folded), tuple(constants))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from graphmem import wire
 from graphmem.core.ir import Tensor
 from graphmem.frontend import bounds, inference
+from graphmem.frontend.constant_nodes import Folding
 from graphmem.frontend.protos import DROPPED, to_proto
 from graphmem.frontend.protowire import ELEM_TYPES, EXTERNAL, NotDecoded, tensor_array, \
     tensor_bytes
@@ -32,12 +33,14 @@ def failure_note(failures: dict[str, str]) -> str:
     return f"constant {name!r}{more} not computed: {reason}"
 
 
-def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], folded,
-                               constants, base_dir, notes: list[str] | None = None, *,
-                               needed=None, stored=None, cache: dict | None = None) -> bytes:
-    """``model`` (serialized) with the types onnx's inference gives once the values of
-    the folded constants (up to SMALL_CONSTANT_BYTES each) are initializers; ``notes``
-    gains a line for the constants that could not be computed.
+def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor],
+                               folding: Folding, base_dir, notes: list[str] | None = None,
+                               *, needed=None, stored=None, cache: dict | None = None,
+                               view: wire.Model | None = None) -> bytes:
+    """``model`` (serialized; ``view``: its wire view, when at hand) with the types
+    onnx's inference gives once the values of the folded constants (``folding``, up to
+    SMALL_CONSTANT_BYTES each) are initializers; ``notes`` gains a line for the
+    constants that could not be computed.
 
     ``needed`` (the tensors whose values may size another) limits the computation to
     the folded nodes upstream of those and of the constants that have no type yet: a
@@ -46,9 +49,10 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
     without data that those nodes read (name list -> {name: array}). ``cache`` holds
     the values an earlier round computed (a folded node's value does not change) and
     gains this round's: their nodes are not run again."""
-    parsed = wire.parse_model(model)
-    g = parsed["graph"]
-    nodes = g["nodes"]
+    parsed = view if view is not None else wire.parse_model(model)
+    g = parsed.graph
+    nodes = g.nodes
+    folded, constants = folding.nodes, folding.constants
     failures: dict[str, str] = {}
     run = [i for i in order if i in folded]
     given = dict(cache or {})
@@ -77,7 +81,7 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
     # 2.3e18 made onnx's inference grow without bound): named here, before inference
     bounds.check(((i, nodes[i]) for i in order), values, tensors.get,
                  lambda i, n: f"node {i} ({n.op_type}{' ' + repr(n.name) if n.name else ''})")
-    inits = {t.name for t in g["initializers"]}
+    inits = {t.name for t in g.initializers}
     gone = {i for i in folded if all(o in values for o in nodes[i].outputs if o)}
     kept = [i for i in order if i not in gone]
     if list(order) == list(range(len(nodes))):  # the file's nodes in order: the computed dropped
@@ -89,7 +93,7 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
                 for name, value in values.items() if name not in inits]
     # an entry inferred before the value was known ([?, 1] for a ConstantOfShape of a
     # computed size) would stand for the initializer in inference
-    changes += [(VALUE_INFO, k, None) for k, vi in enumerate(g["value_info"])
+    changes += [(VALUE_INFO, k, None) for k, vi in enumerate(g.value_info)
                 if vi.name in values]
     data_prop = not any(nodes[i].op_type in inference.UNBOUNDED_DATA_PROP for i in kept)
     inferred = inference.infer(splice(model, parsed, changes), data_prop)
@@ -99,13 +103,13 @@ def infer_with_constant_values(model: bytes, order, tensors: dict[str, Tensor], 
     # A computed constant's type is its value's: an entry inferred before it was known
     # (a ConstantOfShape of computed dims, [?, ?]) is replaced, not kept.
     valued = {name for name in constants if name in values}
-    found = wire.parse_values(inferred)["graph"]
-    changes = [(VALUE_INFO, k, None) for k in range(len(g["value_info"]))]
-    if [o.name for o in found["outputs"]] == [o.name for o in g["outputs"]]:
+    found = wire.parse_values(inferred).graph
+    changes = [(VALUE_INFO, k, None) for k in range(len(g.value_info))]
+    if [o.name for o in found.outputs] == [o.name for o in g.outputs]:
         changes += [(OUTPUT, k, _entry_at(inferred, found, OUTPUT, k))
-                    for k in range(len(g["outputs"]))]
+                    for k in range(len(g.outputs))]
     changes += [(VALUE_INFO, -1, _entry_at(inferred, found, VALUE_INFO, k))
-                for k, vi in enumerate(found["value_info"]) if vi.name not in valued]
+                for k, vi in enumerate(found.value_info) if vi.name not in valued]
     changes += [(VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(
         name, _elem_type(values[name]), values[name].shape))) for name in constants
         if name in valued]
@@ -126,18 +130,18 @@ def upstream(nodes, run: list[int], wanted: set[str]) -> list[int]:
     return kept
 
 
-def computed_here(data: bytes, g: dict, run: list[int], tensors: dict[str, Tensor],
+def computed_here(data: bytes, g: wire.Graph, run: list[int], tensors: dict[str, Tensor],
                   given: dict, failures: dict[str, str]) -> dict | None:
     """The values of the outputs of the folded nodes ``run`` (and the initializers they
     read, and ``given``), as :func:`graphmem.frontend.folding.evaluate_constants` gives
     them with ``max_bytes=SMALL_CONSTANT_BYTES``, computed by
     :mod:`graphmem.frontend.shape_arithmetic` on the wire records; None when one of them
     is not computed there."""
-    if g["sparse_initializers"]:
+    if g.sparse_initializers:
         return None
-    nodes = g["nodes"]
+    nodes = g.nodes
     values = dict(given)
-    index = {t.name: i for i, t in enumerate(g["initializers"])}
+    index = {t.name: i for i, t in enumerate(g.initializers)}
     absent: set[str] = set()  # initializers whose data the loader left out
 
     def read(name: str) -> bool:
@@ -147,7 +151,7 @@ def computed_here(data: bytes, g: dict, run: list[int], tensors: dict[str, Tenso
         i = index.get(name)
         if i is None or name in absent:
             return False
-        init = g["initializers"][i]
+        init = g.initializers[i]
         if init.data_location == EXTERNAL:
             if dict(init.external_data).get("location") in (None, DROPPED):
                 absent.add(name)
@@ -193,8 +197,8 @@ def _shaped(shape):
     return np.lib.stride_tricks.as_strided(np.zeros(1, np.bool_), shape, (0,) * len(shape))
 
 
-def _entry_at(data: bytes, g: dict, field: int, index: int) -> bytes:
-    off, size = g["spans"][field][index]
+def _entry_at(data: bytes, g: wire.Graph, field: int, index: int) -> bytes:
+    off, size = g.spans[field][index]
     return bytes(data[off:off + size])
 
 

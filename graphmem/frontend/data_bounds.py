@@ -230,8 +230,7 @@ def _constants(state) -> dict:
     if found is not None:
         return found
     from onnx import numpy_helper
-    from graphmem.frontend.protos import to_proto
-    model = to_proto(state.data)
+    model = state.model.source_proto
     found = {}
     for t in model.graph.initializer:
         if t.data_location != 1 and len(t.raw_data) <= 64 and len(t.dims) <= 1:
@@ -254,7 +253,7 @@ def has_data_dependent_ops(state) -> bool:
     an If/Loop/Scan body."""
     from graphmem.frontend.structure import GRAPH_ATTRS
     names = [op.encode() for op in RULES]
-    for n in state.g["nodes"]:
+    for n in state.g.nodes:
         if n.op_type in RULES and standard_domain(n.domain):
             return True
         for a in n.attrs:
@@ -278,7 +277,7 @@ def bounded_sizes(state, strategies) -> None:
     and ``unknown``; passed in, it imports this one)."""
     add_types, constant_values = strategies.add_types, strategies.constant_values
     record = record_of(state)
-    nodes = state.g["nodes"]
+    nodes = state.g.nodes
     while state.missing:
         found: dict = {}
         # a TopK last: its k may be shape arithmetic the constant values compute at the
@@ -323,12 +322,12 @@ def govern(state, record: DataBounds, unknown) -> None:
     """Which tensors each symbol governs (computed from its outputs, through data or
     shape), and the folding decided again without them: a Shape of a bounded tensor
     is known only at run time."""
-    from graphmem.frontend.constant_nodes import foldable, without_dim_data
+    from graphmem.frontend.constant_nodes import Folding, foldable, without_dim_data
     g, order, reads = state.g, state.order, state.reads
-    nodes = g["nodes"]
+    nodes = g.nodes
     record.governed, syms = governed(g, order, reads, record)
     # folding, as constant_nodes decides it, less what reads a governed tensor
-    const = {t.name for t in g["initializers"]}
+    const = {t.name for t in g.initializers}
     folded: set[int] = set()
     constants: list[str] = []
     for idx in order:
@@ -344,12 +343,12 @@ def govern(state, record: DataBounds, unknown) -> None:
             outs = [o for o in n.outputs if o]
             const.update(outs)
             constants.extend(outs)
-    state.folded, state.constants = without_dim_data(g, order, reads, state.bindings,
-                                                     folded, constants)
-    state.missing = unknown(g, order, state.tensors, state.folded)
+    state.folding = without_dim_data(g, order, reads, state.bindings,
+                                     Folding(frozenset(folded), tuple(constants)))
+    state.missing = unknown(g, order, state.tensors, state.folding.nodes, state.open_nodes)
 
 
-def governed(g: dict, order, reads, record: DataBounds
+def governed(g, order, reads, record: DataBounds
              ) -> tuple[dict[str, tuple[str, ...]], dict[str, set]]:
     """(tensor -> the symbols its size may depend on, tensor -> the symbols its size or
     its values may depend on). A symbol's outputs have sizes it decides; a node reading
@@ -358,7 +357,7 @@ def governed(g: dict, order, reads, record: DataBounds
     (constant_nodes.VALUE_ARGUMENTS: TopK's k, Reshape's shape, ...) decides the sizes
     of its outputs, read elsewhere their values only."""
     from graphmem.frontend.constant_nodes import VALUE_ARGUMENTS
-    nodes = g["nodes"]
+    nodes = g.nodes
     size: dict[str, set] = {}
     value: dict[str, set] = {}
     for s in record.symbols.values():
@@ -393,10 +392,10 @@ def governed(g: dict, order, reads, record: DataBounds
     return {t: tuple(sorted(s)) for t, s in size.items()}, value
 
 
-def refusal(g: dict, name: str, tensors) -> str:
+def refusal(g, name: str, tensors) -> str:
     """The hint for an open tensor a data-dependent op upstream leaves open: the op,
     and the ``--bound`` to pass where one would size it ('' when none is upstream)."""
-    nodes = g["nodes"]
+    nodes = g.nodes
     producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     queue, seen = [name], {name}
     while queue:

@@ -199,7 +199,7 @@ def _on_runtime(sub: onnx.ModelProto, wanted: list[str]) -> list:
     elem = {vi.name: vi.type.tensor_type.elem_type
             for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
     if not all(elem.get(o) for o in wanted):
-        from graphmem.frontend.contrib_shapes import propagate
+        from graphmem.frontend.shape_walk import propagate
         for name, (e, _) in propagate(sub.SerializeToString()).items():
             elem[name] = elem.get(name) or e
     typed = onnx.ModelProto()

@@ -40,15 +40,20 @@ def infer_proto(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def types(data: bytes) -> dict[str, tuple]:
-    """Every value's type in a (shape-inferred) model: a ``wire.ValueType`` (kind,
-    elem_type, shape) from the value infos and inputs and outputs, ``("init",
-    data_type, dims)`` for initializers."""
-    g = wire.parse_values(data)["graph"]
+    """Every value's type in a (shape-inferred) model's bytes: :func:`types_of` its
+    wire graph (read without its nodes)."""
+    return types_of(wire.parse_values(data).graph)
+
+
+def types_of(g: wire.Graph) -> dict[str, tuple]:
+    """Every value's type in a wire graph: a ``wire.ValueType`` (kind, elem_type,
+    shape) from the value infos and inputs and outputs, ``("init", data_type, dims)``
+    for initializers."""
     found: dict[str, tuple] = {}
     for kind in ("value_info", "inputs", "outputs"):
         # a comprehension: dict.update copies each record that is not an exact tuple
-        found.update({vi.name: vi.type for vi in g[kind] if vi.type is not None})
-    for init in g["initializers"]:
+        found.update({vi.name: vi.type for vi in getattr(g, kind) if vi.type is not None})
+    for init in g.initializers:
         found[init.name] = ("init", init.data_type, init.dims)
     return found
 

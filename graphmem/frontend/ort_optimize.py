@@ -5,6 +5,14 @@ optimizations at LEVEL and save the graph it would run
 (``SessionOptions.optimized_model_filepath``) into a temporary folder; graphmem plans
 that file and removes the folder when the command ends (:func:`cleanup`, called by the
 CLI on every way out). What each level fuses is in docs/ort-graphs.md.
+
+ONNX Runtime does not write the same graph twice: the nodes its layout transformers
+insert (NCHWc's reorders) come out in another sequence and under other node names from
+one session to the next. The saved graph is therefore rewritten in a canonical form
+(:func:`canonicalize`) before anything reads it: its nodes in a deterministic
+topological order that depends only on the graph's structure (:func:`canonical_order`),
+its initializers and value_info sorted by name. One input gives one graph to plan, and
+the same command writes the same plan byte for byte.
 """
 from __future__ import annotations
 
@@ -87,7 +95,111 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
                             f"missing) and would have optimized for the CPU instead")
     if not out.is_file():
         raise GraphmemError(f"{src}: ONNX Runtime saved no optimized model at level {level}")
+    canonicalize(out)
     return Optimized(path=out, source=src, level=level, provider=provider, seconds=seconds)
+
+
+def canonicalize(path: Path) -> None:
+    """Rewrite the model at ``path`` (its weights stay where they are: only the graph's
+    proto is read and written) with its top-level nodes in :func:`canonical_order` and
+    its initializers, sparse initializers and value_info sorted by name."""
+    import onnx
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise GraphmemError(f"{path}: ONNX Runtime's optimized model does not read back "
+                            f"({' '.join(str(exc).split())[:300]})") from None
+    g = model.graph
+    _refill(g.node, [g.node[i] for i in canonical_order(g)])
+    _refill(g.initializer, sorted(g.initializer, key=lambda t: t.name))
+    _refill(g.sparse_initializer, sorted(g.sparse_initializer, key=lambda t: t.values.name))
+    _refill(g.value_info, sorted(g.value_info, key=lambda v: v.name))
+    path.write_bytes(model.SerializeToString())
+
+
+def _refill(field, items) -> None:
+    """Make the repeated proto ``field`` hold copies of ``items`` (its own, reordered)."""
+    copies = [type(x)() for x in items]
+    for c, x in zip(copies, items):
+        c.CopyFrom(x)
+    del field[:]
+    field.extend(copies)
+
+
+def canonical_order(graph) -> list[int]:
+    """A topological order of ``graph``'s nodes (an onnx GraphProto) that depends only
+    on its structure, not on the sequence of its nodes in the file nor on their names:
+    each graph output's producer, in the graph's output order, after what it reads
+    (depth first, its inputs in their order, then the outer names its subgraphs read,
+    in their order); then, the same way, every node not reached from an output, those
+    first whose (domain, op type, outputs, inputs) sorts first. Depth first runs a
+    value's producers just before its first reader, as an exporter writes a program."""
+    nodes = list(graph.node)
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for t in n.output:
+            if t:
+                producer.setdefault(t, i)
+    reads = [[t for t in (*n.input, *_outer_reads(n)) if t in producer] for n in nodes]
+    done = [False] * len(nodes)
+    order: list[int] = []
+
+    def visit(root: int) -> None:
+        if done[root]:
+            return
+        done[root] = True
+        stack = [(root, iter(reads[root]))]
+        while stack:
+            i, it = stack[-1]
+            for t in it:
+                j = producer[t]
+                if not done[j]:
+                    done[j] = True
+                    stack.append((j, iter(reads[j])))
+                    break
+            else:
+                stack.pop()
+                order.append(i)
+
+    for o in graph.output:
+        if o.name in producer:
+            visit(producer[o.name])
+    rest = sorted((i for i in range(len(nodes)) if not done[i]),
+                  key=lambda i: (nodes[i].domain, nodes[i].op_type, tuple(nodes[i].output),
+                                 tuple(nodes[i].input)))
+    for i in rest:
+        visit(i)
+    return order
+
+
+def _outer_reads(node) -> list[str]:
+    """The names the subgraphs of ``node`` (If, Loop, Scan bodies) read and do not make
+    themselves, in the order they first read them."""
+    from onnx import AttributeProto
+    out: dict[str, None] = {}
+
+    def walk(g, made: set) -> None:
+        made = made | {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            for t in n.input:
+                if t and t not in made:
+                    out.setdefault(t)
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == AttributeProto.GRAPH else
+                            list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
+                    walk(sub, made)
+            made = made | set(n.output)
+        for o in g.output:
+            if o.name not in made:
+                out.setdefault(o.name)
+
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            walk(a.g, set())
+        elif a.type == AttributeProto.GRAPHS:
+            for sub in a.graphs:
+                walk(sub, set())
+    return list(out)
 
 
 def weights_beside(so, out: Path) -> None:

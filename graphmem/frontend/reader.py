@@ -33,6 +33,7 @@ from graphmem.frontend.splice import SMALL_CONSTANT_BYTES, splice, stripped_weig
 from graphmem.frontend.zoo import resolve
 from graphmem.frontend.structure import (EXTERNAL, all_reads, check_names, external_locations,
                                          invalid_name, topological_order)
+from graphmem.frontend.working_model import WorkingModel
 
 if TYPE_CHECKING:
     import onnx
@@ -45,7 +46,7 @@ __all__ = ["SMALL_CONSTANT_BYTES", "bind_dims", "check_external_data", "copy_wit
 
 def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.ModelProto:
     """Read an ONNX file, turning every failure into a one-line GraphmemError."""
-    p = _model_file(path)
+    p = model_file(path)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
@@ -69,7 +70,7 @@ def plan_size_bound(model: onnx.ModelProto) -> int:
     return (1 << 20) + sum(6 * len(t) + 256 for t in names) + 24 * len(g.node)
 
 
-def _model_file(path: str | os.PathLike) -> Path:
+def model_file(path: str | os.PathLike) -> Path:
     """``path``, refused in one line unless it is a non-empty file."""
     p = Path(path)
     if not p.exists():
@@ -134,7 +135,7 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
     :mod:`graphmem.frontend.data_bounds`). Weights are not read into memory unless a
     small constant's value is needed for shape inference.
     """
-    p = _model_file(resolve(os.fspath(path), quiet=True))
+    p = model_file(resolve(os.fspath(path), quiet=True))
     return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p, bounds=bounds)
 
@@ -183,20 +184,20 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     except ValueError as exc:
         raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
                             f"({one_line(exc)})") from None
-    g = parsed["graph"]
+    g = parsed.graph
     stored: dict[str, tuple[str, ...]] = {}
-    if g is not None and g["sparse_initializers"]:
+    if g is not None and g.sparse_initializers:
         from graphmem.frontend.sparse import densify
         data, parsed, stored = densify(data, parsed)
-        g = parsed["graph"]
+        g = parsed.graph
     if source is not None:
-        if g is None or (not g["nodes"] and not g["outputs"]):
+        if g is None or (not g.nodes and not g.outputs):
             raise GraphmemError(f"{source}: not an ONNX model (no graph in the file)")
         for name, location in external_locations(g):
             _check_location(name, location, source)
     if g is None:
-        g = wire.parse_model(b"\x3a\x00")["graph"]  # an empty graph
-    bad = parsed["not_utf8"] and invalid_name(g)
+        g = wire.parse_model(b"\x3a\x00").graph  # an empty graph
+    bad = parsed.not_utf8 and invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     # Our own structural checks first: they name the node and tensor, where the
@@ -210,16 +211,17 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         run_check(data, parsed, stripped, order)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
+    model = WorkingModel(data, parsed, splice(data, parsed, rebound + stripped), base_dir)
     state = LoadState(
-        data=data, work=splice(data, parsed, rebound + stripped), g=g, order=order,
-        reads=reads, bindings=bindings, base_dir=base_dir, notes=notes, shape_values=values,
-        opset=max((v for d, v in parsed["opsets"] if standard_domain(d)), default=0))
+        model=model, order=order, reads=reads, bindings=bindings, notes=notes,
+        shape_values=values,
+        opset=max((v for d, v in parsed.opsets if standard_domain(d)), default=0))
     if bounds:  # issue 53: --bound values, read by the data-bounds strategy
         from graphmem.frontend.data_bounds import DataBounds
         state.data_bounds = DataBounds(bounds)
     sizing = run_strategies(state)
-    graph = build(parsed, g, order, state.tensors, reads, state.folded, state.constants,
-                  model_path, bindings, state.scopes, sizing, state.notes, stored)
+    graph = build(parsed, g, order, state.tensors, reads, state.folding, model_path,
+                  bindings, state.scopes, sizing, state.notes, stored)
     record = getattr(state, "data_bounds", None)
     if record is not None:  # issue 53: the bounded symbols and what they govern
         from graphmem.frontend.data_bounds import attach

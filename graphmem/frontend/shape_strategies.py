@@ -3,11 +3,13 @@
 The loader sizes every tensor with onnx's shape inference first; what that leaves
 unknown, each later strategy tries in turn, until nothing is unknown or the list ends
 (then the first unknown tensor is named in one line). A strategy is a function over the
-shared :class:`LoadState`: it reads the model (its bytes or its proto, whichever the
-last strategy left) and the tensors sized so far, and leaves the state consistent --
-``tensors``, and for a strategy that runs only while something is unknown, ``folded``,
-``constants`` and ``missing`` too. The loader records which strategy newly sized which
-tensors (:class:`graphmem.core.ir.Sizing`, on ``Graph.sizing``).
+shared :class:`LoadState`: it asks the model (a
+:class:`~graphmem.frontend.working_model.WorkingModel`) for the form it needs (bytes,
+proto, wire view, tensors) and tells it what changed, reads the tensors sized so far,
+and leaves the state consistent -- ``tensors``, and for a strategy that runs only while
+something is unknown, ``folding`` and ``missing`` too. The loader records which
+strategy newly sized which tensors (:class:`graphmem.core.ir.Sizing`, on
+``Graph.sizing``).
 
 A new strategy is one function and one :class:`Strategy` in :data:`STRATEGIES`, at the
 place in the order where it should run: cheap and exact ones before broad ones.
@@ -21,15 +23,14 @@ from graphmem import wire
 from graphmem.core.ir import CONTROL_FLOW, Sizing, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
 from graphmem.frontend import annotations, inference
-from graphmem.frontend.constant_nodes import constant_nodes, fold, without_dim_data
+from graphmem.frontend.constant_nodes import (NOTHING_FOLDS, Folding, constant_nodes, fold,
+                                              without_dim_data)
 from graphmem.frontend.constant_values import failure_note, infer_with_constant_values
 from graphmem.frontend.lazy import onnx as _onnx
-from graphmem.frontend.protos import one_line, to_proto
-from graphmem.frontend.protowire import NotDecoded, tensor_array
-from graphmem.frontend.splice import (INITIALIZER, OUTPUT, SHAPE_DATA_BYTES,
-                                      SMALL_CONSTANT_BYTES, VALUE_INFO, entry,
-                                      entry_message, splice, tensor_value_info)
-from graphmem.frontend.structure import EXTERNAL
+from graphmem.frontend.protos import one_line
+from graphmem.frontend.splice import (OUTPUT, SMALL_CONSTANT_BYTES, VALUE_INFO, entry,
+                                      tensor_value_info)
+from graphmem.frontend.working_model import WorkingModel
 
 if TYPE_CHECKING:
     import onnx
@@ -38,92 +39,36 @@ else:
 
 
 class LoadState:
-    """What the strategies share: the model as read (wire graph, order, reads,
-    bindings), the model with the types found so far (``model``: bytes, or the proto
-    once a strategy needed one), every tensor sized so far, the nodes that fold, and
-    the outputs of running nodes still unknown (``missing``: None until computed).
-    (A plain class, not a dataclass: the loader imports it on every run.)"""
+    """What the strategies share: the model (:class:`WorkingModel`: as read, and as the
+    strategies infer on it, with the types found so far), the wire graph as read with
+    its order, reads and bindings, every tensor sized so far, what folds
+    (:class:`Folding`), and the outputs of running nodes still unknown (``missing``:
+    None until computed). (A plain class, not a dataclass: the loader imports it on
+    every run.)"""
 
-    def __init__(self, *, data: bytes, work: bytes, g: dict, order: list[int],
+    def __init__(self, *, model: WorkingModel, order: list[int],
                  reads: list[tuple[str, ...]], bindings: dict[str, int], opset: int,
-                 base_dir: str, notes: list[str] | None = None,
-                 shape_values: set[str] | None = None):
-        self.data = data  # the model's bytes as read
-        self.work = work  # ... dims bound, weights' data stripped (stripped_weights): inferred on
-        self.g = g  # the wire graph
+                 notes: list[str] | None = None, shape_values: set[str] | None = None):
+        self.model = model
+        self.g = model.source_view.graph  # the wire graph as read
         self.order, self.reads, self.bindings = order, reads, bindings
-        self.opset, self.base_dir = opset, base_dir
-        self.model: bytes | onnx.ModelProto | None = None
+        self.opset = opset
         self.tensors: dict[str, Tensor] = {}
-        self.folded: set[int] = set()
-        self.constants: list[str] = []
+        self.folding: Folding = NOTHING_FOLDS
         self.missing: list[tuple[str, OpenNode]] | None = None
+        self.open_nodes: dict[int, OpenNode] = {}  # unknown()'s, each made once per load
         self.scopes: dict = {}
         self.notes: list[str] = notes if notes is not None else []  # what was caught, and why
         # the tensors whose values may size another (constant_nodes.shape_values): the
-        # only weights ``work`` carries data for, beside the tiny ones; None: every value
+        # only weights the working model carries data for, beside the tiny ones; None:
+        # every value
         self.shape_values = shape_values
-
-    def model_bytes(self) -> bytes:
-        if not isinstance(self.model, bytes):
-            self.model = self.model.SerializeToString()
-        return self.model
-
-    def model_proto(self) -> onnx.ModelProto:
-        if isinstance(self.model, bytes):
-            self.model = to_proto(self.model)
-        return self.model
-
-    def stored_values(self, names) -> dict:
-        """The values of the initializers among ``names`` that ``work`` carries without
-        their data and that hold at most SMALL_CONSTANT_BYTES, read from the model's
-        bytes (every such weight that a computation needs, and only those)."""
-        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
-        out = {}
-        for name in names:
-            i = index.get(name)
-            if i is None:
-                continue
-            init = self.g["initializers"][i]
-            if SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES and \
-                    init.data_location != EXTERNAL:
-                message = entry_message(self.data, self.g, INITIALIZER, i)
-                try:
-                    out[name] = tensor_array(message)
-                except NotDecoded:  # an element type read by onnx only (bfloat16, ...)
-                    from onnx import numpy_helper
-                    out[name] = numpy_helper.to_array(onnx.TensorProto.FromString(message))
-        return out
-
-    def with_small_weights(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """``model`` (the proto of ``work``) with the data of its initializers of up to
-        SMALL_CONSTANT_BYTES back: ONNX Runtime's symbolic inference runs onnx's
-        inference on each node with the initializers it reads, and stops at one whose
-        data is marked external (the fallback sees the weights it saw before they were
-        stripped; it runs only where the other strategies left a tensor unknown)."""
-        index = {t.name: i for i, t in enumerate(self.g["initializers"])}
-        back = []
-        for k, t in enumerate(model.graph.initializer):
-            i = index.get(t.name)
-            if i is not None and t.data_location == EXTERNAL:
-                init = self.g["initializers"][i]
-                if init.data_location != EXTERNAL and \
-                        SHAPE_DATA_BYTES < init.raw_bytes <= SMALL_CONSTANT_BYTES:
-                    back.append((k, i))
-        if not back:
-            return model
-        from graphmem.frontend.splice import initializer_from
-        out = onnx.ModelProto()
-        out.CopyFrom(model)
-        for k, i in back:
-            out.graph.initializer[k].CopyFrom(initializer_from(self.data, self.g, i))
-        return out
 
     def settle(self) -> None:
         """Decide folding on the tensors sized so far, and what is still unknown."""
-        self.folded, self.constants = fold(self.g, self.order, self.tensors, self.reads,
-                                           self.bindings)
-        self.missing = unknown(self.g, self.order, self.tensors, self.folded)
+        self.folding = fold(self.g, self.order, self.tensors, self.reads, self.bindings)
+        self.missing = unknown(self.g, self.order, self.tensors, self.folding.nodes,
+                               self.open_nodes)
 
 
 def _always(state: LoadState) -> bool:
@@ -147,13 +92,13 @@ def onnx_inference(state: LoadState) -> None:
     static ones of contrib ops' outputs, which it has no schema to check; those that
     disagree with what it computes are named in a note, and those of tensors it left
     unsized given back for a second round (:mod:`graphmem.frontend.annotations`)."""
-    opaque = {o for n in state.g["nodes"] if not standard_domain(n.domain) for o in n.outputs}
-    work, said = annotations.without_annotations(state.work, opaque)
-    state.model = inference.infer(work, data_prop(state))
-    state.tensors = inference.tensors(state.model)
+    opaque = {o for n in state.g.nodes if not standard_domain(n.domain) for o in n.outputs}
+    work, said = annotations.without_annotations(state.model.bytes, opaque)
+    state.model.set_bytes(inference.infer(work, data_prop(state)))
+    state.tensors = state.model.tensors()
     # an annotation of a name no node makes (what an optimizer removed: ORT's
     # transformer optimizer leaves 71 on Whisper's dynamo encoder) sizes nothing
-    produced = {o for n in state.g["nodes"] for o in n.outputs}
+    produced = {o for n in state.g.nodes for o in n.outputs}
     said = {name: t for name, t in said.items() if name in produced}
     if said:
         notes, back = annotations.check(said, state.tensors)
@@ -163,12 +108,12 @@ def onnx_inference(state: LoadState) -> None:
 
 def data_prop(state: LoadState) -> bool:
     """Does onnx's inference propagate data on this model (not with UNBOUNDED_DATA_PROP)?"""
-    return not any(n.op_type in inference.UNBOUNDED_DATA_PROP for n in state.g["nodes"])
+    return not any(n.op_type in inference.UNBOUNDED_DATA_PROP for n in state.g.nodes)
 
 
 def has_control_flow(state: LoadState) -> bool:
     return any(n.op_type in CONTROL_FLOW and standard_domain(n.domain)
-               for n in state.g["nodes"])
+               for n in state.g.nodes)
 
 
 def control_flow_bodies(state: LoadState) -> None:
@@ -180,22 +125,24 @@ def control_flow_bodies(state: LoadState) -> None:
     of a bound dim), at most SMALL_CONSTANT_BYTES each."""
     from graphmem.frontend.control_flow import graph_values, settle  # imports onnx
     g, order, tensors, reads = state.g, state.order, state.tensors, state.reads
-    model = to_proto(state.data)
-    plain = graph_values(model)
+    plain: list = []  # the values of the model as read, read when first asked
     computed: dict[str, object] = {}
 
     def values(name: str):
-        found = plain(name)
+        if not plain:
+            plain.append(graph_values(state.model.source_proto))
+        found = plain[0](name)
         if found is not None:
             return found
         if not computed:
             from graphmem.frontend.folding import evaluate_constants
-            folded, _ = constant_nodes(g, order, tensors, reads)
+            source = state.model.source_proto
+            folded = constant_nodes(g, order, tensors, reads).nodes
             failures: dict[str, str] = {}
             computed.update(evaluate_constants(
-                model, [model.graph.node[i] for i in order if i in folded], tensors,
-                max_bytes=SMALL_CONSTANT_BYTES, base_dir=state.base_dir, prefer="reference",
-                failures=failures))
+                source, [source.graph.node[i] for i in order if i in folded], tensors,
+                max_bytes=SMALL_CONSTANT_BYTES, base_dir=state.model.base_dir,
+                prefer="reference", failures=failures))
             if failures:
                 state.notes.append(failure_note(failures))
             computed[""] = None  # evaluated once, whatever it found
@@ -205,7 +152,8 @@ def control_flow_bodies(state: LoadState) -> None:
         from graphmem.frontend.body_bounds import ControlFlowBounds
         bounds = ControlFlowBounds(_data_bounds().record_of(state))
     try:
-        model, _, state.scopes = settle(to_proto(state.model_bytes()), order, dict(tensors),
+        # settle adds the types it finds to the proto it is given, in place
+        model, _, state.scopes = settle(state.model.proto, order, dict(tensors),
                                         inference.infer_proto, values, bounds=bounds)
     except UnknownShape as exc:  # an outer tensor a body reads
         why = data_dependence(g, exc.tensor, tensors)
@@ -213,14 +161,11 @@ def control_flow_bodies(state: LoadState) -> None:
             state.deferred_control_flow = True  # issue 53: data-bounds settles it later
             return
         raise GraphmemError(f"{exc}{why}") from None
-    state.model = model.SerializeToString()
-    state.tensors = inference.tensors(state.model)
+    state.model.set_proto(model)
+    state.tensors = state.model.tensors()
     if bounds is not None and len(state.scopes) < sum(
-            n.op_type in CONTROL_FLOW and standard_domain(n.domain) for n in g["nodes"]):
+            n.op_type in CONTROL_FLOW and standard_domain(n.domain) for n in g.nodes):
         state.deferred_control_flow = True  # issue 53: data-bounds settles the rest later
-
-
-_BOOL = 9  # TensorProto.BOOL
 
 
 def dropout_mask(state: LoadState) -> None:
@@ -236,7 +181,7 @@ def dropout_mask(state: LoadState) -> None:
         data_in = state.tensors.get(node.inputs[0])
         if data_in is None:
             continue
-        found[name] = (_BOOL if state.opset >= 10 else ENUM_BY_NAME[data_in.dtype],
+        found[name] = (ENUM_BY_NAME["bool" if state.opset >= 10 else data_in.dtype],
                        data_in.shape)
     add_types(state, found, infer=False)  # a mask is read by nothing, as a rule
 
@@ -251,14 +196,12 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
     declared type would stand for it)."""
     if not found:
         return
-    data = state.model_bytes()
-    parsed = wire.parse_model(data)
-    outputs = {o.name: k for k, o in enumerate(parsed["graph"]["outputs"])}
-    added = [(OUTPUT, outputs[name], entry(OUTPUT, tensor_value_info(name, elem, shape)))
-             if name in outputs else
-             (VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(name, elem, shape)))
-             for name, (elem, shape) in found.items()]
-    state.model = splice(data, parsed, added)
+    outputs = state.model.output_index()
+    state.model.splice([
+        (OUTPUT, outputs[name], entry(OUTPUT, tensor_value_info(name, elem, shape)))
+        if name in outputs else
+        (VALUE_INFO, -1, entry(VALUE_INFO, tensor_value_info(name, elem, shape)))
+        for name, (elem, shape) in found.items()])
     if infer:
         infer_again(state)
     else:
@@ -267,14 +210,15 @@ def add_types(state: LoadState, found: dict[str, tuple[int, tuple[int, ...]]], *
 
 def infer_again(state: LoadState) -> None:
     """onnx's inference on the model as it stands (the types added so far in it)."""
-    state.model = inference.infer(state.model_bytes(), data_prop(state))
+    state.model.set_bytes(inference.infer(state.model.bytes, data_prop(state)))
     _read_types(state)
 
 
 def _read_types(state: LoadState) -> None:
     """The tensors the model's types size, and what is still open."""
-    state.tensors = inference.tensors(state.model)
-    state.missing = unknown(state.g, state.order, state.tensors, state.folded)
+    state.tensors = state.model.tensors()
+    state.missing = unknown(state.g, state.order, state.tensors, state.folding.nodes,
+                            state.open_nodes)
 
 
 def has_contrib_ops(state: LoadState) -> bool:
@@ -283,33 +227,29 @@ def has_contrib_ops(state: LoadState) -> bool:
     before opset 17: what its optimizers write for T5's and Llama's RMSNorm, which
     onnx's inference leaves open; the rules know them)."""
     from graphmem.frontend.checking import ort_own_ops
-    nodes = state.g["nodes"]
+    nodes = state.g.nodes
     return any(not standard_domain(n.domain) for n in nodes) or bool(
         ort_own_ops(nodes, state.opset))
 
 
-def has_no_contrib_ops(state: LoadState) -> bool:
-    return not has_contrib_ops(state)
+def shape_walk(state: LoadState) -> None:
+    """One walk over the nodes (:func:`graphmem.frontend.shape_walk.propagate`): the
+    contrib rules for the ops ONNX Runtime's optimizers write (FusedConv, the NCHWc ops,
+    QLinear*, SkipLayerNormalization, ...: :mod:`graphmem.frontend.contrib_rules`),
+    onnx's per-node inference for the standard ones, and the shape arithmetic a Reshape
+    reads computed as the walk goes; then onnx's inference with data propagation
+    downstream of what it sized, round after round while a round sizes more.
 
-
-def contrib_rules(state: LoadState) -> None:
-    """The ops ONNX Runtime's optimizers write (FusedConv, the NCHWc ops, QLinear*,
-    SkipLayerNormalization, ...): their rules (:mod:`graphmem.frontend.contrib_shapes`)
-    in one pass with onnx's per-node inference between them, then onnx's inference with
-    data propagation downstream of what they sized, round after round while a round
-    sizes more. Before the constant-value rounds: on a graph ORT saved, nothing else is
-    left open.
-
-    On a graph without contrib ops it is the ``shape-walk``: the shape arithmetic a
-    Reshape reads after a tensor only the walk sized (a TorchScript export's, where a
-    Range turns onnx's data propagation off) is computed as the walk goes, so one pass
-    sizes what the constant values took a round per step for (T5-small's encoder:
-    three rounds, each a whole-model inference). Its values stay shape-sized
-    (``contrib_shapes._Values.LIMIT``), and onnx's per-node inference propagates no
+    On a graph ORT saved, nothing else is left open after it. On a graph without
+    contrib ops, the arithmetic after a tensor only the walk sized (a TorchScript
+    export's, where a Range turns onnx's data propagation off) is sized in one pass
+    where the constant values took a round per step (T5-small's encoder: three rounds,
+    each a whole-model inference). Its values stay shape-sized
+    (``shape_walk.WalkValues.LIMIT``), and onnx's per-node inference propagates no
     data: nothing is filled the way onnx's data propagation fills a Range."""
-    from graphmem.frontend.contrib_shapes import propagate
+    from graphmem.frontend.shape_walk import propagate
     while True:
-        known = propagate(state.model_bytes())
+        known = propagate(state.model.bytes, state.model.view)
         found = {name: v for name, v in known.items() if name not in state.tensors}
         if not found:
             return
@@ -336,33 +276,32 @@ def constant_values(state: LoadState) -> None:
     dims (which runs, see ``dim_data_nodes``) is evaluated here too: its values are
     fixed by the bindings, and a Reshape may read it."""
     g, order, reads = state.g, state.order, state.reads
-    model = state.model_bytes()
     computable = constant_nodes(g, order, state.tensors, reads)
     computed: dict = {}  # the values computed so far: a later round computes only new ones
     while True:
-        model = infer_with_constant_values(model, order, state.tensors, *computable,
-                                           state.base_dir, state.notes,
-                                           needed=state.shape_values,
-                                           stored=state.stored_values, cache=computed)
-        state.model = model
-        state.tensors = inference.tensors(model)
+        state.model.set_bytes(infer_with_constant_values(
+            state.model.bytes, order, state.tensors, computable, state.model.base_dir,
+            state.notes, needed=state.shape_values, stored=state.model.stored_values,
+            cache=computed, view=state.model.view))
+        state.tensors = state.model.tensors()
         computable = constant_nodes(g, order, state.tensors, reads)
-        state.folded, state.constants = without_dim_data(g, order, reads, state.bindings,
-                                                         *computable)
+        state.folding = without_dim_data(g, order, reads, state.bindings, computable)
         before, state.missing = len(state.missing), unknown(g, order, state.tensors,
-                                                            state.folded)
+                                                            state.folding.nodes,
+                                                            state.open_nodes)
         if not state.missing or len(state.missing) >= before:
             break
 
 
-def contrib_rules_and_values(state: LoadState) -> None:
-    """The contrib rules, then the constant values, in turn while a turn sizes more. The
-    rules compute the shape arithmetic as they walk (contrib_shapes.propagate), so a
-    contrib op in every layer whose output the next layer's shape arithmetic reads (the
-    transformer optimizer's ViT-B/16: a BiasGelu before each Reshape to a computed
-    shape) is sized in one turn, not one turn per layer."""
+def walk_and_values(state: LoadState) -> None:
+    """The shape walk, then the constant values, in turn while a turn sizes more: on a
+    graph of contrib ops, past the shapes the constant values sized. The walk computes
+    the shape arithmetic as it goes, so a contrib op in every layer whose output the
+    next layer's shape arithmetic reads (the transformer optimizer's ViT-B/16: a
+    BiasGelu before each Reshape to a computed shape) is sized in one turn, not one turn
+    per layer."""
     while True:
-        contrib_rules(state)  # it walks the shape arithmetic too: one turn usually sizes all
+        shape_walk(state)  # it walks the shape arithmetic too: one turn usually sizes all
         if not state.missing:
             return
         before = len(state.missing)
@@ -381,7 +320,7 @@ ORT_FILL_BYTES = 1 << 26
 def filled_by_ort(state: LoadState) -> str | None:
     """The first int64 ConstantOfShape output sized past ORT_FILL_BYTES, in words."""
     for i in state.order:
-        n = state.g["nodes"][i]
+        n = state.g.nodes[i]
         if n.op_type != "ConstantOfShape" or not standard_domain(n.domain) or not n.outputs:
             continue
         t = state.tensors.get(n.outputs[0])
@@ -401,14 +340,14 @@ def onnxruntime_symbolic(state: LoadState) -> None:
         state.notes.append(f"ONNX Runtime's symbolic shape inference not run: {too_large}")
         return
     g, order, reads = state.g, state.order, state.reads
-    model = state.with_small_weights(state.model_proto())
-    sym = symbolic_infer(model, state.notes)
-    sym_tensors = inference.tensors(sym.SerializeToString())
-    sym_folded, sym_constants = fold(g, order, sym_tensors, reads, state.bindings)
-    sym_missing = unknown(g, order, sym_tensors, sym_folded)
+    sym = symbolic_infer(state.model.with_small_weights(), state.notes)
+    sym_bytes = sym.SerializeToString()
+    sym_tensors = inference.tensors(sym_bytes)
+    sym_folding = fold(g, order, sym_tensors, reads, state.bindings)
+    sym_missing = unknown(g, order, sym_tensors, sym_folding.nodes, state.open_nodes)
     if len(sym_missing) < len(state.missing):
-        state.model, state.tensors, state.missing = sym, sym_tensors, sym_missing
-        state.folded, state.constants = sym_folded, sym_constants
+        state.model.set_proto(sym, sym_bytes)
+        state.tensors, state.missing, state.folding = sym_tensors, sym_missing, sym_folding
 
 
 STRATEGIES: tuple[Strategy, ...] = (
@@ -418,19 +357,19 @@ STRATEGIES: tuple[Strategy, ...] = (
              summary="If/Loop/Scan bodies inferred on their own; their outputs sized"),
     Strategy("dropout-mask", dropout_mask,
              summary="Dropout's mask, which opsets 7-9 leave untyped (cheap, first)"),
-    Strategy("contrib-rules", contrib_rules, applies=has_contrib_ops,
-             summary="the shape rules of the ops ONNX Runtime's optimizers write"),
-    Strategy("shape-walk", contrib_rules, applies=has_no_contrib_ops,
-             summary="the same walk on a graph without contrib ops: onnx's per-node "
-                     "inference with the shape arithmetic computed on the way, in one "
-                     "pass where the constant values would take a round per step"),
+    Strategy("shape-walk", shape_walk,
+             summary="one walk over the nodes: the shape rules of the ops ONNX Runtime's "
+                     "optimizers write, onnx's per-node inference, the shape arithmetic "
+                     "computed on the way (in one pass where the constant values would "
+                     "take a round per step)"),
     Strategy("constant-values", constant_values,
              summary="inference again with small computed constants as initializers"),
     Strategy("dropout-mask", dropout_mask,
              summary="the masks of Dropouts whose data the constant values sized"),
-    Strategy("contrib-rules", contrib_rules_and_values, applies=has_contrib_ops,
-             summary="the contrib rules again, past the shapes the constant values sized, "
-                     "and the constant values after them, in turn while a turn sizes more"),
+    Strategy("walk-and-values", walk_and_values, applies=has_contrib_ops,
+             summary="on a graph of contrib ops, the walk again past the shapes the "
+                     "constant values sized, and the constant values after it, in turn "
+                     "while a turn sizes more"),
     # issue 53 (graphmem/frontend/data_bounds.py): data-dependent sizes at their bounds
     Strategy("data-bounds",
              lambda state: _data_bounds().bounded_sizes(state, sys.modules[__name__]),
@@ -497,15 +436,18 @@ class OpenNode(NamedTuple):
     outputs: tuple
 
 
-def unknown(g: dict, order, tensors, folded) -> list[tuple[str, OpenNode]]:
+def unknown(g: wire.Graph, order, tensors, folded, made: dict[int, OpenNode] | None = None
+            ) -> list[tuple[str, OpenNode]]:
     """The outputs of running nodes without a static shape, with their nodes; a graph
-    input without one is refused."""
-    nodes = g["nodes"]
+    input without one is refused. ``made``: the OpenNodes made so far (each node's is
+    made once per load, and this is asked after every round)."""
+    nodes = g.nodes
     missing = []
-    for vi in g["inputs"]:
+    for vi in g.inputs:
         if vi.name not in tensors:
             raise GraphmemError(f"graph input {vi.name!r} has no static shape")
-    made = g.setdefault("_open_nodes", {})  # each made once per load
+    if made is None:
+        made = {}
     for idx in order:
         if idx in folded:
             continue
@@ -542,11 +484,11 @@ def unknown_shape_message(state: LoadState) -> str:
 DATA_DEPENDENT = frozenset({"NonZero", "NonMaxSuppression", "Compress", "Unique"})
 
 
-def data_dependence(g: dict, name: str, tensors) -> str:
+def data_dependence(g: wire.Graph, name: str, tensors) -> str:
     """Why ``name`` has no static shape when its size depends on the data: the nearest
     op of :data:`DATA_DEPENDENT` upstream of it through tensors without one ('' when
     there is none)."""
-    nodes = g["nodes"]
+    nodes = g.nodes
     producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     queue, seen = [name], {name}
     while queue:
@@ -569,9 +511,9 @@ def data_dependence(g: dict, name: str, tensors) -> str:
 
 def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """ONNX Runtime's symbolic shape inference on ``model``, with the contrib rules in
-    front of its handlers (:func:`graphmem.frontend.contrib_shapes.infer`): what it sizes
+    front of its handlers (:func:`graphmem.frontend.ort_symbolic.infer`): what it sizes
     before it gives up is kept, and ``notes`` then says why it stopped."""
-    from graphmem.frontend.contrib_shapes import infer
+    from graphmem.frontend.ort_symbolic import infer
     try:
         return infer(model, notes=notes)
     except Exception as exc:  # it raises anything (asserts, KeyError) on ops it lacks

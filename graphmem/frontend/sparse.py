@@ -23,15 +23,16 @@ from graphmem.frontend.splice import INITIALIZER, SMALL_CONSTANT_BYTES, entry, s
 SPARSE_INITIALIZER = 15  # GraphProto field number
 
 
-def densify(data: bytes, parsed: dict) -> tuple[bytes, dict, dict[str, tuple[str, ...]]]:
+def densify(data: bytes, parsed: wire.Model
+            ) -> tuple[bytes, wire.Model, dict[str, tuple[str, ...]]]:
     """The model's bytes with its main graph's sparse initializers written as dense ones,
     the parse of those bytes, and ``{dense name: (values name, indices name)}``."""
-    g = parsed["graph"]
-    taken = ({t.name for t in g["initializers"]} | {v.name for v in g["inputs"]}
-             | {o for n in g["nodes"] for o in n.outputs})
+    g = parsed.graph
+    taken = ({t.name for t in g.initializers} | {v.name for v in g.inputs}
+             | {o for n in g.nodes for o in n.outputs})
     changes: list[tuple[int, int, bytes | None]] = []
     stored: dict[str, tuple[str, ...]] = {}
-    for i, (off, size) in enumerate(g["spans"].get(SPARSE_INITIALIZER, ())):
+    for i, (off, size) in enumerate(g.spans.get(SPARSE_INITIALIZER, ())):
         sp = onnx.SparseTensorProto.FromString(_payload(data[off:off + size]))
         name = sp.values.name
         if not name or name in taken:

@@ -35,13 +35,13 @@ def entry(field: int, message: bytes) -> bytes:
     return _FIELD_TAG[field] + varint(len(message)) + message
 
 
-def splice(data: bytes, parsed: dict, changes: list[tuple[int, int, bytes | None]]
+def splice(data: bytes, parsed: wire.Model, changes: list[tuple[int, int, bytes | None]]
            ) -> bytes:
     """The model's bytes with graph entries changed (see the module's doc)."""
     if not changes:
         return data
-    g = parsed["graph"]
-    span = parsed["graph_span"]
+    g = parsed.graph
+    span = parsed.graph_span
     if g is None or span is None:
         return data
     start, length = span
@@ -58,7 +58,7 @@ def splice(data: bytes, parsed: dict, changes: list[tuple[int, int, bytes | None
         if index < 0:
             tail.append(new)
         else:
-            off, size = g["spans"][field][index]
+            off, size = g.spans[field][index]
             edits.append((off, off + size, new or b""))
     edits.sort()
     pieces, at = [], start
@@ -73,7 +73,8 @@ def splice(data: bytes, parsed: dict, changes: list[tuple[int, int, bytes | None
                      data[start + length:]))
 
 
-def stripped_weights(g: dict, values: Collection[str] = ()) -> list[tuple[int, int, bytes | None]]:
+def stripped_weights(g: wire.Graph, values: Collection[str] = ()
+                     ) -> list[tuple[int, int, bytes | None]]:
     """Initializers written again with dims and type and no data (cheap to infer on,
     whatever the model's size): every one with more than SMALL_CONSTANT_BYTES of raw
     data, and every one with more than SHAPE_DATA_BYTES that is not among ``values``
@@ -81,7 +82,7 @@ def stripped_weights(g: dict, values: Collection[str] = ()) -> list[tuple[int, i
     Marked external, so nothing mistakes the empty tensor for real data; the data stays
     in the model's bytes as read (:func:`initializer_from`)."""
     changes = []
-    for i, init in enumerate(g["initializers"]):
+    for i, init in enumerate(g.initializers):
         size = init.raw_bytes
         if size > SMALL_CONSTANT_BYTES or (size > SHAPE_DATA_BYTES and init.name not in values):
             changes.append((INITIALIZER, i, entry(INITIALIZER, stripped_tensor(
@@ -99,16 +100,16 @@ def stripped_tensor(name: str, data_type: int, dims) -> bytes:
                      message(13, location), b"\x70" + varint(EXTERNAL)))
 
 
-def initializer_from(data: bytes, g: dict, index: int) -> onnx.TensorProto:
+def initializer_from(data: bytes, g: wire.Graph, index: int) -> onnx.TensorProto:
     """The ``index``-th initializer of the wire graph ``g`` as read from ``data`` (the
     model's bytes its spans index), data included."""
     return onnx.TensorProto.FromString(entry_message(data, g, INITIALIZER, index))
 
 
-def entry_message(data: bytes, g: dict, field: int, index: int) -> bytes:
+def entry_message(data: bytes, g: wire.Graph, field: int, index: int) -> bytes:
     """The serialized message of the ``index``-th entry of a GraphProto ``field`` of the
     wire graph ``g`` (its spans index ``data``)."""
-    off, size = g["spans"][field][index]
+    off, size = g.spans[field][index]
     return message_of(memoryview(data)[off:off + size])
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from itertools import repeat
 
+from graphmem import wire
 from graphmem.errors import GraphmemError
 
 GRAPH_ATTRS = (5, 10)  # AttributeProto.GRAPH, GRAPHS
@@ -21,22 +22,22 @@ def subgraphs(node) -> list[dict]:
     return [sub for a in node.attrs for sub in a.subgraphs]
 
 
-def external_locations(g: dict):
+def external_locations(g: wire.Graph):
     """(name, location) of every external-data initializer, subgraphs included."""
-    for t in g["initializers"]:
+    for t in g.initializers:
         if t.data_location == EXTERNAL:
             yield t.name, next((v for k, v in t.external_data if k == "location"), "")
-    for node in g["nodes"]:
+    for node in g.nodes:
         if node.attrs:
             for sub in subgraphs(node):
                 yield from external_locations(sub)
 
 
-def invalid_name(g: dict, where: str = "graph") -> str | None:
+def invalid_name(g: wire.Graph, where: str = "graph") -> str | None:
     """The first tensor or op name that is not valid UTF-8 (the parser hands those over
     as bytes), checked on every load: a walk over names only."""
     for kind in ("inputs", "outputs", "value_info", "initializers"):
-        for entry in g[kind]:
+        for entry in getattr(g, kind):
             if entry.name.__class__ is bytes:
                 return f"the name of {where} {kind.rstrip('s')} {entry.name!r}"
             shape = entry.type[2] if kind != "initializers" and entry.type else None
@@ -44,7 +45,7 @@ def invalid_name(g: dict, where: str = "graph") -> str | None:
                 if dim.__class__ is bytes:  # a dim_param, bound by name with --dim
                     return (f"dim_param {dim!r} (axis {axis} of {where} "
                             f"{kind.rstrip('s')} {entry.name!r})")
-    for idx, n in enumerate(g["nodes"]):
+    for idx, n in enumerate(g.nodes):
         if (n.name.__class__ is bytes or n.op_type.__class__ is bytes
                 or n.domain.__class__ is bytes):
             text = next(t for t in (n.name, n.op_type, n.domain) if t.__class__ is bytes)
@@ -58,17 +59,17 @@ def invalid_name(g: dict, where: str = "graph") -> str | None:
     return None
 
 
-def check_names(g: dict) -> dict[str, int]:
+def check_names(g: wire.Graph) -> dict[str, int]:
     """Refuse a name defined twice (:func:`name_clash` words it); return the index of
     the node that writes each node output."""
-    init_names = [t.name for t in g["initializers"]]
+    init_names = [t.name for t in g.initializers]
     defined: dict[str, int] = dict.fromkeys(init_names, -1)
-    input_names = [vi.name for vi in g["inputs"] if vi.name not in defined]
+    input_names = [vi.name for vi in g.inputs if vi.name not in defined]
     if len(defined) != len(init_names) or len(set(input_names)) != len(input_names):
         name_clash(g, -1)
     defined.update(dict.fromkeys(input_names, -1))
     defined[""] = -1  # blanks (omitted optional outputs) may repeat
-    for idx, n in enumerate(g["nodes"]):
+    for idx, n in enumerate(g.nodes):
         outs = n.outputs
         before = len(defined)
         defined.update(zip(outs, repeat(idx)))
@@ -79,19 +80,19 @@ def check_names(g: dict) -> dict[str, int]:
     return {name: by for name, by in defined.items() if by >= 0}
 
 
-def name_clash(g: dict, upto: int) -> None:
+def name_clash(g: wire.Graph, upto: int) -> None:
     """Raise for the first name defined twice (two initializers, two graph inputs, or a
     node output already defined), looking at the nodes up to ``upto``."""
     defined: dict[str, str] = {}
-    for init in g["initializers"]:
+    for init in g.initializers:
         if init.name in defined:
             raise GraphmemError(f"duplicate tensor name {init.name!r}: two initializers")
         defined[init.name] = "an initializer"
-    for vi in g["inputs"]:
+    for vi in g.inputs:
         if vi.name in defined and defined[vi.name] != "an initializer":
             raise GraphmemError(f"duplicate tensor name {vi.name!r}: two graph inputs")
         defined.setdefault(vi.name, "a graph input")
-    for idx, n in enumerate(g["nodes"][:upto + 1]):
+    for idx, n in enumerate(g.nodes[:upto + 1]):
         for out in n.outputs:
             if not out:
                 continue
@@ -115,31 +116,31 @@ def node_reads(node) -> tuple[str, ...]:
     return tuple(reads)
 
 
-def all_reads(g: dict) -> list[tuple[str, ...]]:
-    return list(map(node_reads, g["nodes"]))
+def all_reads(g: wire.Graph) -> list[tuple[str, ...]]:
+    return list(map(node_reads, g.nodes))
 
 
-def subgraph_reads(graph: dict) -> set[str]:
+def subgraph_reads(graph: wire.Graph) -> set[str]:
     """Names a subgraph reads from enclosing scopes."""
-    defined = {vi.name for vi in graph["inputs"]} | {t.name for t in graph["initializers"]}
+    defined = {vi.name for vi in graph.inputs} | {t.name for t in graph.initializers}
     outer: set[str] = set()
-    for n in graph["nodes"]:
+    for n in graph.nodes:
         for t in node_reads(n):
             if t not in defined:
                 outer.add(t)
         defined.update(o for o in n.outputs if o)
-    for o in graph["outputs"]:
+    for o in graph.outputs:
         if o.name not in defined:
             outer.add(o.name)
     return outer
 
 
-def topological_order(g: dict, reads: list[tuple[str, ...]],
+def topological_order(g: wire.Graph, reads: list[tuple[str, ...]],
                       producer: dict[str, int]) -> list[int]:
     """Node indices in file order when that is topological, else a stable sort;
     ``producer``: the node that writes each node output."""
-    nodes = g["nodes"]
-    available = {vi.name for vi in g["inputs"]} | {t.name for t in g["initializers"]}
+    nodes = g.nodes
+    available = {vi.name for vi in g.inputs} | {t.name for t in g.initializers}
     sorted_ = True
     for idx, rs in enumerate(reads):
         for t in rs:
@@ -151,7 +152,7 @@ def topological_order(g: dict, reads: list[tuple[str, ...]],
                         "produces and which is not a graph input or initializer")
             elif p >= idx:
                 sorted_ = False
-    for o in g["outputs"]:
+    for o in g.outputs:
         if o.name not in available and o.name not in producer:
             raise GraphmemError(f"graph output {o.name!r} is produced by no node")
     if sorted_:

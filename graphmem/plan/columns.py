@@ -87,3 +87,14 @@ def group_roots(plan: Plan) -> dict[str, str]:
     names = cols.names
     return dict(zip(names, [names[g] for g in cols.group.tolist()]))
 
+
+def live_groups(plan: Plan, pos: int) -> list[list[str]]:
+    """The tensors of more than zero bytes live at position ``pos`` of the plan's order,
+    by storage group: a list per group, each in plan order, the groups in the order of
+    their first such tensor."""
+    roots = group_roots(plan)
+    groups: dict[str, list[str]] = {}
+    for name, t in plan.tensors.items():
+        if t.bytes and t.live[0] <= pos <= t.live[1]:
+            groups.setdefault(roots[name], []).append(name)
+    return list(groups.values())

@@ -25,7 +25,7 @@ FORMAT = "graphmem.plan/1"
 KINDS = ("input", "output", "activation")
 
 
-@record(slots=True)  # slots: 88 bytes a tensor instead of 344
+@record(slots=True)  # slots: no __dict__ in each of a plan's many tensors
 class TensorPlan:
     kind: str
     bytes: int
@@ -73,8 +73,8 @@ def _tensor_line(item: tuple[str, TensorPlan]) -> str:
 def tensor_plans(kind, nbytes, offset, live, alias_of, alias, slice_of,
                  bounded_by=None) -> list[TensorPlan]:
     """``list(map(TensorPlan, kind, nbytes, ...))`` for columns of equal length, made
-    field by field (:func:`~graphmem.core.ir.from_columns`: a million tensors in 0.6 s
-    instead of 1.4 s; tests/test_zoo_plan.py compares the objects)."""
+    field by field (:func:`~graphmem.core.ir.from_columns`, which skips the per-object
+    ``__init__`` call; tests/test_zoo_plan.py compares the objects)."""
     return from_columns(TensorPlan, len(kind), kind=kind, bytes=nbytes, offset=offset,
                         live=live, alias_of=alias_of, alias=alias, slice_of=slice_of,
                         bounded_by=repeat(None, len(kind)) if bounded_by is None
@@ -100,6 +100,9 @@ class Plan:
     target: dict[str, str] | None = None
     # the plans of the control-flow nodes' bodies (nested scopes); none without them
     scopes: tuple["ScopePlan", ...] = ()
+    # the digest of the graph the plan was made for (graphmem.plan.graph_digest); None
+    # in a plan written before graphmem recorded it, and in a body's plan
+    graph: str | None = None
     # issue 53: the bounded symbols (name -> bound, proven, op, node, tensor); none
     # without a size that depends on the data
     bounds: dict[str, dict[str, Any]] | None = None
@@ -117,8 +120,11 @@ class Plan:
     def to_dict(self, *, tensors: bool = True) -> dict[str, Any]:
         """The plan as JSON data; without ``tensors``, their entry is an empty
         placeholder (``to_json`` writes them line by line)."""
-        out = {
-            "format": self.format, "model": self.model, "bindings": dict(self.bindings),
+        out = {"format": self.format, "model": self.model}
+        if self.graph is not None:
+            out["graph"] = self.graph
+        out |= {
+            "bindings": dict(self.bindings),
             "alignment": self.alignment, "order": list(self.order),
             "constants": list(self.constants), "arena_bytes": self.arena_bytes,
             "tensors": ({name: t.to_json() for name, t in self.tensors.items()}
@@ -199,6 +205,9 @@ class Plan:
             if target is not None and not (isinstance(target, dict) and all(
                     isinstance(k, str) and isinstance(v, str) for k, v in target.items())):
                 raise ValueError("target must be an object of strings")
+            graph = d.get("graph")
+            if graph is not None and not isinstance(graph, str):
+                raise ValueError(f"graph must be a string, not {_short(graph)}")
             scopes = tuple(ScopePlan.from_dict(s, d, i, source) for i, s in enumerate(
                 _list(d.get("scopes", []), "scopes")))
             return Plan(model=str(d["model"]),
@@ -209,7 +218,7 @@ class Plan:
                         passes=[dict(p) for p in passes],
                         stats=_stats(d.get("stats", {})),
                         target=dict(target) if target is not None else None,
-                        scopes=scopes, bounds=_bounds(d.get("bounds")))
+                        scopes=scopes, graph=graph, bounds=_bounds(d.get("bounds")))
         except KeyError as exc:
             raise GraphmemError(f"{source}: corrupt plan, missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -267,7 +276,8 @@ class ScopePlan:
     plan: "Plan"
 
     def to_dict(self) -> dict[str, Any]:
-        inner = {k: v for k, v in self.plan.to_dict().items() if k not in _INHERITED}
+        inner = {k: v for k, v in self.plan.to_dict().items()
+                 if k not in _INHERITED and k != "graph"}  # the outer digest covers it
         return {"node": self.node, "attr": self.attr, "workspace": self.workspace, **inner}
 
     @staticmethod
@@ -275,6 +285,7 @@ class ScopePlan:
         if not isinstance(d, dict):
             raise ValueError(f"scopes[{i}] must be an object")
         inner = {**{k: outer[k] for k in _INHERITED if k in outer}, **d}
+        inner.pop("graph", None)  # the outer plan's digest covers the bodies
         return ScopePlan(node=_int(d["node"]), attr=_str(d["attr"], "attr"),
                          workspace=_str(d["workspace"], "workspace"),
                          plan=Plan.from_dict(inner, f"{source}: scopes[{i}]"))

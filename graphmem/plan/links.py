@@ -3,7 +3,9 @@
 Each rule is decided once, for every link at once (numpy over the plan's columns and the
 graph index), and the tensors that break one are then worded in plan order. The rules
 are the in-place rule of docs/plan-format.md ("The in-place rule"), implemented here
-apart from the passes (this module imports nothing of the planner;
+apart from the passes (this module imports nothing of the planner; its two tests of
+storage, a member live across a write and bytes that overlap, are
+:mod:`graphmem.core.inplace_rule`'s, which the passes' storage groups ask too;
 tests/test_inplace_rule.py gives both the same cases):
 
 - alias: ``alias_of`` and ``alias`` come together; the source is an arena tensor,
@@ -11,7 +13,7 @@ tests/test_inplace_rule.py gives both the same cases):
   ``ops.view_pairs``, the same bytes; ``"inplace"``: a pair of ``ops.overwrite_pairs``,
   the source's dtype and shape and more than zero bytes, no member of the storage
   group a graph input, and no member whose bytes overlap the overwritten input's live
-  across the write (:func:`live_across`).
+  across the write (:func:`~graphmem.core.inplace_rule.live_across`).
 - slice: ``slice_of`` is an activation's Concat output, produced by a Concat that reads
   the tensor once, whose axis is in range for the output's rank and whose dimensions
   before the axis are 1 (contiguous slices), and the tensor sits at the output's offset
@@ -29,6 +31,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from graphmem.core.index import GraphIndex, edges_in_order
+from graphmem.core.inplace_rule import live_across, overlaps
 from graphmem.core.ir import Graph
 from graphmem.core.ops import AliasEdges, concat_axis, is_concat
 from graphmem.plan.columns import PlanColumns
@@ -180,23 +183,15 @@ class _AliasFacts:
 
 
 def _overlaps(cols: PlanColumns, m, s):
-    """Do the bytes of plan positions ``m`` overlap those of ``s`` (scalars or arrays)?
-    A tensor of no bytes overlaps nothing."""
-    return ((cols.size[m] > 0) & (cols.offset[m] < cols.offset[s] + cols.size[s])
-            & (cols.offset[s] < cols.offset[m] + cols.size[m]))
+    """Do the bytes of plan positions ``m`` overlap those of ``s`` (scalars or arrays)?"""
+    offset, size = cols.offset, cols.size
+    return overlaps(offset[m], offset[m] + size[m], offset[s], offset[s] + size[s])
 
 
 # Above this many (write, member) pairs to look at, a write that the group-wide rule
 # refuses is refused without asking which members' bytes it overlaps: a hostile plan
 # must not make validation quadratic (every plan graphmem writes stays far below it).
 BYTE_CHECK_LIMIT = 20_000_000
-
-
-def live_across(first, last, pos):
-    """Is a tensor live ``[first, last]`` live across position ``pos``: produced before
-    it and read after it (docs/plan-format.md, "The in-place rule")? Scalars or arrays
-    alike."""
-    return (first < pos) & (pos < last)
 
 
 def _differ(graph: Graph, outs: list[str], srcs: list[str]) -> tuple[np.ndarray, np.ndarray]:

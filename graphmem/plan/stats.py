@@ -1,7 +1,8 @@
 """What a plan's own tensors say about it: naive bytes, the unaliased peak, the aliased
 peak and the live bytes at every step.
 
-The unaliased peak (``unaliased_peak_bytes``; ``lower_bound_bytes`` before 2026-11-25)
+The unaliased peak (``unaliased_peak_bytes``; ``lower_bound_bytes`` in older plans,
+read under the new name: :data:`graphmem.plan.format.RENAMED_STATS`, docs/plan-format.md)
 is the most bytes live at one step with every tensor counted on its own: views, in-place
 outputs and Concat slices count again though they share their storage, so it is no
 bound on the arena, which is usually smaller. The aliased peak counts shared storage

@@ -21,6 +21,7 @@ from graphmem.core.order import check_order
 from graphmem.errors import PlanInvalid
 from graphmem.plan.columns import KIND, PlanColumns, columns
 from graphmem.plan.format import FORMAT, Plan
+from graphmem.plan.graph_digest import check_graph
 from graphmem.plan.links import link_problems
 from graphmem.plan.live import live_ranges
 from graphmem.core.scopes import graph_for_plan, workspace_name
@@ -32,7 +33,11 @@ def problems(plan: Plan, graph: Graph, *, index: GraphIndex | None = None) -> li
     """Every rule of ``graphmem.plan/1`` that ``plan`` breaks for ``graph`` (empty: valid).
 
     ``index``: the graph's :class:`~graphmem.core.index.GraphIndex`, built if not given.
+    A plan that records the digest of another graph is not judged: that raises
+    :class:`~graphmem.plan.graph_digest.PlanForAnotherGraph` (bad input, not a broken
+    rule: :func:`~graphmem.plan.graph_digest.check_graph`).
     """
+    check_graph(plan, graph)
     if graph.scopes or plan.scopes:
         found = scope_problems(plan, graph)
         if found:
@@ -93,7 +98,8 @@ def validate_built(plan: Plan, graph: Graph, index: GraphIndex,
     Everything checked is computed here from the graph and the plan: the order check,
     the live ranges (from the graph's reads and writes in the plan's order), the
     statistics, and every rule about what the passes decided. Nothing the planner
-    computed while planning (its liveness, its groups) is taken on trust."""
+    computed while planning (its liveness, its groups) is taken on trust. The plan's
+    graph digest is not compared: the planner has just computed it from ``graph``."""
     found = _problems_or_range(plan, graph, index, cols, edges)
     if found:
         raise PlanInvalid(found)

@@ -6,7 +6,8 @@ Stages, in the order the pipeline runs them:
 
 - ``order``: chooses the execution order (``Assignment.order``). The rest of the passes
   are planned for the given order and for the one it found, and the smaller arena is
-  kept (:mod:`graphmem.planning.run`), so an order pass never makes a plan worse.
+  kept (:func:`graphmem.planning.loop.run_passes`), so an order pass never makes a
+  plan worse.
 - ``alias``: decides which tensors share storage (``alias``, ``slice_of``).
 - ``layout``: storage blocks and offsets in the arena (``storage``, ``offsets``).
 

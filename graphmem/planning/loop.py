@@ -8,9 +8,9 @@ of the passes both ways and keeps the smaller arena (:func:`keep_smaller`):
   order and for the found one (a context of its own);
 - a ``trial`` pass that changed the assignment (``concat``: its slices lengthen the
   branches' lives): the rest is planned with its decisions and without them, except on
-  graphs of more than :data:`TRIAL_TENSORS` arena tensors, where that would double the
-  planning of the rest (the 100k-node random DAG of tools/scale.py: 3.6 s instead of
-  2.3 s, its arena the same) and the report says ``"tried": false``.
+  graphs of more than :data:`TRIAL_TENSORS` arena tensors, where planning the rest twice
+  would double its time (``python -m tools.bench --scale`` times such graphs), and the
+  report says ``"tried": false``.
 
 A tie keeps the given order and the trial pass's decisions. The loop names no pass.
 """

@@ -4,27 +4,42 @@ from __future__ import annotations
 
 import functools
 
-from graphmem.core.ops import INPLACE_TABLES, provider_of, table_id, table_key
+from graphmem.core.ops import provider_of, table_id, table_key
+from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 
 # The ONNX Runtime execution provider of each in-place table
 PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
-def inplace_table(provider: str, which: str = "default") -> str:
-    """The :data:`~graphmem.core.ops.INPLACE_TABLES` key a plan for ``provider`` ("cpu"
-    or "cuda") trusts: its ``which`` ("default" or "probed") table. ``provider`` may
-    also be a table's own key ("cpu-probed"), as
-    :func:`graphmem.commands.common.plan_options` passes it, with ``which`` "default"."""
-    if provider in INPLACE_TABLES and provider not in PROVIDER_NAMES and which == "default":
-        return provider
-    if provider not in PROVIDER_NAMES:
-        raise GraphmemError(f"no execution provider {provider!r}; choose "
-                            f"{', '.join(PROVIDER_NAMES)}")
-    try:
-        return table_key(provider, which)
-    except ValueError as exc:
-        raise GraphmemError(str(exc)) from None
+@record
+class InplaceTable:
+    """Which in-place table a plan trusts: the ONNX Runtime execution ``provider`` whose
+    kernels it is about ("cpu" or "cuda") and ``which`` of its tables ("default": only
+    the entries the runtime's kernels declare or their source backs; "probed": every
+    element-wise candidate, checked by ``graphmem probe``: :mod:`graphmem.core.ops`).
+    The planner, the commands and the what-ifs pass this record, under the one name
+    ``table``; :attr:`key` is its :data:`~graphmem.core.ops.INPLACE_TABLES` key."""
+    provider: str = "cpu"
+    which: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDER_NAMES:
+            raise GraphmemError(f"no execution provider {self.provider!r}; choose "
+                                f"{', '.join(PROVIDER_NAMES)}")
+        try:
+            table_key(self.provider, self.which)
+        except ValueError as exc:
+            raise GraphmemError(str(exc)) from None
+
+    @property
+    def key(self) -> str:
+        """The table's :data:`~graphmem.core.ops.INPLACE_TABLES` key ("cpu", "cpu-probed",
+        ...)."""
+        return table_key(self.provider, self.which)
+
+
+DEFAULT_INPLACE = InplaceTable()
 
 
 def target(table: str) -> dict[str, str]:

@@ -186,7 +186,7 @@ def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
     named after its largest live member; ``helpers`` are the ``top`` largest
     ``backward`` entries (name, bytes, producing op and node, shape).
     """
-    from graphmem.plan.columns import group_roots
+    from graphmem.plan.columns import live_groups
     from graphmem.plan.stats import live_timelines
 
     aliased, _ = live_timelines(plan)  # index 0 is position -1
@@ -198,14 +198,9 @@ def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
     by_index = {n.index: n for n in graph.nodes}
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
     outputs = set(graph.outputs)
-    roots = group_roots(plan)
-    groups: dict[str, list[str]] = {}
-    for name, t in plan.tensors.items():
-        if t.bytes and t.live[0] <= pos <= t.live[1]:
-            groups.setdefault(roots[name], []).append(name)
     kinds = {"saved": 0, "gradients": 0, "backward": 0}
     helpers = []
-    for members in groups.values():
+    for members in live_groups(plan, pos):
         main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
         nbytes = _union([(plan.tensors[m].offset, plan.tensors[m].offset
                           + plan.tensors[m].bytes) for m in members])

@@ -9,7 +9,7 @@ bound, with the max-live floor as the lower bound:
   (``[first, last + 1)``) and free in memory (``[offset, offset + bytes)``); one
   ``AddNoOverlap2D`` over all boxes, plus the time-indexed cumulative (at every step
   the live bytes fit under the top: redundant, the max-live bound in the model).
-  Minimise the top. Measured on 30 dense 60-record sets like tools/exact_bench.py's,
+  Minimise the top. Measured on 30 dense 60-record sets like tools/bench/exact.py's,
   one worker: the 2-D no-overlap with or without the cumulative took 12.0 / 12.1 s
   for all, one 2-element no-overlap per time-overlapping pair 13.3 s, one no-overlap
   per maximal set of records live at once 16.9 s. One worker is also the fastest:
@@ -25,7 +25,7 @@ bound, with the max-live floor as the lower bound:
 
   with M the best heuristic arena.
 
-``tools/exact_bench.py`` compares them (docs/benchmarks.md, "Exact placement: MIP and
+``tools/bench/exact.py`` compares them (docs/benchmarks.md, "Exact placement: MIP and
 CP-SAT on dense random record sets"): on dense random sets CP-SAT proves the optimum
 where the MIP often stops at its time limit, so it is the default.
 

@@ -17,7 +17,7 @@ from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
 _MODULES = (by_size, by_breadth, by_area, by_duration, in_order, by_end, kept_first)
 # name -> how records are ordered before best-fit insertion; ties go to the first
 STRATEGIES: dict[str, Callable[[Sequence], list]] = {s.NAME: s.order for s in _MODULES}
-# ... and its short name in tables (tools/bench.py, tools/exact_bench.py): the name
+# ... and its short name in tables (tools/bench/zoo.py, tools/bench/exact.py): the name
 # without "greedy_" and "by_" ("size", "in order", "kept first")
 SHORT: dict[str, str] = {
     s.NAME: s.NAME.removeprefix("greedy_").removeprefix("by_").replace("_", " ")

@@ -1,0 +1,2 @@
+"""The training step against PyTorch (gradients, MACs, checkpointing memory) and in
+alternative forms (BatchNormalization)."""
