@@ -399,3 +399,17 @@ def test_an_if_on_static_data_settles_beside_one_that_waits(tmp_path):
     assert "If_10" in graph.data_bounds.symbols and "If_2" not in graph.data_bounds.symbols
     assert plan.tensors["plain"].bounded_by is None
     assert verify(plan, graph).passed
+
+
+def test_an_annotated_bounded_model_round_trips(tmp_path):
+    """export --annotated leaves a bounded tensor's shape open, so that the annotated
+    model loads at the plan's bounds as the original did: its Shape -> Min runs, the
+    plan's graph digest matches, --plan-from gives back the plan, verify passes."""
+    model = save(topk_min(), tmp_path)
+    plan, annotated = tmp_path / "p.json", tmp_path / "a.onnx"
+    assert main(["plan", model, "--bound", "NonZero_1=1990", "-o", str(plan), "-q"]) == 0
+    assert main(["export", model, "--plan", str(plan), "--annotated", str(annotated)]) == 0
+    back = tmp_path / "back.json"
+    assert main(["export", "--plan-from", str(annotated), "--plan-out", str(back)]) == 0
+    assert back.read_text() == plan.read_text()
+    assert main(["verify", str(annotated), "--plan", str(plan)]) == 0
