@@ -413,3 +413,26 @@ def test_an_annotated_bounded_model_round_trips(tmp_path):
     assert main(["export", "--plan-from", str(annotated), "--plan-out", str(back)]) == 0
     assert back.read_text() == plan.read_text()
     assert main(["verify", str(annotated), "--plan", str(plan)]) == 0
+
+
+def test_a_range_plan_of_a_bounded_model(tmp_path, capsys):
+    """A range of dims (issue 52) plans NonZero at the bound the graph proves, a formula
+    of the dims (2 x 6*N here), and verifies at a binding; --bound with a range is
+    refused in one line, nothing written."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["vals"]),
+             helper.make_node("Relu", ["vals"], ["y"])]
+    model = save(make_model(nodes, [("x", F, ["N", 6])], [("y", F, ["k"])],
+                            initializers=[const("t", 0.2, np.float32)]), tmp_path)
+    ranged = tmp_path / "r.json"
+    assert main(["plan", model, "--dim", "N=1..8", "-o", str(ranged), "-q"]) == 0
+    assert json.loads(ranged.read_text())["tensors"]["nz"]["bytes"]["text"] == "96*N"
+    assert main(["verify", model, "--plan", str(ranged), "--at", "N=4"]) == 0
+    capsys.readouterr()
+    refused = tmp_path / "r2.json"
+    assert main(["plan", model, "--dim", "N=1..8", "--bound", "NonZero_1=5",
+                 "-o", str(refused)]) == 2
+    assert "--bound goes with a plan at one binding" in capsys.readouterr().err
+    assert not refused.exists()
