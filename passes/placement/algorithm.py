@@ -10,10 +10,22 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import numpy as np
+
 from graphmem.planning.groups import Record
+from graphmem.passes.placement import capacity
 from graphmem.passes.placement.items import PartPairs, Tied
 from graphmem.passes.placement.placed import Placed
-from graphmem.passes.placement.search import place_records
+from graphmem.passes.placement.search import peak_live, place_records
+
+# The complete search after the heuristics (``searched``): the default plan gives it
+# SEARCH_NODES nodes (each a few microseconds), and only where the heuristics end above
+# the max-live floor; ``--placement optimal`` gives it NODES_PER_SECOND times its time
+# limit. Inputs of more than SEARCH_ITEMS items are left to the heuristics (the search
+# recurses once per item placed).
+SEARCH_NODES = 20_000
+NODES_PER_SECOND = 100_000
+SEARCH_ITEMS = 5_000
 
 
 # (items, pairs, alignment) -> Placed
@@ -52,6 +64,37 @@ def with_fallback(first: Algorithm, fallback: Algorithm, label: str) -> Algorith
     return run
 
 
+def searched(first: Algorithm, nodes: int, prove: bool = False) -> Algorithm:
+    """``first``, then, where its arena is above the max-live floor, the complete search
+    of :mod:`.capacity` (``minimize``) below that arena within ``nodes`` nodes, over the
+    items as whole records; its placement is kept where it is smaller (named
+    ``"search"``). ``prove``: the result carries the search's proof (``proven_optimal``,
+    ``lower_bound``)."""
+    def run(items, pairs, alignment: int) -> Placed:
+        a = first(items, pairs, alignment)
+        if not items or len(items) > SEARCH_ITEMS:
+            return a
+        floor = peak_live(pairs.nbytes, pairs.first, pairs.last)
+        if a.total <= floor:
+            return a._replace(proof={"proven_optimal": True, "lower_bound": a.total}) \
+                if prove else a
+        recs = whole(items)
+        n = len(recs)
+        problem = capacity.prepare(np.fromiter((r.bytes for r in recs), np.int64, n),
+                                   np.fromiter((r.first for r in recs), np.int64, n),
+                                   np.fromiter((r.last + 1 for r in recs), np.int64, n))
+        m = capacity.minimize(problem, a.total, alignment, nodes)
+        sliced = any(type(r) is Tied for r in items)
+        # a proof is of the whole records: with Concat slices a smaller arena may exist
+        proof = {"proven_optimal": m.proven and not sliced,
+                 "lower_bound": m.lower_bound if not sliced else floor} if prove else None
+        if m.offsets is None or m.total >= a.total:
+            return a._replace(proof=proof) if prove else a
+        offsets = dict(zip((r.id for r in recs), m.offsets.tolist()))
+        return Placed(offsets, m.total, "search", {**a.tried, "search": m.total}, proof)
+    return run
+
+
 def exact(time_limit: float) -> Algorithm:
     """The exact placement (CP-SAT, ``optimal``) of the items as whole records,
     warm-started by the best heuristic."""
@@ -66,12 +109,35 @@ def exact(time_limit: float) -> Algorithm:
     return run
 
 
+def proven_or(first: Algorithm, fallback: Algorithm) -> Algorithm:
+    """``first``; where it does not prove its arena optimal, also ``fallback``, and the
+    smaller arena (``first``'s on ties), proven where either proved it."""
+    def run(items, pairs, alignment: int) -> Placed:
+        a = first(items, pairs, alignment)
+        if a.proof and a.proof.get("proven_optimal"):
+            return a
+        b = fallback(items, pairs, alignment)
+        tried = {**a.tried, **b.tried}
+        lower = max((a.proof or {}).get("lower_bound", 0), (b.proof or {}).get("lower_bound", 0))
+        keep = b if b.total < a.total else a
+        proof = {**(keep.proof or {}), "proven_optimal": keep.total <= lower,
+                 "lower_bound": min(lower, keep.total)}
+        return Placed(keep.offsets, keep.total, keep.strategy, tried, proof)
+    return run
+
+
 def for_option(placement: str, time_limit: float, items: Sequence) -> Algorithm:
-    """The algorithm ``--placement`` names: ``"optimal"`` (the exact placement; with
-    Concat slices, the best heuristic with them as its fallback), else
-    :func:`heuristics`."""
+    """The algorithm ``--placement`` names: ``"best"`` (the heuristics, then the search
+    within SEARCH_NODES), ``"optimal"`` (the heuristics and the search to proof within
+    the time limit; where it proves nothing, also the exact CP-SAT placement, with the
+    best heuristic over Concat slices as its fallback where there are slices), else one
+    heuristic alone."""
+    if placement == "best":
+        return searched(heuristics("best"), SEARCH_NODES)
     if placement != "optimal":
         return heuristics(placement)
+    search = searched(heuristics("best"), int(NODES_PER_SECOND * time_limit), prove=True)
+    solver = exact(time_limit)
     if any(type(r) is Tied for r in items):
-        return with_fallback(exact(time_limit), heuristics("best"), " (with slices)")
-    return exact(time_limit)
+        solver = with_fallback(solver, heuristics("best"), " (with slices)")
+    return proven_or(search, solver)

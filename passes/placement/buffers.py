@@ -64,10 +64,12 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
     offsets[keep] = [placed.offsets[i] for i in keep]
     top = int((offsets + size).max(initial=0))
     if capacity is None:
-        best = search.minimize(problem, offsets, alignment, nodes)
-        method = placed.strategy if best.total == top else "search"
+        best = search.minimize(problem, top, alignment, nodes)
+        if best.offsets is None:  # none below the heuristic's arena found
+            return BufferPlacement(search.FITS, offsets, top, best.proven, best.lower_bound,
+                                   floor, placed.strategy, best.nodes)
         return BufferPlacement(search.FITS, best.offsets, best.total, best.proven,
-                               best.lower_bound, floor, method, best.nodes)
+                               best.lower_bound, floor, "search", best.nodes)
     if top <= capacity:
         return BufferPlacement(search.FITS, offsets, top, True, floor, floor, placed.strategy, 0)
     got = search.fit(problem, capacity, alignment, nodes)

@@ -10,9 +10,9 @@ take), prunes by the bytes still to place in every time section, by dominance, a
 solves independent time partitions apart. Here it runs round robin over three
 preorderings (the tie-breaks), doubling a node limit each round, as MiniMalloc does.
 
-:func:`minimize` runs it at decreasing capacities, from an arena already found down to
-the max-live floor: the result is proven optimal when the capacity just below it is
-proven not to fit (or it is at the floor).
+:func:`minimize` runs it at capacities below an arena already found, down to the
+max-live floor (the floor first, then a binary search): the result is proven optimal
+when the capacity just below it is proven not to fit (or it is at the floor).
 
 Buffers are given as columns: ``size`` bytes, live over the half-open step interval
 ``[lower, upper)`` (MiniMalloc's CSV form). Offsets are multiples of ``alignment``.
@@ -134,26 +134,25 @@ def fit(problem: Problem, capacity: int, alignment: int = 1,
 class Minimum(NamedTuple):
     """The answer of :func:`minimize`."""
 
-    offsets: np.ndarray  # per buffer
-    total: int  # the arena: the top of the highest buffer
+    offsets: np.ndarray | None  # per buffer; None when nothing below ``top`` was found
+    total: int  # the arena: the top of the highest buffer (``top`` when none was found)
     proven: bool  # no smaller arena exists
     lower_bound: int  # bytes: no arena below this fits (proven)
     nodes: int
 
 
-def minimize(problem: Problem, offsets, alignment: int = 1,
+def minimize(problem: Problem, top: int, alignment: int = 1,
              nodes: int | None = None) -> Minimum:
-    """The smallest arena the search reaches from ``offsets`` (a placement already
-    found, e.g. the best heuristic's): the search at the max-live floor first, then a
+    """The smallest arena below ``top`` (the arena of a placement already found, e.g.
+    the best heuristic's) the search reaches: at the max-live floor first, then a
     binary search between the lowest capacity not ruled out and the best arena found.
     A capacity proven not to fit rules out every one below it, for good; one left
     undecided (a probe may use a third of the nodes left, ``nodes`` in all) is passed
     over unproven."""
     p = problem
-    best = np.asarray(offsets, dtype=np.int64)
+    best = None
     full = np.zeros(p.n, dtype=np.int64)
     full[p.keep] = p.size
-    top = int((best + full).max(initial=0))
     proven_lower = lo = p.floor
     used = 0
     while lo < top:
