@@ -141,3 +141,24 @@ def test_compiled_search_refuses_bad_columns():
     bad[0] = np.array([2 ** 62, 2 ** 62], dtype=np.int64)
     with pytest.raises(ValueError):
         capsearch.solve(*bad)
+
+
+def test_plan_algorithms_search_below_the_heuristics():
+    """HARD (tests/test_place_exact.py): the heuristics end at 21, the optimum is 20
+    (the max-live floor). The default algorithm's search finds 20; the optimal
+    one proves it without CP-SAT."""
+    from graphmem.passes.placement.algorithm import for_option
+    from graphmem.passes.placement.items import part_pairs
+    from graphmem.passes.placement.search import max_live
+    from test_place_exact import HARD, no_clash
+
+    pairs = part_pairs(HARD)
+    assert max_live(HARD) == 20
+    best = for_option("best", 10.0, HARD)(HARD, pairs, 1)
+    assert (best.total, best.strategy, best.tried["search"]) == (20, "search", 20)
+    assert no_clash(HARD, best.offsets)
+    optimal = for_option("optimal", 10.0, HARD)(HARD, pairs, 1)
+    assert optimal.total == 20 and optimal.proof == {"proven_optimal": True, "lower_bound": 20}
+    assert "optimal" not in optimal.tried  # CP-SAT did not run
+    one = for_option("greedy_by_size", 10.0, HARD)(HARD, pairs, 1)
+    assert one.total >= 21 and "search" not in one.tried
