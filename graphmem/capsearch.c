@@ -39,7 +39,7 @@ typedef struct {
 } state_t;
 
 static int64_t search(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo, int64_t phi,
-                      int64_t min_off, int64_t min_rank);
+                      int64_t min_off, int64_t min_rank, const item_t *prev, int64_t nprev);
 
 static int item_cmp(const void *x, const void *y)
 {
@@ -112,7 +112,7 @@ static int64_t parts(state_t *st, const int64_t *bufs, int64_t nb, const int64_t
         }
         if (k) {
             preorder_sort(st, sub, sub + nb, k);
-            status = search(st, sub, k, lo, hi, 0, -1);
+            status = search(st, sub, k, lo, hi, 0, -1, NULL, 0);
         }
     }
     free(sub);
@@ -121,7 +121,7 @@ static int64_t parts(state_t *st, const int64_t *bufs, int64_t nb, const int64_t
 
 /* after placing b: search on, or solve apart the parts no buffer left spans */
 static int64_t split(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo, int64_t phi,
-                     int64_t m, int64_t r, int64_t b)
+                     int64_t m, int64_t r, int64_t b, const item_t *order, int64_t norder)
 {
     st->sol[b] = st->off[b];
     int64_t span = st->shi[b] - st->slo[b];
@@ -135,7 +135,7 @@ static int64_t split(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo, 
             cut[ncut++] = s + 1;
     int64_t status;
     if (ncut == 1) {
-        status = search(st, bufs, nb, plo, phi, m, r);
+        status = search(st, bufs, nb, plo, phi, m, r, order, norder);
     } else {
         cut[ncut++] = phi;
         status = parts(st, bufs, nb, cut, ncut);
@@ -146,8 +146,10 @@ static int64_t split(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo, 
     return status;
 }
 
+/* prev: the order of the node above in the same partition (NULL at its first node):
+ * filtered and re-sorted, it is nearly sorted already (minimum offsets only grow) */
 static int64_t search(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo, int64_t phi,
-                      int64_t min_off, int64_t min_rank)
+                      int64_t min_off, int64_t min_rank, const item_t *prev, int64_t nprev)
 {
     if (st->nodes >= st->node_limit)
         return ABORTED;
@@ -156,20 +158,41 @@ static int64_t search(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo,
     if (!order)
         return FAILED;
     int64_t k = 0;
-    for (int64_t i = 0; i < nb; i++) {
-        int64_t b = bufs[i];
-        if (st->off[b] < 0) {
-            order[k].key = st->minoff[b];
-            order[k].rank = i;  /* its place in the partition's preorder */
-            order[k].b = b;
-            k++;
+    if (prev) {
+        for (int64_t i = 0; i < nprev; i++) {
+            int64_t b = prev[i].b;
+            if (st->off[b] < 0) {
+                order[k].key = st->minoff[b];
+                order[k].rank = prev[i].rank;
+                order[k].b = b;
+                k++;
+            }
         }
+        for (int64_t x = 1; x < k; x++) {  /* insertion sort: few items move */
+            item_t v = order[x];
+            int64_t y = x - 1;
+            while (y >= 0 && item_cmp(&order[y], &v) > 0) {
+                order[y + 1] = order[y];
+                y--;
+            }
+            order[y + 1] = v;
+        }
+    } else {
+        for (int64_t i = 0; i < nb; i++) {
+            int64_t b = bufs[i];
+            if (st->off[b] < 0) {
+                order[k].key = st->minoff[b];
+                order[k].rank = i;  /* its place in the partition's preorder */
+                order[k].b = b;
+                k++;
+            }
+        }
+        qsort(order, (size_t)k, sizeof(item_t), item_cmp);
     }
     if (!k) {
         free(order);
         return FOUND;
     }
-    qsort(order, (size_t)k, sizeof(item_t), item_cmp);
     int64_t min_height = INT64_MAX;
     for (int64_t i = 0; i < k; i++) {
         int64_t h = order[i].key + st->size[order[i].b];
@@ -242,24 +265,17 @@ static int64_t search(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo,
             st->floor_[s] = height;
             st->total[s] -= sz;
         }
-        /* in increasing section order, as the specification's sorted set */
-        if (naff > 1) {
-            /* insertion sort: the affected sections are few and nearly sorted */
-            for (int64_t x = 1; x < naff; x++) {
-                int64_t v = affected[x], y = x - 1;
-                while (y >= 0 && affected[y] > v) {
-                    affected[y + 1] = affected[y];
-                    y--;
-                }
-                affected[y + 1] = v;
-            }
-        }
+        /* (the specification visits them in increasing order: each is updated at most
+         * once and the log is undone in reverse, so the order changes nothing) */
         for (int64_t q = 0; q < naff; q++) {
             int64_t s = affected[q], low = INT64_MAX;
             for (int64_t j = st->sec_start[s]; j < st->sec_start[s + 1]; j++) {
                 int64_t o = st->sec[j];
-                if (st->off[o] < 0 && st->minoff[o] < low)
+                if (st->off[o] < 0 && st->minoff[o] < low) {
                     low = st->minoff[o];
+                    if (low <= st->floor_[s])
+                        break;  /* the floor stays: no need for the exact minimum */
+                }
             }
             if (low != INT64_MAX && st->floor_[s] < low) {
                 floors[2 * nfl] = s;
@@ -275,7 +291,7 @@ static int64_t search(state_t *st, const int64_t *bufs, int64_t nb, int64_t plo,
         }
         int64_t got = NOT_FOUND;
         if (ok)
-            got = split(st, bufs, nb, plo, phi, m, r, b);
+            got = split(st, bufs, nb, plo, phi, m, r, b, order, k);
         for (int64_t q = nfl - 1; q >= 0; q--)
             st->floor_[floors[2 * q]] = floors[2 * q + 1];
         for (int64_t s = st->slo[b]; s < st->shi[b]; s++)
