@@ -158,7 +158,8 @@ def test_plan_algorithms_search_below_the_heuristics():
     assert (best.total, best.strategy, best.tried["search"]) == (20, "search", 20)
     assert no_clash(HARD, best.offsets)
     optimal = for_option("optimal", 10.0, HARD)(HARD, pairs, 1)
-    assert optimal.total == 20 and optimal.proof == {"proven_optimal": True, "lower_bound": 20}
+    assert optimal.total == 20 and optimal.proof == {"proven_optimal": True, "lower_bound": 20,
+                                                      "gap": 0.0}
     assert "optimal" not in optimal.tried  # CP-SAT did not run
     one = for_option("greedy_by_size", 10.0, HARD)(HARD, pairs, 1)
     assert one.total >= 21 and "search" not in one.tried

@@ -120,6 +120,9 @@ SECTIONS = (
             "python tools/bench.py --whole --files DIR ... --repeats 5", (), None,
             why_unchecked="process times and peak RSS, on model files built first "
                           "(tools/speed_files.py build, tools/export_fullsize.py)"),
+    Section("bench:minimalloc", "docs/benchmarks.md",
+            "python tools/minimalloc_bench.py --minimalloc-src DIR --write", (), None,
+            why_unchecked="CPU times, and MiniMalloc built from its source"),
     Section("bench:reorder", "docs/benchmarks.md", "python tools/reorder_bench.py --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
     Section("corpus", "docs/corpus.md", "python tools/export_corpus.py", (), None,

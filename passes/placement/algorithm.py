@@ -76,8 +76,8 @@ def searched(first: Algorithm, nodes: int, prove: bool = False) -> Algorithm:
             return a
         floor = peak_live(pairs.nbytes, pairs.first, pairs.last)
         if a.total <= floor:
-            return a._replace(proof={"proven_optimal": True, "lower_bound": a.total}) \
-                if prove else a
+            return a._replace(proof={"proven_optimal": True, "lower_bound": a.total,
+                                     "gap": 0.0}) if prove else a
         recs = whole(items)
         n = len(recs)
         problem = capacity.prepare(np.fromiter((r.bytes for r in recs), np.int64, n),
@@ -86,8 +86,10 @@ def searched(first: Algorithm, nodes: int, prove: bool = False) -> Algorithm:
         m = capacity.minimize(problem, a.total, alignment, nodes)
         sliced = any(type(r) is Tied for r in items)
         # a proof is of the whole records: with Concat slices a smaller arena may exist
-        proof = {"proven_optimal": m.proven and not sliced,
-                 "lower_bound": m.lower_bound if not sliced else floor} if prove else None
+        lower = m.lower_bound if not sliced else floor
+        total = min(m.total, a.total)
+        proof = {"proven_optimal": m.proven and not sliced, "lower_bound": lower,
+                 "gap": round((total - lower) / total, 6)} if prove else None
         if m.offsets is None or m.total >= a.total:
             return a._replace(proof=proof) if prove else a
         offsets = dict(zip((r.id for r in recs), m.offsets.tolist()))
@@ -120,8 +122,10 @@ def proven_or(first: Algorithm, fallback: Algorithm) -> Algorithm:
         tried = {**a.tried, **b.tried}
         lower = max((a.proof or {}).get("lower_bound", 0), (b.proof or {}).get("lower_bound", 0))
         keep = b if b.total < a.total else a
+        lower = min(lower, keep.total)
         proof = {**(keep.proof or {}), "proven_optimal": keep.total <= lower,
-                 "lower_bound": min(lower, keep.total)}
+                 "lower_bound": lower,
+                 "gap": round((keep.total - lower) / keep.total, 6) if keep.total else 0.0}
         return Placed(keep.offsets, keep.total, keep.strategy, tried, proof)
     return run
 
