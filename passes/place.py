@@ -9,10 +9,12 @@ best of them.
 
 Best fit looks at the pairs of buffers live at the same time. Where there are more
 than ``items.PAIR_LIMIT`` of them (tens of thousands of buffers live at once, as in a
-model whose every node output is a graph output), the pass lays out the storage blocks
-of the ``share`` pass one above another instead (made here if ``share`` did not run):
-memory stays linear in the graph, and where every buffer is live at once that layout
-is the smallest anyway.
+model whose every node output is a graph output), the pass places without pairs: sweep
+best fit (``placement/sweep.py``: the groups in time order, each in the smallest free
+range at its birth) and the storage blocks of the ``share`` pass one above another
+(made here if ``share`` did not run), the smaller arena kept: memory stays
+O(n log n) in the graph, and where every buffer is live at once the stacked blocks
+are the smallest anyway.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from graphmem.planning.writer import finish_layout
 from graphmem.passes.share import DEFAULT_MATCH_RANGE, share_blocks
 from graphmem.passes.placement.algorithm import for_option
 from graphmem.passes.placement.items import TooManyPairs, items
+from graphmem.passes.placement.sweep import sweep_fit
 
 
 def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, dict]:
@@ -45,19 +48,29 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
 
 def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int
                     ) -> tuple[Assignment, dict]:
-    """The storage blocks one above another (see the module docstring); the blocks of
-    ``share``, or, where it did not run, blocks made here for the stacking alone (this
-    pass provides the offsets, not the storage)."""
+    """Placement without pairs (see the module docstring): sweep best fit over the
+    groups as whole records, or the storage blocks one above another, whichever arena
+    is smaller (the blocks on ties). The blocks are those of ``share``, or, where it did
+    not run, blocks made here for the stacking alone (this pass provides the offsets,
+    not the storage)."""
+    recs = group_records(ctx, a.groups)[0]
+    roots = group_roots(ctx, a.groups)
     blocks = a
     if a.storage is None:
-        recs = group_records(ctx, a.groups)[0]
         block_of, block_bytes = share_blocks(recs, DEFAULT_MATCH_RANGE)
-        roots = group_roots(ctx, a.groups)
         blocks = a.with_(storage={roots[r.id]: block_of[r.id] for r in recs},
                          storage_bytes=tuple(block_bytes))
     placed = finish_layout(ctx, blocks.with_(offsets=None, arena_bytes=None))
-    detail = {"strategy": "storage_blocks", "tried": {"storage_blocks": placed.arena_bytes},
-              "reason": f"{parts:,} buffers overlap in time in more than {limit:,} pairs"}
+    swept, swept_total = sweep_fit([r for r in recs if r.bytes > 0])
+    tried = {"storage_blocks": placed.arena_bytes, "sweep_best_fit": swept_total}
+    reason = f"{parts:,} buffers overlap in time in more than {limit:,} pairs"
+    if swept_total < placed.arena_bytes:
+        offsets = dict.fromkeys(roots, 0)  # zero-sized groups sit at 0
+        offsets.update((roots[g], off) for g, off in swept.items())
+        detail = {"strategy": "sweep_best_fit", "tried": tried, "reason": reason}
+        return a.with_(offsets=offsets, arena_bytes=swept_total,
+                       strategy="sweep_best_fit"), detail
+    detail = {"strategy": "storage_blocks", "tried": tried, "reason": reason}
     return a.with_(offsets=placed.offsets, arena_bytes=placed.arena_bytes,
                    strategy="storage_blocks"), detail
 
