@@ -58,3 +58,21 @@ def test_the_place_pass_keeps_the_smaller_of_sweep_and_blocks(monkeypatch):
     assert result.plan.arena_bytes == min(detail["tried"].values())
     assert detail["strategy"] == ("sweep_best_fit" if detail["tried"]["sweep_best_fit"]
                                   < detail["tried"]["storage_blocks"] else "storage_blocks")
+
+
+def test_place_buffers_past_the_pair_limit_sweeps(monkeypatch):
+    from graphmem.passes.placement import capacity, items
+    from graphmem.passes.placement.buffers import check_placement, place_buffers
+    monkeypatch.setattr(items, "PAIR_LIMIT", 10)
+    rng = random.Random(4)
+    lower = [rng.randrange(40) for _ in range(200)]
+    upper = [lo + rng.randrange(1, 12) for lo in lower]
+    size = [8 * rng.randrange(1, 9) for _ in range(200)]
+    got = place_buffers(size, lower, upper)
+    assert got.method == "sweep_best_fit" and got.nodes == 0
+    assert check_placement(size, lower, upper, got.offsets) == []
+    assert got.total >= got.floor
+    # a capacity the sweep misses is left undecided (no search without the pairs)
+    if got.total > got.floor:
+        assert place_buffers(size, lower, upper, got.floor).status == capacity.UNDECIDED
+    assert place_buffers(size, lower, upper, got.floor - 1).status == capacity.NO_FIT

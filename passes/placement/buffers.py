@@ -11,6 +11,9 @@ climbing), then the complete search of :mod:`.capacity` within a node budget:
 - without: the smallest arena the search reaches below the heuristic's, down to the
   max-live floor, and whether it is proven optimal.
 
+Past ``items.PAIR_LIMIT`` overlapping pairs the heuristic is sweep best fit
+(``sweep``), and past ``algorithm.SEARCH_ITEMS`` buffers there is no search.
+
 :func:`check_placement` says what is wrong with a placement, if anything.
 """
 from __future__ import annotations
@@ -22,7 +25,10 @@ import numpy as np
 from graphmem.core.liveness import overlapping_pairs
 from graphmem.planning.groups import Record
 from graphmem.passes.placement import capacity as search
-from graphmem.passes.placement.search import place_records
+from graphmem.passes.placement.algorithm import SEARCH_ITEMS
+from graphmem.passes.placement.items import TooManyPairs
+from graphmem.passes.placement.search import peak_live, place_records
+from graphmem.passes.placement.sweep import sweep_fit
 
 # search nodes place_buffers allows by default (each a few microseconds: see
 # tools/minimalloc_bench.py's section of docs/benchmarks.md)
@@ -51,27 +57,40 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
     size = np.asarray(size, dtype=np.int64)
     lower = np.asarray(lower, dtype=np.int64)
     upper = np.asarray(upper, dtype=np.int64)
-    problem = search.prepare(size, lower, upper)
-    floor = problem.floor
+    if (upper <= lower).any() or (size < 0).any():
+        raise ValueError("every buffer needs upper > lower and a size of at least 0")
+    keep = np.flatnonzero(size > 0)
+    floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
         return BufferPlacement(search.NO_FIT, None, 0, True, floor, floor, "max-live floor", 0)
-    keep = problem.keep.tolist()
-    recs = [Record(i, int(size[i]), int(lower[i]), int(upper[i]) - 1) for i in keep]
+    recs = [Record(i, int(size[i]), int(lower[i]), int(upper[i]) - 1) for i in keep.tolist()]
     if alignment > 1:  # the heuristics expect aligned sizes: pad them
         recs = [r._replace(bytes=-(-r.bytes // alignment) * alignment) for r in recs]
-    placed = place_records(recs, "best", alignment)
     offsets = np.zeros(len(size), dtype=np.int64)
-    offsets[keep] = [placed.offsets[i] for i in keep]
+    try:
+        placed = place_records(recs, "best", alignment)
+        method, found = placed.strategy, placed.offsets
+        searchable = len(recs) <= SEARCH_ITEMS
+    except TooManyPairs:  # too many pairs to index: no best fit, no search
+        found, _ = sweep_fit(recs)
+        method, searchable = "sweep_best_fit", False
+    offsets[keep] = [found[i] for i in keep.tolist()]
     top = int((offsets + size).max(initial=0))
+    if capacity is not None and top <= capacity:
+        return BufferPlacement(search.FITS, offsets, top, True, floor, floor, method, 0)
+    if not searchable:
+        if capacity is None:
+            return BufferPlacement(search.FITS, offsets, top, top <= floor, floor, floor,
+                                   method, 0)
+        return BufferPlacement(search.UNDECIDED, None, 0, False, floor, floor, method, 0)
+    problem = search.prepare(size, lower, upper)
     if capacity is None:
         best = search.minimize(problem, top, alignment, nodes)
         if best.offsets is None:  # none below the heuristic's arena found
             return BufferPlacement(search.FITS, offsets, top, best.proven, best.lower_bound,
-                                   floor, placed.strategy, best.nodes)
+                                   floor, method, best.nodes)
         return BufferPlacement(search.FITS, best.offsets, best.total, best.proven,
                                best.lower_bound, floor, "search", best.nodes)
-    if top <= capacity:
-        return BufferPlacement(search.FITS, offsets, top, True, floor, floor, placed.strategy, 0)
     got = search.fit(problem, capacity, alignment, nodes)
     if got.status == search.FITS:
         total = int((got.offsets + size).max(initial=0))
