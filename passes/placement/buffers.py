@@ -32,7 +32,7 @@ from graphmem.passes.placement.sweep import sweep_fit
 
 # search nodes place_buffers allows by default (each a few microseconds: see
 # tools/minimalloc_bench.py's section of docs/benchmarks.md)
-DEFAULT_NODES = 2_000_000
+DEFAULT_NODES = 600_000
 
 
 class BufferPlacement(NamedTuple):

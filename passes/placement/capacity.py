@@ -147,8 +147,8 @@ def minimize(problem: Problem, top: int, alignment: int = 1,
     the best heuristic's) the search reaches: at the max-live floor first, then a
     binary search between the lowest capacity not ruled out and the best arena found.
     A capacity proven not to fit rules out every one below it, for good; one left
-    undecided (a probe may use a third of the nodes left, ``nodes`` in all) is passed
-    over unproven."""
+    undecided is passed over unproven (of ``nodes`` in all, the probe at the floor may
+    use half, each later one a third of what is left)."""
     p = problem
     best = None
     full = np.zeros(p.n, dtype=np.int64)
@@ -159,8 +159,9 @@ def minimize(problem: Problem, top: int, alignment: int = 1,
         left = None if nodes is None else nodes - used
         if left is not None and left <= 0:
             break
-        cap = lo if used == 0 else (lo + top - 1) // 2
-        got = fit(p, cap, alignment, None if left is None else max(left // 3, 1))
+        first = used == 0
+        cap = lo if first else (lo + top - 1) // 2
+        got = fit(p, cap, alignment, None if left is None else max(left // (2 if first else 3), 1))
         used += got.nodes
         if got.status == FITS:
             best = got.offsets
