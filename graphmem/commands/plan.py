@@ -165,8 +165,11 @@ def placement_bound(detail: dict, plan) -> dict:
     bound) / arena and ``words`` (what it is, for the summary)."""
     floor = plan.stats.get("aliased_peak_bytes", 0)
     arena = plan.arena_bytes
+    # the placement the proof is about was kept: the solver's, the search's, or a
+    # heuristic's the search proved (its bound then at most the arena)
     sliced = any(k.endswith(" (with slices)") for k in detail.get("tried", {}))
-    if detail.get("strategy") == "optimal" or not sliced:
+    if detail.get("strategy") in ("optimal", "search") or (
+            not sliced and int(detail.get("lower_bound", 0)) <= arena):
         bound = max(int(detail.get("lower_bound", 0)), floor)
         proven = bool(detail.get("proven_optimal")) or bound >= arena
         words = "exact placement, " + ("proven optimal" if proven else
