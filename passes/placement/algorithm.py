@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from graphmem.errors import GraphmemError
 from graphmem.planning.groups import Record
 from graphmem.passes.placement import capacity
 from graphmem.passes.placement.items import PartPairs, Tied
@@ -140,6 +141,8 @@ def for_option(placement: str, time_limit: float, items: Sequence) -> Algorithm:
         return searched(heuristics("best"), SEARCH_NODES)
     if placement != "optimal":
         return heuristics(placement)
+    if not time_limit > 0:  # refused before any placement runs (also nan)
+        raise GraphmemError(f"--time-limit must be positive, not {time_limit}")
     search = searched(heuristics("best"), int(NODES_PER_SECOND * time_limit), prove=True)
     solver = exact(time_limit)
     if any(type(r) is Tied for r in items):
