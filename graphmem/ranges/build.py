@@ -283,7 +283,7 @@ def stacking_at(blocks, binding: dict, alignment: int):
     """The stacking of the planner's best placement of the blocks at ``binding``."""
     recs = [Record(i, align_up(max(b.bytes.at(binding), 0), alignment), b.live[0], b.live[1])
             for i, b in enumerate(blocks)]
-    offsets, _, _, _ = place_records(recs, "best", alignment)
+    offsets = place_records(recs, "best", alignment).offsets
     return stacking_from_offsets([offsets[i] for i in range(len(blocks))],
                                  [r.bytes for r in recs], [b.live[0] for b in blocks],
                                  [b.live[1] for b in blocks])

@@ -118,6 +118,9 @@ SECTIONS = (
             "python -m tools.bench --whole --files DIR ... --repeats 5", (), None,
             why_unchecked="process times and peak RSS, on model files built first "
                           "(tools/corpus/speed_files.py build, tools/corpus/export_fullsize.py)"),
+    Section("bench:minimalloc", "docs/benchmarks.md",
+            "python -m tools.bench.minimalloc --minimalloc-src DIR --write", (), None,
+            why_unchecked="CPU times, and MiniMalloc built from its source"),
     Section("bench:reorder", "docs/benchmarks.md", "python -m tools.bench.reorder --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
     Section("mlas-workspace", "docs/ort-graphs.md",
