@@ -404,3 +404,19 @@ def test_control_flow_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "If/Loop/Scan" in err[0]
     assert not out.exists()
+
+
+def test_checkpoint_graph_from_formulas_plans_as_the_loaded_one(tmp_path):
+    """The builder plans its checkpoints on the graph the formulas give there (no load):
+    the same shapes, dims and plan, byte for byte, as the loader's graph."""
+    from graphmem.ranges.build import graph_from_formulas
+    from graphmem.ranges.sizes import size_formulas
+    path = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    sf = size_formulas(lambda b: load(path, b), {"batch": (1, 32), "past_seq": (0, 8192)})
+    for b in ({"batch": 3, "past_seq": 0}, {"batch": 17, "past_seq": 4099}):
+        loaded, made = load(path, b), graph_from_formulas(sf, b)
+        assert {n: t.shape for n, t in made.tensors.items()} == \
+            {n: t.shape for n, t in loaded.tensors.items()}
+        assert dict(made.bindings) == dict(loaded.bindings)
+        assert plan_graph(made, **OPTIONS).plan.to_json() == \
+            plan_graph(loaded, **OPTIONS).plan.to_json()
