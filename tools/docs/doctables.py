@@ -120,6 +120,10 @@ SECTIONS = (
                           "(tools/corpus/speed_files.py build, tools/corpus/export_fullsize.py)"),
     Section("bench:reorder", "docs/benchmarks.md", "python -m tools.bench.reorder --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
+    Section("bench:range-fullsize", "docs/benchmarks.md",
+            "python -m tools.bench.range_bench --files DIR --write", (), None,
+            why_unchecked="range plans of full-size models exported with torch "
+                          "(tools/corpus/export_fullsize.py); build times"),
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),
