@@ -243,9 +243,10 @@ def write_fullsize(results: list[dict], how: str) -> None:
             "plan's (worst ratio), the smallest binding's arena over the largest's, every "
             "tensor's size formula against the loader, the report's aliased-peak formula "
             "against the evaluated plan's; verify (the evaluated plan run in its arena on "
-            "ONNX Runtime, CPU) at the ends (the smallest first); the serving fit at the "
-            "budget of the middle binding, its answer and one more checked with validated "
-            "plans. Build seconds on a shared 2-core machine.\n\n" + fullsize_table(results))
+            "ONNX Runtime, CPU) at the smallest binding, and at the largest where the row "
+            "says 2 (`--verify K`); the serving fit at the budget of the middle binding "
+            "(weights + arena), the longest context's answer inside the range and one more "
+            "checked with validated plans. Build seconds on a shared 2-core machine.\n\n" + fullsize_table(results))
     write_doc(ROOT / "docs" / "benchmarks.md", FULLSIZE_SECTION, body)
 
 
@@ -287,8 +288,9 @@ def main(argv=None) -> int:
             out += json.loads(Path(f).read_text())
         print(fullsize_table(out))
         if args.write:
-            write_fullsize(out, "--files DIR [--optimized] --json RUN.json` runs, the table "
-                           "by `python -m tools.bench.range_bench --table-from RUN.json ... --write")
+            write_fullsize(out, "--files DIR --json RUN.json` runs (one per folder and "
+                           "flags), the table by `python -m tools.bench.range_bench "
+                           "--table-from RUN.json ... --write")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         if args.files:
