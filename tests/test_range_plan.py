@@ -420,3 +420,24 @@ def test_checkpoint_graph_from_formulas_plans_as_the_loaded_one(tmp_path):
         assert dict(made.bindings) == dict(loaded.bindings)
         assert plan_graph(made, **OPTIONS).plan.to_json() == \
             plan_graph(loaded, **OPTIONS).plan.to_json()
+
+
+def test_cli_box_the_model_cannot_load_at_everywhere_names_the_binding(tmp_path, capsys):
+    """x[seq, 4] + w[8, 4] loads at seq 1 and 8 only (a table of 8 positions, as BERT's
+    position embeddings past 512): refused in one line naming the binding and tensor."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+        [numpy_helper.from_array(np.ones((8, 4), np.float32), "w")])
+    path = tmp_path / "table.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    out = tmp_path / "t.rangeplan.json"
+    assert main(["plan", str(path), "--dim", "seq=1..8", "-o", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "at seq=" in err[0] and "(in seq=1..8)" in err[0] \
+        and "'y'" in err[0], err
+    assert not out.exists()
