@@ -441,3 +441,18 @@ def test_cli_box_the_model_cannot_load_at_everywhere_names_the_binding(tmp_path,
     assert len(err) == 1 and "at seq=" in err[0] and "(in seq=1..8)" in err[0] \
         and "'y'" in err[0], err
     assert not out.exists()
+
+
+def test_range_plan_text_one_line_per_entry(attention):
+    """The file reads back as the plan it was written from, with each segment's tensors
+    and blocks one compact line each (not an indented line per formula term)."""
+    built, rp, _ = attention
+    text = built.plan.to_json()
+    assert json.loads(text) == built.plan.to_dict()
+    seg = built.plan.segments[0]
+    lines = text.splitlines()
+    for name in seg.placed:
+        assert sum(line.strip().startswith(json.dumps(name) + ': {"live"') for line in lines) \
+            == len(built.plan.segments)
+    assert len(lines) < 12 * (len(built.plan.tensors) + len(seg.blocks)) * len(
+        built.plan.segments) + 100
