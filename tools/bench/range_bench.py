@@ -246,7 +246,8 @@ def write_fullsize(results: list[dict], how: str) -> None:
             "ONNX Runtime, CPU) at the smallest binding, and at the largest where the row "
             "says 2 (`--verify K`); the serving fit at the budget of the middle binding "
             "(weights + arena), the longest context's answer inside the range and one more "
-            "checked with validated plans. Build seconds on a shared 2-core machine.\n\n" + fullsize_table(results))
+            "checked with validated plans. Build seconds on a shared 2-core machine.\n\n"
+            + fullsize_table(results))
     write_doc(ROOT / "docs" / "benchmarks.md", FULLSIZE_SECTION, body)
 
 
@@ -267,7 +268,8 @@ def main(argv=None) -> int:
     p.add_argument("--files", metavar="DIR", help="the full-size exports of "
                    "python -m tools.corpus.export_fullsize DIR instead of the built-in cases")
     p.add_argument("--models", default="", help="with --files: these models only (a,b)")
-    p.add_argument("--seq", type=int, default=512, help="with --files: a prefill's seq range's top")
+    p.add_argument("--seq", type=int, default=512,
+                   help="with --files: a prefill's seq range's top")
     p.add_argument("--past", type=int, default=1023,
                    help="with --files: a decode step's past_seq range's top")
     p.add_argument("--batch", type=int, default=8, help="with --files: batch's top beside seq "
@@ -280,7 +282,8 @@ def main(argv=None) -> int:
                    help="write the --files table from the --json files of earlier runs (no "
                    "planning), their rows in the order given")
     p.add_argument("--write", action="store_true",
-                   help=f"with --files: write the table into docs/benchmarks.md ({FULLSIZE_SECTION})")
+                   help="with --files: write the table into docs/benchmarks.md "
+                   f"({FULLSIZE_SECTION})")
     args = p.parse_args(argv)
     out = []
     if args.table_from:
