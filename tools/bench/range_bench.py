@@ -105,8 +105,8 @@ def run_case(label, path, box, fixed, follow, full: bool = False, verify_count: 
         rp, load_at, evaluate)
     peaks = {}
     if full:
-        from graphmem.ranges.memory import _peak_or_none
-        peaks = {i: _peak_or_none(rp, i) for i in range(len(rp.segments))}
+        from graphmem.ranges.memory import peak_or_none
+        peaks = {i: peak_or_none(rp, i) for i in range(len(rp.segments))}
     rows = []
     points = spread(box)
     order = [0, len(points) - 1] + list(range(1, len(points) - 1))
