@@ -127,6 +127,10 @@ SECTIONS = (
             "python -m tools.upstream.mlas_workspace --doc", (), None,
             why_unchecked="ONNX Runtime runs under a malloc log built with cc "
                           "(the slow tests/test_workspace.py runs the tool)"),
+    Section("bench:range-fullsize", "docs/benchmarks.md",
+            "python -m tools.bench.range_bench --files DIR --write", (), None,
+            why_unchecked="range plans of full-size models exported with torch "
+                          "(tools/corpus/export_fullsize.py); build times"),
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),
