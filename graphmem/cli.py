@@ -13,7 +13,7 @@ from graphmem import interrupts, notes, streams
 from graphmem.errors import GraphmemError
 
 # Module names under graphmem.commands, in the order ``--help`` lists them.
-COMMANDS = ("plan", "verify", "report", "fit", "train", "export", "probe", "models")
+COMMANDS = ("plan", "verify", "report", "fit", "place", "train", "export", "probe", "models")
 
 
 class _Parser(argparse.ArgumentParser):

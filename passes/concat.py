@@ -29,9 +29,14 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
     slice_offset = dict(a.slice_offset)
     concats = sliced = 0
     saved = 0
+    # issue 53: a Concat of sizes the data decides has its slices' offsets known only at
+    # run time (graphmem/frontend/data_bounds.py); it copies
+    bounded = graph.data_bounds.governed if graph.data_bounds else {}
     for idx in ctx.order:
         node = by_index[idx]
         if not is_concat(node) or not node.outputs or node.outputs[0] not in ctx.intervals:
+            continue
+        if node.outputs[0] in bounded:
             continue
         out = node.outputs[0]
         shape = graph.tensors[out].shape

@@ -385,15 +385,18 @@ def test_write_failure_leaves_nothing(capsys, tmp_path, monkeypatch):
 
 
 def test_a_size_that_depends_on_the_data_is_named(capsys, tmp_path):
-    """A detection model's post-processing (NonZero of the scores over a threshold, then
-    a gather of those boxes): the unknown tensor's message names the NonZero upstream."""
-    nodes = [helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("NonZero", ["r"], ["nz"], name="kept"),
-             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
-             helper.make_node("GatherND", ["x", "idx"], ["y"])]
-    model = make_model(nodes, [("x", F, [4, 5])], [("y", F, ["k"])])
+    """A Range whose limit is data (the largest value of the input), which the graph
+    does not bound: the unknown tensor's message names the Range and the --bound to
+    pass (a NonZero plans at its bound: tests/test_data_bounds.py)."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["limit"], to=TensorProto.INT64),
+             helper.make_node("Range", ["zero", "limit", "one"], ["r"], name="count"),
+             helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+    model = make_model(nodes, [("x", F, [4, 5])], [("y", F, ["k"])],
+                       initializers=[numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                                     numpy_helper.from_array(np.array(1, np.int64), "one")])
     line = refused(capsys, tmp_path, save(model, tmp_path / "m.onnx"))
-    assert "NonZero 'kept', node 1" in line and "static shapes only" in line, line
+    assert "Range 'count', node 2" in line and "--bound Range_2=N" in line, line
 
 
 def test_a_failed_command_leaves_notes_printing_at_once(tmp_path, capsys):

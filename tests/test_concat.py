@@ -174,7 +174,7 @@ def test_tied_records_keep_relative_offsets_and_reuse_early_bytes():
     tied = Tied(0, 300, 0, 9, ((0, Record(0, 100, 0, 9)), (100, Record(1, 100, 2, 9)),
                                (200, Record(2, 100, 6, 9))))
     early = Record(1, 100, 3, 5)
-    offsets, total, _, _ = place_records([tied, early])
+    offsets, total, *_ = place_records([tied, early])
     assert total == 300 and offsets[1] == offsets[0] + 200
     # placed before the set, the short buffer pushes it up: the set moves as one
     offsets, total = best_fit([early, tied])
@@ -198,7 +198,7 @@ def test_tied_random_against_bruteforce_overlap():
                 f = rng.randint(0, 10)
                 items.append(Record(rid, rng.choice([64, 192, 320]), f, f + rng.randint(0, 4)))
             rid += 1
-        offsets, total, _, _ = place_records(items, alignment=64)
+        offsets, total, *_ = place_records(items, alignment=64)
         boxes = []
         for it in items:
             for rel, p in (it.parts if isinstance(it, Tied) else ((0, it),)):

@@ -21,13 +21,16 @@ def test_every_subpackage_is_packaged():
 
 def test_the_compiled_extensions_are_declared_required_with_their_sources():
     """graphmem/fitloops.c (best fit and the storage pool), graphmem/orderloops.c (the
-    reorder pass's searches) and graphmem/wire.c (the model reader) are built at install
+    reorder pass's searches), graphmem/capsearch.c (the complete placement search) and
+    graphmem/wire.c (the model reader) are built at install
     and required: there is no second, Python, implementation (their specifications are
-    tests/reference_place.py, tests/reference_share.py, tests/reference_reorder.py and,
+    tests/reference_place.py, tests/reference_share.py, tests/reference_reorder.py,
+    tests/reference_capacity.py and,
     for the reader, the onnx Python API in tests/test_wire.py)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     exts = {ext["name"]: ext for ext in config["ext-modules"]}
-    assert set(exts) == {"graphmem.fitloops", "graphmem.orderloops", "graphmem.wire"}
+    assert set(exts) == {"graphmem.fitloops", "graphmem.orderloops", "graphmem.capsearch",
+                         "graphmem.wire"}
     for ext in exts.values():
         assert ext["optional"] is False
         assert all((ROOT / s).is_file() for s in ext["sources"])

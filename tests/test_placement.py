@@ -26,13 +26,13 @@ COMPLEX = [Record(i, *r) for i, r in enumerate(
 
 def test_empty_and_one_record():
     assert place_records([]) [:2] == ({}, 0)
-    offsets, total, _, _ = place_records([Record(0, 16, 0, 1)])
+    offsets, total, *_ = place_records([Record(0, 16, 0, 1)])
     assert offsets == {0: 0} and total == 16
 
 
 def test_chain_reuses_one_block_pair():
     chain = [Record(i, 16, i, i + 1) for i in range(6)]
-    offsets, total, _, _ = place_records(chain)
+    offsets, total, *_ = place_records(chain)
     assert total == 32 and overlaps(chain, offsets) is None
 
 
@@ -44,7 +44,7 @@ def test_every_strategy_is_valid_on_complex_records(name):
 
 
 def test_best_reaches_max_live_on_complex_records():
-    offsets, total, strategy, tried = place_records(COMPLEX)
+    offsets, total, strategy, tried, _ = place_records(COMPLEX)
     assert total == 96  # offsets beat the best shared-objects plan (112 B) by 14%
     # strategies run in order until one reaches the max-live floor
     assert tried[strategy] == 96 and list(tried)[-1] == strategy
@@ -66,6 +66,6 @@ def test_share_pool_matches_mxnet_semantics():
 def test_gap_search_is_not_optional():
     # a long-lived small tensor at the bottom, then short big ones that fit in a gap
     recs = [Record(0, 100, 0, 1), Record(1, 10, 0, 9), Record(2, 100, 2, 3), Record(3, 100, 4, 5)]
-    offsets, total, _, _ = place_records(recs)
+    offsets, total, *_ = place_records(recs)
     assert overlaps(recs, offsets) is None
     assert total == 110

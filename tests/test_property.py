@@ -296,7 +296,7 @@ def record_lists(draw):
 @given(case=record_lists(), strategy=st.sampled_from(["best", *STRATEGIES]))
 def test_every_strategy_places_without_overlap(case, strategy):
     recs, alignment = case
-    offsets, total, used, tried = place_records(recs, strategy, alignment)
+    offsets, total, used, tried, _ = place_records(recs, strategy, alignment)
     assert set(offsets) == {r.id for r in recs}
     for r in recs:
         assert offsets[r.id] >= 0 and offsets[r.id] % alignment == 0

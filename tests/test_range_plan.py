@@ -404,3 +404,55 @@ def test_control_flow_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "If/Loop/Scan" in err[0]
     assert not out.exists()
+
+
+def test_checkpoint_graph_from_formulas_plans_as_the_loaded_one(tmp_path):
+    """The builder plans its checkpoints on the graph the formulas give there (no load):
+    the same shapes, dims and plan, byte for byte, as the loader's graph."""
+    from graphmem.ranges.build import graph_from_formulas
+    from graphmem.ranges.sizes import size_formulas
+    path = rm.save(rm.decode_step(), tmp_path / "decode.onnx")
+    sf = size_formulas(lambda b: load(path, b), {"batch": (1, 32), "past_seq": (0, 8192)})
+    for b in ({"batch": 3, "past_seq": 0}, {"batch": 17, "past_seq": 4099}):
+        loaded, made = load(path, b), graph_from_formulas(sf, b)
+        assert {n: t.shape for n, t in made.tensors.items()} == \
+            {n: t.shape for n, t in loaded.tensors.items()}
+        assert dict(made.bindings) == dict(loaded.bindings)
+        assert plan_graph(made, **OPTIONS).plan.to_json() == \
+            plan_graph(loaded, **OPTIONS).plan.to_json()
+
+
+def test_cli_box_the_model_cannot_load_at_everywhere_names_the_binding(tmp_path, capsys):
+    """x[seq, 4] + w[8, 4] loads at seq 1 and 8 only (a table of 8 positions, as BERT's
+    position embeddings past 512): refused in one line naming the binding and tensor."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+        [numpy_helper.from_array(np.ones((8, 4), np.float32), "w")])
+    path = tmp_path / "table.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    out = tmp_path / "t.rangeplan.json"
+    assert main(["plan", str(path), "--dim", "seq=1..8", "-o", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "at seq=" in err[0] and "(in seq=1..8)" in err[0] \
+        and "'y'" in err[0], err
+    assert not out.exists()
+
+
+def test_range_plan_text_one_line_per_entry(attention):
+    """The file reads back as the plan it was written from, with each segment's tensors
+    and blocks one compact line each (not an indented line per formula term)."""
+    built, rp, _ = attention
+    text = built.plan.to_json()
+    assert json.loads(text) == built.plan.to_dict()
+    seg = built.plan.segments[0]
+    lines = text.splitlines()
+    for name in seg.placed:
+        assert sum(line.strip().startswith(json.dumps(name) + ': {"live"') for line in lines) \
+            == len(built.plan.segments)
+    assert len(lines) < 12 * (len(built.plan.tensors) + len(seg.blocks)) * len(
+        built.plan.segments) + 100

@@ -272,14 +272,19 @@ def test_selective_planned_never_plans_larger_than_none():
 
 # --- recomputation never costs ---------------------------------------------------------------
 
-def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys):
+def test_recompute_never_plans_larger_than_no_recomputation(tmp_path, capsys, monkeypatch):
     """tiny_model at a small batch where Chen's cuts as one segment plan more than none
     (batch 2: 6,592 bytes against 6,464; as vgg19 at batch 32 planned 2,083.6 MiB against
     2,045.6; which small batch shows it moves with the order the reorder pass keeps among
     those at the least peak), so no checkpoints are kept; the CLI's --recompute sqrt
     (Chen's sqrt(n) segments, which plan smaller there) never plans larger than none or
-    than Chen's cuts."""
+    than Chen's cuts. The placement search is off: with it, Chen's one segment plans
+    less than none at every batch from 1 to 12 (batch 3: 9,280 against 9,472), and the
+    case this test needs, heuristic placement, does not arise."""
     from test_training import tiny_model
+
+    from graphmem.passes.placement import algorithm
+    monkeypatch.setattr(algorithm, "SEARCH_NODES", 0)
 
     from graphmem.training.recompute import recompute_planned
 

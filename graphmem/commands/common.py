@@ -54,6 +54,10 @@ def add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> Non
     p.add_argument("--dim-default", type=_dim_value, default=None, metavar="N",
                    help="bind every symbolic dimension that no --dim binds to N "
                         "(off unless given; says on stderr which it bound)")
+    p.add_argument("--bound", action="append", default=[], metavar="NAME=N",  # issue 53
+                   help="plan a size that depends on the data (NonZero_3, the op and its "
+                        "node) at most N: tightens the bound the graph proves, or gives "
+                        "one it cannot (repeatable)")
 
 
 # The largest value a symbolic dimension may be bound to: past it, one tensor of a
@@ -132,6 +136,16 @@ def parse_dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
+def parse_bounds(items: list[str]) -> dict[str, int]:
+    """``--bound NAME=N`` values (issue 53), refused in one line as ``--dim``'s are."""
+    try:
+        return parse_dims(items)
+    except GraphmemError as exc:
+        raise GraphmemError(str(exc).replace("--dim", "--bound").replace(
+            "e.g. --bound N=8", "e.g. --bound NonZero_3=100").replace(
+            "a dimension cannot", "a bound cannot")) from None
+
+
 def chosen_passes(args) -> list[str]:
     if args.passes is None:
         names = list(DEFAULT_PASSES)
@@ -163,7 +177,8 @@ class ModelSource:
     file it names, ``dims`` and ``dim_default`` the ``--dim`` and ``--dim-default``
     bindings, ``path`` the file planned: ``file`` itself, or the copy of it made once
     for the command (``--ort-optimize``: ONNX Runtime's optimized graph, described by
-    ``optimized``; ``--infer-by-running``: the model with the types of one run). A
+    ``optimized``; ``--infer-by-running``: the model with the types of one run),
+    ``bounds`` the ``--bound`` values (issue 53: data-dependent sizes by symbol). A
     record: a command that binds more dims itself (``report --batch``) passes them to
     :func:`model_source`; a new option that changes what is planned is a new field here,
     resolved in :func:`model_source`.
@@ -174,6 +189,7 @@ class ModelSource:
     dim_default: int | None
     path: Path
     optimized: Optimized | None = None
+    bounds: Mapping[str, int] | None = None  # issue 53: --bound NAME=N
 
     @property
     def stem(self) -> str:
@@ -188,12 +204,15 @@ class ModelSource:
             return Path(self.path).name
         return self.stem + ".onnx"
 
-    def load(self, dims: Mapping[str, int] | None = None, *, dim_default: bool = True):
+    def load(self, dims: Mapping[str, int] | None = None, *, dim_default: bool = True,
+             bounds: Mapping[str, int] | None = None):
         """The planned file loaded (:func:`~graphmem.frontend.reader.load`) at ``dims``
         (default: the source's), with ``--dim-default`` unless ``dim_default`` is False
-        (a saved plan's bindings are complete)."""
+        (a saved plan's bindings are complete), its data-dependent sizes at ``bounds``
+        (default: the source's ``--bound`` values; a saved plan's are its own)."""
         return load(self.path, self.dims if dims is None else dims,
-                    dim_default=self.dim_default if dim_default else None)
+                    dim_default=self.dim_default if dim_default else None,
+                    bounds=(self.bounds if bounds is None else bounds) or None)
 
     def plan_size_limit(self) -> int:
         """The most bytes a plan file for this model can need (see
@@ -227,7 +246,8 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
         from graphmem.frontend.ort_run_shapes import annotated_by_running
         path = annotated_by_running(path, bound, dim_default)
     return ModelSource(given=args.model, file=file, dims=bound, dim_default=dim_default,
-                       path=path, optimized=optimized)
+                       path=path, optimized=optimized,
+                       bounds=parse_bounds(getattr(args, "bound", None) or []) or None)
 
 
 def exported_arena(source: ModelSource, options: dict) -> dict:

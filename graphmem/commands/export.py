@@ -133,8 +133,10 @@ def planned_view(args, source: ModelSource) -> tuple[PlanView, Graph]:
     ranged = ranges.evaluated(args, source)  # a range plan, at --at/--dim
     if saved:
         plan = ranged or load_any_plan(saved, source)
+        # issue 53: the model's data-dependent sizes at the plan's bounds
+        bounds = {k: v["bound"] for k, v in (getattr(plan, "bounds", None) or {}).items()}
         graph = source.load(plan.bindings if ranged else source.dims or plan.bindings,
-                            dim_default=False)
+                            dim_default=False, bounds=bounds)
         check_plan_fits(plan, graph, saved)
         graph = graph_for_plan(graph, plan)  # with the workspaces of its bodies
         return build(plan, graph), graph
@@ -180,7 +182,9 @@ def _extract(args) -> int:
         raise GraphmemError(f"{args.plan_from}: no such annotated model")
     plan = read_plan(args.plan_from)
     # the plan must fit the model it sits in, as any plan graphmem reads
-    check_plan_fits(plan, load(args.plan_from, plan.bindings), args.plan_from)
+    bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}  # issue 53
+    check_plan_fits(plan, load(args.plan_from, plan.bindings, bounds=bounds or None),
+                    args.plan_from)
     stem = Path(args.plan_from).name
     for suffix in (".onnx", ".annotated"):
         stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem

@@ -175,6 +175,9 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
                       f"{len(bodies)} {noun} of If/Loop/Scan nodes, "
                       f"{sum(len(s.plan.tensors) for s in bodies):,} tensors, each planned "
                       f"into its node's workspace ({sizes})")
+    if plan.bounds:  # issue 53: the sizes that depend on the data
+        from graphmem.commands.bounds_text import bounded_row
+        table.add_row(*bounded_row(plan))
     table.add_row("time", "", "", f"load {load_seconds:.2f} s, plan {result.seconds:.3f} s")
     console.print(table)
     if written:
@@ -201,15 +204,20 @@ def placement_bound(detail: dict, plan) -> dict:
 
     The exact solver places the storage groups as plain records (a group with Concat
     slices as one block for its whole life); its bound is a bound on that problem. When
-    the solver's placement is kept, it bounds the arena; when the best heuristic with
-    the Concat slices planned smaller (``strategy`` is not ``optimal``), the solver's
+    the solver's or the complete search's placement is kept, it bounds the arena; when
+    the best heuristic with the Concat slices planned smaller (a ``(with slices)`` entry
+    in ``tried``, and ``strategy`` is not ``optimal``), the solver's
     bound is of a more constrained problem and may exceed the arena, and the bound that
     holds is the aliased peak (no arena for this order and these aliases is smaller).
     Returns ``proven`` (the arena meets its bound), ``bound_bytes``, ``gap`` (arena -
     bound) / arena and ``words`` (what it is, for the summary)."""
     floor = plan.stats.get("aliased_peak_bytes", 0)
     arena = plan.arena_bytes
-    if detail.get("strategy") == "optimal":
+    # the placement the proof is about was kept: the solver's, the search's, or a
+    # heuristic's the search proved (its bound then at most the arena)
+    sliced = any(k.endswith(" (with slices)") for k in detail.get("tried", {}))
+    if detail.get("strategy") in ("optimal", "search") or (
+            not sliced and int(detail.get("lower_bound", 0)) <= arena):
         bound = max(int(detail.get("lower_bound", 0)), floor)
         proven = bool(detail.get("proven_optimal")) or bound >= arena
         words = "exact placement, " + ("proven optimal" if proven else

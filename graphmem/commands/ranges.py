@@ -26,6 +26,10 @@ def _built(args):
     box, fixed, derived = split_dims(args.dim)
     if not box:
         raise GraphmemError("--at needs a range of dims: --dim NAME=LO..HI")
+    if getattr(args, "bound", None):  # issue 53's --bound: a plan at one binding
+        raise GraphmemError("--bound goes with a plan at one binding, not with a range of "
+                            "dims (--dim NAME=LO..HI): a range plan sizes what depends on "
+                            "the data at the bounds the graph proves")
     source = model_source(args, dims=fixed)  # the file planned (--ort-optimize's copy)
     path = source.path
     default = getattr(args, "dim_default", None)

@@ -102,6 +102,9 @@ def build(args) -> dict:
         dev = device_from_args(args, graph)
         out = analysis.report(graph, view.plan, dev, rule, threads)
         out["dtype"] = float_dtype(graph)
+        if view.plan.bounds:  # issue 53: the sizes planned at their bounds
+            from graphmem.plan.bounded import summary
+            out["bounds"] = summary(view.plan)
         notes = provider_notes(args, graph)
         if notes:
             out["notes"] = notes
@@ -243,6 +246,9 @@ def run(args) -> int:
         return 0
     out = console()
     print_breakdown(out, data)
+    if "bounds" in data:  # issue 53
+        from graphmem.commands.bounds_text import print_bounds
+        print_bounds(out, data["bounds"], data["totals"]["arena_bytes"])
     print_footprints(out, [data["footprint"]], data.get("budget_bytes"))
     sentence = fit_sentence(data.get("fit"))
     if sentence:

@@ -88,7 +88,9 @@ def run(args) -> int:
                     raise GraphmemError(f"--dim {name}={value}, but the plan was made with "
                                         f"{name}={dims[name]}")
                 dims[name] = value
-            graph = source.load(dims, dim_default=False)
+            # issue 53: the model's data-dependent sizes at the plan's bounds
+            bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}
+            graph = source.load(dims, dim_default=False, bounds=bounds)
         else:
             beat.status = "loading the model"
             source = model_source(args)
@@ -193,7 +195,12 @@ def print_report(console: Console, r: VerifyReport) -> None:
     if len(rows) < len(r.outputs):
         console.print(f"... and {len(r.outputs) - len(rows):,} more graph outputs, all ok")
     print_whole_model(console, r)
-    if r.mismatch:
+    if r.bounded or r.overflow:  # issue 53
+        from graphmem.commands.bounds_text import print_bounded
+        print_bounded(console, r)
+    if r.overflow:
+        console.print("[red]FAIL[/]: " + shown(r.overflow), highlight=False, soft_wrap=True)
+    elif r.mismatch:
         console.print("[red]FAIL[/]: " + shown(r.mismatch.describe()), highlight=False,
                       soft_wrap=True)
         if r.in_place_op:

@@ -131,6 +131,10 @@ class Graph:
     sizing: tuple[Sizing, ...] = field(default=(), compare=False, hash=False)
     # what the loader caught and went on past (printed as notes when it loads)
     load_notes: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    # issue 53: the sizes that depend on the data, planned at upper bounds: a
+    # graphmem.frontend.data_bounds.DataBounds (its symbols, and tensor -> the symbols
+    # its size may depend on), None where the model has none
+    data_bounds: object = field(default=None, compare=False, hash=False)
 
     def producers(self) -> dict[str, Node]:
         return {t: n for n in self.nodes for t in n.outputs if t}

@@ -88,7 +88,11 @@ def annotate(model: onnx.ModelProto, view: PlanView, graph: Graph, *,
             vi = g.value_info.add()
             vi.name = r.name
             vi.type.tensor_type.elem_type = ENUM_BY_NAME[r.dtype]
-            if not plan.bindings:  # with bound dims the file's shapes stay symbolic
+            planned = plan.tensors.get(r.name)
+            # with bound dims the file's shapes stay symbolic; a tensor planned at a
+            # data bound (issue 53) has the size the data gives: its shape stays open,
+            # for the loader to size at the plan's bounds again
+            if not plan.bindings and (planned is None or planned.bounded_by is None):
                 shape = vi.type.tensor_type.shape
                 shape.SetInParent()
                 for d in r.shape:

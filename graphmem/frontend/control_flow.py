@@ -33,12 +33,15 @@ Values = Callable[[str], "np.ndarray | None"]
 
 def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
            infer: Callable[[onnx.ModelProto], onnx.ModelProto], values: Values,
-           where: str = ""
+           where: str = "", bounds=None
            ) -> tuple[onnx.ModelProto, dict[str, Tensor], dict[int, tuple[Scope, ...]]]:
     """Size every control-flow node of ``model.graph`` (nodes in ``order``) whose inputs
     are known: its bodies become scopes, its outputs' types are added to the model's
     value_info and inference runs again for what follows them, until no more change.
-    Returns the model, every tensor's type (``tensors`` updated) and the scopes."""
+    Returns the model, every tensor's type (``tensors`` updated) and the scopes.
+    ``bounds`` (issue 53: graphmem.frontend.data_bounds.ControlFlowBounds): sizes the
+    data-dependent nodes of a body at their bounds (``size_body``) and bounds an If's
+    output whose branches differ in size by the larger (``merge``, None: refused)."""
     scopes: dict[int, tuple[Scope, ...]] = {}
     while True:
         added = []
@@ -48,7 +51,13 @@ def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
                 continue
             if not all(t in tensors for t in n.input if t):
                 continue
-            made, outs = _node_scopes(n, idx, tensors, values, model, where)
+            try:
+                made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds)
+            except UnknownShape:
+                if bounds is None:
+                    raise
+                continue  # issue 53: a body reads what the bounds size later
+
             scopes[idx] = made
             for name, t in outs.items():
                 tensors[name] = t
@@ -92,7 +101,7 @@ def _tensor(name: str, elem: int, dims) -> Tensor:
 
 
 def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], values: Values,
-                 model: onnx.ModelProto, where: str
+                 model: onnx.ModelProto, where: str, bounds=None
                  ) -> tuple[tuple[Scope, ...], dict[str, Tensor]]:
     label = f"node {idx} ({n.op_type}{' ' + repr(n.name) if n.name else ''}){where}"
     bodies = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
@@ -103,12 +112,17 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     if n.op_type == "If":
         scopes, outs = [], []
         for attr in BODIES["If"]:
-            s = _scope(bodies[attr], idx, attr, [], known, opsets, values, label)
+            s = _scope(bodies[attr], idx, attr, [], known, opsets, values, label, bounds)
             scopes.append(s)
             outs.append([s.graph.tensors[o] for o in s.formal_outputs])
         made = {}
         for k, name in enumerate(o for o in n.output):
             a, b = outs[0][k], outs[1][k]
+            merged = bounds.merge(idx, name, a, b) if bounds is not None and name and \
+                (a.dtype, a.shape) != (b.dtype, b.shape) else None
+            if merged is not None:  # issue 53: the branches' sizes bound the output
+                made[name] = merged
+                continue
             if (a.dtype, a.shape) != (b.dtype, b.shape):
                 raise GraphmemError(
                     f"{label}: output {name!r} is {a.dtype}{list(a.shape)} in then_branch and "
@@ -120,7 +134,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     if n.op_type == "Loop":
         carried = [known[t] for t in n.input[2:]]
         formal = [Tensor("", "int64", (), 64), Tensor("", "bool", (), 8)] + carried
-        s = _scope(body, idx, "body", formal, known, opsets, values, label)
+        s = _scope(body, idx, "body", formal, known, opsets, values, label, bounds)
         outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
         k = len(carried)
         _same_state(label, s.formal_outputs[1:1 + k], carried, outs[1:1 + k])
@@ -150,7 +164,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
     if len(lengths) != 1:
         raise GraphmemError(f"{label}: its scan inputs have different lengths {sorted(lengths)}")
     length = lengths.pop()
-    s = _scope(body, idx, "body", states + slices, known, opsets, values, label)
+    s = _scope(body, idx, "body", states + slices, known, opsets, values, label, bounds)
     outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
     k = len(states)
     _same_state(label, s.formal_outputs[:k], states, outs[:k])
@@ -260,7 +274,8 @@ def _passes_condition(s: Scope) -> bool:
 
 
 def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
-           known: Mapping[str, Tensor], opsets, values: Values, label: str) -> Scope:
+           known: Mapping[str, Tensor], opsets, values: Values, label: str,
+           bounds=None) -> Scope:
     """One body as a Scope: typed, inferred, its own control flow settled."""
     where = f" in the {attr} of {label}"
     outer = sorted(outer_reads(body))
@@ -278,6 +293,10 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
     inits = {i.name for i in g.initializer}
     for name in outer:
         t = known[name]
+        value = values(name) if bounds is not None and t.bytes <= 4096 else None
+        if value is not None:  # issue 53: an outer constant's value, for the body's shapes
+            g.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+            continue
         g.input.append(helper.make_tensor_value_info(name, ENUM_BY_NAME[t.dtype], list(t.shape)))
     for o in g.output:  # declared output shapes may be symbolic or stale: inference decides
         o.type.tensor_type.ClearField("shape")
@@ -295,7 +314,17 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
         return local[name] if name in local else values(name)
     order = list(range(len(g.node)))
     m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where), body_values,
-                                where=where)
+                                where=where, bounds=bounds)
+    while bounds is not None and any(o and o not in tensors for nd in m.graph.node
+                                     for o in nd.output):
+        # issue 53: a body's data-dependent nodes at their bounds, then what follows
+        sized = bounds.size_body(m, tensors, body_values, f"{idx}_{attr}")
+        if sized is None:
+            break
+        m = _infer(sized, where)
+        tensors.update({k: v for k, v in types_of(m).items() if k not in tensors})
+        m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where),
+                                    body_values, where=where, bounds=bounds)
     for nd in m.graph.node:
         for o in nd.output:
             if o and o not in tensors:

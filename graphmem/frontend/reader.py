@@ -114,18 +114,21 @@ def _all_initializers(graph: onnx.GraphProto):
 
 @gc_paused
 def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
-         check: bool = True, dim_default: int | None = None) -> Graph:
+         check: bool = True, dim_default: int | None = None,
+         bounds: Mapping[str, int] | None = None) -> Graph:
     """Load an ONNX model into a :class:`Graph` with every shape static.
 
     ``path`` names a file, or a Model Zoo graph onnx ships (``"resnet50"``) where no
     such file exists, as the commands take it. ``dims`` binds symbolic dimensions by name (``{"N": 8}``); ``dim_default``, when
     given, binds every symbolic dimension of a graph input that ``dims`` leaves open
-    (``Graph.bindings`` then says which). Weights are not read into memory unless a
+    (``Graph.bindings`` then says which). ``bounds`` gives or tightens the upper bound of
+    a data-dependent size by its symbol (``{"NonZero_3": 100}``:
+    :mod:`graphmem.frontend.data_bounds`). Weights are not read into memory unless a
     small constant's value is needed for shape inference.
     """
     p = model_file(resolve(os.fspath(path), quiet=True))
     return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
-                 model_path=str(path), dim_default=dim_default, source=p)
+                 model_path=str(path), dim_default=dim_default, source=p, bounds=bounds)
 
 
 # A file at least this large is mapped, not read: the loader reads its graph and the
@@ -156,15 +159,16 @@ def onnx_opset(model: onnx.ModelProto) -> int:
 
 def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
                check: bool = True, base_dir: str = ".", model_path: str | None = None,
-               dim_default: int | None = None) -> Graph:
+               dim_default: int | None = None,
+               bounds: Mapping[str, int] | None = None) -> Graph:
     """Like :func:`load`, for a ModelProto already in memory."""
     return _load(model.SerializeToString(), dims, check=check, base_dir=base_dir,
-                 model_path=model_path, dim_default=dim_default)
+                 model_path=model_path, dim_default=dim_default, bounds=bounds)
 
 
 def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir: str,
           model_path: str | None, dim_default: int | None,
-          source: Path | None = None) -> Graph:
+          source: Path | None = None, bounds: Mapping[str, int] | None = None) -> Graph:
     """The stages of loading, on the model's bytes (``source``: the file they came from)."""
     try:
         parsed = wire.parse_model(data)
@@ -199,6 +203,9 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         model=model, order=order, reads=reads, bindings=bindings, notes=notes,
         shape_values=values,
         opset=max((v for d, v in parsed.opsets if standard_domain(d)), default=0))
+    if bounds:  # issue 53: --bound values, read by the data-bounds strategy
+        from graphmem.frontend.data_bounds import DataBounds
+        state.data_bounds = DataBounds(bounds)
     try:
         sizing = run_strategies(state)
     except GraphmemError as exc:
@@ -214,6 +221,10 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
             f"model's shapes cannot be worked out ({why}); bind it to 1 or more") from None
     graph = build(parsed, g, order, state.tensors, reads, state.folding, model_path,
                   bindings, state.scopes, sizing, state.notes, stored)
+    record = getattr(state, "data_bounds", None)
+    if record is not None:  # issue 53: the bounded symbols and what they govern
+        from graphmem.frontend.data_bounds import attach
+        graph = attach(graph, record)
     if graph.load_notes:
         from graphmem.notes import note
         for line in graph.load_notes:

@@ -16,6 +16,7 @@ place in the order where it should run: cheap and exact ones before broad ones.
 """
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from graphmem import wire
@@ -146,14 +147,25 @@ def control_flow_bodies(state: LoadState) -> None:
                 state.notes.append(failure_note(failures))
             computed[""] = None  # evaluated once, whatever it found
         return computed.get(name)
+    bounds = None
+    if _data_bounds().has_data_dependent_ops(state):  # issue 53: sizes at their bounds
+        from graphmem.frontend.body_bounds import ControlFlowBounds
+        bounds = ControlFlowBounds(_data_bounds().record_of(state))
     try:
         # settle adds the types it finds to the proto it is given, in place
         model, _, state.scopes = settle(state.model.proto, order, dict(tensors),
-                                        inference.infer_proto, values)
+                                        inference.infer_proto, values, bounds=bounds)
     except UnknownShape as exc:  # an outer tensor a body reads
-        raise GraphmemError(f"{exc}{data_dependence(g, exc.tensor, tensors)}") from None
+        why = data_dependence(g, exc.tensor, tensors)
+        if why and bounds is not None and not getattr(state, "deferred_control_flow", None):
+            state.deferred_control_flow = True  # issue 53: data-bounds settles it later
+            return
+        raise GraphmemError(f"{exc}{why}") from None
     state.model.set_proto(model)
     state.tensors = state.model.tensors()
+    if bounds is not None and len(state.scopes) < sum(
+            n.op_type in CONTROL_FLOW and standard_domain(n.domain) for n in g.nodes):
+        state.deferred_control_flow = True  # issue 53: data-bounds settles the rest later
 
 
 def dropout_mask(state: LoadState) -> None:
@@ -358,10 +370,21 @@ STRATEGIES: tuple[Strategy, ...] = (
              summary="on a graph of contrib ops, the walk again past the shapes the "
                      "constant values sized, and the constant values after it, in turn "
                      "while a turn sizes more"),
+    # issue 53 (graphmem/frontend/data_bounds.py): data-dependent sizes at their bounds
+    Strategy("data-bounds",
+             lambda state: _data_bounds().bounded_sizes(state, sys.modules[__name__]),
+             applies=lambda state: _data_bounds().has_data_dependent_ops(state),
+             summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k: "
+                     "their outputs at the upper bounds the graph proves (or --bound)"),
     Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
              summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
                      "with the contrib rules in front of its handlers"),
 )
+
+
+def _data_bounds():  # issue 53's hook: the module is imported only where it applies
+    from graphmem.frontend import data_bounds
+    return data_bounds
 
 
 def run_strategies(state: LoadState, strategies: tuple[Strategy, ...] | None = None
@@ -451,7 +474,8 @@ def unknown_shape_message(state: LoadState) -> str:
                 "shape rule for it: pass --infer-by-running to take the shapes from one "
                 "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
                 "in the model's value_info")
-    hint = hint or data_dependence(state.g, name, state.tensors)
+    hint = hint or _data_bounds().refusal(state.g, name, state.tensors) or \
+        data_dependence(state.g, name, state.tensors)
     caught = f" (on the way: {state.notes[0]})" if state.notes else ""
     return f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}{caught}"
 

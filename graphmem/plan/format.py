@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import field
-from itertools import islice
+from itertools import islice, repeat
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,6 +34,9 @@ class TensorPlan:
     alias_of: str | None = None
     alias: str | None = None  # "view" | "inplace"
     slice_of: str | None = None
+    # issue 53: symbol -> bound, for a tensor whose size the data decides (planned at
+    # the bounds; the actual tensor occupies the first bytes of its slot)
+    bounded_by: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "bytes": self.bytes, "offset": self.offset,
@@ -43,6 +46,8 @@ class TensorPlan:
             out["alias"] = self.alias
         if self.slice_of is not None:
             out["slice_of"] = self.slice_of
+        if self.bounded_by is not None:
+            out["bounded_by"] = dict(self.bounded_by)
         return out
 
 
@@ -60,15 +65,20 @@ def _tensor_line(item: tuple[str, TensorPlan]) -> str:
         line += f', "alias_of": {_quote(t.alias_of)}, "alias": {kind}'
     if t.slice_of is not None:
         line += f', "slice_of": {_quote(t.slice_of)}'
+    if t.bounded_by is not None:
+        line += f', "bounded_by": {json.dumps(t.bounded_by)}'
     return line + "}"
 
 
-def tensor_plans(kind, nbytes, offset, live, alias_of, alias, slice_of) -> list[TensorPlan]:
+def tensor_plans(kind, nbytes, offset, live, alias_of, alias, slice_of,
+                 bounded_by=None) -> list[TensorPlan]:
     """``list(map(TensorPlan, kind, nbytes, ...))`` for columns of equal length, made
     field by field (:func:`~graphmem.core.ir.from_columns`, which skips the per-object
     ``__init__`` call; tests/test_zoo_plan.py compares the objects)."""
     return from_columns(TensorPlan, len(kind), kind=kind, bytes=nbytes, offset=offset,
-                        live=live, alias_of=alias_of, alias=alias, slice_of=slice_of)
+                        live=live, alias_of=alias_of, alias=alias, slice_of=slice_of,
+                        bounded_by=repeat(None, len(kind)) if bounded_by is None
+                        else bounded_by)
 
 
 assert not hasattr(TensorPlan, "__post_init__")  # from_columns would not run it
@@ -93,6 +103,9 @@ class Plan:
     # the digest of the graph the plan was made for (graphmem.plan.graph_digest); None
     # in a plan written before graphmem recorded it, and in a body's plan
     graph: str | None = None
+    # issue 53: the bounded symbols (name -> bound, proven, op, node, tensor); none
+    # without a size that depends on the data
+    bounds: dict[str, dict[str, Any]] | None = None
 
     def storage_root(self, name: str) -> str:
         """The tensor whose bytes ``name`` lives in: its ``alias_of`` / ``slice_of``
@@ -122,6 +135,8 @@ class Plan:
             out["target"] = dict(self.target)
         if self.scopes:
             out["scopes"] = [s.to_dict() for s in self.scopes]
+        if self.bounds:
+            out["bounds"] = {k: dict(v) for k, v in self.bounds.items()}
         return out
 
     def to_json(self) -> str:
@@ -176,7 +191,8 @@ class Plan:
                     offset=_int(t["offset"]), live=(_int(live[0]), _int(live[1])),
                     alias_of=_name(t.get("alias_of"), "alias_of"),
                     alias=_name(t.get("alias"), "alias"),
-                    slice_of=_name(t.get("slice_of"), "slice_of"))
+                    slice_of=_name(t.get("slice_of"), "slice_of"),
+                    bounded_by=_bounded_by(t.get("bounded_by"), name))
             passes = d.get("passes", [])
             if not (isinstance(passes, list) and all(isinstance(p, dict) for p in passes)):
                 raise ValueError("passes must be a list of objects")
@@ -202,7 +218,7 @@ class Plan:
                         passes=[dict(p) for p in passes],
                         stats=_stats(d.get("stats", {})),
                         target=dict(target) if target is not None else None,
-                        scopes=scopes, graph=graph)
+                        scopes=scopes, graph=graph, bounds=_bounds(d.get("bounds")))
         except KeyError as exc:
             raise GraphmemError(f"{source}: corrupt plan, missing field {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:
@@ -291,6 +307,27 @@ def _stats(d: Any) -> dict[str, int]:
             value = out.pop(old)
             out.setdefault(new, value)
     return out
+
+
+def _bounded_by(v: Any, name: str) -> dict[str, int] | None:
+    """A tensor's ``bounded_by``: symbol -> bound (issue 53), or absent."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not v:
+        raise ValueError(f"tensor {name!r}: bounded_by must be an object of symbol: bound")
+    return {_str(k, "bounded_by"): _int(b) for k, b in v.items()}
+
+
+def _bounds(v: Any) -> dict[str, dict[str, Any]] | None:
+    """The plan's ``bounds``: symbol -> {bound, proven, op, node, tensor} (issue 53)."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not all(isinstance(s, dict) and "bound" in s
+                                          for s in v.values()):
+        raise ValueError("bounds must be an object of symbol: {bound, ...}")
+    for s in v.values():
+        _int(s["bound"])
+    return {str(k): dict(s) for k, s in v.items()}
 
 
 def _list(v: Any, field: str) -> list:

@@ -21,12 +21,13 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from itertools import product
 from typing import Callable
 
-from graphmem.core.ir import Graph
+from graphmem.core.ir import Graph, Tensor
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.passes.placement.search import place_records
@@ -222,8 +223,11 @@ def _blocks(ref, sf: SizeFormulas, links: dict, box: Box, names, dropped: list):
 # --------------------------------------------------------------------------- segments
 
 class _FreshPlans:
-    """The planner's own plan at a binding (each made once), every tensor's formula
-    checked against the loader there on the way."""
+    """The planner's own plan at a binding (each made once). At a binding the size fit
+    loaded, the loader's graph (every tensor's formula checked against it on the way);
+    elsewhere (a checkpoint) the graph is the loaded one with every shape evaluated from
+    its formula (:func:`graph_from_formulas`): the fit already checked the formulas at
+    the grid and at random bindings, and a load per checkpoint was most of the build."""
 
     def __init__(self, load_at, sf: SizeFormulas, options: dict, model_name: str):
         self.load_at, self.sf, self.options, self.model_name = load_at, sf, options, model_name
@@ -233,16 +237,34 @@ class _FreshPlans:
     def plan(self, binding: dict):
         key = binding_key(binding)
         if key not in self.plans:
-            g = self.sf.loaded.get(key) or self.load_at(dict(binding))
-            wrong = check_at(self.sf, g, binding)
-            if wrong:
-                raise GraphmemError(f"a size formula misses the loader at {binding}: {wrong[0]}")
+            g = self.sf.loaded.get(key)
+            if g is not None:
+                wrong = check_at(self.sf, g, binding)
+                if wrong:
+                    raise GraphmemError(f"a size formula misses the loader at {binding}: "
+                                        f"{wrong[0]}")
+            else:
+                g = graph_from_formulas(self.sf, binding)
             self.plans[key] = plan_graph(g, **self.options, model_name=self.model_name,
                                          bindings=g.bindings, check=False).plan
         return self.plans[key]
 
     def arena(self, binding: dict) -> int:
         return self.plan(binding).arena_bytes
+
+
+def graph_from_formulas(sf: SizeFormulas, binding: dict) -> Graph:
+    """The model at ``binding`` as its formulas give it: the graph the fit loaded at the
+    box's upper corner, every tensor's shape and the loader's other dims evaluated."""
+    g = sf.graph
+    tensors = {}
+    for name, t in g.tensors.items():
+        f = sf.tensors[name]
+        shape = tuple(axis.at(binding) for axis in f.shape)
+        tensors[name] = t if shape == t.shape else Tensor(t.name, t.dtype, shape, t.bits)
+    bindings = {**g.bindings, **{n: f.at(binding) for n, f in sf.bindings.items()},
+                **binding}
+    return dataclasses.replace(g, tensors=tensors, bindings=bindings)
 
 
 def _geo_mid(lo: int, hi: int) -> int:
@@ -283,7 +305,7 @@ def stacking_at(blocks, binding: dict, alignment: int):
     """The stacking of the planner's best placement of the blocks at ``binding``."""
     recs = [Record(i, align_up(max(b.bytes.at(binding), 0), alignment), b.live[0], b.live[1])
             for i, b in enumerate(blocks)]
-    offsets, _, _, _ = place_records(recs, "best", alignment)
+    offsets = place_records(recs, "best", alignment).offsets
     return stacking_from_offsets([offsets[i] for i in range(len(blocks))],
                                  [r.bytes for r in recs], [b.live[0] for b in blocks],
                                  [b.live[1] for b in blocks])

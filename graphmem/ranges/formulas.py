@@ -75,11 +75,12 @@ class Formula:
     """A polynomial in ``names`` with rational coefficients; its value at a binding is
     the ceiling of the polynomial there."""
 
-    __slots__ = ("names", "terms")
+    __slots__ = ("names", "terms", "_ints")
 
     def __init__(self, names: Sequence[str], terms: Mapping[tuple[int, ...], Fraction]):
         self.names = tuple(names)
         self.terms = {e: Fraction(c) for e, c in terms.items() if c}
+        self._ints = None  # (common denominator, [(exponents, numerator)]), made on first use
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -146,21 +147,32 @@ class Formula:
         return self.terms.get((0,) * len(self.names), Fraction(0))
 
     # ---------------------------------------------------------------- evaluation
-    def exact(self, binding: Mapping[str, int]) -> Fraction:
+    def _scaled(self, binding: Mapping[str, int]) -> tuple[int, int]:
+        """(the polynomial times its common denominator at ``binding``, that denominator):
+        integer arithmetic only (a Fraction per term was most of a large model's build)."""
+        if self._ints is None:
+            den = lcm(*(c.denominator for c in self.terms.values())) if self.terms else 1
+            self._ints = (den, [(e, c.numerator * (den // c.denominator))
+                                for e, c in self.terms.items()])
+        den, terms = self._ints
         xs = [int(value_of(n, binding)) for n in self.names]
-        total = Fraction(0)
-        for e, c in self.terms.items():
-            m = 1
+        total = 0
+        for e, c in terms:
+            m = c
             for x, p in zip(xs, e):
                 if p:
                     m *= x ** p
-            total += c * m
-        return total
+            total += m
+        return total, den
+
+    def exact(self, binding: Mapping[str, int]) -> Fraction:
+        total, den = self._scaled(binding)
+        return Fraction(total, den)
 
     def at(self, binding: Mapping[str, int]) -> int:
         """The value at ``binding``: the ceiling of the polynomial (exact integers)."""
-        v = self.exact(binding)
-        return -((-v.numerator) // v.denominator)
+        total, den = self._scaled(binding)
+        return -((-total) // den)
 
     def integral(self) -> bool:
         """Every coefficient an integer (the value is then the polynomial's own)."""

@@ -201,7 +201,7 @@ def arena_at(chains: list[Chain], binding: dict, alignment: int) -> int:
     return max(c.at(binding, alignment) for c in chains)
 
 
-def _peak_or_none(rp: RangePlan, i: int) -> list[Formula] | None:
+def peak_or_none(rp: RangePlan, i: int) -> list[Formula] | None:
     """:func:`aliased_peak`, or None where a step's bytes are no polynomial of the free
     dims alone (a floor of a division among them): evaluated per binding then."""
     try:
@@ -225,7 +225,7 @@ def memory(rp: RangePlan) -> dict:
     for i, seg in enumerate(rp.segments):
         segs.append({"dims": {n: list(r) for n, r in seg.dims.items()},
                      "arena_bytes": arena_text(arena(rp, i), rp.alignment),
-                     "aliased_peak_bytes": max_text(_peak_or_none(rp, i))})
+                     "aliased_peak_bytes": max_text(peak_or_none(rp, i))})
     return {"dims": {n: list(r) for n, r in rp.dims.items()},
             "weights_bytes": rp.weights_bytes.text(),
             "input_bytes": io_bytes(rp, "input").text(),

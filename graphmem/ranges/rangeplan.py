@@ -118,7 +118,10 @@ class RangePlan:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1) + "\n"
+        """The file's text: JSON with one line per tensor and per block (as an ordinary
+        plan writes one line per tensor), each entry compact; indenting every formula's
+        terms made a file near twice the size."""
+        return _text(self.to_dict(), 0) + "\n"
 
     def save(self, path: str | os.PathLike, *, inputs=()) -> None:
         write_atomic(path, [self.to_json()], inputs=inputs)
@@ -263,3 +266,18 @@ def _opt(v) -> str | None:
     if v is not None and not isinstance(v, str):
         raise ValueError(f"expected a name, not {v!r}"[:80])
     return v
+
+
+def _text(value: Any, depth: int) -> str:
+    """``value`` as JSON: the plan, its segments and their maps and lists of entries one
+    item per line (the top two levels, and a segment's two), each entry compact."""
+    pad = " " * (depth + 1)
+    if depth <= 3 and isinstance(value, dict) and value and (
+            depth < 2 or any(isinstance(v, (dict, list)) for v in value.values())):
+        items = [f"{pad}{json.dumps(k)}: {_text(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+    if depth <= 3 and isinstance(value, list) and value and all(
+            isinstance(v, dict) for v in value):
+        items = [f"{pad}{_text(v, depth + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + " " * depth + "]"
+    return json.dumps(value, separators=(", ", ": "))

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 from graphmem.core.ir import Graph
 from graphmem.core.records import record
-from graphmem.errors import GraphmemError
+from graphmem.errors import GraphmemError, PlanInvalid, UnknownShape
 from graphmem.ranges.formulas import Box, Formula, Grid, aux_name, aux_parts, value_of
 
 
@@ -85,7 +85,16 @@ def size_formulas(load_at: Callable[[dict], Graph], box: Box, *, checks: int = 4
     def graph_at(binding: dict) -> Graph:
         key = binding_key(binding)
         if key not in loaded:
-            loaded[key] = g = load_at(dict(binding))
+            try:
+                loaded[key] = g = load_at(dict(binding))
+            except GraphmemError as exc:
+                if not loaded or isinstance(exc, PlanInvalid):
+                    raise  # the model fails at the first binding: not the binding's doing
+                # the model loads elsewhere in the box: say where it does not
+                where = f"at {_binding_text(binding)} (in {_box_text(box)}): {exc}"
+                if isinstance(exc, UnknownShape):
+                    raise UnknownShape(where, exc.tensor) from None
+                raise GraphmemError(where) from None
             if g.scopes:
                 raise GraphmemError("a range of dims is not planned for a model with "
                                     "If/Loop/Scan bodies yet; bind every dim with --dim NAME=VALUE")
@@ -264,6 +273,10 @@ def _refit(name, i, aux, box, loaded, graph_at, grid: Grid) -> Formula | None:
         if all(f.exact(dict(k)) == g.tensors[name].shape[i] for k, g in loaded.items()):
             return f
     return None
+
+
+def _box_text(box: Box) -> str:
+    return ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in box.items())
 
 
 def _binding_text(binding: Mapping[str, int]) -> str:

@@ -79,10 +79,16 @@ class VerifyReport:
     # the second line: the whole-model session against the reference (warns only)
     whole_model: tuple[OutputCheck, ...] = ()
     whole_model_problem: str | None = None
+    # issue 53 (graphmem/verify/bounded.py): each bounded tensor's elements at run time,
+    # and the first one past its planned slot
+    bounded: tuple = ()
+    symbol_counts: tuple[str, ...] = ()  # each symbol's value at run time, in words
+    overflow: str | None = None
 
     @property
     def passed(self) -> bool:
-        return not self.problems and self.mismatch is None and all(o.ok for o in self.outputs)
+        return not self.problems and self.mismatch is None and \
+            all(o.ok for o in self.outputs) and self.overflow is None
 
     @property
     def whole_model_warns(self) -> bool:
@@ -123,6 +129,13 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     found = found or runtime_problems(plan, graph)
     if found:
         return _replace(base, problems=tuple(found), seconds=time.perf_counter() - start)
+    if graph.data_bounds:  # issue 53: run with the sizes the data gives
+        if device != "cpu":
+            raise GraphmemError("the verifier runs a model with data-dependent sizes on the "
+                                "CPU provider only; verify it with --provider cpu")
+        from graphmem.verify.bounded import verify_bounded
+        return verify_bounded(plan, graph, plain, base, seed=seed, inputs=inputs,
+                              on_step=on_step, start=start)
     deterministic = device == "cpu"
     spaces = set(graph.workspaces.values())
     _, ref_bytes = separate_layout({t: graph.tensors[t].bytes for t in plan.tensors

@@ -13,8 +13,19 @@ they are interchangeable and compared on the same input (TFLite GPU's
   ``kept_first``: the orderings best fit inserts in (``STRATEGIES`` in ``search``);
 - ``search``: the best of the strategies, then seeded hill climbing, within a work
   budget; the max-live floor;
-- ``optimal``: the exact MIP (HiGHS) for one order, warm-started by ``search``.
+- ``optimal``: the exact placement for one order (CP-SAT by default, or a big-M MIP
+  solved by HiGHS), warm-started by ``search``;
+- ``capacity``: the complete search at a fixed capacity (compiled,
+  ``graphmem/capsearch.c``; its specification is ``tests/reference_capacity.py``) and
+  the smallest arena by it;
+- ``sweep``: sweep best fit, a placement that needs no pairs (past ``PAIR_LIMIT``);
+- ``buffers``: placement of any compiler's buffers given as columns (``graphmem place``);
+- ``algorithm``: the one interface of them all (items, pairs, alignment -> ``Placed``,
+  a named result) and their composition (``with_fallback``, ``searched``,
+  ``proven_or``); ``for_option`` picks the
+  algorithm a ``--placement`` value names.
 
-May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.planning`, ``graphmem.fitloops``.
+May import: numpy, :mod:`graphmem.core`, :mod:`graphmem.planning`, ``graphmem.fitloops``,
+``graphmem.capsearch``.
 The pass that uses them is :mod:`graphmem.passes.place`.
 """

@@ -9,12 +9,8 @@ bound, with the max-live floor as the lower bound:
   (``[first, last + 1)``) and free in memory (``[offset, offset + bytes)``); one
   ``AddNoOverlap2D`` over all boxes, plus the time-indexed cumulative (at every step
   the live bytes fit under the top: redundant, the max-live bound in the model).
-  Minimise the top. Measured on 30 dense 60-record sets like tools/bench/exact.py's,
-  one worker: the 2-D no-overlap with or without the cumulative took 12.0 / 12.1 s
-  for all, one 2-element no-overlap per time-overlapping pair 13.3 s, one no-overlap
-  per maximal set of records live at once 16.9 s. One worker is also the fastest:
-  two workers made deterministic (``interleave_search``) took 288 s, two
-  free-running (not deterministic) 27 s.
+  Minimise the top. One worker by default (the model's form and the worker count
+  were chosen by measurement: docs/benchmarks.md, "Exact placement").
 - ``"mip"``: a big-M MIP solved by HiGHS: every two overlapping records get a binary
   "which one is below" variable::
 
@@ -112,7 +108,7 @@ def place_optimal(recs: Sequence[Record], alignment: int = 1,
     if solver not in SOLVERS:
         raise GraphmemError(f"unknown exact solver {solver!r}; choose from {', '.join(SOLVERS)}")
     start = time.perf_counter()
-    h_offsets, h_total, h_name, _ = place_records(recs, "best", alignment)
+    h_offsets, h_total, h_name, *_ = place_records(recs, "best", alignment)
     floor = max_live(recs)
     ids = [r.id for r in recs]
     first = np.fromiter((r.first for r in recs), np.int64, len(recs))

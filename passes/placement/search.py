@@ -11,6 +11,7 @@ import numpy as np
 from graphmem.planning.groups import BYTES, FIRST, LAST, Record
 from graphmem.passes.placement import (by_area, by_breadth, by_duration, by_end, by_size,
                                        in_order, kept_first)
+from graphmem.passes.placement.placed import Placed
 from graphmem.passes.placement.best_fit import BestFit, best_fit
 from graphmem.passes.placement.items import PartPairs, Tied, part_pairs
 
@@ -25,15 +26,14 @@ SHORT: dict[str, str] = {
 
 # "best" runs every strategy on inputs of up to this much work (parts plus
 # time-overlapping part pairs, what one best-fit run visits), fewer above it: after
-# the first, a strategy runs only while the runs so far stay within the budget. On a
-# 100,000-node random DAG one run is about 2.7 million visits (0.25 s).
+# the first, a strategy runs only while the runs so far stay within the budget.
 STRATEGY_WORK = 3_000_000
 
 # Hill climbing re-runs best fit up to CLIMB_MAX_RUNS / CLIMB_STARTS times from each
 # strategy's order (the best placed first; 7 of them: 560 runs at most in all), fewer
 # for large inputs (each run costs about n^2 steps), so planning time stays bounded.
-# The share is of five starts, as before the last two strategies came: with a seventh
-# each, a ViT's in-order start no longer reached the floor.
+# The budget is shared by CLIMB_STARTS starts, fewer than the strategies: the best
+# starts get the larger share.
 CLIMB_WORK = 20_000_000
 CLIMB_MAX_RUNS = 400
 CLIMB_STARTS = 5
@@ -97,8 +97,7 @@ def hill_climb(ordered: Sequence[Record], alignment: int, floor: int, runs: int,
 
 
 def place_records(recs: Sequence[Record], strategy: str = "best", alignment: int = 1,
-                  pairs: PartPairs | None = None,
-                  ) -> tuple[dict[int, int], int, str, dict[str, int]]:
+                  pairs: PartPairs | None = None) -> Placed:
     """Offsets for records by one strategy, or by the best of all (``"best"``).
 
     ``"best"`` runs the strategies in order until one reaches the max-live floor
@@ -106,7 +105,8 @@ def place_records(recs: Sequence[Record], strategy: str = "best", alignment: int
     inputs: see there), then, while the arena is above the floor, hill-climbs from
     each strategy's order (best first) within a work budget.
     ``pairs``: :func:`part_pairs` of ``recs``, made here if not given.
-    Returns (offsets, total, the strategy used, {strategy: total} for each tried).
+    Returns the offsets, the arena, the strategy used and {strategy: total} for each
+    tried, as a :class:`~graphmem.passes.placement.placed.Placed`.
     """
     names = list(STRATEGIES) if strategy == "best" else [strategy]
     if any(n not in STRATEGIES for n in names):
@@ -140,4 +140,4 @@ def place_records(recs: Sequence[Record], strategy: str = "best", alignment: int
             if total < best[1]:
                 best = (offsets, total, f"{name}+hill_climb")
                 tried[best[2]] = total
-    return best[0], best[1], best[2], tried
+    return Placed(best[0], best[1], best[2], tried)

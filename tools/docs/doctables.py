@@ -118,12 +118,19 @@ SECTIONS = (
             "python -m tools.bench --whole --files DIR ... --repeats 5", (), None,
             why_unchecked="process times and peak RSS, on model files built first "
                           "(tools/corpus/speed_files.py build, tools/corpus/export_fullsize.py)"),
+    Section("bench:minimalloc", "docs/benchmarks.md",
+            "python -m tools.bench.minimalloc --minimalloc-src DIR --write", (), None,
+            why_unchecked="CPU times, and MiniMalloc built from its source"),
     Section("bench:reorder", "docs/benchmarks.md", "python -m tools.bench.reorder --write",
             (), None, why_unchecked="the reorder pass's beam search stops on a time budget"),
     Section("mlas-workspace", "docs/ort-graphs.md",
             "python -m tools.upstream.mlas_workspace --doc", (), None,
             why_unchecked="ONNX Runtime runs under a malloc log built with cc "
                           "(the slow tests/test_workspace.py runs the tool)"),
+    Section("bench:range-fullsize", "docs/benchmarks.md",
+            "python -m tools.bench.range_bench --files DIR --write", (), None,
+            why_unchecked="range plans of full-size models exported with torch "
+                          "(tools/corpus/export_fullsize.py); build times"),
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),

@@ -5,14 +5,16 @@ and run them on hostile input (issue 38).
     python -m tools.faults.sanitize --quick    # what tests/test_sanitizers.py runs
     python -m tools.faults.sanitize --check    # exit 3 when no compiler here can build them
 
-graphmem/fitloops.c, graphmem/wire.c and graphmem/orderloops.c are compiled into a
+graphmem/fitloops.c, graphmem/wire.c, graphmem/orderloops.c and graphmem/capsearch.c
+are compiled into a
 scratch folder with ``-fsanitize=address,undefined -fno-sanitize-recover=all``; a Python
 process then loads those builds in place of the installed ones (ASan's runtime
 preloaded, Python's own allocator off so that ASan sees every PyMem block) and runs:
 
 - the tests of the compiled code: tests/test_fitloops_bounds.py, tests/test_wire.py,
   tests/test_reorder_reference.py (the order searches against their specification, and
-  the schedules and orders they refuse) and, without --quick,
+  the schedules and orders they refuse), tests/test_place_capacity.py (the placement
+  search against its specification, and the columns it refuses) and, without --quick,
   tests/test_place_reference.py and tests/test_share_reference.py;
 - the reproducers of issue 38: ``fitloops.run`` with a plain item that has no parts, and
   values near 2^63;
@@ -36,7 +38,7 @@ from tools import ROOT
 
 FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer",
          "-g", "-O1", "-shared", "-fPIC"]
-MODULES = ("fitloops", "wire", "orderloops")
+MODULES = ("fitloops", "wire", "orderloops", "capsearch")
 
 # runs inside the sanitized process: the scratch builds stand in for graphmem's modules
 PRELUDE = """
@@ -48,8 +50,8 @@ for name in {modules!r}:
     spec.loader.exec_module(module)
     sys.modules['graphmem.' + name] = module
     setattr(graphmem, name, module)
-from graphmem import fitloops, orderloops, wire
-assert all(m.__file__.startswith({folder!r}) for m in (fitloops, orderloops, wire))
+from graphmem import capsearch, fitloops, orderloops, wire
+assert all(m.__file__.startswith({folder!r}) for m in (fitloops, orderloops, wire, capsearch))
 """
 
 REPRODUCERS = """
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sanitize: {cc} ({_runtime(cc)})")
         return 0
     tests = ["tests/test_fitloops_bounds.py", "tests/test_wire.py",
-             "tests/test_reorder_reference.py"]
+             "tests/test_reorder_reference.py", "tests/test_place_capacity.py"]
     if not args.quick:
         tests += ["tests/test_place_reference.py", "tests/test_share_reference.py"]
     with tempfile.TemporaryDirectory(prefix="graphmem-sanitize-") as tmp:

@@ -1,0 +1,162 @@
+"""Sizes that depend on the data inside If/Loop/Scan bodies (issue 53): what the
+control-flow settling (graphmem/frontend/control_flow.py) asks of the bounds.
+
+torchvision's ``batched_nms`` is ``if boxes.numel() == 0: empty else: nms(...)``: an If
+whose else_branch holds the NonMaxSuppression and reads the bounded boxes from the
+graph. :class:`ControlFlowBounds` sizes a body's data-dependent nodes at their bounds
+(the rules of :mod:`graphmem.frontend.data_bounds`), folds a body's small constants so
+onnx's inference can read a Slice's axes from them, and bounds an If's output whose
+branches differ in size by the larger (a symbol ``If_N``).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from graphmem.frontend.data_bounds import RULES, DataBounds, symbol_name
+
+
+class ControlFlowBounds:
+    """What the control-flow settling asks of the bounds (graphmem/frontend/
+    control_flow.py): a body's data-dependent nodes at their bounds, and an If's output
+    whose branches differ in size bounded by the larger (a symbol ``If_N``)."""
+
+    def __init__(self, record: DataBounds):
+        self.record = record
+
+    def merge(self, idx: int, name: str, a, b):
+        from graphmem.core.ir import Tensor
+        if a.dtype != b.dtype or len(a.shape) != len(b.shape):
+            return None
+        shape = tuple(max(x, y) for x, y in zip(a.shape, b.shape))
+        axis = next(i for i, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y)
+        sym = symbol_name("If", idx)
+        bound = self.record.symbols[sym].bound if sym in self.record.symbols else \
+            self.record.add(sym, shape[axis], "If", idx, name,
+                            f"the larger of its branches' {a.shape[axis]} and "
+                            f"{b.shape[axis]}", axis=axis)
+        return Tensor(name, a.dtype, tuple(bound if i == axis else d
+                                           for i, d in enumerate(shape)), a.bits)
+
+    def size_body(self, model, tensors, values, where: str):
+        """``model`` (a body, inferred) with the types of its open data-dependent
+        nodes' outputs at their bounds added, or None where none could be sized. Their
+        symbols are ``Op_<node>_<body>_<i>`` (bounds of the body's own plan)."""
+        from onnx import helper
+        body = _BodyState(tensors, values)
+        found = {}
+        for late in (False, True):
+            for i, nd in enumerate(model.graph.node):
+                if nd.op_type not in RULES or (nd.op_type == "TopK") != late or \
+                        all(o in tensors for o in nd.output if o):
+                    continue
+                node = ProtoNode(tuple(nd.input), tuple(nd.output), nd.attribute)
+                rule = RULES[nd.op_type]
+                suffix = f"_{where}"
+                record = DataBounds({k[:-len(suffix)]: v for k, v in self.record.given.items()
+                                     if k.endswith(suffix)})
+                sized = rule(body, record, node, i)
+                if sized:
+                    for sym in record.symbols.values():
+                        name = sym.name + suffix
+                        self.record.body_symbols[name] = sym._replace(name=name)
+                    self.record.notes.extend(record.notes)
+                    found.update(sized)
+            if found:
+                break
+        if not found:
+            return _fold_body(model, tensors, values)
+        out = type(model)()
+        out.CopyFrom(model)
+        names = set(found)
+        kept = [vi for vi in out.graph.value_info if vi.name not in names]
+        del out.graph.value_info[:]
+        out.graph.value_info.extend(kept + [helper.make_tensor_value_info(n, e, list(sh))
+                                            for n, (e, sh) in found.items()])
+        return out
+
+
+# the most bytes a body constant folded for the shapes may hold
+BODY_CONSTANT_BYTES = 4096
+
+
+def _fold_body(model, tensors, values):
+    """``model`` (a body) with the values of its small constant nodes (of Constants,
+    initializers and the outer constants ``values`` knows) as initializers, for onnx's
+    inference to read shapes from (a Slice's axes from an Unsqueeze of a constant), or
+    None where nothing new folds."""
+    import numpy as np
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    known = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for vi in model.graph.input:
+        v = _Lookup(values).get(vi.name)
+        if v is not None:
+            known[vi.name] = np.asarray(v)
+    new = {}
+    for nd in model.graph.node:
+        if nd.op_type in RULES or any(a.type in (5, 10) for a in nd.attribute):  # GRAPH(S)
+            continue
+        if any(o in known for o in nd.output if o) or not all(
+                not t or t in known for t in nd.input):
+            continue
+        if nd.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike",
+                          "RandomUniformLike", "Multinomial"):
+            continue
+        try:
+            from onnx import helper
+            ins = [t for t in nd.input if t]
+            g = helper.make_graph([nd], "fold", [], [helper.make_empty_tensor_value_info(o)
+                                                     for o in nd.output if o],
+                [numpy_helper.from_array(np.asarray(known[t]), t) for t in dict.fromkeys(ins)])
+            m = helper.make_model(g, opset_imports=list(model.opset_import))
+            outs = ReferenceEvaluator(m).run(None, {})
+        except Exception:  # not evaluable here: left to the run
+            continue
+        for o, v in zip([o for o in nd.output if o], outs):
+            v = np.asarray(v)
+            if v.nbytes <= BODY_CONSTANT_BYTES:
+                known[o] = v
+                new[o] = v
+    added = new
+    # each folded node of one output a Constant of its value, in its place (the model
+    # inferred only; the body's scope keeps its nodes, and settling indexes them)
+    from onnx import helper
+    out = type(model)()
+    out.CopyFrom(model)
+    done = False
+    for k, nd in enumerate(out.graph.node):
+        outs = [o for o in nd.output if o]
+        if nd.op_type != "Constant" and len(outs) == 1 and outs[0] in added:
+            out.graph.node[k].CopyFrom(helper.make_node(
+                "Constant", [], outs, value=numpy_helper.from_array(added[outs[0]])))
+            done = True
+    return out if done else None
+
+
+class ProtoNode(NamedTuple):
+    inputs: tuple
+    outputs: tuple
+    attribute: object
+
+
+class _BodyState:
+    """What a rule reads of a body: its tensors, and its constants' values."""
+
+    def __init__(self, tensors, values):
+        self.tensors = tensors
+        self._values = values
+
+    @property
+    def _data_bound_constants(self):
+        return _Lookup(self._values)
+
+
+class _Lookup:
+    def __init__(self, values):
+        self.values = values
+
+    def get(self, name):
+        try:
+            return self.values(name)
+        except Exception:  # a value the body cannot compute: not a constant
+            return None

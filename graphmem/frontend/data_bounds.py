@@ -1,0 +1,432 @@
+"""Upper bounds for the tensors whose size depends on the data (issue 53).
+
+NonZero, NonMaxSuppression, Compress, Unique and a TopK whose k is computed at run
+time make an output whose size the values decide. For each, the graph proves an upper
+bound (:data:`RULES`): NonZero's count is at most the elements of its input,
+NonMaxSuppression's at most batch x classes x min(boxes, max_output_boxes_per_class)
+(the last where that input is a constant), Compress's and Unique's at most their
+input's, TopK's k at most its input's dim on the axis. Each bound is a named symbol
+(``NonZero_3``: the op and the node's index) that ``--bound NAME=N`` may tighten; an op
+the graph cannot bound (a Range whose limit is data) needs one, and the refusal names it.
+
+The loader sizes those outputs at their bounds, and every later tensor follows from
+onnx's inference at the bounds, with the shape arithmetic (``Min(300, n)`` as
+torchvision writes it for TopK) evaluated at them: planned there, every tensor holds
+what the data gives. What the bounds govern is every tensor computed from a bounded
+one (its bytes or its shape): a Shape of a bounded tensor runs instead of folding, as
+does the arithmetic after it, since its value is known only at run time.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Mapping, NamedTuple
+
+from graphmem.core.dtypes import ENUM_BY_NAME
+from graphmem.core.ir import standard_domain
+
+_INT64 = 7  # TensorProto.INT64
+
+
+class Symbol(NamedTuple):
+    """A bounded symbol: the count a data-dependent node's output holds at run time."""
+    name: str  # "NonZero_3": the op and the node's index
+    bound: int  # planned at this value
+    proven: int | None  # what the graph proves (None: nothing; ``--bound`` gave it)
+    op: str
+    node: int
+    tensor: str  # the node's first output
+    why: str  # the bound in words
+    axis: int = 0  # the dim of ``tensor`` that holds the count
+
+
+class DataBounds:
+    """The symbols of one load: those given (``--bound``), those found, and which tensors
+    each governs (tensor -> the symbols its size may depend on)."""
+
+    def __init__(self, given: Mapping[str, int] | None = None):
+        self.given = dict(given or {})
+        self.symbols: dict[str, Symbol] = {}
+        self.governed: dict[str, tuple[str, ...]] = {}
+        self.notes: list[str] = []
+        # the symbols of data-dependent nodes in If/Loop/Scan bodies: Op_<i>_<node>_<attr>
+        # (i: the node's index in its body), planned at their bounds in the body's plan
+        self.body_symbols: dict[str, Symbol] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.symbols)
+
+    def add(self, name: str, proven: int | None, op: str, node: int, tensor: str,
+            why: str, axis: int = 0) -> int:
+        """Record a symbol; return the value it is planned at."""
+        given = self.given.get(name)
+        bound = proven if given is None else given
+        if given is not None and proven is not None and given > proven:
+            self.notes.append(f"--bound {name}={given}: the graph proves at most {proven:,} "
+                              f"({why}); planned at {proven:,}")
+            bound = proven
+        self.symbols[name] = Symbol(name, int(bound), proven, op, node, tensor, why, axis)
+        return int(bound)
+
+    def unused(self) -> list[str]:
+        return [n for n in self.given if n not in self.symbols and n not in self.body_symbols]
+
+    def to_dict(self) -> dict:
+        """The symbols as the plan file writes them."""
+        return {s.name: {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
+                         "tensor": s.tensor, "axis": s.axis} for s in self.symbols.values()}
+
+
+def symbol_name(op: str, index: int) -> str:
+    return f"{op}_{index}"
+
+
+# --------------------------------------------------------------------------- the rules
+
+def _attr(node, name: str, default=None):
+    from graphmem.frontend import attributes
+    if hasattr(node, "attribute"):  # a body's node (body_bounds.ProtoNode)
+        from onnx import helper
+        return next((helper.get_attribute_value(a) for a in node.attribute
+                     if a.name == name), default)
+    for a in node.attrs:
+        if a.name == name:
+            v = attributes.decode(a.type, a.raw)
+            return default if v is attributes.NOT_DECODED else v
+    return default
+
+
+def _elem(state, name: str) -> int:
+    return ENUM_BY_NAME[state.tensors[name].dtype]
+
+
+def _shape(state, name: str):
+    t = state.tensors.get(name) if name else None
+    return None if t is None else tuple(t.shape)
+
+
+def _bounded(state, record: DataBounds, op: str, index: int, tensor: str, proven, why,
+             axis: int = 0):
+    return record.add(symbol_name(op, index), proven, op, index, tensor, why, axis)
+
+
+def _nonzero(state, record, node, index):
+    x = _shape(state, node.inputs[0])
+    if x is None:
+        return None
+    k = _bounded(state, record, "NonZero", index, node.outputs[0], prod(x),
+                 f"the {prod(x):,} elements of its input", axis=1)
+    return {node.outputs[0]: (_INT64, (len(x), k))}
+
+
+def _nms(state, record, node, index):
+    boxes, scores = _shape(state, node.inputs[0]), _shape(state, node.inputs[1])
+    if boxes is None or scores is None or len(boxes) != 3 or len(scores) != 3:
+        return None
+    batch, classes, count = scores[0], scores[1], boxes[1]
+    per_class = constant_int(state, node.inputs[2]) if len(node.inputs) > 2 and \
+        node.inputs[2] else 0
+    if per_class is None:
+        proven = batch * classes * count
+        why = f"batch {batch} x classes {classes} x boxes {count}"
+    else:
+        proven = batch * classes * min(count, max(per_class, 0))
+        why = (f"batch {batch} x classes {classes} x min(boxes {count}, "
+               f"max_output_boxes_per_class {per_class})")
+    k = _bounded(state, record, "NonMaxSuppression", index, node.outputs[0], proven, why)
+    return {node.outputs[0]: (_INT64, (k, 3))}
+
+
+def _compress(state, record, node, index):
+    x, cond = _shape(state, node.inputs[0]), _shape(state, node.inputs[1])
+    if x is None or cond is None:
+        return None
+    axis = _attr(node, "axis")
+    if axis is None:
+        proven = min(prod(x), prod(cond))
+        k = _bounded(state, record, "Compress", index, node.outputs[0], proven,
+                     f"the {proven:,} elements of its input and condition")
+        return {node.outputs[0]: (_elem(state, node.inputs[0]), (k,))}
+    axis = axis % len(x)
+    proven = min(x[axis], prod(cond))
+    k = _bounded(state, record, "Compress", index, node.outputs[0], proven,
+                 f"its input's {x[axis]} on axis {axis}", axis=axis)
+    shape = list(x)
+    shape[axis] = k
+    return {node.outputs[0]: (_elem(state, node.inputs[0]), tuple(shape))}
+
+
+def _unique(state, record, node, index):
+    x = _shape(state, node.inputs[0])
+    if x is None:
+        return None
+    axis = _attr(node, "axis")
+    outs = list(node.outputs) + [""] * (4 - len(node.outputs))
+    first = next(o for o in outs if o)
+    if axis is None:
+        proven, length = prod(x), prod(x)
+        k = _bounded(state, record, "Unique", index, first, proven,
+                     f"the {proven:,} elements of its input")
+        y = (k,)
+    else:
+        axis = axis % len(x)
+        proven, length = x[axis], x[axis]
+        k = _bounded(state, record, "Unique", index, first, proven,
+                     f"its input's {proven} on axis {axis}",
+                     axis=axis if first == outs[0] else 0)
+        y = tuple(k if i == axis else d for i, d in enumerate(x))
+    found = {}
+    for out, typed in zip(outs, ((_elem(state, node.inputs[0]), y), (_INT64, (k,)),
+                                 (_INT64, (length,)), (_INT64, (k,)))):
+        if out:
+            found[out] = typed
+    return found
+
+
+def _topk(state, record, node, index):
+    x = _shape(state, node.inputs[0])
+    if x is None or not x:
+        return None
+    axis = _attr(node, "axis", -1) % len(x)
+    k = _bounded(state, record, "TopK", index, node.outputs[0], x[axis],
+                 f"its input's {x[axis]} on axis {axis} (k is computed at run time)",
+                 axis=axis)
+    shape = tuple(k if i == axis else d for i, d in enumerate(x))
+    found = {node.outputs[0]: (_elem(state, node.inputs[0]), shape)}
+    if len(node.outputs) > 1 and node.outputs[1]:
+        found[node.outputs[1]] = (_INT64, shape)
+    return found
+
+
+def _range(state, record, node, index):
+    """A Range whose bounds are data: nothing proves its length, a ``--bound`` may."""
+    name = symbol_name("Range", index)
+    if name not in record.given:
+        return None
+    k = record.add(name, None, "Range", index, node.outputs[0], "given by --bound")
+    elem = next((_elem(state, t) for t in node.inputs if t and t in state.tensors), _INT64)
+    return {node.outputs[0]: (elem, (k,))}
+
+
+RULES = {"NonZero": _nonzero, "NonMaxSuppression": _nms, "Compress": _compress,
+         "Unique": _unique, "TopK": _topk, "Range": _range}
+# the ops the refusal names with the option that bounds them
+NEEDS_GIVEN = frozenset({"Range"})
+
+
+def constant_int(state, name: str) -> int | None:
+    """The one integer value of a constant input (an initializer or a Constant's
+    output), or None where it is computed or absent."""
+    values = _constants(state)
+    v = values.get(name)
+    if v is None:
+        return None
+    import numpy as np
+    flat = np.asarray(v).reshape(-1)
+    return int(flat[0]) if flat.size == 1 else None
+
+
+def _constants(state) -> dict:
+    found = getattr(state, "_data_bound_constants", None)
+    if found is not None:
+        return found
+    from onnx import numpy_helper
+    model = state.model.source_proto
+    found = {}
+    for t in model.graph.initializer:
+        if t.data_location != 1 and len(t.raw_data) <= 64 and len(t.dims) <= 1:
+            found[t.name] = numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and standard_domain(n.domain):
+            for a in n.attribute:
+                if a.name == "value" and a.HasField("t"):
+                    found[n.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name in ("value_int", "value_ints"):
+                    found[n.output[0]] = a.i if a.name == "value_int" else list(a.ints)
+    state._data_bound_constants = found
+    return found
+
+
+# --------------------------------------------------------------------------- the strategy
+
+def has_data_dependent_ops(state) -> bool:
+    """A node of :data:`RULES` in the graph, or (by its name in the bytes of a body) in
+    an If/Loop/Scan body."""
+    from graphmem.frontend.structure import GRAPH_ATTRS
+    names = [op.encode() for op in RULES]
+    for n in state.g.nodes:
+        if n.op_type in RULES and standard_domain(n.domain):
+            return True
+        for a in n.attrs:
+            if a.type in GRAPH_ATTRS and any(op in bytes(a.raw) for op in names):
+                return True
+    return False
+
+
+def record_of(state) -> DataBounds:
+    record = getattr(state, "data_bounds", None)
+    if record is None:
+        record = state.data_bounds = DataBounds()
+    return record
+
+
+def bounded_sizes(state, strategies) -> None:
+    """Size each open output of a data-dependent node at its bound, then what onnx's
+    inference and the constant values size downstream, round after round; then decide
+    which tensors the bounds govern and fold none of them. ``strategies``: the module
+    :mod:`graphmem.frontend.shape_strategies` (its ``add_types``, ``constant_values``
+    and ``unknown``; passed in, it imports this one)."""
+    add_types, constant_values = strategies.add_types, strategies.constant_values
+    record = record_of(state)
+    nodes = state.g.nodes
+    while state.missing:
+        found: dict = {}
+        # a TopK last: its k may be shape arithmetic the constant values compute at the
+        # bounds once the others are sized (tighter than its input's dim)
+        for late in (False, True):
+            for name, node in state.missing:
+                rule = RULES.get(node.op_type) if standard_domain(node.domain) else None
+                if rule is None or name in found or (node.op_type == "TopK") != late or \
+                        symbol_name(node.op_type, node.index) in record.symbols:
+                    continue
+                sized = rule(state, record, nodes[node.index], node.index)
+                if sized:
+                    found.update(sized)
+            if found:
+                break
+        if not found:
+            if getattr(state, "deferred_control_flow", False) and _control_flow(state, record,
+                                                                                strategies):
+                continue
+            break
+        add_types(state, found)
+        state.settle()
+        if state.missing:
+            constant_values(state)
+    if record:
+        govern(state, record, strategies.unknown)
+
+
+def _control_flow(state, record: DataBounds, strategies) -> bool:
+    """The If/Loop/Scan bodies the control-flow strategy left for later (an outer tensor
+    a body reads was sized here), settled now: did it size more?"""
+    before = len(state.tensors)
+    state.deferred_control_flow = False
+    strategies.control_flow_bodies(state)
+    state.settle()
+    if state.missing:
+        strategies.constant_values(state)
+    return len(state.tensors) > before
+
+
+def govern(state, record: DataBounds, unknown) -> None:
+    """Which tensors each symbol governs (computed from its outputs, through data or
+    shape), and the folding decided again without them: a Shape of a bounded tensor
+    is known only at run time."""
+    from graphmem.frontend.constant_nodes import Folding, foldable, without_dim_data
+    g, order, reads = state.g, state.order, state.reads
+    nodes = g.nodes
+    record.governed, syms = governed(g, order, reads, record)
+    # folding, as constant_nodes decides it, less what reads a governed tensor
+    const = {t.name for t in g.initializers}
+    folded: set[int] = set()
+    constants: list[str] = []
+    for idx in order:
+        n = nodes[idx]
+        if any(t in syms for t in reads[idx]):
+            continue
+        if n.op_type in ("Shape", "Size"):
+            ok = all(t in state.tensors for t in reads[idx])
+        else:
+            ok = all(t in const for t in reads[idx])
+        if ok and foldable(n):
+            folded.add(idx)
+            outs = [o for o in n.outputs if o]
+            const.update(outs)
+            constants.extend(outs)
+    state.folding = without_dim_data(g, order, reads, state.bindings,
+                                     Folding(frozenset(folded), tuple(constants)))
+    state.missing = unknown(g, order, state.tensors, state.folding.nodes, state.open_nodes)
+
+
+def governed(g, order, reads, record: DataBounds
+             ) -> tuple[dict[str, tuple[str, ...]], dict[str, set]]:
+    """(tensor -> the symbols its size may depend on, tensor -> the symbols its size or
+    its values may depend on). A symbol's outputs have sizes it decides; a node reading
+    such a tensor makes outputs whose size it decides too, but for a Shape or Size (its
+    value only); a value read where a node takes a shape, axes or a count
+    (constant_nodes.VALUE_ARGUMENTS: TopK's k, Reshape's shape, ...) decides the sizes
+    of its outputs, read elsewhere their values only."""
+    from graphmem.frontend.constant_nodes import VALUE_ARGUMENTS
+    nodes = g.nodes
+    size: dict[str, set] = {}
+    value: dict[str, set] = {}
+    for s in record.symbols.values():
+        for o in nodes[s.node].outputs:
+            if o:
+                size.setdefault(o, set()).add(s.name)
+    for idx in order:
+        n = nodes[idx]
+        if idx in {s.node for s in record.symbols.values()}:
+            continue
+        args = VALUE_ARGUMENTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
+        shape_only = n.op_type in ("Shape", "Size") and standard_domain(n.domain)
+        sized, valued = set(), set()
+        for i, t in enumerate(n.inputs):
+            if not t:
+                continue
+            if t in size:
+                (valued if shape_only else sized).update(size[t])
+            if t in value:
+                (sized if i in args else valued).update(value[t])
+        for t in reads[idx]:  # a body's outer reads: as data
+            if t not in n.inputs:
+                sized.update(size.get(t, ()))
+                valued.update(value.get(t, ()))
+        for o in n.outputs:
+            if o and sized:
+                size.setdefault(o, set()).update(sized)
+            if o and (valued or sized):
+                value.setdefault(o, set()).update(valued | sized)
+    for t, found in size.items():
+        value.setdefault(t, set()).update(found)
+    return {t: tuple(sorted(s)) for t, s in size.items()}, value
+
+
+def refusal(g, name: str, tensors) -> str:
+    """The hint for an open tensor a data-dependent op upstream leaves open: the op,
+    and the ``--bound`` to pass where one would size it ('' when none is upstream)."""
+    nodes = g.nodes
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    queue, seen = [name], {name}
+    while queue:
+        t = queue.pop(0)
+        i = producer.get(t)
+        if i is None:
+            continue
+        n = nodes[i]
+        if n.op_type in NEEDS_GIVEN and standard_domain(n.domain) and n.outputs[0] not in tensors:
+            label = f" {n.name!r}" if n.name else ""
+            return (f"; its size depends on the values computed at run time ({n.op_type}"
+                    f"{label}, node {i}), which the graph does not bound: pass --bound "
+                    f"{symbol_name(n.op_type, i)}=N (at most N elements)")
+        for x in n.inputs:
+            if x and x not in seen and x not in tensors:
+                seen.add(x)
+                queue.append(x)
+    return ""
+
+
+def attach(graph, record: DataBounds):
+    """``graph`` with ``record`` (where it has symbols), and a note for each ``--bound``
+    the model has no symbol of and each one past what the graph proves."""
+    from dataclasses import replace
+    notes = list(record.notes) + [
+        f"--bound {name}: the model has no data-dependent size of that name; ignored"
+        for name in record.unused()]
+    changes = {}
+    if notes:
+        changes["load_notes"] = tuple(graph.load_notes) + tuple(notes)
+    if record:
+        record.governed = {t: s for t, s in record.governed.items() if t in graph.tensors}
+        changes["data_bounds"] = record
+    return replace(graph, **changes) if changes else graph

@@ -1,0 +1,274 @@
+"""Verifying a plan of a model whose sizes depend on the data (issue 53), with the
+sizes the data gives.
+
+The plan reserves each bounded tensor at its bound (``bounded_by``); at run time the
+tensor is as large as the values make it and occupies the first bytes of its slot. The
+nodes run one at a time in the plan's order, each in a one-node ONNX Runtime session
+whose inputs and outputs have no fixed shape: a node reads its inputs from their slots
+at the sizes they had when written, and each output is written into the first bytes of
+its planned slot, which must hold it. An output larger than its slot is a FAIL naming
+the tensor, its size and its bound. Before each node every byte that no live tensor
+holds (the unused tail of a bounded slot too) is filled with 0xFF, so a read of a dead
+or clobbered tensor shows.
+
+The reference runs the same sessions on the same inputs, every tensor in an array of
+its own; every tensor a node reads in the arena is compared with the reference's bit
+for bit before the node runs, and every graph output at the end. The report says how
+many elements each bounded tensor had, and each symbol's count (how many boxes each
+NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
+runs whole on ONNX Runtime, the tensors its bodies read from the graph given as inputs:
+its outputs are checked against their slots, its bodies' own plans are not run here.
+"""
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+import numpy as np
+
+from graphmem.core.dtypes import ENUM_BY_NAME
+from graphmem.core.records import record
+from graphmem.errors import GraphmemError
+from graphmem.verify.arena_run import Mismatch
+from graphmem.verify.compare import OutputCheck
+from graphmem.verify.node_sessions import numpy_dtype, runtime_message, session_options
+
+POISON = 0xFF
+
+
+@record
+class BoundedCount:
+    """One bounded tensor at run time: its elements against the elements planned."""
+    tensor: str
+    symbols: tuple[str, ...]
+    elements: int
+    planned: int
+    shape: tuple[int, ...]
+
+
+class _Sessions:
+    """One-node sessions whose inputs and outputs keep only their element types."""
+
+    def __init__(self, model, graph):
+        from graphmem.verify.runtime import usable_ir_version
+        self.model, self.graph = model, graph
+        self.ir_version = usable_ir_version(model)
+        self._cache: dict[int, object] = {}
+        self.built = 0
+
+    def run(self, index: int, feeds: list, implicit: tuple = (), implicit_values: list = ()):
+        """Run node ``index`` on ``feeds`` (its inputs' values, None for a blank one);
+        ``implicit``: the names its bodies read from this scope (an If, Loop or Scan run
+        whole), inputs of the session under their own names."""
+        from onnx import helper
+        proto = self.model.graph.node[index]
+        sess = self._cache.get(index)
+        if sess is None:
+            import onnxruntime as ort
+            ins = [f"in{i}" if t else "" for i, t in enumerate(proto.input)]
+            outs = [f"out{i}" if t else "" for i, t in enumerate(proto.output)]
+            node = helper.make_node(proto.op_type, ins, outs, domain=proto.domain or None)
+            node.attribute.extend(proto.attribute)
+            t = self.graph.tensors
+
+            def info(local, name):
+                return helper.make_tensor_value_info(local, ENUM_BY_NAME[t[name].dtype], None)
+            g = helper.make_graph([node], f"node_{proto.op_type}",
+                                  [info(a, b) for a, b in zip(ins, proto.input) if a]
+                                  + [info(b, b) for b in implicit],
+                                  [info(a, b) for a, b in zip(outs, proto.output) if a])
+            m = helper.make_model(g, opset_imports=list(self.model.opset_import))
+            m.ir_version = self.ir_version
+            try:
+                sess = ort.InferenceSession(m.SerializeToString(), session_options(),
+                                            providers=["CPUExecutionProvider"])
+            except Exception as exc:
+                raise GraphmemError(f"ONNX Runtime cannot run {proto.op_type} "
+                                    f"{proto.name!r} alone: {runtime_message(exc)}") from None
+            self._cache[index] = sess
+            self.built += 1
+        names = [f"in{i}" for i, t in enumerate(proto.input) if t] + list(implicit)
+        values = [v for t, v in zip(proto.input, feeds) if t] + list(implicit_values)
+        out = sess.run(None, dict(zip(names, values)))
+        it = iter(out)
+        return [next(it) if t else None for t in proto.output]
+
+
+class _Failed(Exception):
+    def __init__(self, node, error):
+        self.node, self.error = node, error
+
+
+def _run_node(sessions, node, feeds, implicit_values=()):
+    try:
+        return sessions.run(node.index, feeds, node.implicit_inputs, implicit_values)
+    except GraphmemError:
+        raise
+    except Exception as exc:
+        raise _Failed(node, runtime_message(exc, 1000)) from None
+
+
+def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
+                   inputs: Mapping[str, np.ndarray] | None = None,
+                   on_step=None, start: float | None = None):
+    """The :class:`~graphmem.verify.verifier.VerifyReport` of ``plan`` for ``graph``
+    (which has ``data_bounds``) run with the sizes the data gives: ``base`` is the
+    report so far (the plan's problems checked)."""
+    from dataclasses import replace
+    from graphmem.verify.inputs import checked_inputs, random_inputs
+    from graphmem.verify.reference import (constant_values, model_with_weights,
+                                           refused_inputs_message)
+    start = time.perf_counter() if start is None else start
+    model = model_with_weights(graph)
+    constants = constant_values(model, graph)
+    feeds = checked_inputs(graph, inputs) if inputs is not None else random_inputs(graph, seed)
+    sessions = _Sessions(model, graph)
+    by_index = {n.index: n for n in graph.nodes}
+    order = list(plan.order)
+    # the reference: every tensor an array of its own
+    ref: dict[str, np.ndarray] = dict(feeds)
+    try:
+        for idx in order:
+            node = by_index[idx]
+            def value(t):
+                return ref[t] if t in ref else constants[t] if t else None
+            outs = _run_node(sessions, node, [value(t) for t in node.inputs],
+                             [value(t) for t in node.implicit_inputs])
+            ref.update({o: v for o, v in zip(node.outputs, outs) if o and v is not None})
+    except _Failed as exc:
+        raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
+                                                   inputs is not None)) from None
+    # the arena run
+    arena = np.full(plan.arena_bytes, POISON, np.uint8)
+    shapes: dict[str, tuple[int, ...]] = {}
+    tensors = plan.tensors
+    governed = graph.data_bounds.governed
+    counts: list[BoundedCount] = []
+    overflow = None
+    mismatch = None
+    reads = 0
+
+    def write(name, value):
+        t = tensors[name]
+        data = _bits(value)
+        if data.size > t.bytes:
+            return data.size
+        arena[t.offset:t.offset + data.size] = data
+        shapes[name] = tuple(value.shape)
+        return None
+
+    def read(name):
+        t = tensors[name]
+        dtype = numpy_dtype(graph.tensors[name])
+        shape = shapes[name]
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return arena[t.offset:t.offset + nbytes].copy().view(dtype).reshape(shape)
+
+    for name in graph.inputs:
+        if name in tensors:
+            write(name, feeds[name])
+    for step, idx in enumerate(order):
+        node = by_index[idx]
+        _poison(arena, tensors, shapes, graph, step)
+        values = []
+        for t in (*node.inputs, *node.implicit_inputs):
+            if t and t in tensors:
+                v = read(t)
+                reads += 1
+                if v.shape != ref[t].shape or not np.array_equal(_bits(v), _bits(ref[t])):
+                    mismatch = Mismatch(step, node.label, t, float("nan"),
+                                        _overlapping(plan, t, step), (), read=True)
+                    break
+                values.append(v)
+            else:
+                values.append(constants[t] if t else None)
+        if mismatch is not None:
+            break
+        try:
+            k = len(node.inputs)
+            outs = _run_node(sessions, node, values[:k], values[k:])
+        except _Failed as exc:
+            raise GraphmemError(f"ONNX Runtime failed on {exc.node.label} in the arena run: "
+                                f"{exc.error}") from None
+        for o, v in zip(node.outputs, outs):
+            if not o or v is None or o not in tensors:
+                continue
+            too_many = write(o, v)
+            if o in governed:
+                planned = int(np.prod(graph.tensors[o].shape, dtype=np.int64))
+                counts.append(BoundedCount(o, governed[o], int(v.size), planned,
+                                           tuple(v.shape)))
+            if too_many is not None:
+                symbols = governed.get(o, ())
+                bound = ", ".join(f"{s} <= {graph.data_bounds.symbols[s].bound:,}"
+                                  for s in symbols) or "no bound"
+                overflow = (f"tensor {o!r} ({node.label}) holds {v.size:,} elements "
+                            f"{list(v.shape)} ({too_many:,} bytes), past its planned slot of "
+                            f"{tensors[o].bytes:,} bytes "
+                            f"({list(graph.tensors[o].shape)} at the bound: {bound})")
+                break
+        if overflow is not None:
+            break
+        if on_step is not None:
+            on_step(step + 1, len(order))
+    outputs = []
+    if overflow is None and mismatch is None:
+        for name in graph.outputs:
+            got = read(name) if name in tensors else ref[name]
+            want = ref[name]
+            ok = got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
+            outputs.append(OutputCheck(name, graph.tensors[name].dtype, tuple(got.shape),
+                                       0.0 if ok else float("nan"), ok))
+    return replace(base, nodes_run=len(order) if overflow is None and mismatch is None else
+                   step + 1, sessions_built=sessions.built, outputs=tuple(outputs),
+                   mismatch=mismatch, reads_checked=reads, bounded=tuple(counts),
+                   symbol_counts=tuple(count_lines(graph, counts)),
+                   overflow=overflow, seconds=time.perf_counter() - start)
+
+
+def _bits(value) -> np.ndarray:
+    """A value's bytes, flat (a 0-d array too)."""
+    return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+
+
+def _poison(arena, tensors, shapes, graph, step: int) -> None:
+    """Every byte no tensor live at ``step`` holds to POISON (a bounded tensor holds the
+    bytes of its size at run time, not its whole slot)."""
+    keep = np.zeros(arena.size, bool)
+    for name, t in tensors.items():
+        if t.live[0] <= step <= t.live[1] and name in shapes:
+            dtype = numpy_dtype(graph.tensors[name])
+            n = int(np.prod(shapes[name], dtype=np.int64)) * dtype.itemsize
+            keep[t.offset:t.offset + n] = True
+    arena[~keep] = POISON
+
+
+def _overlapping(plan, name: str, step: int) -> tuple[str, ...]:
+    t = plan.tensors[name]
+    return tuple(o for o, u in plan.tensors.items() if o != name
+                 and u.offset < t.offset + t.bytes and t.offset < u.offset + u.bytes
+                 and u.live[0] <= step <= u.live[1])[:8]
+
+
+def count_lines(graph, counts) -> list[str]:
+    """Each symbol's count at run time against its bound, in words."""
+    lines = []
+    seen = {}
+    for c in counts:
+        for s in c.symbols:
+            sym = graph.data_bounds.symbols[s]
+            if sym.tensor == c.tensor and s not in seen:
+                seen[s] = c
+    for s, sym in graph.data_bounds.symbols.items():
+        c = seen.get(s)
+        if c is None:
+            lines.append(f"{s} ({sym.op}, node {sym.node}): not run")
+            continue
+        axis = _count_axis(sym.op, c, sym.axis)
+        lines.append(f"{s} ({sym.op}, node {sym.node}): {axis:,} of at most {sym.bound:,}")
+    return lines
+
+
+def _count_axis(op: str, c: BoundedCount, axis: int) -> int:
+    """The symbol's value in its own output: the dim of its axis."""
+    return c.shape[axis] if axis < len(c.shape) else c.elements

@@ -1,0 +1,131 @@
+"""Placement for any compiler's buffers: columns in, offsets out, no ONNX graph needed.
+
+:func:`place_buffers` places buffers of ``size`` bytes live over the half-open step
+intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. It runs the
+heuristics first (``search.place_records``: the best best-fit ordering, then hill
+climbing), then the complete search of :mod:`.capacity` within a node budget:
+
+- with ``capacity``: whether the buffers fit in it, proven either way where the
+  budget allows (a heuristic placement within it, the search's, the max-live floor
+  above it, or the search's proof);
+- without: the smallest arena the search reaches below the heuristic's, down to the
+  max-live floor, and whether it is proven optimal.
+
+Past ``items.PAIR_LIMIT`` overlapping pairs the heuristic is sweep best fit
+(``sweep``), and past ``algorithm.SEARCH_ITEMS`` buffers there is no search.
+
+:func:`check_placement` says what is wrong with a placement, if anything.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from graphmem.core.liveness import overlapping_pairs
+from graphmem.planning.groups import Record
+from graphmem.passes.placement import capacity as search
+from graphmem.passes.placement.algorithm import SEARCH_ITEMS
+from graphmem.passes.placement.items import TooManyPairs
+from graphmem.passes.placement.search import peak_live, place_records
+from graphmem.passes.placement.sweep import sweep_fit
+
+# search nodes place_buffers allows by default (each a few microseconds: see
+# tools/bench/minimalloc.py's section of docs/benchmarks.md)
+DEFAULT_NODES = 600_000
+
+
+class BufferPlacement(NamedTuple):
+    """What :func:`place_buffers` found."""
+
+    status: str  # capacity.FITS, NO_FIT or UNDECIDED (without a capacity: FITS)
+    offsets: np.ndarray | None  # per buffer; None unless it fits
+    total: int  # bytes: the top of the highest buffer (0 when it does not fit)
+    proven: bool  # the status is proven; without a capacity: the arena is the smallest
+    lower_bound: int  # bytes: no smaller arena exists (at least the max-live floor)
+    floor: int  # the max-live floor
+    method: str  # what placed them: a heuristic's name, or "search"
+    nodes: int  # search nodes visited
+
+
+def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int],
+                  capacity: int | None = None, alignment: int = 1,
+                  nodes: int | None = DEFAULT_NODES) -> BufferPlacement:
+    """Offsets for the buffers (see the module docstring). ``alignment``: every offset
+    is a multiple of it. ``nodes``: the search's budget (None: until proven).
+    Raises ValueError for a buffer with ``upper <= lower`` or a negative size."""
+    size = np.asarray(size, dtype=np.int64)
+    lower = np.asarray(lower, dtype=np.int64)
+    upper = np.asarray(upper, dtype=np.int64)
+    if (upper <= lower).any() or (size < 0).any():
+        raise ValueError("every buffer needs upper > lower and a size of at least 0")
+    keep = np.flatnonzero(size > 0)
+    floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
+    if capacity is not None and capacity < floor:
+        return BufferPlacement(search.NO_FIT, None, 0, True, floor, floor, "max-live floor", 0)
+    recs = [Record(i, int(size[i]), int(lower[i]), int(upper[i]) - 1) for i in keep.tolist()]
+    if alignment > 1:  # the heuristics expect aligned sizes: pad them
+        recs = [r._replace(bytes=-(-r.bytes // alignment) * alignment) for r in recs]
+    offsets = np.zeros(len(size), dtype=np.int64)
+    try:
+        placed = place_records(recs, "best", alignment)
+        method, found = placed.strategy, placed.offsets
+        searchable = len(recs) <= SEARCH_ITEMS
+    except TooManyPairs:  # too many pairs to index: no best fit, no search
+        found, _ = sweep_fit(recs)
+        method, searchable = "sweep_best_fit", False
+    offsets[keep] = [found[i] for i in keep.tolist()]
+    top = int((offsets + size).max(initial=0))
+    if capacity is not None and top <= capacity:
+        return BufferPlacement(search.FITS, offsets, top, True, floor, floor, method, 0)
+    if not searchable:
+        if capacity is None:
+            return BufferPlacement(search.FITS, offsets, top, top <= floor, floor, floor,
+                                   method, 0)
+        return BufferPlacement(search.UNDECIDED, None, 0, False, floor, floor, method, 0)
+    problem = search.prepare(size, lower, upper)
+    if capacity is None:
+        best = search.minimize(problem, top, alignment, nodes)
+        if best.offsets is None:  # none below the heuristic's arena found
+            return BufferPlacement(search.FITS, offsets, top, best.proven, best.lower_bound,
+                                   floor, method, best.nodes)
+        return BufferPlacement(search.FITS, best.offsets, best.total, best.proven,
+                               best.lower_bound, floor, "search", best.nodes)
+    got = search.fit(problem, capacity, alignment, nodes)
+    if got.status == search.FITS:
+        total = int((got.offsets + size).max(initial=0))
+        return BufferPlacement(search.FITS, got.offsets, total, True, floor, floor, "search",
+                               got.nodes)
+    proven = got.status == search.NO_FIT
+    return BufferPlacement(got.status, None, 0, proven,
+                           capacity + 1 if proven else floor, floor, "search", got.nodes)
+
+
+def check_placement(size: Sequence[int], lower: Sequence[int], upper: Sequence[int],
+                    offsets: Sequence[int], capacity: int | None = None,
+                    alignment: int = 1, limit: int = 5) -> list[str]:
+    """What is wrong with a placement, at most ``limit`` lines: an offset below 0 or
+    not a multiple of ``alignment``, a buffer past ``capacity``, two buffers live at
+    one step that share a byte (buffers are given by index). Empty when it is valid."""
+    size, lower, upper, offsets = (np.asarray(c, dtype=np.int64)
+                                   for c in (size, lower, upper, offsets))
+    wrong: list[str] = []
+    for i in np.flatnonzero((offsets < 0) | (offsets % alignment != 0))[:limit].tolist():
+        wrong.append(f"buffer {i}: offset {offsets[i]} is not a multiple of {alignment} "
+                     "at or above 0")
+    if capacity is not None:
+        for i in np.flatnonzero(offsets + size > capacity)[:limit].tolist():
+            wrong.append(f"buffer {i}: ends at {offsets[i] + size[i]}, past the capacity "
+                         f"{capacity}")
+    live = np.flatnonzero(size > 0)
+    for a, b in overlapping_pairs(lower[live], upper[live] - 1):
+        a, b = live[a], live[b]
+        clash = (offsets[a] < offsets[b] + size[b]) & (offsets[b] < offsets[a] + size[a])
+        for i, j in zip(a[clash][:limit].tolist(), b[clash][:limit].tolist()):
+            i, j = min(i, j), max(i, j)
+            wrong.append(f"buffers {i} and {j} are live at one step and share bytes "
+                         f"[{max(offsets[i], offsets[j])}, "
+                         f"{min(offsets[i] + size[i], offsets[j] + size[j])})")
+        if len(wrong) >= limit:
+            break
+    return wrong[:limit]

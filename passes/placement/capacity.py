@@ -1,0 +1,173 @@
+"""The complete placement search at a fixed capacity, and the smallest arena by it.
+
+:func:`fit` answers whether buffers fit in ``capacity`` bytes: ``"fits"`` with their
+offsets, ``"does not fit"`` (proven: the search is complete), or ``"undecided"`` when
+its node budget ran out first. The search (``graphmem/capsearch.c``, specified by
+``tests/reference_capacity.py``) follows MiniMalloc (Moffitt, ASPLOS 2023): it explores
+canonical solutions only (each buffer on top of the highest placed buffer it meets in
+time), chooses the next buffer as it goes (the lowest offset any buffer left can
+take), prunes by the bytes still to place in every time section, by dominance, and
+solves independent time partitions apart. Here it runs round robin over three
+preorderings (the tie-breaks), doubling a node limit each round, as MiniMalloc does.
+
+:func:`minimize` runs it at capacities below an arena already found, down to the
+max-live floor (the floor first, then a binary search): the result is proven optimal
+when the capacity just below it is proven not to fit (or it is at the floor).
+
+Buffers are given as columns: ``size`` bytes, live over the half-open step interval
+``[lower, upper)`` (MiniMalloc's CSV form). Offsets are multiples of ``alignment``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from graphmem import capsearch
+from graphmem.core.liveness import overlapping_pairs
+
+FITS, NO_FIT, UNDECIDED = "fits", "does not fit", "undecided"
+# the preorderings the rounds take turns with (MiniMalloc's defaults): W the lifespan's
+# width, A the area (bytes times width), T the most bytes still to place in a section
+# the buffer spans, each larger first; ties by index (tests/reference_capacity.py)
+PREORDERS = ("WAT", "TAW", "TWA")
+
+
+class Fit(NamedTuple):
+    """The answer of :func:`fit`."""
+
+    status: str  # FITS, NO_FIT or UNDECIDED
+    offsets: np.ndarray | None  # per buffer, when it fits
+    nodes: int  # search nodes visited
+
+
+class Problem(NamedTuple):
+    """The columns the compiled search reads (see graphmem/capsearch.c), made once for
+    many capacities."""
+
+    size: np.ndarray  # the buffers with bytes, in their order
+    slo: np.ndarray
+    shi: np.ndarray
+    nsec: int
+    adj_start: np.ndarray
+    adj: np.ndarray
+    sec_start: np.ndarray
+    sec: np.ndarray
+    width: np.ndarray  # each lifespan's length
+    keep: np.ndarray  # indices of the buffers with bytes among those given
+    n: int  # buffers given
+    floor: int  # the max-live floor: no capacity below it fits
+
+
+def prepare(size, lower, upper) -> Problem:
+    """The search's columns for buffers of ``size`` bytes live over ``[lower, upper)``.
+    Zero-sized buffers are left out (they sit at 0)."""
+    size, lower, upper = (np.asarray(c, dtype=np.int64) for c in (size, lower, upper))
+    n = len(size)
+    if (upper <= lower).any() or (size < 0).any():
+        raise ValueError("every buffer needs upper > lower and a size of at least 0")
+    keep = np.flatnonzero(size > 0)
+    size, lower, upper = size[keep], lower[keep], upper[keep]
+    points = np.unique(np.concatenate((lower, upper)))
+    slo = np.searchsorted(points, lower).astype(np.int64)
+    shi = np.searchsorted(points, upper).astype(np.int64)
+    nsec = max(len(points) - 1, 0)
+    m = len(size)
+    # the buffers live in each section, section by section
+    span = shi - slo
+    sec_buf = np.repeat(np.arange(m, dtype=np.int64), span)
+    sec_of = np.repeat(slo - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
+    by_sec = np.argsort(sec_of, kind="stable")
+    sec = sec_buf[by_sec]
+    sec_start = np.zeros(nsec + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sec_of, minlength=nsec)[:nsec], out=sec_start[1:])
+    totals = np.bincount(sec_of, weights=size[sec_buf], minlength=nsec)[:nsec]
+    # every pair of buffers live at one step, both ways
+    a_parts, b_parts = [], []
+    for a, b in overlapping_pairs(lower, upper - 1):
+        a_parts.append(a)
+        b_parts.append(b)
+    a = np.concatenate(a_parts) if a_parts else np.zeros(0, dtype=np.int64)
+    b = np.concatenate(b_parts) if b_parts else np.zeros(0, dtype=np.int64)
+    src = np.concatenate((a, b)).astype(np.int64)
+    dst = np.concatenate((b, a)).astype(np.int64)
+    order = np.lexsort((dst, src))
+    adj = dst[order]
+    adj_start = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=m), out=adj_start[1:])
+    floor = int(totals.max()) if nsec else 0
+    return Problem(size, slo, shi, nsec, adj_start, adj, sec_start, sec, upper - lower,
+                   keep, n, floor)
+
+
+def fit(problem: Problem, capacity: int, alignment: int = 1,
+        nodes: int | None = None) -> Fit:
+    """Whether the buffers fit in ``capacity`` bytes (see the module docstring), within
+    ``nodes`` search nodes in all (None: no limit)."""
+    p = problem
+    out = np.zeros(p.n, dtype=np.int64)
+    m = len(p.size)
+    if capacity < p.floor:
+        return Fit(NO_FIT, None, 0)
+    if m == 0:
+        return Fit(FITS, out, 0)
+    limit, used = m, 0
+    offsets = np.zeros(m, dtype=np.int64)
+    while True:
+        limit *= 2
+        for heuristic in PREORDERS:
+            run = limit if nodes is None else min(limit, nodes - used)
+            if run <= 0:
+                return Fit(UNDECIDED, None, used)
+            status, visited = capsearch.solve(p.size, p.slo, p.shi, p.nsec, p.adj_start, p.adj,
+                                              p.sec_start, p.sec, p.width, heuristic,
+                                              int(capacity),
+                                              int(alignment), int(run), offsets)
+            used += visited
+            if status == 1:
+                out[p.keep] = offsets
+                return Fit(FITS, out, used)
+            if status == 0:
+                return Fit(NO_FIT, None, used)
+
+
+class Minimum(NamedTuple):
+    """The answer of :func:`minimize`."""
+
+    offsets: np.ndarray | None  # per buffer; None when nothing below ``top`` was found
+    total: int  # the arena: the top of the highest buffer (``top`` when none was found)
+    proven: bool  # no smaller arena exists
+    lower_bound: int  # bytes: no arena below this fits (proven)
+    nodes: int
+
+
+def minimize(problem: Problem, top: int, alignment: int = 1,
+             nodes: int | None = None) -> Minimum:
+    """The smallest arena below ``top`` (the arena of a placement already found, e.g.
+    the best heuristic's) the search reaches: at the max-live floor first, then a
+    binary search between the lowest capacity not ruled out and the best arena found.
+    A capacity proven not to fit rules out every one below it, for good; one left
+    undecided is passed over unproven (of ``nodes`` in all, the probe at the floor may
+    use half, each later one a third of what is left)."""
+    p = problem
+    best = None
+    full = np.zeros(p.n, dtype=np.int64)
+    full[p.keep] = p.size
+    proven_lower = lo = p.floor
+    used = 0
+    while lo < top:
+        left = None if nodes is None else nodes - used
+        if left is not None and left <= 0:
+            break
+        first = used == 0
+        cap = lo if first else (lo + top - 1) // 2
+        got = fit(p, cap, alignment, None if left is None else max(left // (2 if first else 3), 1))
+        used += got.nodes
+        if got.status == FITS:
+            best = got.offsets
+            top = int((best + full).max(initial=0))
+        else:
+            if got.status == NO_FIT:  # nor does any capacity below it
+                proven_lower = cap + 1
+            lo = cap + 1
+    return Minimum(best, top, top <= proven_lower, min(proven_lower, top), used)

@@ -1,0 +1,165 @@
+"""The complete placement search at a fixed capacity (passes/placement/capacity.py over
+graphmem/capsearch.c) against its specification (tests/reference_capacity.py), and
+its answers checked on their own: every placement it returns is valid, every "does
+not fit" agrees with an exhaustive search on tiny problems."""
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+import reference_capacity as ref
+from graphmem import capsearch
+from graphmem.passes.placement import capacity
+
+
+def random_problem(rng: random.Random, n: int, steps: int, unit: int = 1):
+    lower = [rng.randrange(steps) for _ in range(n)]
+    upper = [lo + rng.randrange(1, max(2, steps // 2)) for lo in lower]
+    size = [unit * rng.randrange(1, 9) for _ in range(n)]
+    return size, lower, upper
+
+
+def clash(size, lower, upper, offsets, cap):
+    """The first pair of buffers live at one time that share a byte, or one above cap."""
+    for i in range(len(size)):
+        if offsets[i] < 0 or offsets[i] + size[i] > cap:
+            return (i,)
+        for j in range(i):
+            if lower[i] < upper[j] and lower[j] < upper[i] and size[i] and size[j] \
+                    and offsets[i] < offsets[j] + size[j] and offsets[j] < offsets[i] + size[i]:
+                return (j, i)
+    return None
+
+
+def spec_args(p: capacity.Problem, heuristic):
+    n = len(p.size)
+    adj = [p.adj[p.adj_start[b]:p.adj_start[b + 1]].tolist() for b in range(n)]
+    sec = [p.sec[p.sec_start[s]:p.sec_start[s + 1]].tolist() for s in range(p.nsec)]
+    return (p.size.tolist(), p.slo.tolist(), p.shi.tolist(), p.nsec, adj, sec, p.width.tolist(),
+            heuristic)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_search_equals_reference(seed):
+    rng = random.Random(seed)
+    align = rng.choice([1, 1, 2, 4])
+    size, lower, upper = random_problem(rng, rng.randrange(1, 14), rng.randrange(2, 12), align)
+    p = capacity.prepare(size, lower, upper)
+    for heuristic in (*capacity.PREORDERS, "A", "T", ""):
+        for cap in {p.floor, p.floor + align, p.floor + 3 * align, p.floor - 1}:
+            for limit in (1, 5, 40, 10 ** 6):
+                want = ref.solve(*spec_args(p, heuristic), cap, align, limit)
+                out = np.zeros(len(p.size), dtype=np.int64)
+                status, nodes = capsearch.solve(p.size, p.slo, p.shi, p.nsec, p.adj_start, p.adj,
+                                                p.sec_start, p.sec, p.width, heuristic, cap,
+                                                align, limit, out)
+                assert (status, nodes) == want[:2], (cap, limit)
+                if status == 1:
+                    assert out.tolist() == want[2]
+
+
+def exhaustive_fits(size, lower, upper, cap, align) -> bool:
+    """Any placement at all in cap (every offset tried): the independent check of a proof."""
+    n = len(size)
+    choices = [range(0, cap - s + 1, align) for s in size]
+
+    def place(i, offs):
+        if i == n:
+            return True
+        for o in choices[i]:
+            if all(not (lower[i] < upper[j] and lower[j] < upper[i]
+                        and o < offs[j] + size[j] and offs[j] < o + size[i]) for j in range(i)):
+                if place(i + 1, offs + [o]):
+                    return True
+        return False
+    return place(0, [])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_answers_are_right(seed):
+    rng = random.Random(100 + seed)
+    size, lower, upper = random_problem(rng, rng.randrange(1, 7), rng.randrange(2, 8))
+    p = capacity.prepare(size, lower, upper)
+    for cap in range(p.floor, p.floor + 6):
+        got = capacity.fit(p, cap)
+        assert got.status != capacity.UNDECIDED
+        if got.status == capacity.FITS:
+            assert clash(size, lower, upper, got.offsets.tolist(), cap) is None
+        else:  # proven not to fit: no placement exists at all
+            assert not exhaustive_fits(size, lower, upper, cap, 1), cap
+
+
+def test_minimize_proves_the_optimum():
+    rng = random.Random(7)
+    for _ in range(30):
+        size, lower, upper = random_problem(rng, rng.randrange(1, 7), rng.randrange(2, 8))
+        p = capacity.prepare(size, lower, upper)
+        got = capacity.minimize(p, sum(size) + 1)  # above every buffer stacked
+        assert got.proven and got.lower_bound == got.total
+        assert clash(size, lower, upper, got.offsets.tolist(), got.total) is None
+        assert not exhaustive_fits(size, lower, upper, got.total - 1, 1)
+
+
+def test_budget_leaves_it_undecided_and_floor_refuses_at_once():
+    rng = random.Random(3)
+    size, lower, upper = random_problem(rng, 40, 20)
+    p = capacity.prepare(size, lower, upper)
+    assert capacity.fit(p, p.floor - 1) == (capacity.NO_FIT, None, 0)
+    got = capacity.fit(p, p.floor, nodes=3)
+    assert got.status in (capacity.UNDECIDED, capacity.FITS) and got.nodes <= 3
+
+
+def test_zero_sized_buffers_and_alignment():
+    size, lower, upper = [0, 8, 3, 5], [0, 0, 1, 2], [4, 3, 4, 5]
+    p = capacity.prepare(size, lower, upper)
+    got = capacity.fit(p, 32, alignment=8)
+    assert got.status == capacity.FITS
+    assert got.offsets[0] == 0 and all(o % 8 == 0 for o in got.offsets)
+    assert clash(size, lower, upper, got.offsets.tolist(), 32) is None
+    with pytest.raises(ValueError):
+        capacity.prepare([1], [3], [3])
+
+
+def test_compiled_search_refuses_bad_columns():
+    p = capacity.prepare([4, 4], [0, 1], [2, 3])
+    out = np.zeros(2, dtype=np.int64)
+    args = [p.size, p.slo, p.shi, p.nsec, p.adj_start, p.adj, p.sec_start, p.sec, p.width,
+            "WAT", 8, 1, 100, out]
+    assert capsearch.solve(*args)[0] == 1
+    bad = list(args)
+    bad[9] = "WAX"  # not a heuristic
+    with pytest.raises(ValueError):
+        capsearch.solve(*bad)
+    bad = list(args)
+    bad[5] = np.array([5, 0], dtype=np.int64)  # an overlap out of range
+    with pytest.raises(ValueError):
+        capsearch.solve(*bad)
+    bad = list(args)
+    bad[0] = np.array([2 ** 62, 2 ** 62], dtype=np.int64)
+    with pytest.raises(ValueError):
+        capsearch.solve(*bad)
+
+
+def test_plan_algorithms_search_below_the_heuristics():
+    """HARD (tests/test_place_exact.py): the heuristics end at 21, the optimum is 20
+    (the max-live floor). The default algorithm's search finds 20; the optimal
+    one proves it without CP-SAT."""
+    from graphmem.passes.placement.algorithm import for_option
+    from graphmem.passes.placement.items import part_pairs
+    from graphmem.passes.placement.search import max_live
+    from test_place_exact import HARD, no_clash
+
+    pairs = part_pairs(HARD)
+    assert max_live(HARD) == 20
+    best = for_option("best", 10.0, HARD)(HARD, pairs, 1)
+    assert (best.total, best.strategy, best.tried["search"]) == (20, "search", 20)
+    assert no_clash(HARD, best.offsets)
+    optimal = for_option("optimal", 10.0, HARD)(HARD, pairs, 1)
+    assert optimal.total == 20 and optimal.proof == {"proven_optimal": True, "lower_bound": 20,
+                                                      "gap": 0.0}
+    assert "optimal" not in optimal.tried  # CP-SAT did not run
+    one = for_option("greedy_by_size", 10.0, HARD)(HARD, pairs, 1)
+    assert one.total >= 21 and "search" not in one.tried
