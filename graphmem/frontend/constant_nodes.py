@@ -169,15 +169,18 @@ def without_dim_data(g: wire.Graph, order, reads, bindings, folding: Folding) ->
     return folding
 
 
-def constant_nodes(g: wire.Graph, order, tensors, reads) -> Folding:
+def constant_nodes(g: wire.Graph, order, tensors, reads, run_time=frozenset()) -> Folding:
     """The nodes whose inputs are all constants, given the types known (``tensors``: a
-    Shape or Size of a sized tensor folds), with bound dims' data folding too."""
+    Shape or Size of a sized tensor folds), with bound dims' data folding too; a node
+    that reads a tensor of ``run_time`` (one whose size the data decides) never folds."""
     nodes = g.nodes
     const = {t.name for t in g.initializers}
     folded: set[int] = set()
     constants: list[str] = []
     for idx in order:
         n = nodes[idx]
+        if run_time and any(t in run_time for t in reads[idx]):
+            continue
         if n.op_type in ("Shape", "Size"):
             ok = all(t in tensors for t in reads[idx])
         else:

@@ -23,6 +23,7 @@ from typing import Mapping, NamedTuple
 
 from graphmem.core.dtypes import ENUM_BY_NAME
 from graphmem.core.ir import standard_domain
+from graphmem.frontend.structure import nearest_upstream
 
 _INT64 = 7  # TensorProto.INT64
 
@@ -322,29 +323,12 @@ def govern(state, record: DataBounds, unknown) -> None:
     """Which tensors each symbol governs (computed from its outputs, through data or
     shape), and the folding decided again without them: a Shape of a bounded tensor
     is known only at run time."""
-    from graphmem.frontend.constant_nodes import Folding, foldable, without_dim_data
+    from graphmem.frontend.constant_nodes import constant_nodes, without_dim_data
     g, order, reads = state.g, state.order, state.reads
-    nodes = g.nodes
     record.governed, syms = governed(g, order, reads, record)
     # folding, as constant_nodes decides it, less what reads a governed tensor
-    const = {t.name for t in g.initializers}
-    folded: set[int] = set()
-    constants: list[str] = []
-    for idx in order:
-        n = nodes[idx]
-        if any(t in syms for t in reads[idx]):
-            continue
-        if n.op_type in ("Shape", "Size"):
-            ok = all(t in state.tensors for t in reads[idx])
-        else:
-            ok = all(t in const for t in reads[idx])
-        if ok and foldable(n):
-            folded.add(idx)
-            outs = [o for o in n.outputs if o]
-            const.update(outs)
-            constants.extend(outs)
     state.folding = without_dim_data(g, order, reads, state.bindings,
-                                     Folding(frozenset(folded), tuple(constants)))
+                                     constant_nodes(g, order, state.tensors, reads, syms))
     state.missing = unknown(g, order, state.tensors, state.folding.nodes, state.open_nodes)
 
 
@@ -395,25 +379,16 @@ def governed(g, order, reads, record: DataBounds
 def refusal(g, name: str, tensors) -> str:
     """The hint for an open tensor a data-dependent op upstream leaves open: the op,
     and the ``--bound`` to pass where one would size it ('' when none is upstream)."""
-    nodes = g.nodes
-    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
-    queue, seen = [name], {name}
-    while queue:
-        t = queue.pop(0)
-        i = producer.get(t)
-        if i is None:
-            continue
-        n = nodes[i]
-        if n.op_type in NEEDS_GIVEN and standard_domain(n.domain) and n.outputs[0] not in tensors:
-            label = f" {n.name!r}" if n.name else ""
-            return (f"; its size depends on the values computed at run time ({n.op_type}"
-                    f"{label}, node {i}), which the graph does not bound: pass --bound "
-                    f"{symbol_name(n.op_type, i)}=N (at most N elements)")
-        for x in n.inputs:
-            if x and x not in seen and x not in tensors:
-                seen.add(x)
-                queue.append(x)
-    return ""
+    found = nearest_upstream(g, name, tensors, lambda i, n: (
+        n.op_type in NEEDS_GIVEN and standard_domain(n.domain)
+        and n.outputs[0] not in tensors))
+    if found is None:
+        return ""
+    i, n = found
+    label = f" {n.name!r}" if n.name else ""
+    return (f"; its size depends on the values computed at run time ({n.op_type}"
+            f"{label}, node {i}), which the graph does not bound: pass --bound "
+            f"{symbol_name(n.op_type, i)}=N (at most N elements)")
 
 
 def attach(graph, record: DataBounds):

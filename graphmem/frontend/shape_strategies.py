@@ -31,6 +31,7 @@ from graphmem.frontend.protos import one_line
 from graphmem.frontend.splice import (OUTPUT, SMALL_CONSTANT_BYTES, VALUE_INFO, entry,
                                       tensor_value_info)
 from graphmem.frontend.working_model import WorkingModel
+from graphmem.frontend.structure import nearest_upstream
 
 if TYPE_CHECKING:
     import onnx
@@ -488,25 +489,14 @@ def data_dependence(g: wire.Graph, name: str, tensors) -> str:
     """Why ``name`` has no static shape when its size depends on the data: the nearest
     op of :data:`DATA_DEPENDENT` upstream of it through tensors without one ('' when
     there is none)."""
-    nodes = g.nodes
-    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
-    queue, seen = [name], {name}
-    while queue:
-        t = queue.pop(0)
-        i = producer.get(t)
-        if i is None:
-            continue
-        n = nodes[i]
-        if n.op_type in DATA_DEPENDENT and standard_domain(n.domain):
-            label = f" {n.name!r}" if n.name else ""
-            return (f"; its size depends on the values computed at run time "
-                    f"({n.op_type}{label}, node {i}, upstream): graphmem plans static "
-                    "shapes only")
-        for x in n.inputs:
-            if x and x not in seen and x not in tensors:
-                seen.add(x)
-                queue.append(x)
-    return ""
+    found = nearest_upstream(g, name, tensors, lambda i, n: (
+        n.op_type in DATA_DEPENDENT and standard_domain(n.domain)))
+    if found is None:
+        return ""
+    i, n = found
+    label = f" {n.name!r}" if n.name else ""
+    return (f"; its size depends on the values computed at run time "
+            f"({n.op_type}{label}, node {i}, upstream): graphmem plans static shapes only")
 
 
 def symbolic_infer(model: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:

@@ -193,3 +193,24 @@ def find_cycle(nodes, done: set[int], deps: list[set[int]], reads) -> str:
         tensor = next(t for t in reads[b] if t in nodes[a].outputs)
         steps.append(f"node {a} ({nodes[a].op_type}) -> {tensor!r} -> ")
     return "".join(steps) + f"node {loop[0]} ({nodes[loop[0]].op_type})"
+
+
+def nearest_upstream(g, name: str, known, matches) -> tuple[int, object] | None:
+    """``(index, node)`` of the nearest node upstream of tensor ``name`` (breadth first,
+    through tensors not in ``known``) for which ``matches(index, node)`` holds; None
+    where there is none. ``g``: a wire graph (its ``nodes``)."""
+    nodes = g.nodes
+    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    queue, seen = [name], {name}
+    while queue:
+        i = producer.get(queue.pop(0))
+        if i is None:
+            continue
+        n = nodes[i]
+        if matches(i, n):
+            return i, n
+        for x in n.inputs:
+            if x and x not in seen and x not in known:
+                seen.add(x)
+                queue.append(x)
+    return None
