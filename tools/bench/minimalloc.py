@@ -119,8 +119,10 @@ def environment(argv: list[str], mm: bool) -> str:
     import numpy
     cc = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout \
         .splitlines()[0] if mm else ""
+    # the folders given are this machine's: the command is written with their names
+    shown = [("DIR" if a.startswith("/") else a) for a in argv]
     return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
-            f"`{' '.join(['python -m tools.bench.minimalloc', *argv])}` on {cpu_name()}, "
+            f"`{' '.join(['python -m tools.bench.minimalloc', *shown])}` on {cpu_name()}, "
             f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python "
             f"{platform.python_version()}, numpy {numpy.__version__}"
             + (f"; MiniMalloc built with {cc}" if mm else "") + ".")
