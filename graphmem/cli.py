@@ -37,7 +37,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sub.required = True
     parser.commands = sub  # the commands' parsers: ``sub.choices``, by name
     named = next((a for a in argv or () if not a.startswith("-")), None)
-    for name in [named] if named in COMMANDS else COMMANDS:
+    if named in COMMANDS:
+        names = [named]
+    elif "--version" in (argv or ()):  # answered before any command is needed
+        names = []
+    else:
+        names = COMMANDS
+    for name in names:
         importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
     return parser
 
