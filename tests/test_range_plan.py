@@ -140,8 +140,13 @@ def test_cli_plan_at_and_verify(tmp_path, capsys):
                  "--at", "batch=2", "--at", "past_seq=77", "-o", str(at), "-q"]) == 0
     plan = Plan.load(at)
     assert plan.bindings["past_seq"] == 77
-    validate(plan, load(model, {"batch": 2, "past_seq": 77}))
+    from graphmem.plan.graph_digest import graph_digest
+    bound = load(model, {"batch": 2, "past_seq": 77})
+    assert plan.graph == graph_digest(bound)  # pinned to the graph at its binding
+    validate(plan, bound)
     assert main(["verify", model, "--plan", str(at)]) == 0
+    # the plan asked of the model bound elsewhere: refused, exit 2
+    assert main(["verify", model, "--plan", str(at), "--dim", "batch=3"]) == 2
     capsys.readouterr()
     # outside the box: one line, exit 2, nothing written
     bad = tmp_path / "bad.plan.json"

@@ -6,11 +6,13 @@ saved range plan read at a binding (verify, report, export), are in
 :mod:`graphmem.commands.range_options`."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 from graphmem.errors import GraphmemError, PlanInvalid
 from graphmem.frontend.reader import load
+from graphmem.plan.graph_digest import graph_digest
 from graphmem.plan.io import check_output
 from graphmem.plan.validate import validate
 from graphmem.commands.common import (console, input_paths, model_source, model_stem,
@@ -75,8 +77,9 @@ def run_plan(args) -> int:
     binding = None
     if at:
         binding = free_binding(rp, {**at, **{k: v for k, v in fixed.items() if k in rp.bindings}})
-        plan = evaluate(rp, binding)
         graph = load_at(binding)
+        # the plan at the binding pins the graph it is valid for, as a plan of it does
+        plan = dataclasses.replace(evaluate(rp, binding), graph=graph_digest(graph))
         validate(plan, graph)
         _write(plan.to_json() if out == "-" else plan, out, inputs)
     else:
