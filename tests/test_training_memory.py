@@ -325,14 +325,19 @@ def test_budget_tries_the_programs_cuts(tmp_path, capsys):
 
 # --- what the step recomputes, as the user asks ------------------------------------------
 
+def _gelu_train(tmp_path, *options: str) -> list[str]:
+    """``train`` of a transformer MLP (gelu_block, batch 4, seq 16, width 16) saved in
+    ``tmp_path``, with ``--json`` and ``options``."""
+    path = tmp_path / "gelu.onnx"
+    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
+    return ["train", str(path), "--batch", "4", "--loss", "sum", "--json", *options]
+
+
 def test_recompute_none_recomputes_nothing(tmp_path, capsys):
     """The default recomputes cheap values where that plans smaller and says what the
     step as written plans to; --recompute none is that step, with no cheap value
     recomputed; --selective forces a tier; --recompute none with a tier is refused."""
-    path = tmp_path / "gelu.onnx"
-    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
-    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
-            "--optimizer", "sgd"]
+    args = _gelu_train(tmp_path, "--optimizer", "sgd")
     assert main(args) == 0
     auto = json.loads(capsys.readouterr().out)
     assert auto["selective"] != "none" and auto["selective_recomputed"] > 0
@@ -369,10 +374,7 @@ def test_a_saved_step_plans_to_the_arena_train_shows(tmp_path, capsys, recompute
 # --- fine-tuning: frozen parameters and LoRA adapters ------------------------------------
 
 def test_frozen_parameters_get_no_gradient_and_no_optimizer_state(tmp_path, capsys):
-    path = tmp_path / "gelu.onnx"
-    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
-    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
-            "--recompute", "none"]
+    args = _gelu_train(tmp_path, "--recompute", "none")
     assert main(args) == 0
     full = json.loads(capsys.readouterr().out)
     assert main(args + ["--frozen", "W1"]) == 0
@@ -412,9 +414,7 @@ def test_lora_trains_only_its_adapters_and_keeps_the_outputs():
 
 
 def test_train_lora_reports_the_adapters_gradients_and_state(tmp_path, capsys):
-    path = tmp_path / "gelu.onnx"
-    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
-    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json"]
+    args = _gelu_train(tmp_path)
     assert main(args) == 0
     full = json.loads(capsys.readouterr().out)
     assert main(args + ["--lora", "2"]) == 0
@@ -433,10 +433,7 @@ def test_train_lora_reports_the_adapters_gradients_and_state(tmp_path, capsys):
 # --- data parallelism and ZeRO -----------------------------------------------------------
 
 def test_zero_stages_shard_what_each_stage_shards(tmp_path, capsys):
-    path = tmp_path / "gelu.onnx"
-    onnx.save(gelu_block(batch=4, seq=16, d=16), str(path))
-    args = ["train", str(path), "--batch", "4", "--loss", "sum", "--json",
-            "--recompute", "none", "--precision", "mixed"]
+    args = _gelu_train(tmp_path, "--recompute", "none", "--precision", "mixed")
     assert main(args) == 0
     one = json.loads(capsys.readouterr().out)
     got = {}

@@ -64,14 +64,8 @@ def run_plan(args) -> int:
         raise GraphmemError("--verify with a range of dims runs one binding: give it with "
                             "--at NAME=VALUE")
     if at:  # before the work: an --at outside the box fails at once
-        box = split_dims(args.dim)[0]
-        for name, (lo, hi) in box.items():
-            if name not in at:
-                raise GraphmemError(f"the range plan needs {name} (a value in {lo}..{hi}); "
-                                    f"pass --at {name}=VALUE")
-            if not lo <= at[name] <= hi:
-                raise GraphmemError(f"{name}={at[name]} is outside the range plan's "
-                                    f"{name}={lo}..{hi}")
+        from graphmem.ranges.rangeplan import check_in_box
+        check_in_box(split_dims(args.dim)[0], at)
     built, fixed, load_at = _built(args)
     rp = built.plan
     binding = None

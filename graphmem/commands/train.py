@@ -150,8 +150,6 @@ def trainable_choice(args):
         if args.trainable or args.frozen:
             raise GraphmemError("--lora trains only its adapters: give --lora or "
                                 "--trainable/--frozen, not both")
-        if args.lora <= 0:
-            raise GraphmemError(f"--lora: the rank must be positive, not {args.lora}")
         return None, Lora(args.lora, tuple(args.lora_targets))
     if not args.trainable and not args.frozen:
         return None, None
@@ -422,6 +420,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     """The step's figures as (label, bytes or None, note) rows: the text table and the
     HTML page print the same."""
     from graphmem.training.names import LOSS_WORDS, ORDER_WORDS
+    from graphmem.training.report import OPTIMIZER_STATE
     from graphmem.training.precision import STEP_DTYPE
     e = r.extra
     rows: list[tuple[str, int | None, str]] = []
@@ -437,7 +436,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         add("master weights", r.master_weight_bytes,
             "float32 copy the optimizer updates (mixed precision)")
     add("gradients", r.gradient_bytes, "graph outputs: inside the arena")
-    copies = {"sgd": 0, "momentum": 1, "adam": 2}.get(r.optimizer, 0)
+    copies = OPTIMIZER_STATE.get(r.optimizer, 0)
     add("optimizer state", r.optimizer_bytes,
         f"{r.optimizer}: {copies} cop{'y' if copies == 1 else 'ies'} of the "
         f"{'master ' if r.master_weight_bytes else ''}weights")

@@ -18,6 +18,18 @@ from graphmem.ranges.formulas import Formula, aux_parts
 FORMAT = "graphmem.rangeplan/1"
 
 
+def check_in_box(dims: dict, binding: dict) -> None:
+    """Refuse (one line) a ``binding`` that leaves out a dim of the box ``dims`` (name ->
+    (lo, hi)) or puts it outside its range."""
+    for name, (lo, hi) in dims.items():
+        if name not in binding:
+            raise GraphmemError(f"the range plan needs {name} (a value in {lo}..{hi}); "
+                                f"pass --at {name}=VALUE")
+        if not lo <= binding[name] <= hi:
+            raise GraphmemError(f"{name}={binding[name]} is outside the range plan's "
+                                f"{name}={lo}..{hi}")
+
+
 @record
 class RangeTensor:
     """A tensor's formulas, the same in every segment."""
@@ -88,13 +100,7 @@ class RangePlan:
     def segment_at(self, binding: dict) -> int:
         """The first segment whose box holds ``binding``; a binding outside the plan's
         box is refused (one line)."""
-        for name, (lo, hi) in self.dims.items():
-            if name not in binding:
-                raise GraphmemError(f"the range plan needs {name} (a value in {lo}..{hi}); "
-                                    f"pass --at {name}=VALUE")
-            if not lo <= binding[name] <= hi:
-                raise GraphmemError(f"{name}={binding[name]} is outside the range plan's "
-                                    f"{name}={lo}..{hi}")
+        check_in_box(self.dims, binding)
         for i, s in enumerate(self.segments):
             if all(lo <= binding[n] <= hi for n, (lo, hi) in s.dims.items()):
                 return i

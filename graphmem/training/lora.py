@@ -29,6 +29,10 @@ class Lora:
     rank: int
     targets: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        if self.rank <= 0:
+            raise GraphmemError(f"--lora: the rank must be positive, not {self.rank}")
+
     def matches(self, weight: str, node: str) -> bool:
         return not self.targets or any(fnmatchcase(weight, t) or fnmatchcase(node, t)
                                        for t in self.targets)
@@ -36,8 +40,6 @@ class Lora:
     def add_to(self, model: onnx.ModelProto) -> list[str]:
         """Add the adapters to ``model`` (changed in place) and return their
         initializers' names, ``A`` and ``B`` of each product in node order."""
-        if self.rank <= 0:
-            raise GraphmemError(f"--lora: the rank must be positive, not {self.rank}")
         g = model.graph
         inits = {i.name: i for i in g.initializer}
         names = {n for node in g.node for n in (*node.input, *node.output)} | set(inits)
