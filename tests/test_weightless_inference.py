@@ -318,12 +318,12 @@ def test_a_large_file_is_mapped_and_loads_as_its_bytes_do(monkeypatch, tmp_path)
     path.write_bytes(_quantized_model().SerializeToString())
     from_bytes = reader.load(path)
     monkeypatch.setattr(reader, "MAP_BYTES", 1024)
-    assert isinstance(reader._contents(path), mmap.mmap)
+    assert isinstance(reader.file_contents(path), mmap.mmap)
     mapped = reader.load(path)
     assert mapped.tensors == from_bytes.tensors and mapped.nodes == from_bytes.nodes
     assert [s.strategy for s in mapped.sizing] == [s.strategy for s in from_bytes.sizing]
     monkeypatch.setattr(reader, "MAP_BYTES", 1 << 40)
-    assert isinstance(reader._contents(path), bytes)
+    assert isinstance(reader.file_contents(path), bytes)
 
 
 def test_a_mapped_file_without_weights_goes_to_the_checker_as_bytes(monkeypatch, tmp_path):

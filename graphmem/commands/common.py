@@ -373,16 +373,10 @@ def plan_size_bound(path: str | Path) -> int:
     where large): the names and the node count, not the weights, and no onnx proto."""
     from graphmem import wire
     from graphmem.frontend.protos import one_line
-    from graphmem.frontend.reader import model_file
+    from graphmem.frontend.reader import file_contents, model_file
     p = model_file(path)
-    try:
-        with open(p, "rb") as fh:  # mapped: the weights' pages are never read
-            import mmap
-            try:
-                data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):
-                data = fh.read()
-        g = wire.parse_model(data).graph
+    try:  # a large file mapped: the weights' pages are never read
+        g = wire.parse_model(file_contents(p)).graph
     except OSError as exc:
         raise GraphmemError(f"{p}: cannot read ({exc.strerror or exc})") from None
     except ValueError as exc:

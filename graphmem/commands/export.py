@@ -22,7 +22,7 @@ from graphmem.plan.io import check_output, write_all
 from graphmem.plan.view import PlanView, build, check_plan_fits
 from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
                                       add_runtime_args, input_paths, model_source,
-                                      plan_options)
+                                      plan_options, read_plan)
 from graphmem.commands import range_options as ranges
 
 
@@ -113,11 +113,11 @@ def load_any_plan(path: str, source: ModelSource | None = None) -> Plan:
     """A plan from a plan JSON file (with ``source``, no larger than a plan of it can
     be), or from an annotated ONNX model."""
     if Path(path).suffix.lower() == ".onnx":
-        from graphmem.export.annotate import read_plan
+        from graphmem.export.annotate import read_plan as annotated_plan
         if not Path(path).is_file():
             raise GraphmemError(f"{path}: no such annotated model")
-        return read_plan(path)
-    return Plan.load(path, None if source is None else source.plan_size_limit())
+        return annotated_plan(path)
+    return read_plan(path, source)
 
 
 def graph_for_plan(graph: Graph, plan: Plan) -> Graph:

@@ -127,7 +127,7 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
     small constant's value is needed for shape inference.
     """
     p = model_file(resolve(os.fspath(path), quiet=True))
-    return _load(_contents(p), dims, check=check, base_dir=str(p.parent),
+    return _load(file_contents(p), dims, check=check, base_dir=str(p.parent),
                  model_path=str(path), dim_default=dim_default, source=p, bounds=bounds)
 
 
@@ -138,7 +138,7 @@ def load(path: str | os.PathLike, dims: Mapping[str, int] | None = None, *,
 MAP_BYTES = 1 << 20
 
 
-def _contents(p: Path):
+def file_contents(p: Path):
     """The file's bytes, or for a large file a read-only map of it (a buffer the wire
     reader parses in place, whose slices are bytes); read whole where it cannot be
     mapped."""
