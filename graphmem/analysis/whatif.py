@@ -162,16 +162,19 @@ class Batcher:
     """Graphs of one model at any batch: read once, rewritten and loaded per batch."""
 
     def __init__(self, model: onnx.ModelProto, dims: Mapping[str, int] | None = None,
-                 model_path: str | None = None, dim_default: int | None = None):
+                 model_path: str | None = None, dim_default: int | None = None,
+                 bounds: Mapping[str, int] | None = None):
         self.dims = dict(dims or {})
         self.dim_default = dim_default  # binds the other symbolic dims, as in load()
+        self.bounds = dict(bounds) if bounds else None  # issue 53: --bound, at every batch
         # Rewritten copies are made of the model without its large weights: cheap to copy.
         self.model = copy_without_weights(model)
         self.model_path = model_path
         self.axis = batch_axis(model, self.dims)
         # onnx.checker runs once, on the model as given; rewritten copies skip it.
         self.base = from_model(model, {**self.dims, **self._binding(self.axis.size)},
-                               check=True, model_path=model_path, dim_default=dim_default)
+                               check=True, model_path=model_path, dim_default=dim_default,
+                               bounds=self.bounds)
         self._cache: dict[int, Graph] = {self.axis.size: self.base}
 
     def _binding(self, batch: int) -> dict[str, int]:
@@ -181,7 +184,8 @@ class Batcher:
         model = (self.model if self.axis.symbol is not None or batch == self.axis.size
                  else rebatch(self.model, batch, self.axis.size))
         return from_model(model, {**self.dims, **self._binding(batch)}, check=False,
-                          model_path=self.model_path, dim_default=self.dim_default)
+                          model_path=self.model_path, dim_default=self.dim_default,
+                          bounds=self.bounds)
 
     def graph(self, batch: int) -> Graph:
         """The model loaded at ``batch``, checked to scale linearly from the base batch."""
@@ -210,7 +214,11 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
     for n in base.nodes:  # base.nodes is in a topological order
         if n.op_type not in SHAPE_OF and any(t in grown for t in n.reads):
             grown.update(o for o in n.outputs if o)
+    # issue 53: a size that depends on the data is its bound's, whatever the batch
+    bounded = base.data_bounds.governed if base.data_bounds else {}
     for name in base.arena_tensors():
+        if name in bounded:
+            continue
         a, b = base.tensors[name], g.tensors.get(name)
         if b is None:
             raise GraphmemError(f"rebatching lost tensor {name!r}")

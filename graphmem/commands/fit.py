@@ -63,7 +63,7 @@ def search(args) -> dict:
         return search_training(args, budget)
     source = model_source(args)
     batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
-                      dim_default=source.dim_default)
+                      dim_default=source.dim_default, bounds=source.bounds)
     dtype = args.dtype or float_dtype(batcher.base)
     from graphmem.commands.workspace_args import workspace_from_args
     rule, threads = workspace_from_args(args)

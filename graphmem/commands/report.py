@@ -92,6 +92,8 @@ def build(args) -> dict:
     if batches and min(batches) < 1:
         raise GraphmemError("--batch: every batch must be at least 1")
     dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
+    from graphmem.commands import bound_whatif  # issue 53: --bound NAME=10,100,1000
+    args.bound, bound_sweep = bound_whatif.split(getattr(args, "bound", None) or [])
     rule, threads = workspace_from_args(args)
     with Progress("report") as progress:
         progress("reading the model")
@@ -144,10 +146,15 @@ def build(args) -> dict:
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
                                   dtypes or [out["dtype"]], progress=progress.callback(),
                                   workspace_rule=rule, threads=threads, **plan_options(args))
+        if bound_sweep:
+            out["bound_whatif"] = bound_whatif.sweep_bounds(
+                model, dict(model.bounds or {}), *bound_sweep, progress=progress.callback(),
+                options={"workspace_rule": rule, "threads": threads, **plan_options(args)})
         if args.html:
             progress("writing the page")
             write_page(args.html, view, graph, input_paths(args), sections=page_sections(
-                out["footprint"], out.get("whatif"), out.get("batch"), budget, out.get("fit")),
+                out["footprint"], out.get("whatif"), out.get("batch"), budget, out.get("fit"))
+                + (bound_whatif.html_section(out["bound_whatif"]) if bound_sweep else ""),
                 footprint=out["footprint"])
     return out
 
@@ -156,7 +163,7 @@ def make_batcher(model) -> Batcher:
     """The what-ifs' and the budget's batcher over ``model`` (the command's
     :class:`~graphmem.commands.common.ModelSource`: the file planned, its bindings)."""
     return Batcher(read_model(model.path), model.dims, model_path=str(model.path),
-                   dim_default=model.dim_default)
+                   dim_default=model.dim_default, bounds=model.bounds)
 
 
 def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
@@ -259,6 +266,9 @@ def run(args) -> int:
         print_layers(out, data)
     if "whatif" in data:
         print_whatif(out, data)
+    if "bound_whatif" in data:  # issue 53
+        from graphmem.commands.bound_whatif import print_rows
+        print_rows(out, data["bound_whatif"])
     return 0
 
 

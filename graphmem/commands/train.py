@@ -234,6 +234,10 @@ def train_step(args, progress, budget: int | None, offload_min: int, *,
 
     progress("reading the model")
     source = source if source is not None else model_source(args)
+    if source.bounds:  # issue 53
+        raise GraphmemError("--bound is not taken by train: the training step plans each size "
+                            "that depends on the data at the bound the graph proves (plan, "
+                            "verify, report and fit take --bound)")
     model = read_model(source.path, load_weights=True)
     batch = bind_training_dims(model, dict(source.dims), args.batch, source.dim_default)
     args = Namespace(**{**vars(args), "batch": batch})  # the caller's namespace is its own
