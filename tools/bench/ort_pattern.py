@@ -14,6 +14,12 @@ no free region that could hold the block, and its first extension is the pattern
 block. Run 2 must repeat it to the byte, or the figure is refused. The log goes to
 file descriptor 2, which the caller captures; this process writes markers there
 between runs.
+
+With an .npz of inputs (``python -m tools.bench.ort_pattern MODEL.onnx off IN.npz``) the
+runs take those values, and an output whose shape the file does not fix (a detector's
+boxes) is allocated by ONNX Runtime in its arena at run time. Where sizes depend on the
+data ONNX Runtime has no memory pattern: every tensor is allocated when it is made, and
+the run's extensions together (``run_bytes``) are its arena's size at the run's end.
 """
 from __future__ import annotations
 
@@ -42,7 +48,9 @@ def parse(log: str) -> dict:
     ext = [runs.get(k, []) for k in range(3)]
     pattern = ext[1][0] if ext[1] and ext[2] and ext[1][0] == ext[2][0] else None
     return {"pattern_bytes": pattern, "runs": ext,
-            "other_bytes": sum(ext[1][1:]) if ext[1] else None}
+            "other_bytes": sum(ext[1][1:]) if ext[1] else None,
+            # the arena's size at the end of run 1 (run 2 must repeat it)
+            "run_bytes": sum(ext[1]) if ext[1] and sum(ext[1]) == sum(ext[2]) else None}
 
 
 def _numpy_type(ort_type: str):
@@ -69,9 +77,10 @@ def _declared_output_shapes(path: str) -> dict[str, list[int]]:
     return out
 
 
-def worker(path: str, optimize: bool | str) -> dict:
+def worker(path: str, optimize: bool | str, inputs: str | None = None) -> dict:
     """Run the model three times with logging on; the log goes to fd 2. ``optimize``:
-    True (ORT_ENABLE_ALL), False (off), or a level name of :data:`LEVELS`."""
+    True (ORT_ENABLE_ALL), False (off), or a level name of :data:`LEVELS`; ``inputs``:
+    an .npz of the inputs' values (else zeros, an attention mask ones)."""
     import numpy as np
     import onnxruntime as ort
     from graphmem.frontend.ort_optimize import ort_level
@@ -96,15 +105,20 @@ def worker(path: str, optimize: bool | str) -> dict:
     session_s = time.perf_counter() - t0
     io = sess.io_binding()
     keep = []  # the bound buffers must outlive the runs
+    given = dict(np.load(inputs)) if inputs else None
     for i in sess.get_inputs():
         # zeros, but an attention mask of ones: GroupQueryAttention computes its lengths
         # from the mask (a mask of zeros is a length of -1, which the kernel refuses)
         fill = np.ones if "mask" in i.name.lower() else np.zeros
-        value = fill([d if isinstance(d, int) else 1 for d in i.shape], _numpy_type(i.type))
+        value = np.ascontiguousarray(given[i.name]) if given is not None else \
+            fill([d if isinstance(d, int) else 1 for d in i.shape], _numpy_type(i.type))
         keep.append(value)
         io.bind_cpu_input(i.name, value)
     declared = _declared_output_shapes(path)
     for o in sess.get_outputs():
+        if given is not None and o.name not in declared:
+            io.bind_output(o.name)  # sized by the data: ONNX Runtime allocates it
+            continue
         shape = declared.get(o.name) or [d if isinstance(d, int) else 1 for d in o.shape]
         v = ort.OrtValue.ortvalue_from_shape_and_type(shape, _numpy_type(o.type))
         keep.append(v)
@@ -119,11 +133,14 @@ def worker(path: str, optimize: bool | str) -> dict:
     return {"session_seconds": session_s, "version": ort.__version__}
 
 
-def measure(path: str, optimize: bool | str, timeout: float = 300) -> dict:
-    """Run :func:`worker` in a subprocess and parse its log (``optimize`` as there)."""
+def measure(path: str, optimize: bool | str, timeout: float = 300,
+            inputs: str | None = None) -> dict:
+    """Run :func:`worker` in a subprocess and parse its log (``optimize`` and ``inputs``
+    as there)."""
     import subprocess
     level = optimize if isinstance(optimize, str) else ("on" if optimize else "off")
-    proc = subprocess.run([sys.executable, "-m", __spec__.name, str(path), level],
+    extra = [str(inputs)] if inputs else []
+    proc = subprocess.run([sys.executable, "-m", __spec__.name, str(path), level, *extra],
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -134,6 +151,8 @@ def measure(path: str, optimize: bool | str, timeout: float = 300) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[2] not in ("on", *LEVELS):
-        sys.exit(f"usage: python -m {__spec__.name} MODEL.onnx on|off|basic|extended|all")
-    print(json.dumps(worker(sys.argv[1], "all" if sys.argv[2] == "on" else sys.argv[2])))
+    if len(sys.argv) not in (3, 4) or sys.argv[2] not in ("on", *LEVELS):
+        sys.exit(f"usage: python -m {__spec__.name} MODEL.onnx on|off|basic|extended|all "
+                 "[INPUTS.npz]")
+    print(json.dumps(worker(sys.argv[1], "all" if sys.argv[2] == "on" else sys.argv[2],
+                            sys.argv[3] if len(sys.argv) == 4 else None)))
