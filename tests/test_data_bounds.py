@@ -381,6 +381,33 @@ def test_an_if_around_nms_reading_bounded_boxes(tmp_path, capsys):
     assert "FAIL: tensor 'kept'" in capsys.readouterr().out
 
 
+def test_a_body_symbol_is_in_the_plans_bounds(tmp_path, capsys):
+    """The NonMaxSuppression inside batched_nms's else_branch: in the plan's ``bounds``
+    with its scope, round-tripped by the plan file, tightened by --bound, and verify
+    --plan reloads the model at it."""
+    graph, plan = planned(tmp_path, batched_nms_if())
+    body = plan.bounds["NonMaxSuppression_6_7_else_branch"]
+    assert body["scope"] == {"node": 7, "attr": "else_branch"}
+    assert body["op"] == "NonMaxSuppression" and body["bound"] == body["proven"] == 20
+    path = str(tmp_path / "m.onnx")
+    out = tmp_path / "p.json"
+    assert main(["plan", path, "-o", str(out), "--quiet",
+                 "--bound", "NonMaxSuppression_6_7_else_branch=5"]) == 0
+    saved = Plan.load(str(out))
+    assert saved.bounds["NonMaxSuppression_6_7_else_branch"]["bound"] == 5
+    assert saved.bounds["NonMaxSuppression_6_7_else_branch"]["scope"]["attr"] == "else_branch"
+    capsys.readouterr()
+    assert main(["report", path, "--no-layers", "--bound",
+                 "NonMaxSuppression_6_7_else_branch=5"]) == 0
+    assert "in the else_branch of node 7" in capsys.readouterr().out
+    # the If's output follows the body's bound: at most 5 boxes kept
+    small = graphmem.load(path, bounds={"NonMaxSuppression_6_7_else_branch": 5})
+    assert small.tensors["y"].shape == (5, 4)
+    assert main(["verify", path, "--plan", str(out)]) in (0, 1)
+    text = capsys.readouterr().out
+    assert "If_7 (If, node 7)" in text and "of at most 5" in text, text
+
+
 def test_an_if_on_static_data_settles_beside_one_that_waits(tmp_path):
     """Two Ifs: the batched_nms one, whose body reads the NonZero-gated boxes, and one
     on the static scores alone: each is sized (the one waiting for the bounds does not

@@ -35,6 +35,14 @@ def print_bounded(console, report) -> None:
                       highlight=False)
 
 
+def where(v: dict) -> str:
+    """A symbol's node in words: ``node 6``, or ``node 6 in the else_branch of node 7``
+    for a body's symbol."""
+    scope = v.get("scope")
+    return f"node {v['node']}" + (f" in the {scope['attr']} of node {scope['node']}"
+                                  if isinstance(scope, dict) else "")
+
+
 def bounded_row(plan) -> tuple[str, str, str, str]:
     """plan's summary row: the arena bytes that hold a bounded tensor at some step, the
     symbols and their bounds, and how many tensors each governs."""
@@ -42,7 +50,7 @@ def bounded_row(plan) -> tuple[str, str, str, str]:
     s = summary(plan)
     shown_at_most = 6
     items = list(s["symbols"].items())
-    symbols = "; ".join(f"{name} <= {v['bound']:,} ({v['op']} node {v['node']}, "
+    symbols = "; ".join(f"{name} <= {v['bound']:,} ({v['op']} {where(v)}, "
                         f"{len(v['tensors'])} tensors)" for name, v in items[:shown_at_most])
     if len(items) > shown_at_most:
         by_op: dict[str, list[int]] = {}
@@ -75,7 +83,8 @@ def print_bounds(console, s: dict, arena_bytes: int) -> None:
         names = ", ".join(governed[:3]) + (f", +{len(governed) - 3}" if len(governed) > 3
                                            else "")
         proven = "--bound" if v.get("proven") is None else f"{v['proven']:,}"
-        table.add_row(shown(name), v["op"], str(v["node"]), f"{v['bound']:,}", proven,
+        table.add_row(shown(name), v["op"], where(v).removeprefix("node "), f"{v['bound']:,}",
+                      proven,
                       f"{len(governed)}: {shown(names)}")
     if len(items) > ROWS:
         table.add_row(f"... {len(items) - ROWS} more", "", "", "", "", "")

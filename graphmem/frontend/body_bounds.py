@@ -58,7 +58,8 @@ class ControlFlowBounds:
                 if sized:
                     for sym in record.symbols.values():
                         name = sym.name + suffix
-                        self.record.body_symbols[name] = sym._replace(name=name)
+                        self.record.body_symbols[name] = sym._replace(name=name,
+                                                                      scope=where)
                     self.record.notes.extend(record.notes)
                     found.update(sized)
             if found:

@@ -38,6 +38,7 @@ class Symbol(NamedTuple):
     tensor: str  # the node's first output
     why: str  # the bound in words
     axis: int = 0  # the dim of ``tensor`` that holds the count
+    scope: str = ""  # a body's symbol: "<node>_<attr>", the body it is in (node, tensor: its own)
 
 
 class DataBounds:
@@ -72,9 +73,18 @@ class DataBounds:
         return [n for n in self.given if n not in self.symbols and n not in self.body_symbols]
 
     def to_dict(self) -> dict:
-        """The symbols as the plan file writes them."""
-        return {s.name: {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
-                         "tensor": s.tensor, "axis": s.axis} for s in self.symbols.values()}
+        """The symbols as the plan file writes them: the graph's, then those of If/Loop/
+        Scan bodies, each with its ``scope`` (the node whose body it is in, and the
+        attribute: ``{"node": 7, "attr": "else_branch"}``; ``node`` and ``tensor`` are
+        then the body's own)."""
+        out = {s.name: {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
+                        "tensor": s.tensor, "axis": s.axis} for s in self.symbols.values()}
+        for s in self.body_symbols.values():
+            node, _, attr = s.scope.partition("_")
+            out[s.name] = {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
+                           "tensor": s.tensor, "axis": s.axis,
+                           "scope": {"node": int(node), "attr": attr}}
+        return out
 
 
 def symbol_name(op: str, index: int) -> str:
@@ -401,7 +411,7 @@ def attach(graph, record: DataBounds):
     changes = {}
     if notes:
         changes["load_notes"] = tuple(graph.load_notes) + tuple(notes)
-    if record:
+    if record or record.body_symbols:
         record.governed = {t: s for t, s in record.governed.items() if t in graph.tensors}
         changes["data_bounds"] = record
     return replace(graph, **changes) if changes else graph

@@ -12,7 +12,7 @@ from graphmem.plan.format import Plan
 def with_bounds(plan: Plan, graph) -> Plan:
     """``plan`` with the marks of ``graph.data_bounds`` (itself where there are none)."""
     record = graph.data_bounds
-    if not record:
+    if record is None or not (record.symbols or record.body_symbols):
         return plan
     tensors = dict(plan.tensors)
     for name, t in tensors.items():

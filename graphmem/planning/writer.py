@@ -66,7 +66,7 @@ def write_plan(ctx: Context, a: Assignment, passes: list[dict], model: str,
                 order=list(ctx.order), constants=list(graph.constants),
                 arena_bytes=a.arena_bytes or 0, tensors=tensors, passes=passes,
                 target=dict(target) if target else None)
-    if graph.data_bounds:  # issue 53: the tensors planned at a bound, marked
+    if graph.data_bounds is not None:  # issue 53: the tensors planned at a bound, marked
         from graphmem.plan.bounded import with_bounds
         plan = with_bounds(plan, graph)
     stats, cols = built_stats(plan, ids)
