@@ -463,3 +463,64 @@ def test_a_range_plan_of_a_bounded_model(tmp_path, capsys):
                  "-o", str(refused)]) == 2
     assert "--bound goes with a plan at one binding" in capsys.readouterr().err
     assert not refused.exists()
+
+
+def loop_over_kept(kind):
+    """boxes [50, 4]; those whose largest coordinate passes 0.5 kept (a NonZero); a Loop
+    emitting one [8] row an iteration from the kept boxes. ``early``: M = 30, the body's
+    condition stops it at the kept count (data); ``sum``: M is the kept count as a
+    ReduceSum of the mask (a value, which no shape bounds)."""
+    n = helper.make_node
+    body_nodes = [n("Gather", ["kept", "i"], ["b"], axis=0),
+                  n("Concat", ["b", "b"], ["row"], axis=0)]
+    body_nodes += ([n("Add", ["i", "one"], ["next"]), n("Less", ["next", "n"], ["cond_out"])]
+                   if kind == "early" else [n("Identity", ["cond_in"], ["cond_out"])])
+    body = helper.make_graph(
+        body_nodes, "body", [helper.make_tensor_value_info("i", I64, []),
+                             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("row", F, [8])])
+    nodes = [n("ReduceMax", ["boxes"], ["score"], axes=[1], keepdims=0),
+             n("Greater", ["score", "thr"], ["mask"]), n("NonZero", ["mask"], ["nz"]),
+             n("Squeeze", ["nz", "ax0"], ["idx"]), n("Gather", ["boxes", "idx"], ["kept"], axis=0),
+             n("Cast", ["mask"], ["mi"], to=I64), n("ReduceSum", ["mi"], ["n"], keepdims=0),
+             n("Loop", ["thirty" if kind == "early" else "n", "true"], ["rows"], body=body)]
+    return make_model(nodes, [("boxes", F, [50, 4])], [("rows", F, ["k", 8])],
+                      initializers=[const("thr", 0.5, np.float32), const("ax0", [0]),
+                                    const("one", 1), const("thirty", 30),
+                                    numpy_helper.from_array(np.array(True), "true")])
+
+
+def test_a_loop_that_may_stop_early_is_bounded_by_its_trip_count(tmp_path, capsys):
+    graph, plan = planned(tmp_path, loop_over_kept("early"))
+    sym = graph.data_bounds.symbols["Loop_7"]
+    assert (sym.op, sym.bound, sym.proven) == ("Loop", 30, 30)
+    assert graph.tensors["rows"].shape == (30, 8)
+    assert plan.tensors["rows"].bounded_by == {"Loop_7": 30}
+    path = str(tmp_path / "m.onnx")
+    few = tmp_path / "few.npz"  # 12 boxes pass: the condition stops it after 12
+    boxes = np.zeros((50, 4), np.float32)
+    boxes[:12] = 0.9
+    np.savez(few, boxes=boxes)
+    capsys.readouterr()
+    assert main(["verify", path, "--inputs", str(few)]) == 0
+    out = capsys.readouterr().out
+    assert "Loop_7 (Loop, node 7): 12 of at most 30" in out, out
+
+
+def test_a_loop_whose_trip_count_is_data_needs_a_bound(tmp_path, capsys):
+    path = save(loop_over_kept("sum"), tmp_path)
+    assert main(["plan", path, "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --bound Loop_7=N" in err[0], err
+    graph = graphmem.load(path, bounds={"Loop_7": 50})
+    assert graph.data_bounds.symbols["Loop_7"].proven is None
+    assert graph.tensors["rows"].shape == (50, 8)
+    plan = graphmem.plan_graph(graph).plan
+    report = verify(plan, graph)
+    assert report.passed, report
+    kept = {c.tensor: c for c in report.bounded}["rows"].shape[0]
+    assert 0 < kept <= 50
+    low = graphmem.load(path, bounds={"Loop_7": kept - 1})
+    report = verify(graphmem.plan_graph(low).plan, low)
+    assert not report.passed and "tensor 'rows'" in report.overflow

@@ -37,6 +37,35 @@ class ControlFlowBounds:
         return Tensor(name, a.dtype, tuple(bound if i == axis else d
                                            for i, d in enumerate(shape)), a.bits)
 
+    def trip_count(self, n, idx: int, s, values, label: str, output: str) -> int:
+        """A Loop's iterations (of the graph itself, not a body's): fixed where
+        control_flow proves them; else at most its trip count ``M`` evaluated at the
+        bounds (torchvision's loop over the detections: ``M`` is a dim of a bounded
+        tensor), or at most a constant ``M`` where the condition may stop it sooner;
+        ``--bound Loop_N=K`` gives or tightens it. The count is a symbol ``Loop_N``
+        governing the Loop's outputs (its scan outputs hold one slice an iteration)."""
+        import numpy as np
+        from graphmem.errors import GraphmemError
+        from graphmem.frontend.control_flow import _trip_count
+        try:
+            return _trip_count(n, s, values, label, output)
+        except GraphmemError as exc:
+            refused = exc
+        sym = symbol_name("Loop", idx)
+        if sym in self.record.symbols:
+            return self.record.symbols[sym].bound
+        m = values(n.input[0]) if n.input[0] else None
+        m = np.asarray(m) if m is not None else None
+        if m is not None and (m.size != 1 or m.dtype.kind not in "iu"):
+            raise refused
+        proven = None if m is None else max(int(m.reshape(-1)[0]), 0)
+        if proven is None and sym not in self.record.given:
+            raise GraphmemError(f"{refused}; pass --bound {sym}=N (at most N iterations)") \
+                from None
+        why = "given by --bound" if proven is None else (
+            f"its trip count M at the bounds, {proven:,}")
+        return self.record.add(sym, proven, "Loop", idx, output, why)
+
     def size_body(self, model, tensors, values, where: str):
         """``model`` (a body, inferred) with the types of its open data-dependent
         nodes' outputs at their bounds added, or None where none could be sized. Their

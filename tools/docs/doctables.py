@@ -87,6 +87,22 @@ def _bench_zoo_rows(keys: list[str], header: list[str] | None = None) -> dict:
     return out
 
 
+def _detection_rows(keys: list[str], header: list[str] | None = None) -> dict:
+    """The detection table's deterministic columns (tools/corpus/detection_table.py) for
+    the models kept in tests/data/detection: nodes and the arena of the default plan."""
+    import onnx
+
+    import graphmem
+    out = {}
+    for name in keys:
+        path = str(ROOT / "tests" / "data" / "detection" / f"{name}.onnx")
+        plan = graphmem.plan_graph(graphmem.load(path)).plan
+        nodes = len(onnx.load(path, load_external_data=False).graph.node)
+        out[name] = {"model": name, "nodes": f"{nodes:,}",
+                     "arena MiB": f"{plan.arena_bytes / 2**20:.2f}"}
+    return out
+
+
 ZOO_COLUMNS = ("model", "nodes", "naive MiB", "unaliased peak MiB", "aliased peak MiB",
                "share (MXNet) MiB", "file order, inplace+place MiB", "arena MiB",
                "arena / aliased peak")
@@ -134,6 +150,9 @@ SECTIONS = (
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),
+    Section("corpus:detection", "docs/corpus.md",
+            "python -m tools.corpus.detection_table DIR --write",
+            ("model", "nodes", "arena MiB"), _detection_rows, ("yolo",)),
     Section("deployment", "docs/corpus.md", "python -m tools.corpus.deployment_corpus run DIR --write",
             (), None, why_unchecked="the deployment forms are built with ONNX Runtime's "
                                     "optimizers and quantizers into a folder first"),
