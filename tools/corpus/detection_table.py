@@ -92,6 +92,7 @@ def run_one(path: Path, runner: Runner, work: Path) -> dict:
     s = summary(Plan.load(str(plan)))
     row.update(arena=info["arena_bytes"], plan_s=round(p.seconds, 1),
                symbols={k: v["bound"] for k, v in info["bounds"].items()},
+               in_bodies=sum(1 for v in info["bounds"].values() if "scope" in v),
                bounded_bytes=s["arena_bytes_covered"], bounded_tensors=s["tensors"])
     code = ("import sys, json, graphmem\n"
             "plan = graphmem.Plan.load(sys.argv[2])\n"
@@ -128,13 +129,19 @@ def run_one(path: Path, runner: Runner, work: Path) -> dict:
                               "tensor": said[1] if said else None}
         else:
             row["lowered"] = {"bound": low, "exit": None, "message": _first_line(p)}
-    # what-ifs: the arena at 10, 100 and 1,000 detections
+    # what-ifs: the arena at 10, 100 and 1,000 detections (the symbol that bounds the
+    # boxes last), and at 10, 100 and 1,000 of the symbol that governs the most tensors
+    # (the first cut: a two-stage detector's proposals)
     det = detections_symbol(info, outputs)
-    if det is not None:
-        row["detections"] = det
+    widest = max(s["symbols"], key=lambda k: (len(s["symbols"][k]["tensors"]), k))
+    row["widest"] = widest
+    row["widest_tensors"] = len(s["symbols"][widest]["tensors"])
+    for key, sym in (("what_if", det), ("what_if_widest", widest)):
+        if sym is None:
+            continue
         what = []
         p = runner(gm("report", path, "--json", "--no-layers", "--bound",
-                      f"{det}={','.join(map(str, WHAT_IF))}"))
+                      f"{sym}={','.join(map(str, WHAT_IF))}"))
         try:
             rep = json.loads(p.stdout)
             what = [{"asked": w["asked"], "bound": w["bound"], "arena": w["arena_bytes"]}
@@ -142,7 +149,8 @@ def run_one(path: Path, runner: Runner, work: Path) -> dict:
         except (ValueError, KeyError, TypeError):
             row["failures"].append({"step": "report --bound", "command": p.shown,
                                     "message": _first_line(p)})
-        row["what_if"] = what
+        row[key] = what
+    row["detections"] = det
     from tools.bench import ort_pattern
     for opt in ("off", "on"):
         got = ort_pattern.measure(path, opt == "on", timeout=900, inputs=npz)
@@ -174,17 +182,19 @@ def _counted(row, at_most: int = 8) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| model | nodes | plan | arena MiB | held by bounded tensors | bounds (none given) "
-            "| verify on NAME.npz | a bound lowered | arena at 10 / 100 / 1,000 detections MiB "
-            "| ORT off MiB | ORT on MiB |")
+            "| verify on NAME.npz | a bound lowered | arena MiB at 10 / 100 / 1,000 detections "
+            "| arena MiB at 10 / 100 / 1,000 of the widest symbol | ORT off MiB | ORT on MiB |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         if not r.get("plan"):
             msg = r["failures"][0]["message"] if r["failures"] else ""
             lines.append(f"| {r['model']} | {r['nodes']:,} | refused: {msg} | – | – | – | – | "
-                         "– | – | – | – |")
+                         "– | – | – | – | – |")
             continue
         syms = r["symbols"]
-        bounds = f"{len(syms)} symbols (<= {min(syms.values()):,}..{max(syms.values()):,})"
+        bodies = f", {r['in_bodies']} in bodies" if r.get("in_bodies") else ""
+        bounds = (f"{len(syms)} symbols{bodies} (<= {min(syms.values()):,}.."
+                  f"{max(syms.values()):,})")
         share = 100 * r["bounded_bytes"] / r["arena"] if r["arena"] else 0
         held = f"{_mib(r['bounded_bytes'])} MiB ({share:.1f}%), {r['bounded_tensors']} tensors"
         cs = r.get("counts") or []
@@ -197,9 +207,14 @@ def table(rows: list[dict]) -> str:
         lowered = (f"`--bound {low['bound']}`: exit {low['exit']}, names "
                    f"`{low['tensor']}`" if low.get("tensor") else
                    f"`--bound {low['bound']}`: exit {low.get('exit')}" if low else "–")
-        what = " / ".join(_mib(w["arena"]) for w in r.get("what_if", [])) or "–"
+        what = f"{r['detections']}: " + " / ".join(
+            _mib(w["arena"]) + ("*" if w["bound"] < w["asked"] else "")
+            for w in r.get("what_if", [])) if r.get("what_if") else "–"
+        wide = f"{r['widest']} ({r['widest_tensors']} tensors): " + " / ".join(
+            _mib(w["arena"]) + ("*" if w["bound"] < w["asked"] else "")
+            for w in r.get("what_if_widest", [])) if r.get("what_if_widest") else "–"
         lines.append(f"| {r['model']} | {r['nodes']:,} | PASS | {_mib(r['arena'])} | {held} | "
-                     f"{bounds} | {verify} | {lowered} | {what} | {_mib(r.get('ort_off'))} | "
+                     f"{bounds} | {verify} | {lowered} | {what} | {wide} | {_mib(r.get('ort_off'))} | "
                      f"{_mib(r.get('ort_on'))} |")
     return "\n".join(lines)
 
