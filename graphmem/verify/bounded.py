@@ -233,14 +233,24 @@ def _bits(value) -> np.ndarray:
 
 def _poison(arena, tensors, shapes, graph, step: int) -> None:
     """Every byte no tensor live at ``step`` holds to POISON (a bounded tensor holds the
-    bytes of its size at run time, not its whole slot)."""
-    keep = np.zeros(arena.size, bool)
+    bytes of its size at run time, not its whole slot): the gaps between the live
+    tensors' byte ranges, sorted, each filled as one slice (a mask of the whole arena a
+    step took most of the run on an arena of hundreds of MiB)."""
+    spans = []
     for name, t in tensors.items():
         if t.live[0] <= step <= t.live[1] and name in shapes:
             dtype = numpy_dtype(graph.tensors[name])
             n = int(np.prod(shapes[name], dtype=np.int64)) * dtype.itemsize
-            keep[t.offset:t.offset + n] = True
-    arena[~keep] = POISON
+            if n > 0:
+                spans.append((t.offset, t.offset + n))
+    spans.sort()
+    at = 0
+    for lo, hi in spans:
+        if lo > at:
+            arena[at:lo] = POISON
+        at = max(at, hi)
+    if at < arena.size:
+        arena[at:] = POISON
 
 
 def _overlapping(plan, name: str, step: int) -> tuple[str, ...]:
