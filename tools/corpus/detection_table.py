@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.corpus.export_corpus import Runner, gm
+from tools.corpus.export_corpus import Runner, _short, gm
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "corpus.md"
 SECTION = "corpus:detection"
@@ -219,9 +219,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _shown(command: str) -> str:
+    """A command as the doc shows it: no interpreter, checkout or folder of this machine
+    (every path its file name)."""
+    return re.sub(r"(?<!\S)/\S*/", "", _short(command))
+
+
 def body(rows: list[dict]) -> str:
     from tools.docs.sections import environment
-    parts = [environment(), "", table(rows), "",
+    # the line of the run that measured the rows (--from-json keeps it)
+    env = next((r["environment"] for r in rows if r.get("environment")), None) or environment()
+    parts = [_shown(env), "", table(rows), "",
              "Each symbol's count on the image against its bound (verify's count lines):", ""]
     for r in rows:
         if r.get("counts"):
@@ -229,7 +237,8 @@ def body(rows: list[dict]) -> str:
     fails = [(r["model"], f) for r in rows for f in r["failures"]]
     if fails:
         parts += ["", "Failures:", ""]
-        parts += [f"- {m}, {f['step']}: `{f['command']}`: {f['message']}" for m, f in fails]
+        parts += [f"- {m}, {f['step']}: `{_shown(f['command'])}`: {f['message']}"
+                  for m, f in fails]
     return "\n".join(parts)
 
 
@@ -257,6 +266,10 @@ def main(argv=None) -> int:
         for path in paths:
             rows.append(run_one(path, runner, Path(tmp)))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    from tools.docs.sections import environment
+    env = environment()
+    for r in rows:
+        r["environment"] = env
     return publish(DOC, SECTION, body(rows), args.write, rows, args.json)
 
 
