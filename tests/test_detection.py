@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -159,3 +160,20 @@ def test_fit_honours_bound_and_train_refuses_it(tmp_path, capsys):
     assert main(["train", str(path), "--dim", "N=2", "--bound", "NonZero_2=100"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--bound is not taken by train" in err[0], err
+
+
+@pytest.mark.slow
+def test_the_detection_table_row_of_the_yolo_export(tmp_path):
+    """tools/corpus/detection_table.py on the kept export: every step of its row, as the
+    docs/corpus.md section shows it (subprocesses, ONNX Runtime's arena twice)."""
+    from tools.corpus import detection_table
+    from tools.corpus.export_corpus import Runner
+    row = detection_table.run_one(Path(YOLO), Runner(600, lambda msg: None), tmp_path)
+    assert row["failures"] == [], row["failures"]
+    assert row["plan"] and row["validate"] and row["verify"]
+    assert row["outputs"][0][1][0] > 0  # boxes out
+    assert row["lowered"]["exit"] == 1 and row["lowered"]["tensor"]
+    assert [w["asked"] for w in row["what_if"]] == [10, 100, 1000]
+    assert row["ort_off"] and row["ort_on"]
+    line = detection_table.table([row]).splitlines()[2]
+    assert line.startswith("| yolo | 98 | PASS |")
