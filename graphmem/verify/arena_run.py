@@ -61,6 +61,10 @@ class ArenaRun:
             self.control_flow = ControlFlow(self)
             self.top_env = Env(plan, graph, 0, constants, model.graph, model, provider)
 
+    def close(self) -> None:
+        """Drop the cached one-node sessions (a later run builds them again)."""
+        self.sessions.clear()
+
     def new_arena(self, nbytes: int):
         if self.arena_kind == "host":
             return HostArena(nbytes)

@@ -106,6 +106,10 @@ class NodeSessions:
         self._cache: dict[tuple, object] = {}
         self.built = 0
 
+    def clear(self) -> None:
+        """Drop every cached session (and ONNX Runtime's memory with it)."""
+        self._cache.clear()
+
     def session(self, node_index: int, implicit: tuple[str, ...] = ()):
         """(session, input names, output names) for the node at ``node_index``.
 

@@ -37,8 +37,20 @@ def model_with_weights(graph: Graph) -> onnx.ModelProto:
     return read_model(graph.model_path, load_weights=True)
 
 
-def constant_values(model: onnx.ModelProto, graph: Graph) -> dict[str, np.ndarray]:
-    """Every initializer and folded constant a running node reads, evaluated once."""
+def load_weights(graph: Graph):
+    """The model of ``graph`` with its external weights mapped, not read
+    (:class:`~graphmem.verify.weights.Weights`)."""
+    from graphmem.verify.weights import Weights
+    if not graph.model_path:
+        raise GraphmemError("the graph has no model path; the verifier needs the ONNX file")
+    return Weights(graph.model_path)
+
+
+def constant_values(model: onnx.ModelProto, graph: Graph,
+                    weights: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Every initializer and folded constant a running node reads, evaluated once;
+    ``weights``: initializers already at hand (mapped: :func:`load_weights`), not read
+    again."""
     from pathlib import Path
     rank = {name: i for i, name in enumerate(graph.constants)}
     folded = [model.graph.node[i] for i in graph.folded_nodes]
@@ -48,7 +60,7 @@ def constant_values(model: onnx.ModelProto, graph: Graph) -> dict[str, np.ndarra
     failures: dict[str, str] = {}
     values = evaluate_constants(model, folded, graph.tensors,
                                 base_dir=str(Path(graph.model_path).parent),
-                                failures=failures)
+                                initializer_values=weights, failures=failures)
     static = graph.weights | set(graph.constants)
     for node in graph.nodes:
         for t in node.inputs:
@@ -158,11 +170,19 @@ class WholeModel:
     """The model as one ``InferenceSession`` (graph outputs only), the report's second
     line: compared with the reference at per-dtype tolerances, it warns, never decides."""
 
-    def __init__(self, model: onnx.ModelProto, graph: Graph, provider: str):
+    def __init__(self, model: onnx.ModelProto, graph: Graph, provider: str,
+                 folder: str | None = None):
         from graphmem.verify.runtime import open_session
         self.graph = graph
+        options = session_options()
+        if folder is not None:
+            # the weights left as external data in ``model``: ONNX Runtime maps them from
+            # the model's folder itself (under the rule graphmem checked when it mapped
+            # them), not from a copy of the whole model in memory
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", str(folder))
         try:
-            self.session = open_session(model, session_options(), [provider])
+            self.session = open_session(model, options, [provider])
         except GraphmemError:
             raise
         except Exception as exc:

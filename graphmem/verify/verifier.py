@@ -42,7 +42,7 @@ from graphmem.plan.validate import problems
 from graphmem.verify.execute import NodeFailed, typed
 from graphmem.verify.inputs import checked_inputs, random_inputs, read_inputs
 from graphmem.verify.reference import (ReferenceRun, WholeModel, constant_values,
-                                       model_with_weights, refused_inputs_message,
+                                       load_weights, refused_inputs_message,
                                        separate_layout)
 from graphmem.verify.runtime import usable_ir_version
 from graphmem.core.order import check_order
@@ -146,9 +146,10 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                + sum(graph.tensors[t].bytes for t in graph.constants if t in graph.tensors))
 
     t0 = time.perf_counter()
-    model = model_with_weights(graph)
+    weights = load_weights(graph)  # external weights mapped, shared by every run
+    model = weights.model
     usable_ir_version(model, say=True)  # one note where it runs at a lower IR version
-    constants = constant_values(model, graph)
+    constants = constant_values(model, graph, weights.values)
     feeds = checked_inputs(graph, inputs) if inputs is not None else random_inputs(graph, seed)
     runner = ArenaRun(plan, graph, model, constants, ort_provider, device, arena)
     t_setup = time.perf_counter() - t0
@@ -175,6 +176,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
         if mismatch is None:
             mismatch = runner.explain_output(outputs)
     t_arena = time.perf_counter() - t0
+    runner.close()  # the one-node sessions' memory, before the whole model's session
+    weights.release()
     nodes_run, nodes_skipped = runner.nodes_run, runner.nodes_skipped
     in_place_op = None
     if mismatch is not None and not mismatch.read and mismatch.tensor in plan.tensors \
@@ -189,8 +192,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                          "Runtime opens a model in time quadratic in the readers of one tensor")
     elif whole_model:
         try:
-            whole = tuple(WholeModel(model, plain, ort_provider).compare(feeds, reference,
-                                                                         provider))
+            whole = tuple(WholeModel(model, plain, ort_provider, weights.folder)
+                          .compare(feeds, reference, provider))
         except GraphmemError as exc:
             whole_problem = str(exc)
     t_whole = time.perf_counter() - t0
