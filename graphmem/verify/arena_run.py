@@ -100,9 +100,11 @@ class ArenaRun:
         schedule = self._poison_schedule()
         schedule.written(n for n in feeds if n in plan.tensors)
         spaces = set(graph.workspaces.values())
+        reference.start(feeds)  # a reference in step with this run starts over
         for pos, idx in enumerate(plan.order):
             arena.poison(schedule.step(pos))
             node = self.by_index[idx]
+            reference.step(pos)  # (a LiveReference runs the node first)
             if self._all_slices(node):
                 self.nodes_skipped += 1  # nothing read: the Concat's bytes are its inputs'
             else:
@@ -122,6 +124,7 @@ class ArenaRun:
                     outputs += 1
                     if not self._same(arena, t, reference):
                         return {}, self._explain(pos, node, t, arena, reference), reads, outputs
+            reference.done(pos)  # what no later comparison needs is dropped
             if on_step:
                 on_step(pos + 1, total)
         final = {name: self._raw(arena, name).copy() for name in dict.fromkeys(graph.outputs)}
