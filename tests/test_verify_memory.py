@@ -128,3 +128,32 @@ def test_external_weights_keep_the_path_rule(tmp_path):
     os.link(data, tmp_path / "second_name")  # a file with two hard links: refused
     with pytest.raises(graphmem.GraphmemError, match="hard links"):
         load_weights(graph)
+
+
+def test_int4_weights_baked_in_a_session_of_their_own_and_dropped(tmp_path):
+    """MatMulNBits takes its packed weights as initializers of its own session (read by
+    ONNX Runtime from the external data, no dequantized copy per run), dropped after
+    its node ran in both runs; a wrong plan of that model is still caught."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from models.decoder import build
+    path = tmp_path / "dec.onnx"
+    onnx.save(build(layers=2, int4=True), str(path), save_as_external_data=True,
+              location="dec.data", size_threshold=1024)
+    dims = {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 7,
+            "total_sequence_length": 8}
+    graph = graphmem.load(path, dims)
+    plan = graphmem.plan_graph(graph, []).plan
+    runner, ref = _reference(graph, plan)
+    matmuls = [n for n in graph.nodes if n.op_type == "MatMulNBits"]
+    assert matmuls and all(runner.sessions._baked(runner.sessions.model.graph.node[n.index])
+                           for n in matmuls)
+    _, mismatch, _, _ = runner.run(random_inputs(graph, 0), ref)
+    assert mismatch is None
+    assert not runner.sessions._baked_keys  # every baked session dropped after its node
+    report = verify(plan, graph)
+    assert report.passed and all(o.ok and o.max_abs_diff == 0 for o in report.whole_model)
+    bad, pos, tensor = shorten_live_range(graph, plan)
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and report.mismatch.tensor == tensor

@@ -50,7 +50,10 @@ class ArenaRun:
         self.provider, self.device = provider, device
         self.arena_kind = arena or ("host" if device == "cpu" else "ortvalue")
         self.by_index = {n.index: n for n in graph.nodes}
-        self.sessions = NodeSessions(model, dict(graph.tensors), provider)
+        from pathlib import Path
+        folder = str(Path(graph.model_path).parent) if graph.model_path else None
+        self.sessions = NodeSessions(model, dict(graph.tensors), provider, constants, folder)
+        self.after_node = None  # called with each node once it has run (both runs)
         self.runner = NodeRunner(graph, self.sessions, constants, device)
         self.offsets = {name: t.offset for name, t in plan.tensors.items()}
         self.nodes_run = self.nodes_skipped = 0
@@ -125,6 +128,9 @@ class ArenaRun:
                     if not self._same(arena, t, reference):
                         return {}, self._explain(pos, node, t, arena, reference), reads, outputs
             reference.done(pos)  # what no later comparison needs is dropped
+            self.sessions.evict(node.index)  # a session of its own (baked weights)
+            if self.after_node is not None:
+                self.after_node(node)
             if on_step:
                 on_step(pos + 1, total)
         final = {name: self._raw(arena, name).copy() for name in dict.fromkeys(graph.outputs)}

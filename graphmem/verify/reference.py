@@ -162,6 +162,7 @@ class ReferenceRun:
             node = self.by_index[idx]
             self.runner.run(arena, node, self.offsets, implicit=idx in scopes,
                             what=" in the reference run (every tensor in its own buffer)")
+            self.runner.sessions.evict(idx)  # a session of its own (baked weights)
         data = raw(arena, 0, self.nbytes)
         return RefValues(self.graph, data, self.offsets)
 

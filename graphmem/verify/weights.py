@@ -45,6 +45,7 @@ class Weights:
         self.model = read_model(p)
         self.values: dict[str, np.ndarray] = {}
         self._maps: dict[str, mmap.mmap] = {}
+        self._where: dict[str, tuple[mmap.mmap, int, int]] = {}  # name -> map, offset, bytes
         for t in self.model.graph.initializer:
             if t.data_location == EXTERNAL:
                 value = self._mapped(t, p)
@@ -80,6 +81,7 @@ class Weights:
                                 f"plus length {nbytes:,}")
         if not nbytes:
             return np.zeros([int(d) for d in t.dims], dtype)
+        self._where[t.name] = (m, offset, nbytes)
         return np.frombuffer(m, dtype, count, offset).reshape([int(d) for d in t.dims])
 
     def _map(self, name: str, location: str, model: Path) -> mmap.mmap:
@@ -119,6 +121,25 @@ class Weights:
         for m in self._maps.values():
             try:
                 m.madvise(advice)
+            except (OSError, ValueError):
+                pass
+
+    def release_for(self, names) -> None:
+        """:meth:`release` for the pages of the weights ``names`` only (those a node
+        read, once it has run in both runs)."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None:
+            return
+        page = mmap.PAGESIZE
+        for name in names:
+            where = self._where.get(name)
+            if where is None:
+                continue
+            m, offset, nbytes = where
+            start = offset - offset % page
+            end = min(len(m), offset + nbytes)
+            try:
+                m.madvise(advice, start, end - start)
             except (OSError, ValueError):
                 pass
 
