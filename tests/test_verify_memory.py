@@ -134,9 +134,6 @@ def test_int4_weights_baked_in_a_session_of_their_own_and_dropped(tmp_path):
     """MatMulNBits takes its packed weights as initializers of its own session (read by
     ONNX Runtime from the external data, no dequantized copy per run), dropped after
     its node ran in both runs; a wrong plan of that model is still caught."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from models.decoder import build
     path = tmp_path / "dec.onnx"
     onnx.save(build(layers=2, int4=True), str(path), save_as_external_data=True,
