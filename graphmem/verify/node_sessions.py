@@ -217,8 +217,10 @@ class NodeSessions:
         if self._initializers is None:
             self._initializers = {t.name: t for t in self.model.graph.initializer}
         t = self._initializers.get(name)
+        from graphmem.verify.weights import IN_MEMORY
         if t is not None and t.data_location == onnx.TensorProto.EXTERNAL \
-                and self.folder is not None:
+                and self.folder is not None and all(
+                    e.value != IN_MEMORY for e in t.external_data if e.key == "location"):
             out = onnx.TensorProto()
             out.CopyFrom(t)  # dims, type and where its bytes are: no data
             out.name = local

@@ -325,7 +325,7 @@ class WholeModel:
     line: compared with the reference at per-dtype tolerances, it warns, never decides."""
 
     def __init__(self, model: onnx.ModelProto, graph: Graph, provider: str,
-                 folder: str | None = None):
+                 folder: str | None = None, in_memory: Mapping[str, np.ndarray] | None = None):
         from graphmem.verify.runtime import open_session
         self.graph = graph
         options = session_options()
@@ -335,6 +335,12 @@ class WholeModel:
             # them), not from a copy of the whole model in memory
             options.add_session_config_entry(
                 "session.model_external_initializers_file_folder_path", str(folder))
+        if in_memory:  # the weights taken out of the proto: used where they are
+            import onnxruntime as ort
+            names = list(in_memory)
+            self._values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(in_memory[n]))
+                            for n in names]
+            options.add_external_initializers(names, self._values)
         try:
             self.session = open_session(model, options, [provider])
         except GraphmemError:

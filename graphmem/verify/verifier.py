@@ -218,7 +218,8 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                          "Runtime opens a model in time quadratic in the readers of one tensor")
     elif whole_model:
         try:
-            whole = tuple(WholeModel(model, plain, ort_provider, weights.folder)
+            whole = tuple(WholeModel(model, plain, ort_provider, weights.folder,
+                                     weights.in_memory)
                           .compare(feeds, reference, provider))
         except GraphmemError as exc:
             whole_problem = str(exc)

@@ -12,10 +12,13 @@ again from the cache). The rule on where external data may lie
 (:mod:`graphmem.frontend.external_data`) is applied before a file is mapped, and again
 on the open descriptor.
 
-A weight whose raw bytes are not its elements one for one (4-bit types, strings, a
-big-endian host), whose offset is not a multiple of its element size, or that lies in
-a subgraph (an If/Loop/Scan body reads its initializers from its own graph) is read
-into the proto as before.
+A weight kept inside the model file is taken out of the proto into an array
+(``in_memory``; the proto keeps a reference to :data:`IN_MEMORY`), so that it is held
+once, not in the proto and again as an array; the whole-model session is given those
+arrays too. A weight whose raw bytes are not its elements one for one (4-bit types,
+strings, a big-endian host), whose offset is not a multiple of its element size, or
+that lies in a subgraph (an If/Loop/Scan body reads its initializers from its own
+graph) stays in the proto (read into it from external data) as before.
 """
 from __future__ import annotations
 
@@ -57,6 +60,19 @@ class Weights:
             for t in g.initializer:
                 if t.data_location == EXTERNAL:
                     external_data.load_tensor(t, p.parent, p)
+        # weights kept inside the file: taken out of the proto (one copy, not two)
+        # (not the small ones: ONNX Runtime's shape inference reads a shape, an axis
+        # or a pad from the proto, and can read none from an array it is given)
+        self.in_memory: dict[str, np.ndarray] = {}
+        for t in self.model.graph.initializer:
+            if t.data_location != EXTERNAL and len(t.raw_data) > TAKEN_OUT_BYTES:
+                value = _taken_out(t)
+                if value is not None:
+                    self.values[t.name] = self.in_memory[t.name] = value
+        if self.in_memory:  # protobuf frees a message's memory with the message alone
+            fresh = onnx.ModelProto()
+            fresh.CopyFrom(self.model)
+            self.model = fresh
 
     def _mapped(self, t: onnx.TensorProto, model: Path) -> np.ndarray | None:
         info = {e.key: e.value for e in t.external_data}
@@ -146,6 +162,31 @@ class Weights:
     @property
     def mapped_bytes(self) -> int:
         return sum(v.nbytes for v in self.values.values())
+
+
+# the smallest weight taken out of the proto, in bytes
+TAKEN_OUT_BYTES = 64 << 10
+
+# the location of a weight taken out of the proto into ``Weights.in_memory``: nothing
+# reads it from a file (sessions are given the array)
+IN_MEMORY = "graphmem-in-memory"
+
+
+def _taken_out(t: onnx.TensorProto) -> np.ndarray | None:
+    """The raw data of ``t`` as an array, ``t`` left as a reference to IN_MEMORY (None,
+    ``t`` unchanged, where its bytes are not its elements one for one)."""
+    dtype = _raw_dtype(t.data_type)
+    dims = [int(d) for d in t.dims]
+    count = int(np.prod(dims, dtype=np.int64))
+    if dtype is None or len(t.raw_data) != count * dtype.itemsize:
+        return None
+    value = np.frombuffer(t.raw_data, dtype).reshape(dims)  # (a bytes object of its own)
+    t.ClearField("raw_data")
+    t.data_location = EXTERNAL
+    for key, val in (("location", IN_MEMORY), ("offset", "0"), ("length", str(value.nbytes))):
+        e = t.external_data.add()
+        e.key, e.value = key, val
+    return value
 
 
 def _raw_dtype(data_type: int) -> np.dtype | None:
