@@ -154,3 +154,30 @@ def test_int4_weights_baked_in_a_session_of_their_own_and_dropped(tmp_path):
     bad, pos, tensor = shorten_live_range(graph, plan)
     report = verify(bad, graph, runtime_only=True)
     assert not report.passed and report.mismatch.tensor == tensor
+
+
+def test_weights_inside_the_file_are_held_once(tmp_path):
+    """A large weight kept inside the model file is taken out of the proto into one
+    array (not held twice); the whole-model session is given that array."""
+    from graphmem.verify.weights import IN_MEMORY, TAKEN_OUT_BYTES
+    side = 160  # 102,400 bytes of float32: past TAKEN_OUT_BYTES
+    assert side * side * 4 > TAKEN_OUT_BYTES
+    w = numpy_helper.from_array(np.linspace(-1, 1, side * side, dtype=np.float32)
+                                .reshape(side, side), "w")
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")  # small: stays
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Unsqueeze", ["h", "axes"], ["y"])]
+    model = make_model(nodes, [("x", F, [8, side])], [("y", F, [1, 8, side])], [w, axes])
+    path = tmp_path / "inside.onnx"
+    path.write_bytes(model.SerializeToString())
+    graph = graphmem.load(path)
+    weights = load_weights(graph)
+    assert set(weights.in_memory) == {"w"}
+    by_name = {t.name: t for t in weights.model.graph.initializer}
+    assert not by_name["w"].raw_data and by_name["axes"].raw_data
+    assert {e.value for e in by_name["w"].external_data if e.key == "location"} == {IN_MEMORY}
+    assert np.array_equal(weights.values["w"], numpy_helper.to_array(w))
+    plan = graphmem.plan_graph(graph, []).plan
+    report = verify(plan, graph)
+    assert report.passed and report.whole_model_problem is None
+    assert report.whole_model and all(o.ok for o in report.whole_model)

@@ -8,7 +8,10 @@ each at an address congruent modulo 64 to the one the plan gives it (so a kernel
 picks its code path by alignment picks the same one). A deterministic kernel then gives
 the same bits in both runs, and any difference is the plan's doing. A provider that
 is not deterministic (CUDA's atomics) runs the reference twice: the spread of the two
-is the tolerance.
+is the tolerance. On the CPU (deterministic) the reference is a :class:`LiveReference`,
+run in step with the plan's run: it holds a tensor only until its last reader has been
+compared, where :class:`ReferenceRun` (the two runs of a provider that is not
+deterministic) holds every tensor of the run.
 
 The whole-model ``InferenceSession`` (graph outputs only) is compared with the
 reference at per-dtype tolerances: a line of the report that can warn (the one-node

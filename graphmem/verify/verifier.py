@@ -14,7 +14,10 @@ in the body's plan, dead body bytes poisoned the same way (CPU provider only).
 
 The reference (:mod:`.reference`) runs the same nodes on the same sessions, in the same
 order, on the same inputs, every tensor in bytes of its own: the two runs differ only
-in where tensors live. Every tensor a node reads in the arena is compared with the
+in where tensors live. On the CPU it runs in step with the plan's run, each node just
+before the plan's run reads that node's inputs, and drops a tensor once its last reader
+has been compared; the weights are mapped once (:mod:`.weights`) and shared by both
+runs and the whole-model session. Every tensor a node reads in the arena is compared with the
 reference's before the node runs, and every graph output at the end, bit for bit (or,
 on a provider that is not deterministic, within the spread of two reference runs).
 A plan is wrong exactly when they differ. With ``check_all`` every output is compared
