@@ -203,7 +203,9 @@ def test_verify_of_an_arena_past_the_memory_it_may_take(loop_plan):
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.splitlines()
     # the limit counts: MemAvailable alone said 20 GB and let numpy's MemoryError through
-    assert line.startswith("graphmem: verifying needs about 6,442,451,056 bytes (an arena of "
+    # (the reference holds at most 64 bytes of this Loop model at once: it drops a tensor
+    # once its last reader is compared)
+    assert line.startswith("graphmem: verifying needs about 6,442,451,008 bytes (an arena of "
                            "6,442,450,944"), line
     assert int(line.rsplit(" has ", 1)[1].split()[0].replace(",", "")) < 4 << 30
 

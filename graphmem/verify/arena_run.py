@@ -50,7 +50,10 @@ class ArenaRun:
         self.provider, self.device = provider, device
         self.arena_kind = arena or ("host" if device == "cpu" else "ortvalue")
         self.by_index = {n.index: n for n in graph.nodes}
-        self.sessions = NodeSessions(model, dict(graph.tensors), provider)
+        from pathlib import Path
+        folder = str(Path(graph.model_path).parent) if graph.model_path else None
+        self.sessions = NodeSessions(model, dict(graph.tensors), provider, constants, folder)
+        self.after_node = None  # called with each node once it has run (both runs)
         self.runner = NodeRunner(graph, self.sessions, constants, device)
         self.offsets = {name: t.offset for name, t in plan.tensors.items()}
         self.nodes_run = self.nodes_skipped = 0
@@ -60,6 +63,10 @@ class ArenaRun:
             from graphmem.verify.control_flow import ControlFlow, Env
             self.control_flow = ControlFlow(self)
             self.top_env = Env(plan, graph, 0, constants, model.graph, model, provider)
+
+    def close(self) -> None:
+        """Drop the cached one-node sessions (a later run builds them again)."""
+        self.sessions.clear()
 
     def new_arena(self, nbytes: int):
         if self.arena_kind == "host":
@@ -96,9 +103,11 @@ class ArenaRun:
         schedule = self._poison_schedule()
         schedule.written(n for n in feeds if n in plan.tensors)
         spaces = set(graph.workspaces.values())
+        reference.start(feeds)  # a reference in step with this run starts over
         for pos, idx in enumerate(plan.order):
             arena.poison(schedule.step(pos))
             node = self.by_index[idx]
+            reference.step(pos)  # (a LiveReference runs the node first)
             if self._all_slices(node):
                 self.nodes_skipped += 1  # nothing read: the Concat's bytes are its inputs'
             else:
@@ -118,6 +127,10 @@ class ArenaRun:
                     outputs += 1
                     if not self._same(arena, t, reference):
                         return {}, self._explain(pos, node, t, arena, reference), reads, outputs
+            reference.done(pos)  # what no later comparison needs is dropped
+            self.sessions.evict(node.index)  # a session of its own (baked weights)
+            if self.after_node is not None:
+                self.after_node(node)
             if on_step:
                 on_step(pos + 1, total)
         final = {name: self._raw(arena, name).copy() for name in dict.fromkeys(graph.outputs)}

@@ -5,6 +5,15 @@ addresses in the arena. A session depends only on the op, its attributes, the ty
 and shapes of its inputs and outputs and the opsets, so nodes that agree on those
 (the many 3x3 convolutions of one stage) share one session. Weights and folded
 constants are session inputs, not initializers, so they do not split the cache.
+
+The exception (:data:`BAKED_WEIGHTS`): an op whose kernel, given its weights as inputs,
+first makes a dequantized float copy of the whole weight on every run (MatMulNBits: a
+Qwen2-0.5B-sized LM head of 896 x 151,936 int4 weights takes 545 MB more at its run,
+where a session holding it as an initializer packs it once, in its own layout, at
+the weight's size). Such a node gets a session of its own with those weights as
+initializers, read by ONNX Runtime from the model's external data where they lie there
+(not copied in memory first); :meth:`NodeSessions.evict` drops it once its node has run
+in both runs.
 """
 from __future__ import annotations
 
@@ -95,16 +104,46 @@ def quiet_runtime() -> None:
     ort.set_default_logger_severity(FATAL_ONLY)
 
 
-class NodeSessions:
-    """Builds and caches one-node sessions for nodes of ``model`` on ``provider``."""
+# (domain, op) -> the input positions that are weights, baked into a node's own session
+# when they are initializers or folded constants (see the module's docstring)
+BAKED_WEIGHTS = {("com.microsoft", "MatMulNBits"): (1, 2, 3, 4, 5)}
 
-    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], provider: str):
+
+class NodeSessions:
+    """Builds and caches one-node sessions for nodes of ``model`` on ``provider``.
+    ``constants``: the weights and folded constants a baked session takes as
+    initializers; ``folder``: where the model's external data lies."""
+
+    def __init__(self, model: onnx.ModelProto, tensors: dict[str, Tensor], provider: str,
+                 constants=None, folder: str | None = None):
         self.model, self.tensors, self.provider = model, tensors, provider
+        self.constants, self.folder = constants if constants is not None else {}, folder
         self.opsets = list(model.opset_import)
         from graphmem.verify.runtime import usable_ir_version
         self.ir_version = usable_ir_version(model)
         self._cache: dict[tuple, object] = {}
+        self._baked_keys: dict[int, tuple] = {}
+        self._initializers: dict[str, onnx.TensorProto] | None = None
         self.built = 0
+
+    def evict(self, node_index: int) -> None:
+        """Drop the session of its own a node with baked weights has (built again if
+        the node runs again)."""
+        key = self._baked_keys.pop(node_index, None)
+        if key is not None:
+            self._cache.pop(key, None)
+
+    def _baked(self, proto: onnx.NodeProto) -> tuple[int, ...]:
+        """The positions of ``proto``'s inputs baked into its session as initializers."""
+        where = BAKED_WEIGHTS.get((proto.domain or "", proto.op_type))
+        if not where:
+            return ()
+        return tuple(i for i in where if i < len(proto.input) and proto.input[i]
+                     and proto.input[i] in self.constants)
+
+    def clear(self) -> None:
+        """Drop every cached session (and ONNX Runtime's memory with it)."""
+        self._cache.clear()
 
     def session(self, node_index: int, implicit: tuple[str, ...] = ()):
         """(session, input names, output names) for the node at ``node_index``.
@@ -115,17 +154,22 @@ class NodeSessions:
         under their own names (the bodies name them), after the node's own.
         """
         proto = self.model.graph.node[node_index]
-        ins = [f"in{i}" if t else "" for i, t in enumerate(proto.input)] + list(implicit)
+        baked = self._baked(proto)
+        ins = [f"in{i}" if t and i not in baked else "" for i, t in enumerate(proto.input)] \
+            + list(implicit)
         outs = [f"out{i}" if t else "" for i, t in enumerate(proto.output)]
         key = (proto.op_type, proto.domain,
                b"".join(a.SerializeToString() for a in proto.attribute),
                tuple(self._sig(t) for t in proto.input),
                tuple(self._sig(t) for t in proto.output),
-               tuple((t, self._sig(t)) for t in implicit))
+               tuple((t, self._sig(t)) for t in implicit),
+               tuple((i, proto.input[i]) for i in baked))
         sess = self._cache.get(key)
         if sess is None:
-            sess = self._build(proto, ins, outs, [*proto.input, *implicit])
+            sess = self._build(proto, ins, outs, [*proto.input, *implicit], baked)
             self._cache[key] = sess
+        if baked:
+            self._baked_keys[node_index] = key
         return sess, ins, outs
 
     def _sig(self, name: str):
@@ -134,10 +178,12 @@ class NodeSessions:
         t = self.tensors[name]
         return (t.dtype, t.shape)
 
-    def _build(self, proto: onnx.NodeProto, ins: list[str], outs: list[str], sources: list[str]):
+    def _build(self, proto: onnx.NodeProto, ins: list[str], outs: list[str], sources: list[str],
+               baked: tuple[int, ...] = ()):
         import onnxruntime as ort
         n_own = len(proto.input)
-        node = helper.make_node(proto.op_type, ins[:n_own], outs, domain=proto.domain or None)
+        node_ins = [f"w{i}" if i in baked else ins[i] for i in range(n_own)]
+        node = helper.make_node(proto.op_type, node_ins, outs, domain=proto.domain or None)
         node.attribute.extend(proto.attribute)
 
         def info(local: str, name: str):
@@ -147,11 +193,16 @@ class NodeSessions:
         graph = helper.make_graph(
             [node], f"node_{proto.op_type}",
             [info(a, b) for a, b in zip(ins, sources) if a],
-            [info(a, b) for a, b in zip(outs, proto.output) if a])
+            [info(a, b) for a, b in zip(outs, proto.output) if a],
+            [self._initializer(proto.input[i], f"w{i}") for i in baked])
         m = helper.make_model(graph, opset_imports=self.opsets)
         m.ir_version = self.ir_version
+        options = session_options()
+        if baked and self.folder is not None:
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", self.folder)
         try:
-            sess = ort.InferenceSession(m.SerializeToString(), session_options(),
+            sess = ort.InferenceSession(m.SerializeToString(), options,
                                         providers=[self.provider])
         except Exception as exc:
             raise GraphmemError(f"ONNX Runtime cannot run {proto.op_type} "
@@ -159,3 +210,20 @@ class NodeSessions:
                                 ) from None
         self.built += 1
         return sess
+
+    def _initializer(self, name: str, local: str) -> onnx.TensorProto:
+        """Weight ``name`` as an initializer named ``local``: a reference to where it lies
+        in the model's external data (ONNX Runtime maps it there), else its value."""
+        if self._initializers is None:
+            self._initializers = {t.name: t for t in self.model.graph.initializer}
+        t = self._initializers.get(name)
+        from graphmem.verify.weights import IN_MEMORY
+        if t is not None and t.data_location == onnx.TensorProto.EXTERNAL \
+                and self.folder is not None and all(
+                    e.value != IN_MEMORY for e in t.external_data if e.key == "location"):
+            out = onnx.TensorProto()
+            out.CopyFrom(t)  # dims, type and where its bytes are: no data
+            out.name = local
+            return out
+        from onnx import numpy_helper
+        return numpy_helper.from_array(np.asarray(self.constants[name]), local)

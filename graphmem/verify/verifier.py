@@ -14,7 +14,10 @@ in the body's plan, dead body bytes poisoned the same way (CPU provider only).
 
 The reference (:mod:`.reference`) runs the same nodes on the same sessions, in the same
 order, on the same inputs, every tensor in bytes of its own: the two runs differ only
-in where tensors live. Every tensor a node reads in the arena is compared with the
+in where tensors live. On the CPU it runs in step with the plan's run, each node just
+before the plan's run reads that node's inputs, and drops a tensor once its last reader
+has been compared; the weights are mapped once (:mod:`.weights`) and shared by both
+runs and the whole-model session. Every tensor a node reads in the arena is compared with the
 reference's before the node runs, and every graph output at the end, bit for bit (or,
 on a provider that is not deterministic, within the spread of two reference runs).
 A plan is wrong exactly when they differ. With ``check_all`` every output is compared
@@ -41,8 +44,9 @@ from graphmem.plan.graph_digest import check_graph
 from graphmem.plan.validate import problems
 from graphmem.verify.execute import NodeFailed, typed
 from graphmem.verify.inputs import checked_inputs, random_inputs, read_inputs
-from graphmem.verify.reference import (ReferenceRun, WholeModel, constant_values,
-                                       model_with_weights, refused_inputs_message,
+from graphmem.verify.reference import (LiveReference, ReferenceFailed, ReferenceRun,
+                                       WholeModel, constant_values,
+                                       load_weights, refused_inputs_message,
                                        separate_layout)
 from graphmem.verify.runtime import usable_ir_version
 from graphmem.core.order import check_order
@@ -84,6 +88,9 @@ class VerifyReport:
     bounded: tuple = ()
     symbol_counts: tuple[str, ...] = ()  # each symbol's value at run time, in words
     overflow: str | None = None
+    # the most bytes the reference held at once (it drops a tensor once its last
+    # reader is compared; a provider that is not deterministic keeps two whole runs)
+    reference_bytes: int = 0
 
     @property
     def passed(self) -> bool:
@@ -137,36 +144,54 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
         return verify_bounded(plan, graph, plain, base, seed=seed, inputs=inputs,
                               on_step=on_step, start=start)
     deterministic = device == "cpu"
-    spaces = set(graph.workspaces.values())
-    _, ref_bytes = separate_layout({t: graph.tensors[t].bytes for t in plan.tensors
-                                    if t not in spaces}, {})
-    # the reference run keeps every tensor (twice where the provider is not
-    # deterministic), and the folded constants are computed
-    check_fits(plan.arena_bytes, ref_bytes * (1 if deterministic else 2)
-               + sum(graph.tensors[t].bytes for t in graph.constants if t in graph.tensors))
+    offsets = {name: t.offset for name, t in plan.tensors.items()}
+    if deterministic:
+        # in step with the plan's run: it holds only what a comparison still needs
+        reference = LiveReference(graph, plan.order, offsets)
+        ref_bytes = reference.planned_peak_bytes(graph.inputs)
+    else:  # run twice whole first, for the spread between the two runs
+        spaces = set(graph.workspaces.values())
+        _, ref_bytes = separate_layout({t: graph.tensors[t].bytes for t in plan.tensors
+                                        if t not in spaces}, {})
+        ref_bytes *= 2
+    # and the folded constants are computed (the weights are mapped, not copied)
+    check_fits(plan.arena_bytes, ref_bytes + sum(
+        graph.tensors[t].bytes for t in graph.constants
+        if t in graph.tensors and t not in graph.weights))
 
     t0 = time.perf_counter()
-    model = model_with_weights(graph)
+    weights = load_weights(graph)  # external weights mapped, shared by every run
+    model = weights.model
     usable_ir_version(model, say=True)  # one note where it runs at a lower IR version
-    constants = constant_values(model, graph)
+    constants = constant_values(model, graph, weights.values)
     feeds = checked_inputs(graph, inputs) if inputs is not None else random_inputs(graph, seed)
     runner = ArenaRun(plan, graph, model, constants, ort_provider, device, arena)
+    # a weight's pages leave the process once its node has run in both runs (the next
+    # touch reads them again from the page cache)
+    runner.after_node = lambda node: weights.release_for(node.reads)
     t_setup = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ref = ReferenceRun(graph, plan.order, runner.offsets, runner.runner, runner.new_arena,
-                       deterministic)
-    try:
-        reference = ref.run(feeds)
-    except NodeFailed as exc:
-        raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
-                                                   inputs is not None)) from None
+    if deterministic:
+        reference.runner = runner.runner
+    else:
+        ref = ReferenceRun(graph, plan.order, runner.offsets, runner.runner,
+                           runner.new_arena, deterministic)
+        try:
+            reference = ref.run(feeds)
+        except NodeFailed as exc:
+            raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
+                                                       inputs is not None)) from None
     t_ref = time.perf_counter() - t0
     t0 = time.perf_counter()
-    final, mismatch, reads, written = runner.run(feeds, reference, check_all, on_step)
-    if mismatch is not None and mismatch.read and not check_all:
-        # Found where it was read: was it wrong when written (the node that wrote it
-        # over its input), or overwritten after? Rerun comparing every output as written.
-        _, mismatch, reads, written = runner.run(feeds, reference, True, None)
+    try:
+        final, mismatch, reads, written = runner.run(feeds, reference, check_all, on_step)
+        if mismatch is not None and mismatch.read and not check_all:
+            # Found where it was read: was it wrong when written (the node that wrote it
+            # over its input), or overwritten after? Rerun comparing every output as written.
+            _, mismatch, reads, written = runner.run(feeds, reference, True, None)
+    except ReferenceFailed as exc:  # (the reference in step with the plan's run)
+        raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
+                                                   inputs is not None)) from None
     outputs = _compare_outputs(plain, final, reference) if mismatch is None else []
     if mismatch is None and not all(o.ok for o in outputs):
         # every read matched, so a graph output changed after its producer (or its
@@ -174,7 +199,14 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
         _, mismatch, reads, written = runner.run(feeds, reference, True, None)
         if mismatch is None:
             mismatch = runner.explain_output(outputs)
+    try:
+        reference.complete()  # past where the plan's run stopped at a difference
+    except ReferenceFailed as exc:
+        raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
+                                                   inputs is not None)) from None
     t_arena = time.perf_counter() - t0
+    runner.close()  # the one-node sessions' memory, before the whole model's session
+    weights.release()
     nodes_run, nodes_skipped = runner.nodes_run, runner.nodes_skipped
     in_place_op = None
     if mismatch is not None and not mismatch.read and mismatch.tensor in plan.tensors \
@@ -189,8 +221,9 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                          "Runtime opens a model in time quadratic in the readers of one tensor")
     elif whole_model:
         try:
-            whole = tuple(WholeModel(model, plain, ort_provider).compare(feeds, reference,
-                                                                         provider))
+            whole = tuple(WholeModel(model, plain, ort_provider, weights.folder,
+                                     weights.in_memory)
+                          .compare(feeds, reference, provider))
         except GraphmemError as exc:
             whole_problem = str(exc)
     t_whole = time.perf_counter() - t0
@@ -199,6 +232,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                     sessions_built=runner.sessions.built, outputs=tuple(outputs),
                     mismatch=mismatch, reads_checked=reads, intermediates_checked=written,
                     spread_tensors=len(reference.spread),
+                    reference_bytes=(reference.peak_bytes if deterministic else ref_bytes),
                     whole_model=whole, whole_model_problem=whole_problem,
                     seconds=time.perf_counter() - start,
                     timings={"setup": t_setup, "reference": t_ref, "arena": t_arena,

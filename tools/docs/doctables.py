@@ -147,6 +147,10 @@ SECTIONS = (
             "python -m tools.bench.range_bench --files DIR --write", (), None,
             why_unchecked="range plans of full-size models exported with torch "
                           "(tools/corpus/export_fullsize.py); build times"),
+    Section("bench:verify-memory", "docs/benchmarks.md",
+            "python -m tools.bench.verify_memory --keep DIR --fp32 --write", (), None,
+            why_unchecked="peak RSS of processes, on a decoder built first (0.85 and "
+                          "2.5 GB files)"),
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),

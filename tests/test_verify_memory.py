@@ -1,0 +1,183 @@
+"""verify's memory: the reference holds only what a comparison still needs, and the
+weights are mapped once, not copied (issue 55). Counts of buffers and bytes on tiny
+graphs, no timing or RSS (that is tools/bench/verify_memory.py's figure)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphmem
+from graphmem.verify.arena_run import ArenaRun
+from graphmem.verify.inputs import random_inputs
+from graphmem.verify.reference import LiveReference, constant_values, load_weights
+from graphmem.verify.verifier import verify
+
+from conftest import make_model
+from test_verify_mutations import shorten_live_range
+
+F = TensorProto.FLOAT
+N = 24  # nodes of the chain
+
+
+def _chain(tmp_path, external: bool = False):
+    """x -> Sigmoid -> ... (N nodes) -> Add(first, last) -> y: ``h0`` (the first
+    output) is read again at the end, everything else by the next node only."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 64 * 64, dtype=np.float32)
+                                .reshape(64, 64), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"])]
+    for i in range(1, N):
+        nodes.append(helper.make_node("Sigmoid", [f"h{i - 1}"], [f"h{i}"]))
+    nodes.append(helper.make_node("Add", ["h0", f"h{N - 1}"], ["y"]))
+    model = make_model(nodes, [("x", F, [64, 64])], [("y", F, [64, 64])], [w])
+    path = tmp_path / "chain.onnx"
+    if external:
+        onnx.save(model, str(path), save_as_external_data=True, location="chain.data",
+                  size_threshold=0)
+    else:
+        path.write_bytes(model.SerializeToString())
+    return graphmem.load(path)
+
+
+def _reference(graph, plan):
+    weights = load_weights(graph)
+    constants = constant_values(weights.model, graph, weights.values)
+    runner = ArenaRun(plan, graph, weights.model, constants, "CPUExecutionProvider", "cpu",
+                      None)
+    ref = LiveReference(graph, plan.order, runner.offsets, runner.runner)
+    return runner, ref
+
+
+def test_reference_drops_each_tensor_after_its_last_reader(tmp_path):
+    graph = _chain(tmp_path)
+    plan = graphmem.plan_graph(graph, []).plan
+    runner, ref = _reference(graph, plan)
+    feeds = random_inputs(graph, 0)
+    held = []
+    ref_step = ref.step
+
+    def step(pos):  # the buffers held while each node runs
+        ref_step(pos)
+        held.append(set(ref.buffers))
+    ref.step = step
+    final, mismatch, reads, _ = runner.run(feeds, ref)
+    assert mismatch is None and reads == N + 2
+    # x, h0 (read again by the last node), the node's input and its output: never more
+    assert max(len(h) for h in held) == ref.peak_buffers <= 4
+    assert all("h0" in h for h in held[1:])  # kept until its last reader, the Add
+    assert "h3" not in held[6] and "x" not in held[2]
+    assert set(ref.buffers) == {"y"}  # at the end: the graph outputs alone
+    every = sum(graph.tensors[t].bytes for t in plan.tensors)
+    assert ref.peak_bytes == ref.planned_peak_bytes(graph.inputs) <= 4 * 64 * 64 * 4
+    assert ref.peak_bytes < every / 4
+    assert np.array_equal(final["y"], ref.raw("y"))
+
+
+def test_verify_reports_the_reference_peak_and_still_passes(tmp_path):
+    graph = _chain(tmp_path)
+    plan = graphmem.plan_graph(graph, []).plan
+    report = verify(plan, graph)
+    assert report.passed
+    every = sum(graph.tensors[t].bytes for t in plan.tensors)
+    assert 0 < report.reference_bytes < every / 4
+
+
+def _over_h0(graph, plan):
+    """h{N/2} written over h0, which the last node reads: caught at that read."""
+    mid = f"h{N // 2}"
+    tensors = dict(plan.tensors)
+    tensors[mid] = dataclasses.replace(tensors[mid], offset=tensors["h0"].offset)
+    return dataclasses.replace(plan, tensors=tensors), len(plan.order) - 1, "h0"
+
+
+@pytest.mark.parametrize("mutate", [shorten_live_range, _over_h0])
+def test_wrong_plan_still_caught_with_a_dropping_reference(tmp_path, mutate):
+    graph = _chain(tmp_path)
+    plan = graphmem.plan_graph(graph, []).plan
+    bad, pos, tensor = mutate(graph, plan)
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and report.mismatch is not None
+    assert report.mismatch.position <= pos and report.mismatch.tensor == tensor
+    # the whole-model line still compares every graph output (the reference ran on)
+    assert report.whole_model and all(o.ok for o in report.whole_model)
+
+
+def test_external_weights_are_mapped_not_copied(tmp_path):
+    graph = _chain(tmp_path, external=True)
+    weights = load_weights(graph)
+    w = weights.values["w"]
+    assert not w.flags.owndata and not w.flags.writeable  # a view of the mapped file
+    init = next(t for t in weights.model.graph.initializer if t.name == "w")
+    assert init.data_location == TensorProto.EXTERNAL and not init.raw_data
+    assert np.array_equal(w, np.linspace(-1, 1, 64 * 64, dtype=np.float32).reshape(64, 64))
+    constants = constant_values(weights.model, graph, weights.values)
+    assert constants["w"] is w
+    plan = graphmem.plan_graph(graph, []).plan
+    report = verify(plan, graph)
+    assert report.passed and report.whole_model and all(o.ok for o in report.whole_model)
+
+
+def test_external_weights_keep_the_path_rule(tmp_path):
+    graph = _chain(tmp_path, external=True)
+    data = tmp_path / "chain.data"
+    (tmp_path / "other.data").write_bytes(data.read_bytes())
+    import os
+    os.link(data, tmp_path / "second_name")  # a file with two hard links: refused
+    with pytest.raises(graphmem.GraphmemError, match="hard links"):
+        load_weights(graph)
+
+
+def test_int4_weights_baked_in_a_session_of_their_own_and_dropped(tmp_path):
+    """MatMulNBits takes its packed weights as initializers of its own session (read by
+    ONNX Runtime from the external data, no dequantized copy per run), dropped after
+    its node ran in both runs; a wrong plan of that model is still caught."""
+    from models.decoder import build
+    path = tmp_path / "dec.onnx"
+    onnx.save(build(layers=2, int4=True), str(path), save_as_external_data=True,
+              location="dec.data", size_threshold=1024)
+    dims = {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 7,
+            "total_sequence_length": 8}
+    graph = graphmem.load(path, dims)
+    plan = graphmem.plan_graph(graph, []).plan
+    runner, ref = _reference(graph, plan)
+    matmuls = [n for n in graph.nodes if n.op_type == "MatMulNBits"]
+    assert matmuls and all(runner.sessions._baked(runner.sessions.model.graph.node[n.index])
+                           for n in matmuls)
+    _, mismatch, _, _ = runner.run(random_inputs(graph, 0), ref)
+    assert mismatch is None
+    assert not runner.sessions._baked_keys  # every baked session dropped after its node
+    report = verify(plan, graph)
+    assert report.passed and all(o.ok and o.max_abs_diff == 0 for o in report.whole_model)
+    bad, pos, tensor = shorten_live_range(graph, plan)
+    report = verify(bad, graph, runtime_only=True)
+    assert not report.passed and report.mismatch.tensor == tensor
+
+
+def test_weights_inside_the_file_are_held_once(tmp_path):
+    """A large weight kept inside the model file is taken out of the proto into one
+    array (not held twice); the whole-model session is given that array."""
+    from graphmem.verify.weights import IN_MEMORY, TAKEN_OUT_BYTES
+    side = 160  # 102,400 bytes of float32: past TAKEN_OUT_BYTES
+    assert side * side * 4 > TAKEN_OUT_BYTES
+    w = numpy_helper.from_array(np.linspace(-1, 1, side * side, dtype=np.float32)
+                                .reshape(side, side), "w")
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")  # small: stays
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Unsqueeze", ["h", "axes"], ["y"])]
+    model = make_model(nodes, [("x", F, [8, side])], [("y", F, [1, 8, side])], [w, axes])
+    path = tmp_path / "inside.onnx"
+    path.write_bytes(model.SerializeToString())
+    graph = graphmem.load(path)
+    weights = load_weights(graph)
+    assert set(weights.in_memory) == {"w"}
+    by_name = {t.name: t for t in weights.model.graph.initializer}
+    assert not by_name["w"].raw_data and by_name["axes"].raw_data
+    assert {e.value for e in by_name["w"].external_data if e.key == "location"} == {IN_MEMORY}
+    assert np.array_equal(weights.values["w"], numpy_helper.to_array(w))
+    plan = graphmem.plan_graph(graph, []).plan
+    report = verify(plan, graph)
+    assert report.passed and report.whole_model_problem is None
+    assert report.whole_model and all(o.ok for o in report.whole_model)
