@@ -1,0 +1,65 @@
+"""Output for its readers: every user-facing line in words a deployment engineer reads,
+not the planner's internal field names; sizes in the unit that reads best."""
+from __future__ import annotations
+
+import re
+
+from graphmem.cli import main
+from graphmem.commands.pass_words import describe
+
+# the passes' internal report fields, which the summary must not print as such
+INTERNAL = ("file_peak", "match_range", "total_bytes", "share_bytes", "copy_bytes_saved",
+            "reordered", "method ", "greedy_by", "sunk helpers", "proven_optimal",
+            "lower_bound", "arena_with", "arena_without")
+
+
+def test_plan_summary_says_what_each_pass_did_in_words(tmp_cwd, capsys):
+    assert main(["plan", "shufflenet", "-o", "p.json"]) == 0
+    out = capsys.readouterr().out
+    rows = {ln.split("│")[1].strip(): ln.split("│")[4] for ln in out.splitlines()
+            if ln.startswith("│") and "pass " in ln.split("│")[1]}
+    assert set(rows) == {"pass reorder", "pass concat", "pass inplace", "pass share",
+                         "pass place"}
+    for field in INTERNAL:
+        assert field not in out, field
+    assert "exact search" in rows["pass reorder"] and "new order used" in rows["pass reorder"]
+    assert re.search(r"peak [\d.]+ MiB in the model's order, [\d.]+ MiB in the order found",
+                     rows["pass reorder"])
+    assert "Concat nodes built in place" in rows["pass concat"]
+    assert "ops write over its input" in rows["pass inplace"]
+    assert "placement: largest buffer first" in rows["pass place"]
+    # a size column in the unit that reads best, not always MiB
+    assert re.search(r"┃\s+size ┃", out) and "MiB ┃" not in out
+    assert re.search(r"│\s+-[\d.]+ KiB │", out)  # the reorder pass saved 220.50 KiB
+
+
+def test_describe_words_each_pass_and_keeps_unknown_fields():
+    assert describe("reorder", {"method": "floor", "file_peak": 7225344, "peak": 7225344,
+                                "bound": 7225344, "reordered": False}) == (
+        "the model's own order already meets the lowest peak any order can have, "
+        "peak 6.89 MiB, model's order kept")
+    assert describe("inplace", {"views": 1, "inplace": 1}) == (
+        "1 op writes over its input, 1 output shares its input's memory (a view)")
+    assert describe("share", {"blocks": 6, "match_range": 16, "total_bytes": 9838528}) == (
+        "6 shared storage blocks, 9.38 MiB in all (MXNet's pool; a buffer reuses a block "
+        "up to 16x its size)")
+    assert describe("concat", {"concats": 0, "slices": 0, "copy_bytes_saved": 0,
+                               "arena_with_concat": 10, "arena_without_concat": 8,
+                               "kept": False}) == (
+        "no Concat written in place, not used: the arena is smaller without it "
+        "(8 B against 10 B)")
+    # a field no words were written for is still shown, readably
+    assert describe("newpass", {"pad_bytes": 2048, "moves": 3}) == "pad bytes 2.00 KiB, moves 3"
+
+
+def test_training_peak_names_a_recomputed_layer_by_its_model_name():
+    """A recomputed copy (r:87.76) is named after the model's layer it recomputes,
+    never by the built graph's internal node name."""
+    from types import SimpleNamespace as NS
+
+    from graphmem.training.names import node_names
+    graph = NS(nodes=[NS(name="f:87", reads=(), outputs=("x",)),
+                      NS(name="r:87.76", reads=(), outputs=("x@rc.76",))],
+               weights={})
+    names = node_names(graph, {"f:87": "conv1"})
+    assert names == {"f:87": "conv1", "r:87.76": "conv1 (recomputed)"}
