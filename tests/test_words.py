@@ -63,3 +63,65 @@ def test_training_peak_names_a_recomputed_layer_by_its_model_name():
                weights={})
     names = node_names(graph, {"f:87": "conv1"})
     assert names == {"f:87": "conv1", "r:87.76": "conv1 (recomputed)"}
+
+
+# ---------------------------------------------------------------- progress through a pipe
+
+def test_probe_through_a_pipe_shows_progress_with_a_fraction_early():
+    """`graphmem probe | cat`: a progress line on stderr while it runs (it printed
+    nothing for its whole run), with the cases done of the total, the first of them
+    before the run is over (k < n) and before the table."""
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "graphmem", "probe", "--ops",
+                             "Relu,Add,Sub,Mul,Sigmoid,Tanh,Neg,Abs,Exp,Sqrt"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # blocks until the first line, or the end
+    rest_err = proc.stderr.read()
+    out = proc.stdout.read()
+    assert proc.wait(timeout=300) in (0, 1), rest_err
+    m = re.fullmatch(r"graphmem: probe: running each in-place kernel on ONNX Runtime "
+                     r"\(cpu\), (\d+) of (\d+) cases, (\d+) s\n", first)
+    assert m, first
+    assert int(m.group(1)) < int(m.group(2)), first
+    assert "in-place kernels on cpu" in out
+
+
+def test_progress_names_the_stage_of_how_many(monkeypatch, capsys):
+    import time
+
+    from graphmem.commands import progress
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    with progress.Progress("train", terminal=False, stages=3) as p:
+        p("reading the model")
+        time.sleep(0.15)
+        p("planning the step")
+        p.callback()("placement")
+        time.sleep(0.15)
+    lines = capsys.readouterr().err.splitlines()
+    assert any(ln.startswith("graphmem: train: stage 1 of 3: reading the model, ")
+               for ln in lines), lines
+    assert any(ln.startswith("graphmem: train: stage 2 of 3: planning the step, "
+                             "placement, ") for ln in lines), lines
+
+
+# ---------------------------------------------------------------- the zoo note
+
+def test_the_zoo_note_comes_first_and_quiet_silences_it(tmp_cwd, capfd):
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "graphmem", "plan", "squeezenet", "-o", "-"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0
+    err = run.stderr.splitlines()
+    assert "onnx's light copy of the Model Zoo graph" in err[0], err[:2]
+    assert "graphmem plan: squeezenet.onnx" in run.stderr  # the summary after it
+    # on one terminal-like stream (2>&1) the note comes before the plan's output
+    both = subprocess.run([sys.executable, "-m", "graphmem", "fit", "squeezenet",
+                           "--budget", "64MiB"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    lines = both.stdout.splitlines()
+    assert "light copy" in lines[0] and lines[1].startswith("batch "), lines
+    quiet = subprocess.run([sys.executable, "-m", "graphmem", "plan", "squeezenet", "-q",
+                            "-o", "p.json"], capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""

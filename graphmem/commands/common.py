@@ -41,6 +41,8 @@ def console(stderr: bool = False):
     """A rich Console for a command's tables: a terminal's own width, else
     :data:`FILE_WIDTH` (``graphmem probe > probe.txt`` keeps whole columns)."""
     from rich.console import Console
+    from graphmem.notes import release
+    release()  # the notes held so far come before the command's tables
     c = Console(stderr=stderr)
     return c if c.is_terminal else Console(stderr=stderr, width=FILE_WIDTH)
 
@@ -233,7 +235,8 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
     for a copy. Options a command's parser lacks take their defaults."""
     bound = parse_dims(args.dim) if dims is None else dict(dims)
     dim_default = getattr(args, "dim_default", None)
-    file = resolve(args.model, quiet=getattr(args, "json", False))
+    file = resolve(args.model, quiet=getattr(args, "json", False)
+                   or getattr(args, "quiet", False))
     path, optimized = file, None
     level = getattr(args, "ort_optimize", None)
     if level:

@@ -77,7 +77,7 @@ def run(args) -> int:
     for _, path in outputs:  # before the work: a bad output fails at once, none written
         check_output(path, inputs)
     from graphmem.commands.progress import Progress
-    with Progress("export") as progress:
+    with Progress("export", stages=1 + len(outputs)) as progress:
         progress("planning" if not args.plan else "reading the plan")
         source = model_source(args)
         view, graph = planned_view(args, source)

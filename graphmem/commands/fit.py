@@ -70,9 +70,12 @@ def search(args) -> dict:
     options = {**plan_options(args), "workspace_rule": rule, "threads": threads}
     parts: dict[int, dict] = {}
 
-    with Progress("fit") as progress:
+    with Progress("fit", stages=1) as progress:
+        progress("the largest batch under the budget, each batch planned")
+        part = progress.callback()
+
         def total_at(batch: int) -> int:
-            progress(f"planning batch {batch} (plan {len(parts) + 1})")
+            part(f"planning batch {batch} (plan {len(parts) + 1})")
             parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
             return parts[batch]["total_bytes"]
 
@@ -101,13 +104,14 @@ def search_training(args, budget: int) -> dict:
                             "convolution workspace")
     reports: dict[int, object] = {}
     source = model_source(args)  # once: each batch's step is built from the same file
-    with Progress("fit") as progress:
+    with Progress("fit", stages=1) as progress:
+        progress("the largest training batch under the budget, each step planned")
+
         def total_at(batch: int) -> int:
             step_args = Namespace(**{**vars(args), "batch": batch, "offload": False})
             # the step's own stages are named in this command's progress line
-            step = train_step(step_args, _Prefixed(progress, f"batch {batch} "
-                                                   f"(plan {len(reports) + 1}): "), None, 0,
-                              source=source)
+            step = train_step(step_args, progress.callback(
+                f"batch {batch} (plan {len(reports) + 1}): "), None, 0, source=source)
             reports[batch] = step["report"]
             return step_total(step["report"])
 
@@ -124,16 +128,6 @@ def search_training(args, budget: int) -> dict:
             "tried": [{"batch": b, "step_bytes": t, "fits": t <= budget}
                       for b, t in answer["probed"]],
             "probed": [b for b, _ in answer["probed"]]}
-
-
-class _Prefixed:
-    """A progress callback that puts ``prefix`` before every stage it is told."""
-
-    def __init__(self, progress, prefix: str):
-        self.progress, self.prefix = progress, prefix
-
-    def __call__(self, stage: str) -> None:
-        self.progress(self.prefix + stage)
 
 
 def run(args) -> int:

@@ -93,7 +93,9 @@ def build(args) -> dict:
         raise GraphmemError("--batch: every batch must be at least 1")
     dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
     rule, threads = workspace_from_args(args)
-    with Progress("report") as progress:
+    stages = 2 + sum(map(bool, (getattr(args, "ort_optimize", None), budget is not None, batches or dtypes,
+                                args.html)))
+    with Progress("report", stages=stages) as progress:
         progress("reading the model")
         source = batch_source(args)
         model = model_source(args, batch_dims(args, batches, source))
@@ -132,13 +134,16 @@ def build(args) -> dict:
             if batch is not None:
                 try:
                     batcher = make_batcher(model)
-                    out["fit"] = largest_batch(batcher, out["dtype"], budget, progress,
+                    progress("the largest batch under the budget, each batch planned")
+                    out["fit"] = largest_batch(batcher, out["dtype"], budget,
+                                               progress.callback(),
                                                workspace_rule=rule, threads=threads,
                                                **plan_options(args))
                 except GraphmemError as exc:  # no batch to grow: the report stands
                     batcher = None
                     out["fit"] = {"batch": None, "budget_bytes": budget, "error": str(exc)}
         if batches or dtypes:
+            progress("what if: each batch and dtype planned")
             batcher = batcher or make_batcher(model)
             out["batch"] = batcher.axis.size
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
@@ -166,8 +171,7 @@ def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options
     totals: dict[int, int] = {}
 
     def total_at(b: int) -> int:
-        progress(f"the largest batch under the budget: planning batch {b} "
-                 f"(plan {len(totals) + 1})")
+        progress(f"planning batch {b} (plan {len(totals) + 1})")
         totals[b] = footprint(with_float_dtype(batcher.graph(b), dtype),
                               **options)["total_bytes"]
         return totals[b]

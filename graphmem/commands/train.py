@@ -191,7 +191,7 @@ def run(args) -> int:
             check_output(out, [source.path])
     if args.save and args.html and args.save == args.html:
         raise GraphmemError("--save and --html name the same file")
-    with Progress("train") as progress:
+    with Progress("train", stages=train_stages(args)) as progress:
         step = train_step(args, progress, budget, offload_min, source=source)
         report = step["report"]
         inference = None
@@ -218,6 +218,15 @@ def run(args) -> int:
         print_report(out, args.model, report, step["names"])
         print_footprints(out, [f for f in (inference, data["footprint"]) if f], budget)
     return 0
+
+
+def train_stages(args) -> int:
+    """How many stages ``train`` names in its progress line (:func:`train_step`'s and
+    its own)."""
+    return 3 + sum(map(bool, (args.recompute not in (None, "none") or args.budget,
+                              getattr(args, "devices", 1) not in (None, 1)
+                              or getattr(args, "zero", 0),
+                              args.offload, args.inference, args.html)))
 
 
 def train_step(args, progress, budget: int | None, offload_min: int, *,

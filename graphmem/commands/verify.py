@@ -76,7 +76,8 @@ def _check_plan_names_model(plan, source, plan_file: str) -> None:
 def run(args) -> int:
     from graphmem.commands.progress import clear_early
     clear_early()  # the stages and the bar over the nodes show from here
-    with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
+    with Heartbeat(enabled=not Console(stderr=True).is_terminal,
+                   stages=2 if args.plan else 3) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"
             source = model_source(args)
