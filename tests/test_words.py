@@ -125,3 +125,11 @@ def test_the_zoo_note_comes_first_and_quiet_silences_it(tmp_cwd, capfd):
     quiet = subprocess.run([sys.executable, "-m", "graphmem", "plan", "squeezenet", "-q",
                             "-o", "p.json"], capture_output=True, text=True)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
+def test_place_help_states_the_search_budget_it_uses():
+    from graphmem.cli import build_parser
+    from graphmem.passes.placement.buffers import DEFAULT_NODES
+    text = build_parser(["place"]).commands.choices["place"].format_help()
+    assert f"(default {DEFAULT_NODES:,})" in " ".join(text.split())
+    assert "place_buffers" not in text

@@ -446,7 +446,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     if r.master_weight_bytes:
         add("master weights", r.master_weight_bytes,
             "float32 copy the optimizer updates (mixed precision)")
-    add("gradients", r.gradient_bytes, "graph outputs: inside the arena")
+    add("gradients", r.gradient_bytes, "the step's outputs, planned inside the arena")
     copies = OPTIMIZER_STATE.get(r.optimizer, 0)
     add("optimizer state", r.optimizer_bytes,
         f"{r.optimizer}: {copies} cop{'y' if copies == 1 else 'ies'} of the "
@@ -472,11 +472,12 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     elif e.get("bn") == "inference":
         add("  BatchNormalization", None, "inference form: frozen statistics (--bn inference)")
     add("planned arena", r.arena_bytes,
-        f"{r.nodes} nodes; order: {ORDER_WORDS.get(r.order, r.order)}")
+        f"{r.nodes:,} nodes; order: {ORDER_WORDS.get(r.order, r.order)}")
     if e.get("selective") not in (None, "none"):
         add("  cheap values recomputed", None,
-            f"{e['selective_recomputed']} forward values of {e['selective']} ops "
-            f"recomputed in backward from kept ones (arena without: "
+            f"{e['selective_recomputed']} forward values of "
+            f"{e['selective'].replace('+', ' and ')} ops recomputed in backward from kept "
+            f"ones (arena without: "
             f"{mib(e['selective_arena_bytes']['none'])})")
     none = e.get("unrecomputed")
     if none and (e.get("selective") not in (None, "none") or r.recompute_macs
@@ -500,7 +501,8 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
                 f"keeps all {mib(r.gradient_bytes)} live through the step")
         for h in peak["helpers"]:
             add(f"    {_named(h['op'], h['node'], names)}", h["bytes"],
-                f"output {'x'.join(map(str, h['shape']))}")
+                f"a helper of backward, live at the peak: shape "
+                f"{'x'.join(map(str, h['shape']))}")
     add("folded constants", r.constant_bytes,
         "computed from weights/constants only (transposes, zero fills)")
     if "offload_bytes" in e:

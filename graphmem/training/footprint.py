@@ -47,7 +47,7 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
                    f"activations made before backward starts, live {at}"),
               part("gradients", "gradients at the peak", kinds["gradients"], grads),
               part("backward", "backward's tensors", kinds["backward"],
-                   f"adjoints, transposed weights, masks live {at}"),
+                   f"gradients of activations, transposed weights, masks live {at}"),
               part("arena_rest", "rest of the arena", r.arena_bytes - sum(kinds.values()),
                    "bytes the placement leaves free at the peak")]
     return stack("training", title, parts, keep=("gradients",))

@@ -14,8 +14,10 @@ from graphmem.training.build import TrainingGraph
 
 # The orders plan_training tries, as a user reads them
 ORDER_WORDS = {
-    "sunk helpers": "each backward helper just before its first reader",
-    "sunk floating": "nodes that read no activation just before their first reader",
+    "sunk helpers": "backward's helper computations (weight transposes, masks) each run "
+                    "just before it is needed",
+    "sunk floating": "every computation that reads no activation run just before it is "
+                     "needed",
     "file": "the order onnx-ad built",
 }
 
