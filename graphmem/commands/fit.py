@@ -6,9 +6,7 @@ import json
 import sys
 from argparse import Namespace
 
-from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
-from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       model_source, plan_options)
 from graphmem.commands.progress import Progress
@@ -58,6 +56,8 @@ def add_parser(sub) -> None:
 
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
+    from graphmem.frontend.reader import read_model
+    from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
     budget = parse_bytes(args.budget, "--budget")
     if args.train:
         return search_training(args, budget)

@@ -5,18 +5,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphmem.pipeline import Result
 from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
                                       add_runtime_args, console, exported_arena, input_paths,
                                       load_graph, model_source, model_stem, plan_options,
                                       plan_source, shown)
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import read_model
 from graphmem.plan.io import check_output, write_all
 from graphmem.commands import ranges
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from graphmem.pipeline import Result
 
 
 def add_parser(sub) -> None:
@@ -86,6 +86,7 @@ def graph_files(model: Path, out: str) -> list[tuple[str, bytes]]:
     """The ONNX file ``out`` of the model file ``model`` (the graph planned), its weights
     read in: one file, or past protobuf's 2 GiB the model and ``out + ".weights"`` (its
     weights of EXTERNAL_MIN_BYTES or more, referred to by that name)."""
+    from graphmem.frontend.reader import read_model
     from graphmem.frontend.ort_optimize import EXTERNAL_MIN_BYTES
     proto = read_model(model, load_weights=True)
     if proto.ByteSize() < 2 ** 31 - 1:

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from rich.table import Table
-
 from graphmem.commands.common import shown
 from graphmem.errors import GraphmemError
 
@@ -36,6 +34,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from rich.table import Table
     from graphmem.core.ops import ELEMENTWISE, INPLACE_TABLES, PROBE_CANDIDATES, table_key
     from graphmem.verify.probe import (declared_by_runtime, declared_text, has_probe_model,
                                        summary)

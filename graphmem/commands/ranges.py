@@ -11,10 +11,7 @@ import sys
 from pathlib import Path
 
 from graphmem.errors import GraphmemError, PlanInvalid
-from graphmem.frontend.reader import load
-from graphmem.plan.graph_digest import graph_digest
 from graphmem.plan.io import check_output
-from graphmem.plan.validate import validate
 from graphmem.commands.common import (console, input_paths, model_source, model_stem,
                                       plan_options, shown, stages)
 from graphmem.commands.range_options import (add_range_args, at_binding, split_dims,  # noqa: F401
@@ -24,6 +21,7 @@ from graphmem.commands.range_options import (add_range_args, at_binding, split_d
 def _built(args):
     """The range plan of the command's model over its ``--dim`` box, proved; with the
     fixed dims and the loader at a binding."""
+    from graphmem.frontend.reader import load
     from graphmem.ranges.api import plan_range
     box, fixed, derived = split_dims(args.dim)
     if not box:
@@ -53,6 +51,8 @@ def _built(args):
 def run_plan(args) -> int:
     """``plan`` with a range of dims: the range plan, proved, written (or with ``--at``
     the plan at that binding, validated against the model loaded there)."""
+    from graphmem.plan.graph_digest import graph_digest
+    from graphmem.plan.validate import validate
     from graphmem.ranges.evaluate import evaluate, free_binding
     at = at_binding(args)
     ext = ".plan.json" if at else ".rangeplan.json"

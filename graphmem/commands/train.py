@@ -4,22 +4,21 @@ from __future__ import annotations
 import json
 import sys
 from argparse import Namespace
-
 from dataclasses import replace
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.commands.common import (ModelSource, add_model_args, console, model_source,
                                       shown)
-from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.plan.io import check_output
-from graphmem.plan.view import layer_label
 from graphmem.training.precision import PRECISIONS
+
+# rich, onnx and the planner are imported where they are used: building the parser
+# (``graphmem train --help``) needs none of them
+if TYPE_CHECKING:
+    from rich.console import Console
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -83,7 +82,7 @@ def add_step_args(p) -> None:
 
 def add_recompute_args(p) -> None:
     """What the step recomputes in backward (``train`` and ``fit --train``)."""
-    from graphmem.training.selective import CHOICES
+    from graphmem.commands.option_names import SELECTIVE_CHOICES as CHOICES
     p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default=None,
                    help="none: nothing recomputed (no checkpoints and no cheap values: "
                         "the step as written). sqrt: Chen et al. 2016 checkpoints, "
@@ -173,6 +172,7 @@ def recompute_choice(args) -> tuple[str, str]:
 
 
 def run(args) -> int:
+    from graphmem.commands.footprint_text import print_footprints
     recompute_choice(args)  # the options' conflicts, before the work
     trainable_choice(args)
     sharding_choice(args)
@@ -235,6 +235,7 @@ def train_step(args, progress, budget: int | None, offload_min: int, *,
     ``source`` (default: the command's model, :func:`model_source`): ``report`` (a
     TrainingReport, its ``batch`` the batch bound), ``tg``, ``graph``, ``result``,
     ``names`` (node name -> the name a user reads) and ``layers``."""
+    from graphmem.frontend.reader import read_model
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
@@ -339,10 +340,12 @@ def _title(step: dict) -> str:
 
 
 def _named(op, node, names: dict) -> str:
+    from graphmem.plan.view import layer_label
     return layer_label(op or "?", names.get(node, node) if node else "")
 
 
 def _peak_layer(peak: dict, names: dict) -> str:
+    from graphmem.plan.view import layer_label
     return layer_label(peak["op"], names.get(peak["node"], peak["node"]), peak["position"],
                        peak.get("node_index"))
 
@@ -350,6 +353,7 @@ def _peak_layer(peak: dict, names: dict) -> str:
 def inference_footprint(source: ModelSource, batch: int, precision: str) -> dict:
     """The inference footprint of ``source`` at ``batch`` (in half for a half or mixed
     precision), planned with the default passes."""
+    from graphmem.frontend.reader import read_model
     from graphmem.analysis.footprint import inference
     from graphmem.analysis.whatif import Batcher, footprint, with_float_dtype
     from graphmem.training.precision import STEP_DTYPE
@@ -569,6 +573,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
 
 
 def print_report(console: Console, model: str, r, names: dict | None = None) -> None:
+    from rich.table import Table
     t = Table(title=f"graphmem train: {shown(model)}, batch {r.batch}", header_style="bold")
     t.add_column("")
     t.add_column("size", justify="right")
