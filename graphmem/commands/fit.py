@@ -140,42 +140,44 @@ def run(args) -> int:
     if out.get("train"):
         print_training(out)
         return 0
-    gib = 2 ** 30
-    parts = "weights + arena" + (f" + {out['workspace_rule']} workspace"
+    from graphmem.analysis.footprint import format_bytes as size
+    parts = "weights + arena" + (f" + workspace ({out['workspace_rule']})"
                                  if out["includes_workspace"] else "")
     if out["batch"] == 0:
         print(f"even batch 1 does not fit: {parts} = {out['total_bytes']:,} bytes "
-                      f"({out['total_bytes'] / gib:.3f} GiB) > budget {out['budget_bytes']:,} "
-                      f"bytes ({out['budget_bytes'] / gib:.3f} GiB)")
+              f"({size(out['total_bytes'])}) > budget {out['budget_bytes']:,} bytes "
+              f"({size(out['budget_bytes'])})")
         return 0
     print(
         f"batch {out['batch']} fits ({out['dtype']}): {parts} = "
         f"{out['weight_bytes']:,} + {out['arena_bytes']:,}"
         + (f" + {out['workspace_bytes']:,}" if out["includes_workspace"] else "")
-        + f" = {out['total_bytes']:,} bytes ({out['total_bytes'] / gib:.3f} GiB) "
-        f"<= {out['budget_bytes']:,} ({out['budget_bytes'] / gib:.3f} GiB)")
+        + f" = {out['total_bytes']:,} bytes ({size(out['total_bytes'])}) "
+        f"<= {out['budget_bytes']:,} ({size(out['budget_bytes'])})")
     print(f"batch {out['batch'] + 1} would need {out['next_total_bytes']:,} bytes "
-                  f"({out['next_total_bytes'] / gib:.3f} GiB); {len(out['probed'])} plans made")
+          f"({size(out['next_total_bytes'])}, "
+          f"{out['next_total_bytes'] - out['budget_bytes']:,} bytes over); "
+          f"{len(out['probed'])} plans made")
     return 0
 
 
 def print_training(out: dict) -> None:
-    mib = 2 ** 20
+    from graphmem.analysis.footprint import format_bytes as size
     what = (f"{out['optimizer']}, {out['precision']}, recompute {out['recompute']}, "
             f"loss {out['loss']}")
     print("tried (each batch a planned training step):")
     for t in out["tried"]:
         print(f"  batch {t['batch']:>6}: step total {t['step_bytes']:>16,} bytes "
-              f"({t['step_bytes'] / mib:,.2f} MiB) {'fits' if t['fits'] else 'over'}")
+              f"({size(t['step_bytes'])}) {'fits' if t['fits'] else 'over'}")
     if out["batch"] == 0:
         print(f"even batch 1 does not fit ({what}): step total {out['total_bytes']:,} bytes "
-              f"({out['total_bytes'] / mib:,.2f} MiB) > budget {out['budget_bytes']:,} bytes")
+              f"({size(out['total_bytes'])}) > budget {out['budget_bytes']:,} bytes")
         return
     master = f" + {out['master_weight_bytes']:,}" if out["master_weight_bytes"] else ""
     print(f"training batch {out['batch']} fits ({what}): weights{' + master weights' if master else ''}"
           f" + optimizer state + constants + arena = {out['weight_bytes']:,}{master} + "
           f"{out['optimizer_bytes']:,} + {out['constant_bytes']:,} + {out['arena_bytes']:,} "
-          f"= {out['total_bytes']:,} bytes ({out['total_bytes'] / mib:,.2f} MiB) <= "
+          f"= {out['total_bytes']:,} bytes ({size(out['total_bytes'])}) <= "
           f"{out['budget_bytes']:,}")
     print(f"batch {out['batch'] + 1} would need {out['next_total_bytes']:,} bytes "
-          f"({out['next_total_bytes'] / mib:,.2f} MiB); {len(out['tried'])} steps planned")
+          f"({size(out['next_total_bytes'])}); {len(out['tried'])} steps planned")

@@ -198,7 +198,7 @@ svg{display:block;background:#fff}svg text{font-size:11px;fill:#444}
 #status{font-size:12px;color:#444;min-height:18px}
 #errors{color:#b00;white-space:pre-wrap}#errors:empty{display:none}
 td.name{max-width:34ch;overflow:hidden;text-overflow:ellipsis}#layers td.name{max-width:20ch}
-td.note{white-space:normal;min-width:24ch;max-width:80ch}
+td.note{white-space:normal;min-width:24ch;max-width:80ch;overflow-wrap:anywhere}
 .lines span{display:inline-block;margin-right:16px;font-size:12px}
 .lines svg{display:inline-block;vertical-align:-1px;margin-right:4px;background:none}
 """
