@@ -287,6 +287,12 @@ def count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+def macs_text(n: float) -> str:
+    """4.09 GMAC, 60 MAC."""
+    c = count(n)
+    return f"{c}MAC" if c[-1].isalpha() else f"{c} MAC"
+
+
 # What the runtime makes of quantized weights: measured with ONNX Runtime 1.31's CPU
 # provider on a QDQ network (its optimized model saved at each level): from level
 # extended on (the default is all) QDQ Conv/MatMul become QLinearConv/QLinearMatMul on
@@ -348,10 +354,10 @@ def print_breakdown(console: Console, data: dict) -> None:
     # an op without a MAC rule makes every MAC total, and the roofline time, a lower bound
     least = "at least " if t.get("macs_at_least") else ""
     table.add_row("MACs", f"{'>= ' if least else ''}{t['matrix_macs']:,}", "",
-                  f"{least}{count(t['matrix_macs'])}MAC in matrix ops (Conv, Gemm, MatMul, "
+                  f"{least}{macs_text(t['matrix_macs'])} in matrix ops (Conv, Gemm, MatMul, "
                   "attention, ...: PyTorch's FlopCounterMode / 2)")
     table.add_row("  all ops", f"{'>= ' if least else ''}{t['macs']:,}", "",
-                  f"{least}{count(t['macs'])}MAC with element-wise, pooling, normalisation")
+                  f"{least}{macs_text(t['macs'])} with element-wise, pooling, normalisation")
     if t["macs_unknown_ops"]:
         table.add_row("  no MAC rule", "", "",
                       f"{', '.join(map(shown, t['macs_unknown_ops']))}: the MACs and the "
