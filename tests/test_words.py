@@ -133,3 +133,20 @@ def test_place_help_states_the_search_budget_it_uses():
     text = build_parser(["place"]).commands.choices["place"].format_help()
     assert f"(default {DEFAULT_NODES:,})" in " ".join(text.split())
     assert "place_buffers" not in text
+
+
+# ---------------------------------------------------------------- HTML axes
+
+def test_range_report_plots_bytes_on_a_linear_dim_axis():
+    """report --dim seq=1..4096 --html: a dim's axis is linear (a log axis made memory
+    that grows linearly look explosive), its ticks round, the bytes axis in one unit."""
+    from graphmem.commands.ranges_html import _plot, _size_ticks, _ticks
+    assert _ticks(1, 4096) == [1, 1000, 2000, 3000, 4096]
+    assert _size_ticks(8.6 * 2 ** 20) == [k * 2 * 2 ** 20 for k in range(5)]
+    rows = [{"seq": s, "arena": 1000 * s} for s in (1, 64, 1024, 2048, 4096)]
+    svg = _plot(rows, "seq", {}, None)
+    assert "log scale" not in svg
+    xs = [float(v) for v in re.findall(r"[ML](-?[\d.]+),", svg)]
+    # equal steps of seq are equal steps of x: 2048 halfway between 0 and 4096's ends
+    assert abs((xs[3] - xs[0]) - (xs[4] - xs[3])) < 0.5 + (xs[4] - xs[0]) * 1 / 4095
+    assert ">4,096</text>" in svg and "MiB</text>" in svg
