@@ -184,7 +184,8 @@ def print_report(console: Console, r: VerifyReport) -> None:
     from rich.table import Table
     console.print(f"[bold]graphmem verify[/]: {shown(r.model)}")
     console.print(f"provider      {r.provider}")
-    console.print(f"arena         {r.arena_bytes:,} bytes ({r.arena_bytes / 2**20:,.2f} MiB)")
+    from graphmem.analysis.footprint import format_bytes
+    console.print(f"arena         {r.arena_bytes:,} bytes ({format_bytes(r.arena_bytes)})")
     if r.problems:
         console.print("[red]FAIL[/]: the plan breaks the rules of graphmem.plan/1:")
         for p in r.problems:
