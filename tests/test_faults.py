@@ -4,7 +4,6 @@ are budgeted before onnx's inference inlines them."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -168,9 +167,7 @@ def test_a_broken_pipe_is_one_line_and_verify_keeps_its_verdict(tmp_path, comman
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()  # the reader goes away before anything is written (| head)
     _, err = proc.communicate(timeout=120)
-    # a run past a second also says what it is doing, on lines of their own
-    progress = re.compile(rf"graphmem: {command}: .+, \d+ s")
-    lines = [ln for ln in err.strip().splitlines() if not progress.fullmatch(ln)]
+    lines = err.strip().splitlines()
     assert lines == ["graphmem: cannot write the output to stdout: its reader closed "
                      "the pipe"], err
     assert proc.returncode == (0 if command == "verify" else 74)

@@ -71,11 +71,14 @@ def test_probe_through_a_pipe_shows_progress_with_a_fraction_early():
     """`graphmem probe | cat`: a progress line on stderr while it runs (it printed
     nothing for its whole run), with the cases done of the total, the first of them
     before the run is over (k < n) and before the table."""
+    import os
     import subprocess
     import sys
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHMEM_PROGRESS_AFTER"}
     proc = subprocess.Popen([sys.executable, "-m", "graphmem", "probe", "--ops",
                              "Relu,Add,Sub,Mul,Sigmoid,Tanh,Neg,Abs,Exp,Sqrt"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
     first = proc.stderr.readline()  # blocks until the first line, or the end
     rest_err = proc.stderr.read()
     out = proc.stdout.read()
@@ -150,3 +153,20 @@ def test_range_report_plots_bytes_on_a_linear_dim_axis():
     # equal steps of seq are equal steps of x: 2048 halfway between 0 and 4096's ends
     assert abs((xs[3] - xs[0]) - (xs[4] - xs[3])) < 0.5 + (xs[4] - xs[0]) * 1 / 4095
     assert ">4,096</text>" in svg and "MiB</text>" in svg
+
+
+def test_models_says_what_the_zoo_graphs_are_before_the_list(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("light") < out.index("resnet50")
+    assert main(["models", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "light\" copies" not in out and "resnet50" in out
+
+
+def test_the_first_progress_line_comes_after_a_second_unless_told(monkeypatch):
+    from graphmem.commands import progress
+    monkeypatch.delenv("GRAPHMEM_PROGRESS_AFTER", raising=False)
+    assert progress.first_line_after() == 1.0
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "30")
+    assert progress.first_line_after() == 30.0

@@ -9,6 +9,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("models", help="list the Model Zoo graphs that ship with onnx",
                        description="List the zoo graphs; any command takes their names.")
     p.add_argument("--write", metavar="DIR", help="copy them into DIR as <name>.onnx")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="the list alone, without the note on what these graphs are")
     p.set_defaults(func=run)
 
 
@@ -29,7 +31,8 @@ def run(args) -> int:
             console.print(f"wrote {path}")
         return 0
     import onnx
-    console.print(LIGHT_NOTE, highlight=False)  # what these are, before the list
+    if not args.quiet:
+        console.print(LIGHT_NOTE, highlight=False)  # what these are, before the list
     table = Table(title="Model Zoo graphs shipped with onnx", header_style="bold")
     for col in ("name", "nodes", "opset", "file"):
         table.add_column(col)

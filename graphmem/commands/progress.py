@@ -26,6 +26,20 @@ from typing import Callable
 FIRST_LINE_AFTER = 1.0
 PROGRESS_EVERY = 10.0
 CHANGE_EVERY = 1.0
+# GRAPHMEM_PROGRESS_AFTER=SECONDS in the environment moves the first line (a log that
+# should hold only the result and the errors: a large value); the tests of error
+# lines set it, so that how many lines a failing command writes does not depend on
+# how loaded the machine is
+AFTER_VARIABLE = "GRAPHMEM_PROGRESS_AFTER"
+
+
+def first_line_after() -> float:
+    """Seconds into the command before the first line through a pipe."""
+    import os
+    try:
+        return float(os.environ[AFTER_VARIABLE])
+    except (KeyError, ValueError):
+        return FIRST_LINE_AFTER
 
 _ACTIVE: ContextVar["Progress | None"] = ContextVar("graphmem_progress", default=None)
 _EARLY: ContextVar[bool] = ContextVar("graphmem_early_line", default=False)
@@ -180,7 +194,7 @@ class Progress:
     def _beat(self) -> None:
         every = max(PROGRESS_EVERY, 0.0)
         tick = min(0.25, every) or 0.01
-        first = min(FIRST_LINE_AFTER, every)
+        first = min(first_line_after(), every)
         said, said_at = None, 0.0
         while not self._stop.wait(tick):
             now = self.seconds
