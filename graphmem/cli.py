@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         interrupts.deliver(_held)
         guard = streams.guard()
         notes.clear()
-        from graphmem.commands.progress import clear_early, early
+        guard.stdout.before_first_write = notes.release  # the notes come before the output
+        from graphmem.commands.progress import early
         early(next((a for a in argv if not a.startswith("-")), None))
         with interrupts.deferred():  # the command's modules load here
             args = _parse(argv)
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         notes.drop()  # flushed above on success; dropped on every other way out
         if "graphmem.commands.progress" in sys.modules:
-            sys.modules["graphmem.commands.progress"].clear_early()
+            sys.modules["graphmem.commands.progress"].ended()
         _remove_temporaries()
         if guard is not None:
             guard.restore()

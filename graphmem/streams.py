@@ -31,6 +31,7 @@ class Guarded(io.TextIOBase):
         self._fd = fd
         self.fault = fault
         self.written = False  # anything was written (a closed stdout is a fault then)
+        self.before_first_write = None  # called once, before the first text is written
 
     def _failed(self, exc: BaseException) -> None:
         if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
@@ -42,8 +43,10 @@ class Guarded(io.TextIOBase):
         _to_null(self._fd)
 
     def write(self, text) -> int:
-        if text:
+        if text and not self.written:
             self.written = True
+            if self.before_first_write is not None:
+                self.before_first_write()
         if self.fault is None:
             try:
                 self._stream.write(text)

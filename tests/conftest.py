@@ -1,8 +1,18 @@
 """Shared helpers for graphmem's tests: tiny ONNX graphs built by hand."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from onnx import TensorProto, helper
+
+# A command at work past a second writes progress lines on stderr through a pipe
+# (graphmem/commands/progress.py). The many tests of the one line a failing command
+# writes run with the first such line an hour away, in this process and the commands
+# it starts, so that their count does not depend on how loaded the machine is; the
+# tests of the progress lines themselves take the variable out (tests/test_words.py)
+# or set their own timings.
+os.environ.setdefault("GRAPHMEM_PROGRESS_AFTER", "3600")
 
 import graphmem
 from graphmem.frontend.reader import from_model

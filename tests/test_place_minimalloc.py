@@ -104,7 +104,7 @@ def test_does_not_fit_is_proven(tmp_path, capsys):
     # three buffers pairwise live at once: 24 bytes at least (the max-live floor)
     f.write_text("id,lower,upper,size\n0,0,3,8\n1,1,4,8\n2,2,5,8\n")
     assert main(["place", str(f), "--capacity", "23"]) == 1
-    assert "does not fit in 23 bytes (proven by the max-live floor 24)" in capsys.readouterr().err
+    assert "does not fit in 23 bytes (proven: 24 bytes are live at once)" in capsys.readouterr().err
     # above the floor but proven by the search: a chain whose floor is 2 but needs 3
     #   a [0,2) 1, b [1,3) 1, c [2,4) 1 ... live pairs only: floor 2, and it fits in 2
     out = tmp_path / "out.csv"

@@ -17,8 +17,8 @@ def print_bounded(console, report) -> None:
     for line in counts[:ROWS]:
         console.print(f"count         {shown(line)}", highlight=False, soft_wrap=True)
     if len(counts) > ROWS:
-        console.print(f"count         ... and {len(counts) - ROWS:,} more symbols "
-                      f"(graphmem.verify.bounded.count_lines lists them all)")
+        console.print(f"count         ... and {len(counts) - ROWS:,} more sizes that "
+                      f"depend on the data")
     console.print(f"bounded       {len(report.bounded)} tensors ran with the sizes the "
                   "data gave, each in the first bytes of its slot:")
     # the largest planned first: where the bounds cost the most
@@ -61,7 +61,8 @@ def bounded_row(plan) -> tuple[str, str, str, str]:
             f"{len(b)} {op} (each <= {b[0]:,})" for op, b in by_op.items())
     share = 100 * s["arena_bytes_covered"] / plan.arena_bytes if plan.arena_bytes else 0.0
     covered = s["arena_bytes_covered"]
-    return ("bounded", f"{covered:,}", f"{covered / 2**20:,.2f} MiB",
+    from graphmem.analysis.footprint import format_bytes
+    return ("bounded", f"{covered:,}", format_bytes(covered),
             shown(f"{share:.1f}% of the arena holds one of {s['tensors']} tensors planned at "
                   f"a bound ({s['slot_bytes']:,} B of slots): {symbols}"))
 

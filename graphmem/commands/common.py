@@ -7,19 +7,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
+from graphmem.commands.option_names import (DEFAULT_PASS_NAMES as DEFAULT_PASSES,
+                                             PASS_NAMES as PASSES,
+                                             STRATEGY_NAMES as STRATEGIES)
 from graphmem.errors import GraphmemError, printable
 from graphmem.frontend.dim_expressions import is_expression
-from graphmem.frontend.reader import load
-from graphmem.passes.registry import DEFAULT_PASSES, PASSES
-from graphmem.passes.placement.search import STRATEGIES
-from graphmem.pipeline import Result, plan_graph
 from graphmem.plan.format import Plan
 from graphmem.frontend.zoo import resolve
 from graphmem.core.records import record
-from graphmem.planning.target import InplaceTable
 
+# the loader, the planner and the in-place tables (numpy, onnx) are imported where they
+# are used: building the parser (``graphmem --help``) needs none of them
 if TYPE_CHECKING:
     from graphmem.frontend.ort_optimize import Optimized
+    from graphmem.pipeline import Result
+    from graphmem.planning.target import InplaceTable
 
 
 
@@ -41,6 +43,8 @@ def console(stderr: bool = False):
     """A rich Console for a command's tables: a terminal's own width, else
     :data:`FILE_WIDTH` (``graphmem probe > probe.txt`` keeps whole columns)."""
     from rich.console import Console
+    from graphmem.notes import release
+    release()  # the notes held so far come before the command's tables
     c = Console(stderr=stderr)
     return c if c.is_terminal else Console(stderr=stderr, width=FILE_WIDTH)
 
@@ -105,7 +109,8 @@ def add_pass_args(p: argparse.ArgumentParser) -> None:
                    help="time limit of --placement optimal (default 10)")
     p.add_argument("--alignment", type=int, default=64, metavar="BYTES",
                    help="offset alignment in bytes (default 64)")
-    p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
+    from graphmem.commands.option_names import PROVIDER_NAMES
+    p.add_argument("--provider", choices=list(PROVIDER_NAMES), default="cpu",
                    help="ONNX Runtime execution provider the plan is for: its in-place "
                         "table decides which kernels may overwrite their input (default "
                         "cpu; see `graphmem probe`)")
@@ -210,6 +215,7 @@ class ModelSource:
         (default: the source's), with ``--dim-default`` unless ``dim_default`` is False
         (a saved plan's bindings are complete), its data-dependent sizes at ``bounds``
         (default: the source's ``--bound`` values; a saved plan's are its own)."""
+        from graphmem.frontend.reader import load
         return load(self.path, self.dims if dims is None else dims,
                     dim_default=self.dim_default if dim_default else None,
                     bounds=(self.bounds if bounds is None else bounds) or None)
@@ -233,7 +239,8 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
     for a copy. Options a command's parser lacks take their defaults."""
     bound = parse_dims(args.dim) if dims is None else dict(dims)
     dim_default = getattr(args, "dim_default", None)
-    file = resolve(args.model, quiet=getattr(args, "json", False))
+    file = resolve(args.model, quiet=getattr(args, "json", False)
+                   or getattr(args, "quiet", False))
     path, optimized = file, None
     level = getattr(args, "ort_optimize", None)
     if level:
@@ -256,6 +263,8 @@ def exported_arena(source: ModelSource, options: dict) -> dict:
     or why it does not plan (``error``: the graph ONNX Runtime runs may plan where the
     model as given does not)."""
     try:
+        from graphmem.frontend.reader import load
+        from graphmem.pipeline import plan_graph
         graph = load(source.file, source.dims, dim_default=source.dim_default)
         result = plan_graph(graph, **options, model_name=Path(source.given).name,
                             bindings=graph.bindings)
@@ -332,6 +341,7 @@ def plan_options(args, *, warn: bool = True) -> dict:
 
 def inplace_table(args) -> InplaceTable:
     """The in-place table the command's ``--provider`` and ``--inplace-table`` name."""
+    from graphmem.planning.target import InplaceTable
     return InplaceTable(getattr(args, "provider", "cpu"),
                         getattr(args, "inplace_table", "default"))
 
@@ -355,6 +365,7 @@ def plan_source(args, source: ModelSource, graph=None) -> Result:
     if graph is None:
         graph, _ = load_graph(args, source)
     with stages(args) as stage:
+        from graphmem.pipeline import plan_graph
         return plan_graph(graph, **plan_options(args), model_name=source.plan_name,
                           bindings=graph.bindings, progress=stage)
 

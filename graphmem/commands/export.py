@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from graphmem.errors import GraphmemError
-from graphmem.core.ir import Graph
-from graphmem.frontend.protos import one_line
-from graphmem.frontend.reader import load, read_model
-from graphmem.pipeline import plan_graph
 from graphmem.plan.format import Plan
 from graphmem.plan.io import check_output, write_all
-from graphmem.plan.view import PlanView, build, check_plan_fits
 from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
                                       add_runtime_args, input_paths, model_source,
                                       plan_options, read_plan)
 from graphmem.commands import range_options as ranges
 
+# onnx, the loader and the planner are imported where they are used: building the
+# parser (``graphmem export --help``) needs none of them
+if TYPE_CHECKING:
+    from graphmem.core.ir import Graph
+    from graphmem.plan.view import PlanView
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -77,7 +76,7 @@ def run(args) -> int:
     for _, path in outputs:  # before the work: a bad output fails at once, none written
         check_output(path, inputs)
     from graphmem.commands.progress import Progress
-    with Progress("export") as progress:
+    with Progress("export", stages=1 + len(outputs)) as progress:
         progress("planning" if not args.plan else "reading the plan")
         source = model_source(args)
         view, graph = planned_view(args, source)
@@ -129,6 +128,8 @@ def planned_view(args, source: ModelSource) -> tuple[PlanView, Graph]:
     """``source`` planned with the command's options (:func:`plan_options`: the
     defaults where its parser has none), or its saved ``--plan`` checked against it, as
     a view."""
+    from graphmem.pipeline import plan_graph
+    from graphmem.plan.view import build, check_plan_fits
     saved = getattr(args, "plan", None)
     ranged = ranges.evaluated(args, source)  # a range plan, at --at/--dim
     if saved:
@@ -150,12 +151,14 @@ def annotate_model(view: PlanView, graph: Graph, raise_ir_version: bool = False,
                    load_weights: bool = False) -> onnx.ModelProto:
     """The model of ``graph`` annotated with ``view``'s plan; ``load_weights``: with the
     weights it keeps in external files read into it."""
+    from graphmem.frontend.reader import read_model
     from graphmem.export.annotate import annotate
     return annotate(read_model(graph.model_path, load_weights=load_weights), view, graph,
                     raise_ir_version=raise_ir_version)
 
 
 def _serialized(model: onnx.ModelProto, out: str) -> bytes:
+    from graphmem.frontend.protos import one_line
     try:
         return model.SerializeToString()
     except ValueError as exc:  # protobuf refuses a message over 2 GiB
@@ -165,6 +168,7 @@ def _serialized(model: onnx.ModelProto, out: str) -> bytes:
 
 def _check_external_data(model: onnx.ModelProto, model_path: str, out: str) -> None:
     """Weights in external files are referenced by relative path: keep them reachable."""
+    import onnx
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     src, dst = Path(model_path).resolve().parent, Path(out).resolve().parent
     if external and src != dst:
@@ -174,6 +178,8 @@ def _check_external_data(model: onnx.ModelProto, model_path: str, out: str) -> N
 
 
 def _extract(args) -> int:
+    from graphmem.frontend.reader import load
+    from graphmem.plan.view import check_plan_fits
     if args.model or args.annotated or args.html or args.graphml or args.plan:
         raise GraphmemError("--plan-from only extracts a plan; to export from a saved plan "
                             "use MODEL --plan ANNOTATED.onnx")

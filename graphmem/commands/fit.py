@@ -6,9 +6,7 @@ import json
 import sys
 from argparse import Namespace
 
-from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
-from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       model_source, plan_options)
 from graphmem.commands.progress import Progress
@@ -58,6 +56,8 @@ def add_parser(sub) -> None:
 
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
+    from graphmem.frontend.reader import read_model
+    from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
     budget = parse_bytes(args.budget, "--budget")
     if args.train:
         return search_training(args, budget)
@@ -70,9 +70,12 @@ def search(args) -> dict:
     options = {**plan_options(args), "workspace_rule": rule, "threads": threads}
     parts: dict[int, dict] = {}
 
-    with Progress("fit") as progress:
+    with Progress("fit", stages=1) as progress:
+        progress("the largest batch under the budget, each batch planned")
+        part = progress.callback()
+
         def total_at(batch: int) -> int:
-            progress(f"planning batch {batch} (plan {len(parts) + 1})")
+            part(f"planning batch {batch} (plan {len(parts) + 1})")
             parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
             return parts[batch]["total_bytes"]
 
@@ -101,13 +104,14 @@ def search_training(args, budget: int) -> dict:
                             "convolution workspace")
     reports: dict[int, object] = {}
     source = model_source(args)  # once: each batch's step is built from the same file
-    with Progress("fit") as progress:
+    with Progress("fit", stages=1) as progress:
+        progress("the largest training batch under the budget, each step planned")
+
         def total_at(batch: int) -> int:
             step_args = Namespace(**{**vars(args), "batch": batch, "offload": False})
             # the step's own stages are named in this command's progress line
-            step = train_step(step_args, _Prefixed(progress, f"batch {batch} "
-                                                   f"(plan {len(reports) + 1}): "), None, 0,
-                              source=source)
+            step = train_step(step_args, progress.callback(
+                f"batch {batch} (plan {len(reports) + 1}): "), None, 0, source=source)
             reports[batch] = step["report"]
             return step_total(step["report"])
 
@@ -126,16 +130,6 @@ def search_training(args, budget: int) -> dict:
             "probed": [b for b, _ in answer["probed"]]}
 
 
-class _Prefixed:
-    """A progress callback that puts ``prefix`` before every stage it is told."""
-
-    def __init__(self, progress, prefix: str):
-        self.progress, self.prefix = progress, prefix
-
-    def __call__(self, stage: str) -> None:
-        self.progress(self.prefix + stage)
-
-
 def run(args) -> int:
     if ranges.wanted(args):  # --dim past_seq=1..8192: from the range plan's formulas
         return ranges.run_fit(args)
@@ -146,42 +140,44 @@ def run(args) -> int:
     if out.get("train"):
         print_training(out)
         return 0
-    gib = 2 ** 30
-    parts = "weights + arena" + (f" + {out['workspace_rule']} workspace"
+    from graphmem.analysis.footprint import format_bytes as size
+    parts = "weights + arena" + (f" + workspace ({out['workspace_rule']})"
                                  if out["includes_workspace"] else "")
     if out["batch"] == 0:
         print(f"even batch 1 does not fit: {parts} = {out['total_bytes']:,} bytes "
-                      f"({out['total_bytes'] / gib:.3f} GiB) > budget {out['budget_bytes']:,} "
-                      f"bytes ({out['budget_bytes'] / gib:.3f} GiB)")
+              f"({size(out['total_bytes'])}) > budget {out['budget_bytes']:,} bytes "
+              f"({size(out['budget_bytes'])})")
         return 0
     print(
         f"batch {out['batch']} fits ({out['dtype']}): {parts} = "
         f"{out['weight_bytes']:,} + {out['arena_bytes']:,}"
         + (f" + {out['workspace_bytes']:,}" if out["includes_workspace"] else "")
-        + f" = {out['total_bytes']:,} bytes ({out['total_bytes'] / gib:.3f} GiB) "
-        f"<= {out['budget_bytes']:,} ({out['budget_bytes'] / gib:.3f} GiB)")
+        + f" = {out['total_bytes']:,} bytes ({size(out['total_bytes'])}) "
+        f"<= {out['budget_bytes']:,} ({size(out['budget_bytes'])})")
     print(f"batch {out['batch'] + 1} would need {out['next_total_bytes']:,} bytes "
-                  f"({out['next_total_bytes'] / gib:.3f} GiB); {len(out['probed'])} plans made")
+          f"({size(out['next_total_bytes'])}, "
+          f"{out['next_total_bytes'] - out['budget_bytes']:,} bytes over); "
+          f"{len(out['probed'])} plans made")
     return 0
 
 
 def print_training(out: dict) -> None:
-    mib = 2 ** 20
+    from graphmem.analysis.footprint import format_bytes as size
     what = (f"{out['optimizer']}, {out['precision']}, recompute {out['recompute']}, "
             f"loss {out['loss']}")
     print("tried (each batch a planned training step):")
     for t in out["tried"]:
         print(f"  batch {t['batch']:>6}: step total {t['step_bytes']:>16,} bytes "
-              f"({t['step_bytes'] / mib:,.2f} MiB) {'fits' if t['fits'] else 'over'}")
+              f"({size(t['step_bytes'])}) {'fits' if t['fits'] else 'over'}")
     if out["batch"] == 0:
         print(f"even batch 1 does not fit ({what}): step total {out['total_bytes']:,} bytes "
-              f"({out['total_bytes'] / mib:,.2f} MiB) > budget {out['budget_bytes']:,} bytes")
+              f"({size(out['total_bytes'])}) > budget {out['budget_bytes']:,} bytes")
         return
     master = f" + {out['master_weight_bytes']:,}" if out["master_weight_bytes"] else ""
     print(f"training batch {out['batch']} fits ({what}): weights{' + master weights' if master else ''}"
           f" + optimizer state + constants + arena = {out['weight_bytes']:,}{master} + "
           f"{out['optimizer_bytes']:,} + {out['constant_bytes']:,} + {out['arena_bytes']:,} "
-          f"= {out['total_bytes']:,} bytes ({out['total_bytes'] / mib:,.2f} MiB) <= "
+          f"= {out['total_bytes']:,} bytes ({size(out['total_bytes'])}) <= "
           f"{out['budget_bytes']:,}")
     print(f"batch {out['batch'] + 1} would need {out['next_total_bytes']:,} bytes "
-          f"({out['next_total_bytes'] / mib:,.2f} MiB); {len(out['tried'])} steps planned")
+          f"({size(out['next_total_bytes'])}); {len(out['tried'])} steps planned")

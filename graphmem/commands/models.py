@@ -1,11 +1,7 @@
 """``graphmem models``: list the Model Zoo graphs shipped with onnx; ``--write DIR``."""
 from __future__ import annotations
 
-from rich.table import Table
-
 from graphmem.commands.common import console as wide_console
-
-from graphmem.frontend.reader import onnx_opset
 from graphmem.frontend.zoo import ZOO, write_all, zoo_path
 
 
@@ -13,6 +9,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("models", help="list the Model Zoo graphs that ship with onnx",
                        description="List the zoo graphs; any command takes their names.")
     p.add_argument("--write", metavar="DIR", help="copy them into DIR as <name>.onnx")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="the list alone, without the note on what these graphs are")
     p.set_defaults(func=run)
 
 
@@ -25,14 +23,17 @@ LIGHT_NOTE = ("These are onnx's \"light\" copies of the Model Zoo networks: ever
 
 
 def run(args) -> int:
+    from rich.table import Table
+    from graphmem.frontend.reader import onnx_opset
     console = wide_console()
     if args.write:
         for path in write_all(args.write):
             console.print(f"wrote {path}")
         return 0
     import onnx
-    table = Table(title="Model Zoo graphs shipped with onnx", header_style="bold",
-                  caption=LIGHT_NOTE)
+    if not args.quiet:
+        console.print(LIGHT_NOTE, highlight=False)  # what these are, before the list
+    table = Table(title="Model Zoo graphs shipped with onnx", header_style="bold")
     for col in ("name", "nodes", "opset", "file"):
         table.add_column(col)
     for name in ZOO:

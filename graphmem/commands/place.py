@@ -40,7 +40,8 @@ def add_parser(sub) -> None:
     p.add_argument("--alignment", type=int, default=1, metavar="N",
                    help="every offset a multiple of N (default 1)")
     p.add_argument("--nodes", type=int, default=None, metavar="N",
-                   help="the search's node budget (default: place_buffers's)")
+                   help="how many steps the search may take before it stops with the best "
+                        "placement found (default 600,000)")
     p.set_defaults(func=run)
 
 
@@ -175,9 +176,9 @@ def run(args) -> int:
     got = place_buffers(cols["size"], cols["lower"], cols["upper"], cap, args.alignment,
                         DEFAULT_NODES if args.nodes is None else args.nodes)
     if got.status != search.FITS:
-        why = ("proven" + (" by the max-live floor " + f"{got.floor:,}"
+        why = ("proven" + (f": {got.floor:,} bytes are live at once"
                            if got.floor > cap else " by a complete search")
-               if got.proven else f"undecided after {got.nodes:,} search nodes")
+               if got.proven else f"undecided after {got.nodes:,} search steps")
         print(f"graphmem: {args.records}: does not fit in {cap:,} bytes ({why})"
               if got.proven else
               f"graphmem: {args.records}: no placement within {cap:,} bytes found ({why})",
@@ -189,10 +190,16 @@ def run(args) -> int:
         write_atomic(args.output, text, inputs=[args.records])
     else:
         sys.stdout.write(text)
-    proof = ("proven optimal" if got.proven else f"at least {got.lower_bound:,} bytes") \
-        if cap is None else f"within {cap:,}"
-    print(f"placed {len(rows):,} buffers: arena {got.total:,} bytes ({proof}; max-live floor "
-          f"{got.floor:,}; by {got.method}, {got.nodes:,} search nodes)", file=sys.stderr)
+    from graphmem.commands.pass_words import size, strategy_words
+    proof = ("proven optimal: no smaller arena exists" if got.proven else
+             f"the smallest possible is at least {got.lower_bound:,} bytes") \
+        if cap is None else f"within the capacity of {cap:,}"
+    shown_size = f"{size(got.total)}; " if got.total >= 1024 else ""
+    print(f"placed {len(rows):,} buffers: arena {got.total:,} bytes ({shown_size}"
+          f"{proof}; at most {got.floor:,} bytes are live at once; found by "
+          f"{strategy_words(got.method)}"
+          + (f" after {got.nodes:,} search steps" if got.nodes else "") + ")",
+          file=sys.stderr)
     return 0
 
 

@@ -5,18 +5,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphmem.pipeline import Result
 from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args,
                                       add_runtime_args, console, exported_arena, input_paths,
                                       load_graph, model_source, model_stem, plan_options,
                                       plan_source, shown)
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import read_model
 from graphmem.plan.io import check_output, write_all
 from graphmem.commands import ranges
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from graphmem.pipeline import Result
 
 
 def add_parser(sub) -> None:
@@ -86,6 +86,7 @@ def graph_files(model: Path, out: str) -> list[tuple[str, bytes]]:
     """The ONNX file ``out`` of the model file ``model`` (the graph planned), its weights
     read in: one file, or past protobuf's 2 GiB the model and ``out + ".weights"`` (its
     weights of EXTERNAL_MIN_BYTES or more, referred to by that name)."""
+    from graphmem.frontend.reader import read_model
     from graphmem.frontend.ort_optimize import EXTERNAL_MIN_BYTES
     proto = read_model(model, load_weights=True)
     if proto.ByteSize() < 2 ** 31 - 1:
@@ -104,7 +105,9 @@ def graph_files(model: Path, out: str) -> list[tuple[str, bytes]]:
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.2f} MiB"
+    """A size in the unit that reads best (``6.89 MiB``, ``784.00 KiB``)."""
+    from graphmem.analysis.footprint import format_bytes
+    return format_bytes(n)
 
 
 def runtime_summary(source: ModelSource, options: dict) -> dict | None:
@@ -129,7 +132,7 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
                   header_style="bold")
     table.add_column("", style="bold")
     table.add_column("bytes", justify="right")
-    table.add_column("MiB", justify="right")
+    table.add_column("size", justify="right")
     table.add_column("note")
     table.add_row("nodes", str(len(plan.order)), "",
                   f"{graph.node_count} in the file, {len(graph.folded_nodes)} folded")
@@ -185,18 +188,23 @@ def print_summary(console: Console, result: Result, load_seconds: float, written
 
 
 def pass_note(report, plan) -> str:
-    """What a pass's report says, as ``key value`` pairs; the exact placement's bound and
-    gap are those of the arena the plan reports (:func:`placement_bound`)."""
+    """What a pass did, in words (:func:`~graphmem.commands.pass_words.describe`); the
+    exact placement's bound and gap are those of the arena the plan reports
+    (:func:`placement_bound`)."""
+    from graphmem.commands.pass_words import describe, size
     detail = dict(report.detail)
-    extra = ""
+    note = describe(report.name, detail)
     if "proven_optimal" in detail:
         bound = placement_bound(detail, plan)
-        for key in ("proven_optimal", "lower_bound", "gap"):
-            detail.pop(key, None)
-        extra = (f"; {bound['words']}: arena {plan.arena_bytes:,} >= bound "
-                 f"{bound['bound_bytes']:,}, gap {100 * bound['gap']:.2f}%")
-    note = ", ".join(f"{k} {v}" for k, v in detail.items() if not isinstance(v, dict))
-    return note + extra
+        if bound["proven"]:
+            extra = (f"{bound['words']}: no placement in this order is smaller than "
+                     f"{size(plan.arena_bytes)}")
+        else:
+            extra = (f"{bound['words']}: the smallest possible is at least "
+                     f"{size(bound['bound_bytes'])}, so the arena is at most "
+                     f"{100 * bound['gap']:.2f}% above it")
+        note = f"{note}; {extra}" if note else extra
+    return note
 
 
 def placement_bound(detail: dict, plan) -> dict:
@@ -225,10 +233,12 @@ def placement_bound(detail: dict, plan) -> dict:
     else:
         bound = floor
         proven = floor >= arena
-        words = (f"the best heuristic with Concat slices kept (the exact placement, each "
-                 f"Concat group whole, planned {detail.get('tried', {}).get('optimal', 0):,}"
-                 f" with its own bound {int(detail.get('lower_bound', 0)):,}); the bound "
-                 f"here is the aliased peak")
+        from graphmem.commands.pass_words import size
+        words = (f"a heuristic placement that builds Concat outputs in place was kept "
+                 f"(the exact solver, which places each Concat whole, planned "
+                 f"{size(detail.get('tried', {}).get('optimal', 0))}, and no less than "
+                 f"{size(int(detail.get('lower_bound', 0)))} that way); its bound is the "
+                 f"aliased peak")
     bound = min(bound, arena)
     return {"proven": proven, "bound_bytes": bound,
             "gap": 0.0 if proven or not arena else (arena - bound) / arena, "words": words}

@@ -9,9 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from rich.console import Console
-from rich.table import Table
-
 from graphmem.commands.common import shown
 from graphmem.errors import GraphmemError
 
@@ -37,6 +34,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from rich.table import Table
     from graphmem.core.ops import ELEMENTWISE, INPLACE_TABLES, PROBE_CANDIDATES, table_key
     from graphmem.verify.probe import (declared_by_runtime, declared_text, has_probe_model,
                                        summary)
@@ -60,10 +58,11 @@ def run(args) -> int:
                                 f"entry rests on the kernel's declaration alone")
         table = {o: table[o] for o in wanted}
     unprobed = sorted(op for op in table if not has_probe_model(op))
-    err = Console(stderr=True)
-    with err.status("graphmem probe") as status:
-        outcomes = probe(table, args.provider, on_case=lambda done, total: status.update(
-            f"graphmem probe: case {done} of {total}"))
+    from graphmem.commands.progress import Progress
+    with Progress("probe", stages=1) as progress:  # a spinner, or lines through a pipe
+        progress(f"running each in-place kernel on ONNX Runtime ({args.provider})")
+        outcomes = probe(table, args.provider,
+                         on_case=lambda done, total: progress.on_step(done, total, "cases"))
     rows = summary(outcomes)
     declared = {op: declared_by_runtime(args.provider, op, table[op]) for op in rows}
     failed_entries = [op for op, s in rows.items() if op in default and s["passed"] < s["cases"]]
@@ -129,6 +128,8 @@ def probe(table: Mapping[str, Sequence[tuple[int, int]]], provider: str = "cpu",
     from graphmem.verify.probe import SHAPES, cases
     todo = cases(table, SHAPES if shapes is None else shapes)
     out = []
+    if on_case:
+        on_case(0, len(todo))
     with tempfile.TemporaryDirectory(prefix="graphmem-probe-") as tmp:
         for k, case in enumerate(todo):
             out.append(run_case(case, provider, tmp))

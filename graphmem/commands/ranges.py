@@ -11,10 +11,7 @@ import sys
 from pathlib import Path
 
 from graphmem.errors import GraphmemError, PlanInvalid
-from graphmem.frontend.reader import load
-from graphmem.plan.graph_digest import graph_digest
 from graphmem.plan.io import check_output
-from graphmem.plan.validate import validate
 from graphmem.commands.common import (console, input_paths, model_source, model_stem,
                                       plan_options, shown, stages)
 from graphmem.commands.range_options import (add_range_args, at_binding, split_dims,  # noqa: F401
@@ -24,6 +21,7 @@ from graphmem.commands.range_options import (add_range_args, at_binding, split_d
 def _built(args):
     """The range plan of the command's model over its ``--dim`` box, proved; with the
     fixed dims and the loader at a binding."""
+    from graphmem.frontend.reader import load
     from graphmem.ranges.api import plan_range
     box, fixed, derived = split_dims(args.dim)
     if not box:
@@ -53,6 +51,8 @@ def _built(args):
 def run_plan(args) -> int:
     """``plan`` with a range of dims: the range plan, proved, written (or with ``--at``
     the plan at that binding, validated against the model loaded there)."""
+    from graphmem.plan.graph_digest import graph_digest
+    from graphmem.plan.validate import validate
     from graphmem.ranges.evaluate import evaluate, free_binding
     at = at_binding(args)
     ext = ".plan.json" if at else ".rangeplan.json"
@@ -135,8 +135,9 @@ def run_report(args) -> int:
                                                "evaluated per binding"))
     con.print(table)
     worst = max(built.checkpoints, key=lambda c: c.ratio)
-    con.print(f"the range plan's arena is at most {worst.ratio:.3f}x a fresh plan's at "
-              f"{len(built.checkpoints)} bindings ({shown(worst.binding)})")
+    con.print(f"the range plan's arena is at most {_over(worst.ratio)} larger than a plan "
+              f"made for one binding, at {len(built.checkpoints)} bindings checked (the "
+              f"most at {_binding(worst.binding)})")
     return 0
 
 
@@ -162,8 +163,9 @@ def run_fit(args) -> int:
     b = data["batch_dim"]
     table = Table(title=f"graphmem fit: {shown(built.plan.model)} in {budget:,} bytes",
                   header_style="bold")
-    for col in ("context", f"largest {b}", "total bytes", f"with one more {b}", "dominant"):
-        table.add_column(col)
+    for col in ("context", f"largest {b}", "total bytes", f"with one more {b}",
+                "largest part"):
+        table.add_column(col, justify="right" if "bytes" in col or "more" in col else "left")
     for r in data["by_context"]:
         ctx = ", ".join(f"{n}={v}" for n, v in r["context"].items()) or "-"
         table.add_row(shown(ctx), "none fits" if r["value"] is None else str(r["value"]),
@@ -174,8 +176,8 @@ def run_fit(args) -> int:
     if data["by_batch"]:
         c = data["by_batch"][0]["context_dim"]
         t2 = Table(title=f"the longest {c} at each {b}", header_style="bold")
-        for col in (b, f"longest {c}", "total bytes", "dominant"):
-            t2.add_column(col)
+        for col in (b, f"longest {c}", "total bytes", "largest part"):
+            t2.add_column(col, justify="right" if "bytes" in col else "left")
         for r in data["by_batch"]:
             t2.add_row(str(r["batch"]), "none fits" if r["value"] is None else str(r["value"]),
                        f"{r.get('total_bytes', 0):,}" if r["value"] is not None else "",
@@ -197,27 +199,43 @@ def print_summary(con, built, written: str | None, at: dict | None) -> None:
     box = ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in rp.dims.items())
     table = Table(title=f"graphmem range plan: {shown(rp.model)} over {box}",
                   header_style="bold")
-    for col in ("segment", "order", "blocks", "arena at its lower corner",
-                "arena at its upper corner"):
+    for col in ("dims", "nodes in order", "storage blocks", "arena at the smallest dims",
+                "arena at the largest dims"):
         table.add_column(col, justify="right" if "arena" in col else "left")
     from graphmem.ranges.build import arena_at
     for s in rp.segments:
         lo = {n: a for n, (a, b) in s.dims.items()}
         hi = {n: b for n, (a, b) in s.dims.items()}
         table.add_row(", ".join(f"{n}={a}..{b}" for n, (a, b) in s.dims.items()),
-                      f"{len(s.order)} nodes", str(len(s.blocks)),
+                      f"{len(s.order):,}", str(len(s.blocks)),
                       f"{arena_at(s, lo, rp.alignment):,}", f"{arena_at(s, hi, rp.alignment):,}")
     con.print(table)
     worst = max(built.checkpoints, key=lambda c: c.ratio)
-    con.print(f"{len(rp.tensors)} tensors, sizes as formulas of {', '.join(rp.dims)}; "
-              f"weights {rp.weights_bytes.text()} bytes; proved over the box")
-    con.print(f"against a fresh plan at {len(built.checkpoints)} bindings: at most "
-              f"{worst.ratio:.3f}x ({shown(worst.binding)}: {worst.arena_bytes:,} vs "
-              f"{worst.fresh_bytes:,}); built in {built.seconds:.2f} s")
+    weights = rp.weights_bytes.text()
+    con.print(f"{len(rp.tensors):,} tensors, their sizes formulas of {', '.join(rp.dims)}; "
+              f"weights {int(weights):,} bytes" if weights.isdigit() else
+              f"weights {weights} bytes")
+    con.print("proved for every binding in the range, from the formulas (not sampled): "
+              "no two tensors live at once overlap, every tensor aligned and in its block")
+    con.print(f"against a plan made for one binding, at {len(built.checkpoints)} bindings: "
+              f"at most {_over(worst.ratio)} larger (at {_binding(worst.binding)}: "
+              f"{worst.arena_bytes:,} against {worst.fresh_bytes:,} bytes); built in "
+              f"{built.seconds:.2f} s")
     if built.dropped:
-        con.print(f"{len(built.dropped)} aliases of the planner's plans do not hold over "
-                  f"their segment and were left out (e.g. {shown(built.dropped[0])})")
+        con.print(f"{len(built.dropped)} tensors sharing memory in a one-binding plan do "
+                  f"not share it over the whole range and were given their own (e.g. "
+                  f"{shown(built.dropped[0])})")
     if at:
-        con.print(f"evaluated at {shown(at)}: an ordinary plan")
+        con.print(f"evaluated at {_binding(at)}: an ordinary plan")
     if written:
         con.print(f"wrote {shown(written)}")
+
+
+def _binding(binding: dict) -> str:
+    """``past_seq=5, batch=2``: a binding as the --dim options write it."""
+    return shown(", ".join(f"{n}={v}" for n, v in binding.items()))
+
+
+def _over(ratio: float) -> str:
+    """1.045 -> ``4.5%``."""
+    return f"{100 * (ratio - 1):.1f}%"

@@ -62,23 +62,24 @@ def _plot(rows: list[dict], dim: str, others: dict, budget: int | None) -> str:
     top = max([r[k] for r in rows for k in keys] + [budget or 0, 1]) * 1.08
     w, h, ml, mr, mt, mb = 760, 300, 90, 16, 14, 36
     lo, hi = xs[0], xs[-1]
-    log = hi / max(lo, 1) >= 16 and lo >= 1
+    # a linear axis: memory that grows linearly with the dim reads as a straight line
+    # (on a log axis it looked explosive)
 
     def x(v: float) -> float:
         if hi == lo:
             return (ml + w - mr) / 2
-        t = math.log(v / lo) / math.log(hi / lo) if log else (v - lo) / (hi - lo)
-        return ml + t * (w - ml - mr)
+        return ml + (v - lo) / (hi - lo) * (w - ml - mr)
 
     def y(v: float) -> float:
         return h - mb - v * (h - mt - mb) / top
-    parts = [f'<text x="{x(v):.1f}" y="{h - mb + 16}" text-anchor="middle">{v}</text>'
-             for v in sorted({xs[0], xs[len(xs) // 2], xs[-1]})]
-    for k in range(6):
-        v = top * k / 6
+    ticks = _ticks(lo, hi)
+    parts = [f'<text x="{x(v):.1f}" y="{h - mb + 16}" text-anchor='
+             f'"{"end" if v == hi and len(ticks) > 1 else "middle"}">{v:,}</text>'
+             for v in ticks]
+    for v in _size_ticks(top):
         parts.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                      f'stroke="#eee"/><text x="{ml - 6}" y="{y(v) + 4:.1f}" '
-                     f'text-anchor="end">{v / 2**20:,.3g} MiB</text>')
+                     f'text-anchor="end">{_axis_size(v, top)}</text>')
     if budget:
         parts.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y(budget):.1f}" y2="{y(budget):.1f}" '
                      f'stroke="#c0392b" stroke-dasharray="6 3"/><text x="{ml + 4}" '
@@ -92,7 +93,36 @@ def _plot(rows: list[dict], dim: str, others: dict, budget: int | None) -> str:
                      f'{e(k)}</title></path>')
         legend.append(f'<i style="background:{c}"></i>{e(k)}')
     fixed = ", ".join(f"{n}={v}" for n, v in others.items())
-    return (f"<h2>bytes against {e(dim)}{' (log scale)' if log else ''}"
+    return (f"<h2>bytes against {e(dim)}"
             f"{f' at {e(fixed)}' if fixed else ''}</h2><div class='legend'>{''.join(legend)}"
             f"</div><svg width='{w}' height='{h}' role='img' aria-label='memory against "
             f"{e(dim)}'>{''.join(parts)}</svg>")
+
+
+def _ticks(lo: int, hi: int, most: int = 6) -> list[int]:
+    """Round values from ``lo`` to ``hi`` for a linear axis: the ends and the multiples
+    of a round step between them."""
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / (most - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = max(1, int(next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)))
+    inner = range((lo // step + 1) * step, hi, step)
+    return [lo, *[v for v in inner if (v - lo) > step / 3 and (hi - v) > step / 3], hi]
+
+
+def _size_ticks(top: float) -> list[float]:
+    """Round sizes from 0 up to ``top`` for the bytes axis, in its unit."""
+    scale = next((s for s in (2 ** 30, 2 ** 20, 2 ** 10) if top >= s), 1)
+    raw = top / scale / 5
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw) * scale
+    return [k * step for k in range(int(top // step) + 1)]
+
+
+def _axis_size(v: float, top: float) -> str:
+    """An axis label in the unit of the axis's top (every label of an axis in one)."""
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if top >= scale:
+            return f"{v / scale:,.3g} {unit}"
+    return f"{v:,.0f} B"

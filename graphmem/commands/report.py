@@ -3,22 +3,15 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from graphmem.analysis import breakdown as analysis
-from graphmem.analysis import footprint
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import read_model
-from graphmem.analysis.whatif import Batcher, batch_axis, float_dtype, sweep
 from graphmem.frontend.zoo import resolve
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       console, exported_arena, input_paths, model_source,
                                       parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
 from graphmem.commands import ranges
-from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
 from graphmem.commands.workspace_args import add_workspace_args, workspace_from_args
@@ -26,7 +19,11 @@ from graphmem.export.html_parts import fit_sentence, page_sections
 from graphmem.commands.sizes import parse_bytes
 from graphmem.analysis.footprint import format_bytes
 from graphmem.plan.io import check_output
-from graphmem.plan.view import layer_label
+
+# rich, onnx and the planner are imported where they are used: building the parser
+# (``graphmem report --help``) needs none of them
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_parser(sub) -> None:
@@ -57,9 +54,9 @@ def add_parser(sub) -> None:
 
 
 def add_device_args(p) -> None:
+    from graphmem.analysis.devices import DEFAULT_DEVICE, DEVICES
     p.add_argument("--device", metavar="PRESET", default=None,
-                   help=f"roofline device: {', '.join(analysis.DEVICES)} "
-                        f"(default {analysis.DEFAULT_DEVICE})")
+                   help=f"roofline device: {', '.join(DEVICES)} (default {DEFAULT_DEVICE})")
     p.add_argument("--device-flops", type=float, metavar="F",
                    help="peak FLOP/s of a custom device, e.g. 1e13 (with --device-bw)")
     p.add_argument("--device-bw", type=float, metavar="B",
@@ -67,6 +64,7 @@ def add_device_args(p) -> None:
 
 
 def device_from_args(args, graph):
+    from graphmem.analysis import breakdown as analysis
     if (args.device_flops is not None or args.device_bw is not None) and args.device:
         raise GraphmemError("give either --device or --device-flops/--device-bw, not both")
     return analysis.device(args.device, flops=args.device_flops, bandwidth=args.device_bw,
@@ -85,6 +83,9 @@ def parse_list(text: str, what: str, convert=str) -> list:
 
 def build(args) -> dict:
     """The report object (what ``--json`` prints)."""
+    from graphmem.analysis import breakdown as analysis
+    from graphmem.analysis import footprint
+    from graphmem.analysis.whatif import float_dtype, sweep
     budget = parse_bytes(args.budget, "--budget") if args.budget else None
     if args.html:  # before the work: a bad output fails at once
         check_output(args.html, input_paths(args))
@@ -95,7 +96,9 @@ def build(args) -> dict:
     from graphmem.commands import bound_whatif  # issue 53: --bound NAME=10,100,1000
     args.bound, bound_sweep = bound_whatif.split(getattr(args, "bound", None) or [])
     rule, threads = workspace_from_args(args)
-    with Progress("report") as progress:
+    stages = 2 + sum(map(bool, (getattr(args, "ort_optimize", None), budget is not None, batches or dtypes,
+                                args.html)))
+    with Progress("report", stages=stages) as progress:
         progress("reading the model")
         source = batch_source(args)
         model = model_source(args, batch_dims(args, batches, source))
@@ -134,13 +137,16 @@ def build(args) -> dict:
             if batch is not None:
                 try:
                     batcher = make_batcher(model)
-                    out["fit"] = largest_batch(batcher, out["dtype"], budget, progress,
+                    progress("the largest batch under the budget, each batch planned")
+                    out["fit"] = largest_batch(batcher, out["dtype"], budget,
+                                               progress.callback(),
                                                workspace_rule=rule, threads=threads,
                                                **plan_options(args))
                 except GraphmemError as exc:  # no batch to grow: the report stands
                     batcher = None
                     out["fit"] = {"batch": None, "budget_bytes": budget, "error": str(exc)}
         if batches or dtypes:
+            progress("what if: each batch and dtype planned")
             batcher = batcher or make_batcher(model)
             out["batch"] = batcher.axis.size
             out["whatif"] = sweep(batcher, batches or [batcher.axis.size],
@@ -162,6 +168,8 @@ def build(args) -> dict:
 def make_batcher(model) -> Batcher:
     """The what-ifs' and the budget's batcher over ``model`` (the command's
     :class:`~graphmem.commands.common.ModelSource`: the file planned, its bindings)."""
+    from graphmem.frontend.reader import read_model
+    from graphmem.analysis.whatif import Batcher
     return Batcher(read_model(model.path), model.dims, model_path=str(model.path),
                    dim_default=model.dim_default, bounds=model.bounds)
 
@@ -169,12 +177,12 @@ def make_batcher(model) -> Batcher:
 def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
     """The largest batch whose total (weights + arena + workspace, each batch planned)
     fits ``budget``: ``fit``'s search, with the report's options."""
+    from graphmem.analysis import footprint
     from graphmem.analysis.whatif import fit, footprint, with_float_dtype
     totals: dict[int, int] = {}
 
     def total_at(b: int) -> int:
-        progress(f"the largest batch under the budget: planning batch {b} "
-                 f"(plan {len(totals) + 1})")
+        progress(f"planning batch {b} (plan {len(totals) + 1})")
         totals[b] = footprint(with_float_dtype(batcher.graph(b), dtype),
                               **options)["total_bytes"]
         return totals[b]
@@ -201,6 +209,7 @@ def provider_notes(args, graph) -> list[str]:
 def batch_source(args):
     """The model whose batch axis the report binds and names, read once (None for a
     saved --plan, or a file that does not read: planning then says why in its words)."""
+    from graphmem.frontend.reader import read_model
     if getattr(args, "plan", None):
         return None  # a saved plan carries its bindings
     try:
@@ -214,6 +223,7 @@ def batch_dims(args, batches: list[int] | None, source) -> dict[str, int]:
     ``fit`` and ``train`` bind it: to the first ``--batch`` (without one, to 1 unless
     ``--dim-default`` binds it). A model without a batch axis is left as it is;
     ``source``: see :func:`batch_source`."""
+    from graphmem.analysis.whatif import batch_axis
     dims = parse_dims(args.dim)
     if source is None:
         return dims
@@ -234,6 +244,7 @@ def model_batch(model, source) -> int | None:
     """The batch the report's plan is at: its batch axis's bound or fixed size (None for
     a model without one, or for a saved --plan); ``model``: the command's
     :class:`~graphmem.commands.common.ModelSource`."""
+    from graphmem.analysis.whatif import batch_axis
     if source is None:
         return None
     try:
@@ -243,6 +254,7 @@ def model_batch(model, source) -> int | None:
 
 
 def run(args) -> int:
+    from graphmem.commands.footprint_text import print_footprints
     if ranges.wanted(args):  # --dim seq=1..4096: memory as formulas of the dims
         return ranges.run_report(args)
     data = build(args)
@@ -285,6 +297,12 @@ def count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+def macs_text(n: float) -> str:
+    """4.09 GMAC, 60 MAC."""
+    c = count(n)
+    return f"{c}MAC" if c[-1].isalpha() else f"{c} MAC"
+
+
 # What the runtime makes of quantized weights: measured with ONNX Runtime 1.31's CPU
 # provider on a QDQ network (its optimized model saved at each level): from level
 # extended on (the default is all) QDQ Conv/MatMul become QLinearConv/QLinearMatMul on
@@ -296,6 +314,9 @@ DEQUANTIZED_NOTE = ("the float weights the stored ones dequantize to; not in the
 
 
 def print_breakdown(console: Console, data: dict) -> None:
+    from rich.table import Table
+    from graphmem.analysis import footprint
+    from graphmem.plan.view import layer_label
     t = data["totals"]
     table = Table(title=f"graphmem report: {shown(data['model'])} ({data['dtype']})",
                   header_style="bold")
@@ -343,10 +364,10 @@ def print_breakdown(console: Console, data: dict) -> None:
     # an op without a MAC rule makes every MAC total, and the roofline time, a lower bound
     least = "at least " if t.get("macs_at_least") else ""
     table.add_row("MACs", f"{'>= ' if least else ''}{t['matrix_macs']:,}", "",
-                  f"{least}{count(t['matrix_macs'])}MAC in matrix ops (Conv, Gemm, MatMul, "
+                  f"{least}{macs_text(t['matrix_macs'])} in matrix ops (Conv, Gemm, MatMul, "
                   "attention, ...: PyTorch's FlopCounterMode / 2)")
     table.add_row("  all ops", f"{'>= ' if least else ''}{t['macs']:,}", "",
-                  f"{least}{count(t['macs'])}MAC with element-wise, pooling, normalisation")
+                  f"{least}{macs_text(t['macs'])} with element-wise, pooling, normalisation")
     if t["macs_unknown_ops"]:
         table.add_row("  no MAC rule", "", "",
                       f"{', '.join(map(shown, t['macs_unknown_ops']))}: the MACs and the "
@@ -362,6 +383,7 @@ def print_breakdown(console: Console, data: dict) -> None:
 
 
 def print_peak(console: Console, data: dict, most: int = 8) -> None:
+    from rich.table import Table
     p = data["peak"]
     if p["node"] is None:
         return
@@ -380,6 +402,8 @@ def print_peak(console: Console, data: dict, most: int = 8) -> None:
 
 
 def print_by_op(console: Console, data: dict) -> None:
+    from rich.table import Table
+    from graphmem.analysis import breakdown as analysis
     layers = data["layers"]
     total_macs = sum(r["macs"] or 0 for r in layers) or 1
     total_time = sum(r["time_s"] for r in layers) or 1
@@ -401,6 +425,7 @@ MAX_LAYER_ROWS = 200
 
 
 def print_layers(console: Console, data: dict) -> None:
+    from rich.table import Table
     layers = data["layers"]
     title = "per layer (plan order)"
     if len(layers) > MAX_LAYER_ROWS:
@@ -426,6 +451,7 @@ def print_layers(console: Console, data: dict) -> None:
 
 
 def print_whatif(console: Console, data: dict) -> None:
+    from rich.table import Table
     table = Table(title=f"what-if: re-planned per batch and dtype (the model's batch is "
                         f"{data['batch']})", header_style="bold")
     budget = data.get("budget_bytes")

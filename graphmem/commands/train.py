@@ -4,22 +4,21 @@ from __future__ import annotations
 import json
 import sys
 from argparse import Namespace
-
 from dataclasses import replace
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from graphmem.errors import GraphmemError
-from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
 from graphmem.commands.common import (ModelSource, add_model_args, console, model_source,
                                       shown)
-from graphmem.commands.footprint_text import print_footprints
 from graphmem.commands.progress import Progress
 from graphmem.plan.io import check_output
-from graphmem.plan.view import layer_label
 from graphmem.training.precision import PRECISIONS
+
+# rich, onnx and the planner are imported where they are used: building the parser
+# (``graphmem train --help``) needs none of them
+if TYPE_CHECKING:
+    from rich.console import Console
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="build a training graph (loss, backward, gradients) and "
@@ -83,7 +82,7 @@ def add_step_args(p) -> None:
 
 def add_recompute_args(p) -> None:
     """What the step recomputes in backward (``train`` and ``fit --train``)."""
-    from graphmem.training.selective import CHOICES
+    from graphmem.commands.option_names import SELECTIVE_CHOICES as CHOICES
     p.add_argument("--recompute", choices=["none", "sqrt", "optimal"], default=None,
                    help="none: nothing recomputed (no checkpoints and no cheap values: "
                         "the step as written). sqrt: Chen et al. 2016 checkpoints, "
@@ -173,6 +172,7 @@ def recompute_choice(args) -> tuple[str, str]:
 
 
 def run(args) -> int:
+    from graphmem.commands.footprint_text import print_footprints
     recompute_choice(args)  # the options' conflicts, before the work
     trainable_choice(args)
     sharding_choice(args)
@@ -191,7 +191,7 @@ def run(args) -> int:
             check_output(out, [source.path])
     if args.save and args.html and args.save == args.html:
         raise GraphmemError("--save and --html name the same file")
-    with Progress("train") as progress:
+    with Progress("train", stages=train_stages(args)) as progress:
         step = train_step(args, progress, budget, offload_min, source=source)
         report = step["report"]
         inference = None
@@ -220,12 +220,22 @@ def run(args) -> int:
     return 0
 
 
+def train_stages(args) -> int:
+    """How many stages ``train`` names in its progress line (:func:`train_step`'s and
+    its own)."""
+    return 3 + sum(map(bool, (args.recompute not in (None, "none") or args.budget,
+                              getattr(args, "devices", 1) not in (None, 1)
+                              or getattr(args, "zero", 0),
+                              args.offload, args.inference, args.html)))
+
+
 def train_step(args, progress, budget: int | None, offload_min: int, *,
                source: ModelSource | None = None) -> dict:
     """Build, plan (with the recomputation asked for) and account for the step of
     ``source`` (default: the command's model, :func:`model_source`): ``report`` (a
     TrainingReport, its ``batch`` the batch bound), ``tg``, ``graph``, ``result``,
     ``names`` (node name -> the name a user reads) and ``layers``."""
+    from graphmem.frontend.reader import read_model
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
@@ -334,10 +344,12 @@ def _title(step: dict) -> str:
 
 
 def _named(op, node, names: dict) -> str:
+    from graphmem.plan.view import layer_label
     return layer_label(op or "?", names.get(node, node) if node else "")
 
 
 def _peak_layer(peak: dict, names: dict) -> str:
+    from graphmem.plan.view import layer_label
     return layer_label(peak["op"], names.get(peak["node"], peak["node"]), peak["position"],
                        peak.get("node_index"))
 
@@ -345,6 +357,7 @@ def _peak_layer(peak: dict, names: dict) -> str:
 def inference_footprint(source: ModelSource, batch: int, precision: str) -> dict:
     """The inference footprint of ``source`` at ``batch`` (in half for a half or mixed
     precision), planned with the default passes."""
+    from graphmem.frontend.reader import read_model
     from graphmem.analysis.footprint import inference
     from graphmem.analysis.whatif import Batcher, footprint, with_float_dtype
     from graphmem.training.precision import STEP_DTYPE
@@ -417,7 +430,9 @@ def bind_training_dims(model, dims: dict[str, int], batch: int | None,
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.2f}"
+    """A size in the unit that reads best (``452.05 MiB``, ``103.75 KiB``)."""
+    from graphmem.analysis.footprint import format_bytes
+    return format_bytes(n)
 
 
 def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
@@ -439,7 +454,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     if r.master_weight_bytes:
         add("master weights", r.master_weight_bytes,
             "float32 copy the optimizer updates (mixed precision)")
-    add("gradients", r.gradient_bytes, "graph outputs: inside the arena")
+    add("gradients", r.gradient_bytes, "the step's outputs, planned inside the arena")
     copies = OPTIMIZER_STATE.get(r.optimizer, 0)
     add("optimizer state", r.optimizer_bytes,
         f"{r.optimizer}: {copies} cop{'y' if copies == 1 else 'ies'} of the "
@@ -465,41 +480,43 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
     elif e.get("bn") == "inference":
         add("  BatchNormalization", None, "inference form: frozen statistics (--bn inference)")
     add("planned arena", r.arena_bytes,
-        f"{r.nodes} nodes; order: {ORDER_WORDS.get(r.order, r.order)}")
+        f"{r.nodes:,} nodes; order: {ORDER_WORDS.get(r.order, r.order)}")
     if e.get("selective") not in (None, "none"):
         add("  cheap values recomputed", None,
-            f"{e['selective_recomputed']} forward values of {e['selective']} ops "
-            f"recomputed in backward from kept ones (arena without: "
-            f"{mib(e['selective_arena_bytes']['none'])} MiB)")
+            f"{e['selective_recomputed']} forward values of "
+            f"{e['selective'].replace('+', ' and ')} ops recomputed in backward from kept "
+            f"ones (arena without: "
+            f"{mib(e['selective_arena_bytes']['none'])})")
     none = e.get("unrecomputed")
     if none and (e.get("selective") not in (None, "none") or r.recompute_macs
                  or none["arena_bytes"] != r.arena_bytes):
         add("  nothing recomputed", none["arena_bytes"],
             f"the step as written (--recompute none): arena; step total "
-            f"{mib(none['step_bytes'])} MiB, kept for backward "
-            f"{mib(none['kept_for_backward_bytes'])} MiB")
+            f"{mib(none['step_bytes'])}, kept for backward "
+            f"{mib(none['kept_for_backward_bytes'])}")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
         add("  at the peak", peak["live_bytes"],
             f"{_peak_layer(peak, names)}; backward starts at step "
             f"{peak['first_backward_position']}: kept {mib(kinds['saved'])}, gradients "
-            f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])} MiB")
+            f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])}")
         if kinds["gradients"] < r.gradient_bytes:
             add("    weight gradients", None,
-                f"{mib(r.gradient_bytes - kinds['gradients'])} MiB of them are made after "
+                f"{mib(r.gradient_bytes - kinds['gradients'])} of them are made after "
                 f"the peak, as the order defers them: this holds for an optimizer that "
                 f"steps once after backward; accumulating gradients over micro-batches "
-                f"keeps all {mib(r.gradient_bytes)} MiB live through the step")
+                f"keeps all {mib(r.gradient_bytes)} live through the step")
         for h in peak["helpers"]:
             add(f"    {_named(h['op'], h['node'], names)}", h["bytes"],
-                f"output {'x'.join(map(str, h['shape']))}")
+                f"a helper of backward, live at the peak: shape "
+                f"{'x'.join(map(str, h['shape']))}")
     add("folded constants", r.constant_bytes,
         "computed from weights/constants only (transposes, zero fills)")
     if "offload_bytes" in e:
         add("arena with offload", e["offload_arena_bytes"],
             f"{e['offloaded']} activations copied to the host after their last forward use "
-            f"and back before backward: {mib(e['offload_bytes'])} MiB each way")
+            f"and back before backward: {mib(e['offload_bytes'])} each way")
         add("transfer stalls", None, f"{e['stall_seconds'] * 1e3:.3f} ms over "
             f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
     parts = ["weights"] + (["frozen weights"] if r.frozen_weight_bytes else []) + \
@@ -516,7 +533,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
     if e.get("choice") == "none":
         add("checkpoints", None, "none: every choice of cuts planned larger than no "
-            f"checkpoints (Chen's {mib(e['chen_arena_bytes'])} MiB)"
+            f"checkpoints (Chen's {mib(e['chen_arena_bytes'])})"
             if "chen_arena_bytes" in e else "none: no checkpoints needed")
     elif "checkpoints" in e:
         add("checkpoints", None, f"{e['checkpoints']} tensors kept at cuts "
@@ -528,8 +545,8 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         o = e["optimal"]
         add("  mixed-integer program", o["optimal_arena_bytes"],
             f"its cuts' planned arena (balanced cuts "
-            f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak "
-            f"{mib(o['modelled_peak_bytes'])} MiB over {o['cuts_modelled']} cuts, "
+            f"{mib(o.get('balanced_arena_bytes', 0))}); modelled peak "
+            f"{mib(o['modelled_peak_bytes'])} over {o['cuts_modelled']} cuts, "
             f"{o['solve_seconds']} s, {o['status']}")
     if "per_device" in e:
         d = e["per_device"]
@@ -560,9 +577,10 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
 
 
 def print_report(console: Console, model: str, r, names: dict | None = None) -> None:
+    from rich.table import Table
     t = Table(title=f"graphmem train: {shown(model)}, batch {r.batch}", header_style="bold")
     t.add_column("")
-    t.add_column("MiB", justify="right")
+    t.add_column("size", justify="right")
     t.add_column("note")
     for label, b, note in report_rows(r, names or {}):
         style = "[green]" if label == "planned arena" else \

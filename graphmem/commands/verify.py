@@ -1,18 +1,21 @@
 """``graphmem verify MODEL``: run the model inside its planned arena on ONNX Runtime."""
 from __future__ import annotations
 
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from graphmem.errors import GraphmemError
-from graphmem.verify.verifier import PROVIDERS, VerifyReport, read_inputs, verify
 from graphmem.commands.progress import Heartbeat
 from graphmem.commands import range_options as ranges
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       console, load_graph, model_source, non_negative_int,
                                       plan_source, shown)
+
+# rich and the verifier (numpy, onnx, ONNX Runtime) are imported where they are used:
+# building the parser (``graphmem verify --help``) needs neither
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from graphmem.verify.verifier import VerifyReport
 
 
 def add_parser(sub) -> None:
@@ -32,8 +35,9 @@ def add_parser(sub) -> None:
 
 def add_verify_args(p) -> None:
     """Options shared by ``verify`` and ``plan --verify``."""
+    from graphmem.commands.option_names import PROVIDER_NAMES
     if "--provider" not in p._option_string_actions:  # argparse has no public lookup
-        p.add_argument("--provider", choices=list(PROVIDERS), default="cpu",
+        p.add_argument("--provider", choices=list(PROVIDER_NAMES), default="cpu",
                        help="ONNX Runtime execution provider (default cpu; cuda needs "
                             "onnxruntime-gpu and a GPU)")
     p.add_argument("--force", action="store_true",
@@ -74,9 +78,11 @@ def _check_plan_names_model(plan, source, plan_file: str) -> None:
 
 
 def run(args) -> int:
+    from rich.console import Console
     from graphmem.commands.progress import clear_early
     clear_early()  # the stages and the bar over the nodes show from here
-    with Heartbeat(enabled=not Console(stderr=True).is_terminal) as beat:
+    with Heartbeat(enabled=not Console(stderr=True).is_terminal,
+                   stages=2 if args.plan else 3) as beat:
         if args.plan:
             beat.status = "reading the plan and the model"
             source = model_source(args)
@@ -103,9 +109,19 @@ def run(args) -> int:
     return 0 if report.passed else 1
 
 
+def verify(*args, **kwargs):
+    """:func:`graphmem.verify.verifier.verify`, imported when a command verifies
+    (building the parser, ``graphmem --help``, imports no part of the verifier)."""
+    from graphmem.verify.verifier import verify as run
+    return run(*args, **kwargs)
+
+
 def run_verify(plan, graph, args, beat: Heartbeat | None = None) -> VerifyReport:
     """Verify with progress over the nodes on stderr: a bar on a terminal, else the
     heartbeat's lines (see :class:`Heartbeat`)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from graphmem.verify.verifier import read_inputs
     err = Console(stderr=True)
     with Progress(TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("nodes"), TimeElapsedColumn(), console=err,
@@ -165,9 +181,11 @@ def print_whole_model(console: Console, r: VerifyReport) -> None:
 
 
 def print_report(console: Console, r: VerifyReport) -> None:
+    from rich.table import Table
     console.print(f"[bold]graphmem verify[/]: {shown(r.model)}")
     console.print(f"provider      {r.provider}")
-    console.print(f"arena         {r.arena_bytes:,} bytes ({r.arena_bytes / 2**20:,.2f} MiB)")
+    from graphmem.analysis.footprint import format_bytes
+    console.print(f"arena         {r.arena_bytes:,} bytes ({format_bytes(r.arena_bytes)})")
     if r.problems:
         console.print("[red]FAIL[/]: the plan breaks the rules of graphmem.plan/1:")
         for p in r.problems:

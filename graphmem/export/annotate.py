@@ -198,4 +198,6 @@ def mark_doc(msg, props: bool, note: str, **fields) -> None:
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB"
+    """A size in the unit that reads best (``3.06 MiB``, ``784.00 KiB``)."""
+    from graphmem.analysis.footprint import format_bytes
+    return format_bytes(n)

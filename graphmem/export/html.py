@@ -122,7 +122,7 @@ def render(view: PlanView, layers: list[dict] | None = None,
                 else "Conv, Gemm, MatMul, attention, ...")
         card_html += (f'<div class="card" id="macs"><div class="k">MACs, matrix ops</div>'
                       f'<div class="v">{"&ge; " if least else ""}'
-                      f'{macs["matrix_macs"] / 1e9:,.3f} G</div>'
+                      f'{_count(macs["matrix_macs"])}</div>'
                       f'<div class="n">{macs["matrix_macs"]:,}</div>'
                       f'<div class="n">{e(note)}</div></div>')
     saving = f"{(1 - plan.arena_bytes / naive) * 100:.1f}%" if naive else "n/a"
@@ -151,6 +151,14 @@ def render(view: PlanView, layers: list[dict] | None = None,
         pass_rows=pass_rows, peak_step=view.peak_step, peak_op=e(peak_op),
         peak_live=_mib(view.live[view.peak_step + 1]), npeak=len(view.peak_tensors),
         peak_rows=peak_rows, data=data, css=_CSS + PARTS_CSS, js=_JS)
+
+
+def _count(n: float) -> str:
+    """A count in the unit that reads best: ``4.09 G``, ``278.53 k``, ``60``."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f}"
 
 
 def _mib(n: int) -> str:
@@ -198,7 +206,7 @@ svg{display:block;background:#fff}svg text{font-size:11px;fill:#444}
 #status{font-size:12px;color:#444;min-height:18px}
 #errors{color:#b00;white-space:pre-wrap}#errors:empty{display:none}
 td.name{max-width:34ch;overflow:hidden;text-overflow:ellipsis}#layers td.name{max-width:20ch}
-td.note{white-space:normal;min-width:24ch;max-width:80ch}
+td.note{white-space:normal;min-width:24ch;max-width:80ch;overflow-wrap:anywhere}
 .lines span{display:inline-block;margin-right:16px;font-size:12px}
 .lines svg{display:inline-block;vertical-align:-1px;margin-right:4px;background:none}
 """

@@ -54,7 +54,9 @@ def fit_sentence(fit: dict | None) -> str:
                 f"it needs {_mib(fit['total_bytes'])}.")
     return (f"The largest batch that fits the budget of {_mib(fit['budget_bytes'])} is "
             f"{fit['batch']:,} ({_mib(fit['total_bytes'])}); batch {fit['batch'] + 1:,} "
-            f"needs {_mib(fit['next_total_bytes'])} ({fit['plans']} plans made).")
+            f"needs {_mib(fit['next_total_bytes'])}, "
+            f"{fit['next_total_bytes'] - fit['budget_bytes']:,} bytes over "
+            f"({fit['plans']} plans made).")
 
 
 def inference_sections(view, graph, workspace_rule: str = "mlas", threads: int = 1) -> str:

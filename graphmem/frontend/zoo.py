@@ -39,7 +39,9 @@ def resolve(model: str, *, quiet: bool = False) -> Path:
         return p  # the loader names the missing file
     if not quiet:
         from graphmem.notes import note
-        note(f"{model} is not a file; using the Model Zoo graph shipped with onnx: {z}")
+        note(f"{model} is not a file: using onnx's light copy of the Model Zoo graph "
+             f"(its weights are constant fills; shapes and sizes are the real "
+             f"network's): {z}")
     return z
 
 

@@ -8,7 +8,7 @@ and the bytes the placement leaves between them. The parts add up to the step to
 """
 from __future__ import annotations
 
-from graphmem.analysis.footprint import part, stack
+from graphmem.analysis.footprint import format_bytes, part, stack
 from graphmem.training.report import TrainingReport
 
 
@@ -38,7 +38,7 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
         return stack("training", title, parts)
     at = f"at the arena's peak (step {peak['position']})"
     grads = (f"weight gradients made by then, live {at}" if kinds["gradients"] else
-             f"none made by the peak: all {r.gradient_bytes / 2**20:,.2f} MiB of them are "
+             f"none made by the peak: all {format_bytes(r.gradient_bytes)} of them are "
              f"made later, in arena bytes freed by then")
     # named apart from the step's "kept for backward" and "gradients" (every storage
     # made before backward and read after it; every gradient), of which these are
@@ -47,7 +47,7 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
                    f"activations made before backward starts, live {at}"),
               part("gradients", "gradients at the peak", kinds["gradients"], grads),
               part("backward", "backward's tensors", kinds["backward"],
-                   f"adjoints, transposed weights, masks live {at}"),
+                   f"gradients of activations, transposed weights, masks live {at}"),
               part("arena_rest", "rest of the arena", r.arena_bytes - sum(kinds.values()),
                    "bytes the placement leaves free at the peak")]
     return stack("training", title, parts, keep=("gradients",))

@@ -14,8 +14,10 @@ from graphmem.training.build import TrainingGraph
 
 # The orders plan_training tries, as a user reads them
 ORDER_WORDS = {
-    "sunk helpers": "each backward helper just before its first reader",
-    "sunk floating": "nodes that read no activation just before their first reader",
+    "sunk helpers": "backward's helper computations (weight transposes, masks) each run "
+                    "just before it is needed",
+    "sunk floating": "every computation that reads no activation run just before it is "
+                     "needed",
     "file": "the order onnx-ad built",
 }
 
@@ -91,7 +93,10 @@ def node_names(graph: Graph, layers: dict[str, str]) -> dict[str, str]:
         if n.name.startswith("f:"):
             out[n.name] = layers.get(n.name, n.name)
         elif n.name.startswith("r:"):
-            out[n.name] = f"{layers.get(n.name, n.name)} (recomputed)"
+            # a recomputed copy (r:87, r:87.76: the 76th fresh copy) of forward node f:87
+            forward = "f:" + n.name[2:].split(".")[0]
+            layer = layers.get(n.name) or layers.get(forward) or forward
+            out[n.name] = f"{layer} (recomputed)"
         else:
             f = forward_of(n)
             out[n.name] = f"backward of {layers.get(f, f)}" if f else "backward"

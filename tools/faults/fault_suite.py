@@ -152,6 +152,9 @@ def command(name: str, model: Path, work: Path) -> list[str]:
     return [sys.executable, "-m", "graphmem", name, str(model), *args]
 
 
+PROGRESS = re.compile(r"graphmem: [a-z]+: .+, \d+ s")
+
+
 def outcome(proc: subprocess.CompletedProcess | None) -> str:
     """How one run ended, in the campaign's words."""
     if proc is None:
@@ -161,7 +164,9 @@ def outcome(proc: subprocess.CompletedProcess | None) -> str:
         return "traceback"
     if proc.returncode < 0:
         return "signal"
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    # a command at work past a second says so on lines of its own (progress.py): not
+    # an answer
+    lines = [ln for ln in err.splitlines() if ln.strip() and not PROGRESS.fullmatch(ln)]
     if proc.returncode == 0:
         return "ran"
     if proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("graphmem: "):
