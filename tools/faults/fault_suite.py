@@ -4,8 +4,9 @@ Classes (each a function that makes the files): ``converter`` -- models whose no
 wrong-typed attributes, at an old opset, with a trainable weight, so that ``train`` would
 hand them to onnx's version converter (which crashed on them: SIGSEGV); ``functions`` --
 local functions calling each other twice per level (2**depth nodes once inlined) and a
-function calling itself; ``output`` -- stdout on /dev/full, closed, and a broken pipe; ``floods`` -- a 6 MB file of 3 M empty
-subgraphs.
+function calling itself; ``floods`` -- a 6 MB file of 3 M empty subgraphs; ``output``
+-- every command (plan, report, verify, train, fit, export, probe, models, place) with
+its stdout on /dev/full, closed, and a pipe whose reader has gone.
 
     python -m tools.faults.fault_suite run [--out DIR]      # every command on every file
     python -m tools.faults.fault_suite signals MODEL --runs N --commands plan,verify,train
@@ -96,6 +97,43 @@ def flood(graphs: int = 3_000_000) -> bytes:
             + message(8, helper.make_opsetid("", 17).SerializeToString()))
 
 
+def function_bomb_fan(depth: int, fan: int = 3) -> bytes:
+    """Like :func:`function_bomb`, each function calling the one below ``fan`` times,
+    the top one called inside an If's branch (a call in a subgraph)."""
+    funcs = []
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    for i in range(depth):
+        if i == 0:
+            nodes = [helper.make_node("Relu", ["a"], ["b"])]
+        else:
+            names = ["a"] + [f"t{k}" for k in range(fan - 1)] + ["b"]
+            nodes = [helper.make_node(f"f{i - 1}", [names[k]], [names[k + 1]],
+                                      domain="local") for k in range(fan)]
+        funcs.append(helper.make_function("local", f"f{i}", ["a"], ["b"], nodes, opsets))
+    branch = helper.make_graph(
+        [helper.make_node(f"f{depth - 1}", ["h"], ["z"], domain="local")], "then", [],
+        [vi("z", F, [4])])
+    other = helper.make_graph([helper.make_node("Identity", ["h"], ["z2"])], "else", [],
+                              [vi("z2", F, [4])])
+    nodes = [helper.make_node("Mul", ["x", "W"], ["h"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)]
+    g = helper.make_graph(nodes, "g", [vi("x", F, [4]), vi("c", TensorProto.BOOL, [])],
+                          [vi("y", F, [4])],
+                          [numpy_helper.from_array(np.ones(4, np.float32), "W")])
+    return helper.make_model(g, opset_imports=opsets, functions=funcs).SerializeToString()
+
+
+def node_flood(nodes: int = 3_000_000) -> bytes:
+    """A graph of ``nodes`` empty nodes (two bytes each in the file) before a Relu."""
+    from graphmem.frontend.protowire import message
+    graph = (b"\x0a\x00" * nodes
+             + message(1, helper.make_node("Relu", ["x"], ["y"]).SerializeToString())
+             + message(2, b"g") + message(11, vi("x", F, [4]).SerializeToString())
+             + message(12, vi("y", F, [4]).SerializeToString()))
+    return (b"\x08\x08" + message(7, graph)
+            + message(8, helper.make_opsetid("", 17).SerializeToString()))
+
+
 def small_model() -> bytes:
     """x * W -> Relu -> y: a model every command runs (the output and signal faults)."""
     g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
@@ -134,9 +172,16 @@ def files(out: Path) -> dict[str, list[Path]]:
     p = out / "functions_recursive.onnx"
     p.write_bytes(recursive_function())
     made["functions"].append(p)
+    for depth in (14, 40):
+        p = out / f"functions_fan3_depth{depth}_in_if.onnx"
+        p.write_bytes(function_bomb_fan(depth))
+        made["functions"].append(p)
     p = out / "flood.onnx"
     p.write_bytes(flood())
     made["floods"] = [p]
+    p = out / "flood_nodes.onnx"
+    p.write_bytes(node_flood())
+    made["floods"].append(p)
     return made
 
 
@@ -186,6 +231,85 @@ def campaign(out: Path, commands=("plan", "report", "verify", "train")) -> Count
         for p in paths:
             for name in commands:
                 counts[(cls, name, outcome(run_one(command(name, p, out), out)))] += 1
+    counts.update(output_campaign(out))
+    return counts
+
+
+def batched_model() -> bytes:
+    """x[N, 4] * W[4] -> Relu -> y: a model with a batch for ``fit``."""
+    g = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["h"]),
+                           helper.make_node("Relu", ["h"], ["y"])], "g",
+                          [vi("x", F, ["N", 4])], [vi("y", F, ["N", 4])],
+                          [numpy_helper.from_array(np.ones([4], np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+# every command, run as a user would on a small input (its outputs beside it)
+OUTPUT_COMMANDS = {
+    "plan": ["plan", "{m}", "-o", "p.json"], "report": ["report", "{m}"],
+    "verify": ["verify", "{m}"], "train": ["train", "{m}"],
+    "fit": ["fit", "{b}", "--budget", "1MiB"],
+    "export": ["export", "{m}", "--annotated", "a.onnx"],
+    "probe": ["probe", "--ops", "Relu"], "models": ["models"], "place": ["place", "{r}"],
+}
+OUTPUT_FAULTS = ("/dev/full", "closed", "broken pipe")
+
+
+def output_run(argv: list[str], fault: str, cwd: Path) -> tuple[int | None, str]:
+    """``argv`` with its stdout on /dev/full, closed (``>&-``) or a pipe whose reader
+    has gone: (exit status, stderr); None for a run past the time limit."""
+    kw = dict(cwd=cwd, stderr=subprocess.PIPE, text=True, errors="replace",
+              preexec_fn=_limit)
+    if fault == "/dev/full":
+        with open("/dev/full", "w") as full:
+            proc = subprocess.Popen(argv, stdout=full, **kw)
+    elif fault == "closed":
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, **dict(
+            kw, preexec_fn=lambda: (_limit(), os.close(1))))
+    else:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, **kw)
+        proc.stdout.close()  # the reader goes away before anything is written (| head)
+    try:
+        _, err = proc.communicate(timeout=TIME_LIMIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None, ""
+    return proc.returncode, err
+
+
+def output_outcome(code: int | None, err: str, name: str) -> str:
+    """One fault line (``graphmem: cannot write the output to stdout: ...``) and exit
+    74, verify's verdict kept (0 here): "one line"; anything else said as it is."""
+    if code is None:
+        return "timeout"
+    if "Traceback" in err:
+        return "traceback"
+    if code < 0:
+        return "signal"
+    said = [ln for ln in err.splitlines() if ln.startswith("graphmem: cannot write")]
+    want = 0 if name == "verify" else 74
+    if len(said) == 1 and code == want:
+        return f"one line, exit {code}"
+    return f"exit {code}, {len(said)} fault lines"
+
+
+def output_campaign(out: Path) -> Counter:
+    """Every command with its stdout on a full device, closed, and a broken pipe."""
+    work = out / "output"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "m.onnx").write_bytes(small_model())
+    (work / "b.onnx").write_bytes(batched_model())
+    (work / "r.csv").write_text("id,lower,upper,size\n0,0,2,16\n1,1,3,32\n2,2,4,16\n")
+    counts: Counter = Counter()
+    for name, args in OUTPUT_COMMANDS.items():
+        argv = [sys.executable, "-m", "graphmem",
+                *(a.format(m="m.onnx", b="b.onnx", r="r.csv") for a in args)]
+        for fault in OUTPUT_FAULTS:
+            code, err = output_run(argv, fault, work)
+            counts[(f"output: {fault}", name, output_outcome(code, err, name))] += 1
     return counts
 
 
@@ -350,15 +474,15 @@ def _write_doc(key: str, command: str, lines: list[str]) -> None:
     write_doc(DOC, f"bench:{key}", stamp + "\n\n" + "\n".join(lines))
 
 
-def startup_ms(runs: int = 20) -> float:
-    """The interpreter's start with site's imports (``python -c pass``), median ms: the
-    part of a command's life before graphmem holds signals back."""
+def startup_ms(runs: int = 20, flags: tuple = ()) -> float:
+    """The interpreter's start with site's imports (``python -c pass``; ``flags=("-S",)``:
+    without site), median ms: the part of a command's life before graphmem holds signals
+    back."""
     import statistics
-    import time
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        subprocess.run([sys.executable, *flags, "-c", "pass"], check=True)
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times)
 
@@ -388,7 +512,8 @@ def _signals(args) -> int:
     lines += ["", "All commands: " + "; ".join(
         f"{sig} {how} {n}" for (sig, how), n in sorted(by_signal.items())) + "."]
     lines += ["", f"The interpreter's start with site's imports (`python -c pass`, "
-                  f"median of 20): {startup_ms():.0f} ms."]
+                  f"median of 20): {startup_ms():.0f} ms; without site (`python -S -c "
+                  f"pass`): {startup_ms(flags=('-S',)):.0f} ms."]
     if UNANSWERED:
         lines += ["", "Signals not answered in one line, by the moment they were sent "
                       "(ms after the process was started): " + ", ".join(
