@@ -414,6 +414,7 @@ def signal_campaign(models: dict[str, Path], runs: dict[str, int], seed: int) ->
                 if not send_exactly(proc, signum):
                     proc.communicate()
                     counts[(name, signum.name, "ended first")] += 1
+                    shutil.rmtree(work)
                     continue
                 _, err = proc.communicate(timeout=TIME_LIMIT)
                 left = _leftovers(work, {"p.json"})
