@@ -114,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         print("graphmem: terminated", file=sys.stderr)
         return 143
     finally:
+        # the clean-up runs whole: a signal that comes meanwhile is held back and
+        # delivered through the handler in place before main ran (__main__'s, which
+        # entry answers; Python's default, which raises KeyboardInterrupt)
+        late: list = []
+        for signum in previous:
+            signal.signal(signum, lambda signum, frame: late.append(signum))
         notes.drop()  # flushed above on success; dropped on every other way out
         if "graphmem.commands.progress" in sys.modules:
             sys.modules["graphmem.commands.progress"].ended()
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             guard.restore()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        interrupts.deliver(late)
 
 
 # commands whose exit status is a verdict (verify: 0 PASS, 1 the plan is wrong, 2 bad
@@ -166,7 +173,7 @@ def entry(held: list | None = None) -> None:
         interrupts.install()
         code = main()
         _late_handlers()
-        if held:  # came between main's handlers and these (held by __main__'s)
+        if held and code not in (130, 143):  # came between main's handlers and these
             code = _late_code(held[0])
         if interrupts.swallowed() and code != 130:  # a Ctrl-C Python could not raise
             print("graphmem: interrupted", file=sys.stderr)
@@ -211,7 +218,32 @@ def exit_now(code: int) -> None:
         sys.exit(code)
     atexit._run_exitfuncs()
     _flush_streams()
-    os._exit(code)
+    os._exit(_last_signal(code))
+
+
+# the signals answered after main returned (the late handlers')
+LATE = (signal.SIGINT, signal.SIGTERM)
+
+
+def _last_signal(code: int) -> int:
+    """``code``, or 130 or 143 for a signal that came as the process ends: Python runs a
+    handler between two of its instructions, and ``os._exit`` is one, so a signal that
+    came during it would pass unanswered (exit 0). Both are blocked here (blocking runs
+    the handler of one that came before: it ends the process) and one pending since is
+    answered."""
+    if not _main_thread():
+        return code
+    signal.pthread_sigmask(signal.SIG_BLOCK, LATE)
+    pending = signal.sigpending()
+    for signum in LATE:
+        if signum in pending and code not in (130, 143):
+            term = signum == signal.SIGTERM
+            try:
+                os.write(2, b"graphmem: terminated\n" if term else b"graphmem: interrupted\n")
+            except OSError:
+                pass
+            return 143 if term else 130
+    return code
 
 
 def _flush_streams() -> None:

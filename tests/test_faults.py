@@ -4,6 +4,7 @@ are budgeted before onnx's inference inlines them."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -127,6 +128,80 @@ def test_a_signal_during_the_imports_is_answered_in_one_line(tmp_path, module, s
     proc = _signal_when_imported(module, signum, tmp_path, model)
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("signum, code, line", [
+    (2, 130, "graphmem: interrupted"), (15, 143, "graphmem: terminated")],
+    ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_runpy_looks_for_graphmem_main_is_answered(tmp_path, signum, code,
+                                                                  line):
+    # the moment between the package's first line and its __main__'s: ``python -m
+    # graphmem`` itself, sent the signal by a finder put first by a sitecustomize
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class Kill:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'graphmem.__main__':\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Kill)\n")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(fault_suite.small_model())
+    env = dict(os.environ, PYTHONPATH=str(hook))
+    proc = subprocess.run([sys.executable, "-m", "graphmem", "plan", str(model), "-o",
+                           "p.json"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=120, preexec_fn=lambda: signal.signal(
+                              signal.SIGINT, signal.SIG_DFL))
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("orig, starting", [
+    (["python", "-m", "graphmem", "plan"], True),
+    (["python", "-mgraphmem"], True),
+    (["python", "-X", "importtime", "-Bm", "graphmem"], True),
+    (["python", "-Ximporttime", "-W", "ignore", "-m", "graphmem"], True),
+    (["python", "-m", "graphmem.cli"], False),
+    (["python", "-m", "pytest"], False),
+    (["python", "-c", "import graphmem"], False),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_the_package_knows_python_m_graphmem_is_starting(monkeypatch, orig, starting):
+    import graphmem
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    monkeypatch.setattr(sys, "orig_argv", orig)
+    assert graphmem._cli_starting() is starting
+    monkeypatch.setattr(sys, "argv", ["prog"])  # a library import: never
+    assert graphmem._cli_starting() is False
+
+
+def test_a_signal_as_the_process_exits_is_answered():
+    # os._exit is one instruction: a signal during it would pass unanswered; the last
+    # step blocks both and answers one pending
+    script = ("import os, signal, sys\n"
+              "from graphmem import cli\n"
+              "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              "os._exit(cli._last_signal(0))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr.strip()) == (143, "graphmem: terminated")
+
+
+def test_the_signal_campaign_tells_a_process_that_ended_from_a_lost_signal():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    while fault_suite._state(proc.pid) not in ("Z", None):
+        time.sleep(0.01)
+    assert fault_suite.send_exactly(proc, signal.SIGTERM) is False
+    proc.wait()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert fault_suite.send_exactly(proc, signal.SIGTERM) is True
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        proc.kill()
 
 
 # ------------------------------------------------------------------------ output faults

@@ -242,6 +242,7 @@ def test_largest_fitting_is_the_edge(fixed, slope, wobble, budget):
 
 # ---------------------------------------------------------------- progress and width
 
+@pytest.mark.heavy  # a latency bound on the wall clock: a loaded machine misses it
 def test_train_on_a_terminal_shows_progress_within_two_seconds(tiny):
     import pty
     import select

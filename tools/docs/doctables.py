@@ -197,10 +197,12 @@ SECTIONS = (
             why_unchecked="every command run on issue 55's reproducers in limited processes: "
                           "counts of how the runs ended"),
     Section("bench:fault-signals", "docs/hostile-input.md",
-            "python -m tools.faults.fault_suite signals MODEL --runs N --commands "
-            "plan,verify,train --write", (), None,
+            "python -m tools.faults.fault_suite signals MODEL --commands "
+            "plan:N,verify:N,train:N --window-runs N --write", (), None,
             why_unchecked="signals sent at random moments: counts depend on the machine's "
                           "timing"),
+    Section("test-time", "README.md", "python -m tools.checks.test_time --busy 2 --write", (),
+            None, why_unchecked="the wall time of the whole default test run"),
     Section("torch-table", "docs/training.md",
             "python -m tools.training.torch_checkpoint --doc", (), None,
             why_unchecked="PyTorch's own training memory, measured with torch and torchvision"),
