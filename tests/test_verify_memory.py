@@ -181,3 +181,25 @@ def test_weights_inside_the_file_are_held_once(tmp_path):
     report = verify(plan, graph)
     assert report.passed and report.whole_model_problem is None
     assert report.whole_model and all(o.ok for o in report.whole_model)
+
+
+def test_the_benchmark_reads_a_childs_own_peak_not_its_parents():
+    """tools/bench/verify_memory.py's measure: a child that takes 200 MB reads about
+    that, and one that takes nothing reads far less, however big this process is."""
+    import sys
+    from tools.bench.verify_memory import _PEAK, _peak
+    ballast = np.ones(300 << 20, np.uint8)  # this process: 300 MB more than the children
+    code, big, _ = _peak([sys.executable, "-c", _PEAK + "b = bytearray(200 << 20)"])
+    assert code == 0 and 200 << 20 < big < 300 << 20
+    code, small, _ = _peak([sys.executable, "-c", _PEAK + "pass"])
+    assert code == 0 and 0 < small < 100 << 20
+    del ballast
+
+
+def test_the_benchmark_table_has_the_ratio_and_the_bar():
+    from tools.bench.verify_memory import BAR, table
+    row = {"case": "m", "file_bytes": 10 << 20, "ort_peak": 100 << 20, "arena": 4 << 20,
+           "verify_peak": 130 << 20, "ratio": 130 / 104, "verdict": "PASS"}
+    text = table([row])
+    assert f"verify <= {BAR} x (ORT + arena)" in text
+    assert "| m | 10.0 | 100 | 4.00 | 130 | 1.25 | PASS |" in text

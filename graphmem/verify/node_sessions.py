@@ -7,10 +7,10 @@ and shapes of its inputs and outputs and the opsets, so nodes that agree on thos
 constants are session inputs, not initializers, so they do not split the cache.
 
 The exception (:data:`BAKED_WEIGHTS`): an op whose kernel, given its weights as inputs,
-first makes a dequantized float copy of the whole weight on every run (MatMulNBits: a
-Qwen2-0.5B-sized LM head of 896 x 151,936 int4 weights takes 545 MB more at its run,
-where a session holding it as an initializer packs it once, in its own layout, at
-the weight's size). Such a node gets a session of its own with those weights as
+first makes a dequantized float copy of the whole weight on every run (MatMulNBits: 4
+bytes per weight, 8 times its int4 size, for an LM head of a vocabulary times the
+hidden size; a session holding it as an initializer packs it once, in its own layout,
+at about the weight's size). Such a node gets a session of its own with those weights as
 initializers, read by ONNX Runtime from the model's external data where they lie there
 (not copied in memory first); :meth:`NodeSessions.evict` drops it once its node has run
 in both runs.

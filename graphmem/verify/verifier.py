@@ -17,9 +17,10 @@ order, on the same inputs, every tensor in bytes of its own: the two runs differ
 in where tensors live. On the CPU it runs in step with the plan's run, each node just
 before the plan's run reads that node's inputs, and drops a tensor once its last reader
 has been compared; the weights are mapped once (:mod:`.weights`) and shared by both
-runs and the whole-model session. Every tensor a node reads in the arena is compared with the
-reference's before the node runs, and every graph output at the end, bit for bit (or,
-on a provider that is not deterministic, within the spread of two reference runs).
+runs and the whole-model session. Every tensor a node reads in the arena is compared
+with the reference's before the node runs, and every graph output at the end, bit for
+bit (or, on a provider that is not deterministic, within the spread of two reference
+runs).
 A plan is wrong exactly when they differ. With ``check_all`` every output is compared
 as soon as it is written too; a failure found at a read is rerun that way, to name
 the node that first wrote a wrong value. The whole-model session is a second line of
@@ -181,7 +182,7 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
         except NodeFailed as exc:
             raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
                                                        inputs is not None)) from None
-    t_ref = time.perf_counter() - t0
+    t_ref = time.perf_counter() - t0  # (in step with the plan's run on the CPU: in t_arena)
     t0 = time.perf_counter()
     try:
         final, mismatch, reads, written = runner.run(feeds, reference, check_all, on_step)
@@ -189,19 +190,15 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
             # Found where it was read: was it wrong when written (the node that wrote it
             # over its input), or overwritten after? Rerun comparing every output as written.
             _, mismatch, reads, written = runner.run(feeds, reference, True, None)
-    except ReferenceFailed as exc:  # (the reference in step with the plan's run)
-        raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
-                                                   inputs is not None)) from None
-    outputs = _compare_outputs(plain, final, reference) if mismatch is None else []
-    if mismatch is None and not all(o.ok for o in outputs):
-        # every read matched, so a graph output changed after its producer (or its
-        # producer wrote it wrong): rerun comparing every output as written
-        _, mismatch, reads, written = runner.run(feeds, reference, True, None)
-        if mismatch is None:
-            mismatch = runner.explain_output(outputs)
-    try:
+        outputs = _compare_outputs(plain, final, reference) if mismatch is None else []
+        if mismatch is None and not all(o.ok for o in outputs):
+            # every read matched, so a graph output changed after its producer (or its
+            # producer wrote it wrong): rerun comparing every output as written
+            _, mismatch, reads, written = runner.run(feeds, reference, True, None)
+            if mismatch is None:
+                mismatch = runner.explain_output(outputs)
         reference.complete()  # past where the plan's run stopped at a difference
-    except ReferenceFailed as exc:
+    except ReferenceFailed as exc:  # (the reference in step with the plan's run)
         raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
                                                    inputs is not None)) from None
     t_arena = time.perf_counter() - t0

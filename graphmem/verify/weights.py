@@ -91,6 +91,8 @@ class Weights:
             return None  # read (and refused, if it must be) as before
         location = info.get("location", "")
         m = self._map(t.name, location, model)
+        if m is None:
+            return None
         if offset + nbytes > len(m):
             raise GraphmemError(f"{model}: tensor {t.name!r}: its external data {location!r} "
                                 f"is {len(m):,} bytes, shorter than its offset {offset:,} "
@@ -100,7 +102,7 @@ class Weights:
         self._where[t.name] = (m, offset, nbytes)
         return np.frombuffer(m, dtype, count, offset).reshape([int(d) for d in t.dims])
 
-    def _map(self, name: str, location: str, model: Path) -> mmap.mmap:
+    def _map(self, name: str, location: str, model: Path) -> mmap.mmap | None:
         target = external_data.check(model, name, location)  # the rule, before opening
         found = self._maps.get(target)
         if found is not None:
@@ -118,10 +120,11 @@ class Weights:
                 raise GraphmemError(f"{model}: tensor {name!r} keeps its data at "
                                     f"{location!r}, which changed into something other "
                                     "than a regular file; refused")
-            m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if st.st_size else mmap.mmap(-1, 1)
-        except (OSError, ValueError) as exc:
-            raise GraphmemError(f"{model}: tensor {name!r}: cannot map its external data "
-                                f"{location!r} ({exc})") from None
+            try:
+                m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if st.st_size else \
+                    mmap.mmap(-1, 1)
+            except (OSError, ValueError):  # (no maps left): read into the proto instead
+                return None
         finally:
             os.close(fd)
         self._maps[target] = m

@@ -5,19 +5,19 @@ written to an .npz first): the peak RSS of an ``InferenceSession`` on the model 
 (default options) plus one run, and the peak RSS of ``graphmem verify`` (the whole
 command: load, plan, the reference and the plan's run, the whole-model line), each the
 process's own high-water mark (Linux's ``VmHWM``, which starts afresh at ``exec``,
-where ``ru_maxrss`` carries the parent's size over), written as it exits. The bar: verify's peak at most 1.5 x (ORT's
-peak + the plan's arena).
+where ``ru_maxrss`` carries the parent's size over), written as it exits. The bar:
+verify's peak at most 1.5 x (ORT's peak + the plan's arena).
 
     python -m tools.bench.verify_memory [--write] [--json OUT] [--keep DIR] [--fast] [--fp32]
 
 Cases: a Qwen2-0.5B-sized decode step of models/decoder.py (24 layers, hidden 896, 14
 heads, 2 key/value heads, MLP 4864, vocabulary 151,936, int4 weights: the
-onnxruntime-genai builder's form; about 0.5 B parameters, an 853 MB external-data file,
+onnxruntime-genai builder's form; about 0.5 B parameters in an external-data file,
 built in a temporary folder or ``--keep DIR``), at past 127, also verified with
 ``--ort-optimize all``; and the corpus's largest model (tests/data/corpus), a GPT-2 decode
-step. ``--fp32``: the same decoder with float32 weights too (a 2.5 GB file; building it
-takes 7.5 GB for a minute). ``--fast``: the corpus model only. ``--write``: the table into docs/benchmarks.md
-(``<!-- bench:verify-memory -->``).
+step. ``--fp32``: the same decoder with float32 weights too (building it takes about three
+times its file's size in memory). ``--fast``: the corpus model only. ``--write``: the table
+into docs/benchmarks.md (``<!-- bench:verify-memory -->``).
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def measure(label: str, model: Path, dims: dict[str, int], work: Path,
 
 
 def _qwen(where: Path, int4: bool = True) -> Path:
-    """The decoder's file (built in a child: 2.5 GB while it is made, 7.5 GB in fp32)."""
+    """The decoder's file (built in a child process: it takes a few times the file's size)."""
     path = where / f"qwen2-0.5b-{'int4' if int4 else 'fp32'}-step.onnx"
     if not path.exists():
         options = {**QWEN, "int4": int4}

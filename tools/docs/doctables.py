@@ -149,8 +149,8 @@ SECTIONS = (
                           "(tools/corpus/export_fullsize.py); build times"),
     Section("bench:verify-memory", "docs/benchmarks.md",
             "python -m tools.bench.verify_memory --keep DIR --fp32 --write", (), None,
-            why_unchecked="peak RSS of processes, on a decoder built first (0.85 and "
-                          "2.5 GB files)"),
+            why_unchecked="peak RSS of processes, on decoders of about 0.5 B parameters "
+                          "built first"),
     Section("corpus", "docs/corpus.md", "python -m tools.corpus.export_corpus run DIR --write", (),
             None,
             why_unchecked="the exports need torch, torchvision and transformers"),
