@@ -37,20 +37,15 @@ class ControlFlowBounds:
         return Tensor(name, a.dtype, tuple(bound if i == axis else d
                                            for i, d in enumerate(shape)), a.bits)
 
-    def trip_count(self, n, idx: int, s, values, label: str, output: str) -> int:
-        """A Loop's iterations (of the graph itself, not a body's): fixed where
-        control_flow proves them; else at most its trip count ``M`` evaluated at the
-        bounds (torchvision's loop over the detections: ``M`` is a dim of a bounded
-        tensor), or at most a constant ``M`` where the condition may stop it sooner;
-        ``--bound Loop_N=K`` gives or tightens it. The count is a symbol ``Loop_N``
-        governing the Loop's outputs (its scan outputs hold one slice an iteration)."""
+    def trip_count(self, n, idx: int, values, refused: Exception, output: str) -> int:
+        """A Loop's iterations (of the graph itself, not a body's) where control_flow
+        cannot fix them (``refused``: its refusal): at most its trip count ``M``, a
+        constant where the condition may stop it sooner, or ``M`` evaluated at the
+        bounds; ``--bound Loop_N=K`` gives it where ``M`` is a value of the data (and
+        tightens it elsewhere). The count is a symbol ``Loop_N`` governing the Loop's
+        outputs (its scan outputs hold one slice an iteration)."""
         import numpy as np
         from graphmem.errors import GraphmemError
-        from graphmem.frontend.control_flow import _trip_count
-        try:
-            return _trip_count(n, s, values, label, output)
-        except GraphmemError as exc:
-            refused = exc
         sym = symbol_name("Loop", idx)
         if sym in self.record.symbols:
             return self.record.symbols[sym].bound

@@ -142,9 +142,13 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
         scan_outs = list(zip(n.output[k:], outs[1 + k:]))
         if any(name for name, _ in scan_outs):
             first = next(name for name, _ in scan_outs if name)
-            # issue 53: a trip count the data decides, at its bound (body_bounds.py)
-            trips = _trip_count(n, s, values, label, first) if bounds is None or where else \
-                bounds.trip_count(n, idx, s, values, label, first)
+            try:
+                trips = _trip_count(n, s, values, label, first)
+            except GraphmemError as exc:
+                if bounds is None or where:
+                    raise
+                # issue 53: a trip count the data decides, at its bound (body_bounds.py)
+                trips = bounds.trip_count(n, idx, values, exc, first)
             for name, t in scan_outs:
                 if name:
                     made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)

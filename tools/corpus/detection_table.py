@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.corpus.export_corpus import Runner, _short, gm
+from tools.corpus.export_corpus import Runner, gm
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "corpus.md"
 SECTION = "corpus:detection"
@@ -222,7 +222,9 @@ def table(rows: list[dict]) -> str:
 def _shown(command: str) -> str:
     """A command as the doc shows it: no interpreter, checkout or folder of this machine
     (every path its file name)."""
-    return re.sub(r"(?<!\S)/\S*/", "", _short(command))
+    command = command.replace(sys.executable + " -m graphmem", "graphmem").replace(
+        sys.executable, "python")
+    return re.sub(r"(?<!\S)/\S*/", "", command)
 
 
 def body(rows: list[dict]) -> str:
