@@ -29,8 +29,10 @@ def add_parser(sub) -> None:
     add_model_args(p)
     add_pass_args(p)
     add_runtime_args(p)
-    p.add_argument("--budget", required=True, metavar="SIZE",
+    p.add_argument("--budget", metavar="SIZE",
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
+    from graphmem.commands.capacity_args import FIT_HELP, add_capacity_arg
+    add_capacity_arg(p, FIT_HELP)
     p.add_argument("--dtype", metavar="TYPE",
                    help="element type for the floating tensors (default: the model's own)")
     from graphmem.commands.workspace_args import add_workspace_args
@@ -58,7 +60,10 @@ def add_parser(sub) -> None:
 
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
-    budget = parse_bytes(args.budget, "--budget")
+    from graphmem.commands.capacity_args import capacity_of, fit_answer, one_limit
+    cap = capacity_of(args)
+    one_limit(args, cap)
+    budget = parse_bytes(args.budget, "--budget") if cap is None else cap
     if args.train:
         return search_training(args, budget)
     source = model_source(args)
@@ -74,9 +79,11 @@ def search(args) -> dict:
         def total_at(batch: int) -> int:
             progress(f"planning batch {batch} (plan {len(parts) + 1})")
             parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
-            return parts[batch]["total_bytes"]
+            return parts[batch]["total_bytes" if cap is None else "arena_bytes"]
 
         answer = fit(total_at, budget)
+    if cap is not None:  # --capacity: the arena alone
+        return fit_answer(answer, parts, cap, dtype)
     at = parts[max(answer["batch"], 1)]
     return {"batch": answer["batch"], "total_bytes": answer["total_bytes"],
             "budget_bytes": budget, "next_total_bytes": answer["next_total_bytes"],
@@ -145,6 +152,10 @@ def run(args) -> int:
         return 0
     if out.get("train"):
         print_training(out)
+        return 0
+    if "capacity_bytes" in out:
+        from graphmem.commands.capacity_args import print_fit
+        print_fit(out)
         return 0
     gib = 2 ** 30
     parts = "weights + arena" + (f" + {out['workspace_rule']} workspace"

@@ -31,6 +31,11 @@ FITS, NO_FIT, UNDECIDED = "fits", "does not fit", "undecided"
 # width, A the area (bytes times width), T the most bytes still to place in a section
 # the buffer spans, each larger first; ties by index (tests/reference_capacity.py)
 PREORDERS = ("WAT", "TAW", "TWA")
+# The most buffers :func:`fit` searches: the compiled search recurses once per buffer
+# placed (a few hundred bytes of C stack each); above it the answer is UNDECIDED.
+MAX_ITEMS = 5_000
+# :func:`fit`'s node budget when none is given (each node a few microseconds)
+DEFAULT_NODES = 2_000_000
 
 
 class Fit(NamedTuple):
