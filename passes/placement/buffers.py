@@ -53,12 +53,9 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
                   nodes: int | None = DEFAULT_NODES) -> BufferPlacement:
     """Offsets for the buffers (see the module docstring). ``alignment``: every offset
     is a multiple of it. ``nodes``: the search's budget (None: until proven).
-    Raises ValueError for a buffer with ``upper <= lower`` or a negative size."""
-    size = np.asarray(size, dtype=np.int64)
-    lower = np.asarray(lower, dtype=np.int64)
-    upper = np.asarray(upper, dtype=np.int64)
-    if (upper <= lower).any() or (size < 0).any():
-        raise ValueError("every buffer needs upper > lower and a size of at least 0")
+    Raises ValueError for bad columns (``capacity.columns``: a buffer with ``upper <=
+    lower``, a negative size, a value that is not an integer ...)."""
+    size, lower, upper = search.columns(size, lower, upper)
     keep = np.flatnonzero(size > 0)
     floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
