@@ -49,33 +49,35 @@ def sweep_fit(recs: Sequence[Record]) -> tuple[dict[int, int], int]:
     first = np.fromiter((r.first for r in recs), np.int64, len(recs))
     last = np.fromiter((r.last for r in recs), np.int64, len(recs))
     nbytes = np.fromiter((r.bytes for r in recs), np.int64, len(recs))
-    lo = int(first.min())
-    # live bytes and records at each step (bytes are positive: no record, no bytes)
-    delta = np.zeros(int(last.max()) - lo + 2, dtype=np.int64)
-    np.add.at(delta, first - lo, nbytes)
-    np.add.at(delta, last - lo + 1, -nbytes)
-    live = np.cumsum(delta)[:-1]
-    part = np.cumsum(live == 0)[first - lo]  # the partition of each record, by its birth
+    # the steps where a life begins or one has just ended, each standing for the steps
+    # up to the next (steps far apart in a sparse timeline cost nothing)
+    points = np.unique(np.concatenate((first, last + 1)))
+    at_first = np.searchsorted(points, first)
+    delta = np.zeros(len(points) + 1, dtype=np.int64)
+    np.add.at(delta, at_first, nbytes)
+    np.add.at(delta, np.searchsorted(points, last + 1), -nbytes)
+    live = np.cumsum(delta)[:-1]  # bytes live from points[k] to points[k + 1]
+    part = np.cumsum(live == 0)[at_first]  # the partition of each record, by its birth
     offsets: dict[int, int] = {}
     arena = 0
     order = np.argsort(part, kind="stable")
     bounds = np.flatnonzero(np.diff(part[order])) + 1
     for chunk in np.split(order, bounds):
         members = [recs[i] for i in chunk.tolist()]
-        p_lo, p_hi = int(first[chunk].min()) - lo, int(last[chunk].max()) - lo
-        got, top = _sweep_part(members, live[p_lo:p_hi + 1], p_lo + lo)
+        p_lo = int(at_first[chunk].min())
+        p_hi = int(np.searchsorted(points, last[chunk].max() + 1))
+        k = p_lo + int(np.argmax(live[p_lo:p_hi]))
+        got, top = _sweep_part(members, int(points[k]), int(live[k]))
         offsets.update(got)
         arena = max(arena, top)
     return offsets, arena
 
 
-def _sweep_part(recs: Sequence[Record], live: np.ndarray, lo: int
+def _sweep_part(recs: Sequence[Record], peak: int, floor: int
                 ) -> tuple[dict[int, int], int]:
     """One time partition's placement: the smallest of the split sweeps (see the module
-    docstring) and the forward sweep from the first step. ``live``: the bytes live at
-    each of its steps, from step ``lo``."""
-    peak = int(np.argmax(live)) + lo
-    floor = int(live.max())
+    docstring) and the forward sweep from the first step. ``peak``: a step where the
+    most bytes are live, ``floor`` of them."""
     best = None
     for weight in WEIGHTS:
         got = split_sweep(recs, peak, weight)
