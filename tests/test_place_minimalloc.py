@@ -147,14 +147,16 @@ def test_bad_json_and_options(tmp_path, capsys):
     assert main(["place", str(tmp_path / "missing.csv")]) == 2
 
 
-def test_time_partitions_are_placed_apart_and_searched():
+def test_time_partitions_are_placed_apart_and_searched(monkeypatch):
     """HARD (tests/test_place_exact.py: best fit 21 or more, floor 20) three times over,
     one copy after the other in time: each partition placed from 0 (the split sweep
     reaches the floor on each), proven at 20. Instance C twice: the sweep is far
     above 1 MiB, the search fits each copy."""
     import numpy as np
+    from graphmem.passes.placement import buffers
     from graphmem.passes.placement.buffers import time_partitions
     from test_place_exact import HARD
+    monkeypatch.setattr(buffers, "PARTITION_ITEMS", 10)  # partitions of these few
     size, lower, upper = [], [], []
     for copy in range(3):
         for r in HARD:

@@ -1,9 +1,10 @@
 """Placement for any compiler's buffers: columns in, offsets out, no ONNX graph needed.
 
 :func:`place_buffers` places buffers of ``size`` bytes live over the half-open step
-intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. Buffers fall into
-time partitions (:func:`time_partitions`: no buffer lives across the point between
-two), each placed apart from offset 0. In each it runs the heuristics first (the
+intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. More than
+``algorithm.SEARCH_ITEMS`` buffers fall into time partitions (:func:`time_partitions`:
+no buffer lives across the point between two), each placed apart from offset 0. In
+each (or all at once) it runs the heuristics first (the
 split sweep of :mod:`.sweep`; where that is above the max-live floor also
 ``search.place_records``: the best best-fit ordering, then hill climbing; the smaller
 kept), then the complete search of :mod:`.capacity` within a node budget, shared by
@@ -37,6 +38,8 @@ from graphmem.passes.placement.sweep import sweep_fit
 # search nodes place_buffers allows by default (each a few microseconds: see
 # tools/bench/minimalloc.py's section of docs/benchmarks.md)
 DEFAULT_NODES = 600_000
+# more buffers than this are placed time partition by time partition
+PARTITION_ITEMS = SEARCH_ITEMS
 
 
 class BufferPlacement(NamedTuple):
@@ -64,7 +67,9 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
     floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
         return BufferPlacement(search.NO_FIT, None, 0, True, floor, floor, "max-live floor", 0)
-    parts = time_partitions(lower[keep], upper[keep])
+    # up to SEARCH_ITEMS buffers the search takes them all at once (it solves time
+    # partitions apart itself, sharing its budget better than rounds do)
+    parts = time_partitions(lower[keep], upper[keep]) if len(keep) > PARTITION_ITEMS else []
     if len(parts) <= 1:
         return _place_part(size, lower, upper, capacity, alignment, nodes)
     return _place_parts(size, lower, upper, [keep[p] for p in parts], floor, capacity,

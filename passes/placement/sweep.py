@@ -18,8 +18,8 @@ at its first, so the stack is ordered for both: at the bottom the records that e
 sooner after the peak than they began before it (by last step), above them the
 others (by first step, the latest born at the top). Each sweep then frees the stack
 from one end, in one run, and fills it with few holes. ``weight`` moves the line
-between the two groups; :func:`sweep_fit` tries a few and the forward sweep, and
-keeps the smallest arena.
+between the two groups; :func:`sweep_fit` tries a few and the forward sweep (as many
+as ``SWEEP_WORK`` allows), and keeps the smallest arena.
 """
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ from graphmem.planning.groups import Record
 # sweep alone is the last candidate
 WEIGHTS = (1.0, 0.5, 2.0)
 SWEEP_CLOSE = 1.005
+# the candidates' work: sweeps over all the records, at most SWEEP_WORK records swept in
+# all, one sweep at least (1M records: the split sweep alone, as many as the one forward
+# sweep before it; 250k or fewer: every candidate)
+SWEEP_WORK = 1_000_000
 
 
 def sweep_fit(recs: Sequence[Record]) -> tuple[dict[int, int], int]:
@@ -60,6 +64,7 @@ def sweep_fit(recs: Sequence[Record]) -> tuple[dict[int, int], int]:
     part = np.cumsum(live == 0)[at_first]  # the partition of each record, by its birth
     offsets: dict[int, int] = {}
     arena = 0
+    runs = max(1, SWEEP_WORK // len(recs))
     order = np.argsort(part, kind="stable")
     bounds = np.flatnonzero(np.diff(part[order])) + 1
     for chunk in np.split(order, bounds):
@@ -67,24 +72,26 @@ def sweep_fit(recs: Sequence[Record]) -> tuple[dict[int, int], int]:
         p_lo = int(at_first[chunk].min())
         p_hi = int(np.searchsorted(points, last[chunk].max() + 1))
         k = p_lo + int(np.argmax(live[p_lo:p_hi]))
-        got, top = _sweep_part(members, int(points[k]), int(live[k]))
+        got, top = _sweep_part(members, int(points[k]), int(live[k]), runs)
         offsets.update(got)
         arena = max(arena, top)
     return offsets, arena
 
 
-def _sweep_part(recs: Sequence[Record], peak: int, floor: int
+def _sweep_part(recs: Sequence[Record], peak: int, floor: int, runs: int = 4
                 ) -> tuple[dict[int, int], int]:
     """One time partition's placement: the smallest of the split sweeps (see the module
-    docstring) and the forward sweep from the first step. ``peak``: a step where the
-    most bytes are live, ``floor`` of them."""
+    docstring) and the forward sweep from the first step, at most ``runs`` of them.
+    ``peak``: a step where the most bytes are live, ``floor`` of them."""
     best = None
-    for weight in WEIGHTS:
+    for weight in WEIGHTS[:runs]:
         got = split_sweep(recs, peak, weight)
         if best is None or got[1] < best[1]:
             best = got
         if best[1] <= floor * SWEEP_CLOSE:
             return best
+    if runs <= len(WEIGHTS):
+        return best
     got = _sweep([(r.first, r.last, r.bytes, r.id) for r in recs], ())
     return got if got[1] < best[1] else best
 
