@@ -98,6 +98,9 @@ def test_plan_capacity_below_the_floor_is_proven_and_writes_nothing(tmp_cwd, cap
     (["fit", "squeezenet"], "fit needs --budget SIZE"),
     (["fit", "squeezenet", "--budget", "1GiB", "--capacity", "1MiB"], "not both"),
     (["report", "squeezenet", "--capacity", "1MiB", "--dim", "N=1..4"], "range of dims"),
+    (["fit", "squeezenet", "--capacity", "1MiB", "--dim", "N=1..4"], "range of dims"),
+    (["plan", "squeezenet", "--capacity", "1MiB", "--dim", "N=1..4"], "range of dims"),
+    (["fit", "squeezenet", "--capacity", "1MiB", "--train"], "with --train give --budget"),
 ])
 def test_bad_capacity_is_one_line_and_exit_2(tmp_cwd, capsys, args, message):
     assert main(args) == 2

@@ -144,6 +144,8 @@ class _Prefixed:
 
 
 def run(args) -> int:
+    from graphmem.commands.capacity_args import refuse_with_ranges
+    refuse_with_ranges(args)
     if ranges.wanted(args):  # --dim past_seq=1..8192: from the range plan's formulas
         return ranges.run_fit(args)
     out = search(args)
