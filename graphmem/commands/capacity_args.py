@@ -7,12 +7,14 @@ report carries the verdict, which :func:`verdict` reads and :func:`sentence` say
 one line. Exit status of ``plan`` and ``report`` with ``--capacity``
 (:data:`EXIT_STATUS`):
 
-- 0: the arena fits (a plan within the capacity is written / reported);
+- 0: the arena fits (``plan`` writes the plan within the capacity);
 - 1: it does not fit, proven: the max-live floor of the plan's order and aliases is
   above the capacity (no placement is smaller), or the complete search proved that
-  no placement of its storage groups fits; nothing is written;
+  no placement of its storage groups fits (``plan`` writes no plan);
 - 3: not decided: no placement within the capacity was found in the search's budget,
-  and none was proven impossible; nothing is written.
+  and none was proven impossible (``plan`` writes no plan).
+
+``report`` prints its report as usual, the verdict line on stderr, and exits the same.
 
 Bad input (a size that does not read, a negative one) stays exit 2. ``fit --capacity``
 gives the largest batch whose arena fits, and says why the next one does not.
@@ -20,8 +22,7 @@ gives the largest batch whose arena fits, and says why the next one does not.
 from __future__ import annotations
 
 from graphmem.errors import GraphmemError
-
-FITS, NO_FIT, UNDECIDED = "fits", "does not fit", "undecided"  # capacity.py's words
+from graphmem.passes.placement.capacity import FITS, NO_FIT, UNDECIDED
 EXIT_STATUS = {FITS: 0, NO_FIT: 1, UNDECIDED: 3}
 HELP = ("the device's memory for the arena (1MiB, 512MiB, 12GiB or bytes): the arena is "
         "placed within it (the complete placement search where the heuristics miss it), "
