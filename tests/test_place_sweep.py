@@ -97,12 +97,12 @@ def test_split_sweep_stacks_the_peak_without_a_gap():
     """Records live at the peak stacked at the floor; a forward sweep from the first
     step leaves a hole below the peak (record 1's, too small for record 3), the split
     sweep none (found by search over small random sets)."""
-    from graphmem.passes.placement.sweep import _sweep
+    from graphmem.passes.placement.sweep import sweep_from
     recs = [Record(0, 64, 2, 3), Record(1, 128, 1, 2), Record(2, 192, 2, 4),
             Record(3, 192, 3, 5)]
     floor = max_live(recs)
     assert floor == 448
-    forward = _sweep([(r.first, r.last, r.bytes, r.id) for r in recs], ())[1]
+    forward = sweep_from([(r.first, r.last, r.bytes, r.id) for r in recs], ())[1]
     offsets, total = sweep_fit(recs)
     assert overlaps(recs, offsets) is None
     assert total == floor < forward

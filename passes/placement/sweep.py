@@ -92,7 +92,7 @@ def _sweep_part(recs: Sequence[Record], peak: int, floor: int, runs: int = 4
             return best
     if runs <= len(WEIGHTS):
         return best
-    got = _sweep([(r.first, r.last, r.bytes, r.id) for r in recs], ())
+    got = sweep_from([(r.first, r.last, r.bytes, r.id) for r in recs], ())
     return got if got[1] < best[1] else best
 
 
@@ -108,9 +108,9 @@ def split_sweep(recs: Sequence[Record], peak: int, weight: float = 1.0
     for r in bottom + above:
         stack.append((top, r))
         top += r.bytes
-    forward, f_top = _sweep([(r.first, r.last, r.bytes, r.id) for r in recs if r.first > peak],
+    forward, f_top = sweep_from([(r.first, r.last, r.bytes, r.id) for r in recs if r.first > peak],
                             [(off, r.bytes, r.last) for off, r in stack])
-    backward, b_top = _sweep([(-r.last, -r.first, r.bytes, r.id) for r in recs
+    backward, b_top = sweep_from([(-r.last, -r.first, r.bytes, r.id) for r in recs
                               if r.last < peak],
                              [(off, r.bytes, -r.first) for off, r in stack])
     offsets = {r.id: off for off, r in stack}
@@ -119,7 +119,7 @@ def split_sweep(recs: Sequence[Record], peak: int, weight: float = 1.0
     return offsets, max(top, f_top, b_top)
 
 
-def _sweep(arrivals: list[tuple[int, int, int, int]], fixed
+def sweep_from(arrivals: list[tuple[int, int, int, int]], fixed
            ) -> tuple[dict[int, int], int]:
     """One sweep over ``arrivals`` (first, last, bytes, id), above the ranges ``fixed``
     (offset, bytes, last step) live when it starts: ({id: offset}, the highest top)."""

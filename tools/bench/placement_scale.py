@@ -163,11 +163,11 @@ def run_sweep(cols: dict) -> tuple[np.ndarray, float]:
 def run_forward(cols: dict) -> tuple[np.ndarray, float]:
     """The forward sweep alone (sweep.py's last candidate; the whole sweep before the
     split sweep), for comparison."""
-    from graphmem.passes.placement.sweep import _sweep
+    from graphmem.passes.placement.sweep import sweep_from
     t = cpu()
     arrivals = [(int(lo), int(hi) - 1, int(s), i) for i, (s, lo, hi) in enumerate(zip(
         cols["size"].tolist(), cols["lower"].tolist(), cols["upper"].tolist())) if s > 0]
-    found, _ = _sweep(arrivals, ())
+    found, _ = sweep_from(arrivals, ())
     offsets = np.zeros(len(cols["size"]), dtype=np.int64)
     for i, off in found.items():
         offsets[i] = off
