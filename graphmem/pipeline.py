@@ -68,7 +68,7 @@ def _quiet(stage: str) -> None:
 def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
                order: Sequence[int] | None = None, alignment: int = 64,
                placement: str = "best", time_limit: float = 10.0,
-               model_name: str | None = None,
+               capacity: int | None = None, model_name: str | None = None,
                bindings: Mapping[str, int] | None = None, check: bool = True,
                progress: Callable[[str], None] | None = None,
                table: InplaceTable | None = None, provider: str | None = None,
@@ -81,7 +81,9 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
     ``provider`` ("cpu" or "cuda") and ``inplace_table`` ("default" or "probed") are a
     shorthand for ``table=InplaceTable(provider, inplace_table)``, given instead of it.
     ``time_limit`` bounds the solver of
-    ``placement="optimal"`` (seconds). With ``check`` (the default) the plan is
+    ``placement="optimal"`` (seconds). ``capacity`` (bytes): where the arena placed
+    is larger, the complete search tries to place it within (the place pass's report
+    says whether it fits, proven or not: ``placement.algorithm.within``). With ``check`` (the default) the plan is
     validated independently before it is returned. ``progress``, if given, is called
     with the name of each stage as it starts ("liveness", "pass inplace", "validation",
     ...): the CLI shows it on large graphs, where planning takes seconds.
@@ -102,7 +104,7 @@ def plan_graph(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, *,
             table=table))
     ctx = Context.for_order(graph, order if order is not None else file_order(graph),
                             alignment, stage=stage, table=table.key)
-    planned = run_passes(ctx, chosen, PassOptions(placement, time_limit), stage)
+    planned = run_passes(ctx, chosen, PassOptions(placement, time_limit, capacity), stage)
     plan = _written(planned, model_name, bindings, scope_plans, made_for, check, stage)
     return Result(plan, graph, planned.assignment, planned.reports,
                   time.perf_counter() - start)

@@ -24,8 +24,10 @@ from graphmem.planning.contract import Pass, PassOptions
 from graphmem.planning.groups import ID, group_records, group_roots
 from graphmem.planning.writer import finish_layout
 from graphmem.passes.share import DEFAULT_MATCH_RANGE, share_blocks
+from graphmem.passes.placement import capacity
 from graphmem.passes.placement.algorithm import for_option
 from graphmem.passes.placement.items import TooManyPairs, items
+from graphmem.passes.placement.search import max_live
 from graphmem.passes.placement.sweep import sweep_fit
 
 
@@ -33,8 +35,8 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
     try:
         recs, pairs = items(ctx, a)
     except TooManyPairs as exc:
-        return _blocks_stacked(ctx, a, *exc.args)
-    algorithm = for_option(options.placement, options.time_limit, recs)
+        return _blocks_stacked(ctx, a, *exc.args, options.capacity)
+    algorithm = for_option(options.placement, options.time_limit, recs, options.capacity)
     offsets, total, used, tried, proof = algorithm(recs, pairs, ctx.alignment)
     roots = group_roots(ctx, a.groups)
     root_offsets = dict.fromkeys(roots, 0)  # zero-sized groups sit at 0
@@ -46,13 +48,14 @@ def run(ctx: Context, a: Assignment, options: PassOptions) -> tuple[Assignment, 
     return a.with_(offsets=root_offsets, arena_bytes=total, strategy=used), detail
 
 
-def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int
-                    ) -> tuple[Assignment, dict]:
+def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int,
+                    cap: int | None = None) -> tuple[Assignment, dict]:
     """Placement without pairs (see the module docstring): sweep best fit over the
     groups as whole records, or the storage blocks one above another, whichever arena
     is smaller (the blocks on ties). The blocks are those of ``share``, or, where it did
     not run, blocks made here for the stacking alone (this pass provides the offsets,
-    not the storage)."""
+    not the storage). With a capacity ``cap``, whether the arena fits it (no search
+    here: past the floor and above the arena, undecided)."""
     recs = group_records(ctx, a.groups)[0]
     roots = group_roots(ctx, a.groups)
     blocks = a
@@ -67,12 +70,25 @@ def _blocks_stacked(ctx: Context, a: Assignment, parts: int, limit: int
     if swept_total < placed.arena_bytes:
         offsets = dict.fromkeys(roots, 0)  # zero-sized groups sit at 0
         offsets.update((roots[g], off) for g, off in swept.items())
-        detail = {"strategy": "sweep_best_fit", "tried": tried, "reason": reason}
+        detail = {"strategy": "sweep_best_fit", "tried": tried, "reason": reason,
+                  **_fits(recs, swept_total, cap)}
         return a.with_(offsets=offsets, arena_bytes=swept_total,
                        strategy="sweep_best_fit"), detail
-    detail = {"strategy": "storage_blocks", "tried": tried, "reason": reason}
+    detail = {"strategy": "storage_blocks", "tried": tried, "reason": reason,
+              **_fits(recs, placed.arena_bytes, cap)}
     return a.with_(offsets=placed.offsets, arena_bytes=placed.arena_bytes,
                    strategy="storage_blocks"), detail
+
+
+def _fits(recs, arena: int, cap: int | None) -> dict:
+    """The ``capacity`` verdict of a placement without search (as ``algorithm.within``'s)."""
+    if cap is None:
+        return {}
+    floor = max_live(recs)
+    status, by = ((capacity.FITS, "placement") if arena <= cap else
+                  (capacity.NO_FIT, "floor") if floor > cap else (capacity.UNDECIDED, "search"))
+    return {"capacity": {"bytes": cap, "status": status, "proven": status != capacity.UNDECIDED,
+                         "by": by, "floor": floor, "nodes": 0}}
 
 
 PASS = Pass("place", "layout", reads=("groups",), uses=("storage",), provides=("offsets",),

@@ -140,3 +140,26 @@ def test_speed_files_bind_the_corpus_dims_then_the_given_then_one(tmp_path):
         "batch": 1, "seq": 128, "other": 1}
     assert speed_files.source_dims(tmp_path / "mine.onnx", {"seq": 7}) == {
         "seq": 7, "batch": 1, "other": 1}
+
+
+def test_placement_scale_validator_and_section():
+    """tools/bench/placement_scale.py: its validator agrees with check_placement on
+    random placements, the generators make valid columns, and the section names every
+    instance with a verdict line."""
+    import numpy as np
+    from graphmem.passes.placement.buffers import check_placement
+    from tools.bench import placement_scale as ps
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 12))
+        lo = rng.integers(0, 6, n)
+        cols = {"size": rng.integers(0, 4, n), "lower": lo, "upper": lo + rng.integers(1, 4, n)}
+        off = rng.integers(0, 8, n)
+        assert (ps.clash(cols, off) is None) == (not check_placement(
+            cols["size"], cols["lower"], cols["upper"], off))
+    cols = ps.training(6, 0)
+    assert (cols["upper"] > cols["lower"]).all() and (cols["size"] > 0).all()
+    row = ps.measure("training 6 layers", cols)
+    assert all(row[k]["valid"] for k in ("forward", "sweep", "place"))
+    text = ps.section([row], "env")
+    assert "| training 6 layers |" in text and "within 1 % of the floor" in text

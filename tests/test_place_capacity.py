@@ -163,3 +163,38 @@ def test_plan_algorithms_search_below_the_heuristics():
     assert "optimal" not in optimal.tried  # CP-SAT did not run
     one = for_option("greedy_by_size", 10.0, HARD)(HARD, pairs, 1)
     assert one.total >= 21 and "search" not in one.tried
+
+
+@pytest.mark.parametrize("cols, message", [
+    (([1, 2], [0, 0], [1]), "2, 2 and 1 values"),
+    (([1.5], [0], [1]), "buffer 0: size 1.5 is not an integer"),
+    ((["a"], [0], [1]), "is not an integer"),
+    (([True], [0], [1]), "is not an integer"),
+    (([float("nan")], [0], [1]), "is not an integer"),
+    (([1, 1], [0, 3], [1, 3]), "buffer 1: upper 3 is not after lower 3"),
+    (([1, -1], [0, 0], [1, 1]), "buffer 1: size -1 is negative"),
+    (([[1]], [0], [1]), "one value per buffer"),
+    (([2 ** 53], [0], [1]), "past 2**52"),
+])
+def test_bad_records_are_refused_by_name(cols, message):
+    with pytest.raises(ValueError, match=message.replace("*", r"\*").replace("(", r"\(")):
+        capacity.prepare(*cols)
+
+
+def test_fit_has_a_budget_and_refuses_bad_limits():
+    p = capacity.prepare([1.0, 2], [0, 0], [1, 2])  # integral floats are integers
+    assert capacity.fit(p, 3).status == capacity.FITS
+    for args, message in (((-1,), "capacity must be at least 0"),
+                          ((3, 0), "alignment must be at least 1"),
+                          ((3, 1, -5), "nodes must be at least 0"),
+                          ((3.5,), "capacity must be an integer")):
+        with pytest.raises(ValueError, match=message):
+            capacity.fit(p, *args)
+    # the default budget is finite: a search that cannot end in it stops, undecided
+    import inspect
+    assert inspect.signature(capacity.fit).parameters["nodes"].default == \
+        capacity.DEFAULT_NODES
+    n = capacity.MAX_ITEMS + 1  # too many to recurse over: not searched at all
+    big = capacity.prepare([1] * n, list(range(n)), [k + 2 for k in range(n)])
+    assert capacity.fit(big, 2) == capacity.Fit(capacity.UNDECIDED, None, 0)
+    assert capacity.fit(big, 1).status == capacity.NO_FIT  # the floor still decides

@@ -145,3 +145,45 @@ def test_bad_json_and_options(tmp_path, capsys):
     assert main(["place", str(good), "--check"]) == 2
     assert main(["place", str(good), "-o", str(good)]) == 2
     assert main(["place", str(tmp_path / "missing.csv")]) == 2
+
+
+def test_time_partitions_are_placed_apart_and_searched(monkeypatch):
+    """HARD (tests/test_place_exact.py: best fit 21 or more, floor 20) three times over,
+    one copy after the other in time: each partition placed from 0 (the split sweep
+    reaches the floor on each), proven at 20. Instance C twice: the sweep is far
+    above 1 MiB, the search fits each copy."""
+    import numpy as np
+    from graphmem.passes.placement import buffers
+    from graphmem.passes.placement.buffers import time_partitions
+    from test_place_exact import HARD
+    monkeypatch.setattr(buffers, "PARTITION_ITEMS", 10)  # partitions of these few
+    size, lower, upper = [], [], []
+    for copy in range(3):
+        for r in HARD:
+            size.append(r.bytes)
+            lower.append(r.first + 20 * copy)
+            upper.append(r.last + 1 + 20 * copy)
+    parts = time_partitions(np.array(lower), np.array(upper))
+    assert len(parts) >= 3 and sorted(np.concatenate(parts).tolist()) == list(range(24))
+    got = place_buffers(size, lower, upper)
+    assert (got.total, got.proven, got.lower_bound) == (20, True, 20)
+    assert "time partitions" in got.method
+    assert not check_placement(size, lower, upper, got.offsets)
+    assert place_buffers(size, lower, upper, 19).status == capacity.NO_FIT
+    rows = read(DATA / f"C.{CAPACITY}.csv")
+    end = max(r["upper"] for r in rows)
+    cols = {c: [r[c] for r in rows] + [r[c] + (end if c != "size" else 0) for r in rows]
+            for c in ("size", "lower", "upper")}
+    fits = place_buffers(cols["size"], cols["lower"], cols["upper"], CAPACITY)
+    assert fits.status == capacity.FITS and "search" in fits.method
+    assert not check_placement(cols["size"], cols["lower"], cols["upper"], fits.offsets,
+                               CAPACITY)
+    # no search nodes: the sweep alone, undecided (the command: exit 3)
+    assert place_buffers(cols["size"], cols["lower"], cols["upper"], CAPACITY,
+                         nodes=0).status == capacity.UNDECIDED
+
+
+def test_place_undecided_exits_3(tmp_path, capsys):
+    assert main(["place", str(DATA / f"C.{CAPACITY}.csv"), "--capacity", str(CAPACITY),
+                 "--nodes", "1"]) == 3
+    assert "no placement within 1,048,576 bytes found (undecided" in capsys.readouterr().err

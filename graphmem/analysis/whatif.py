@@ -239,14 +239,17 @@ def check_scaling(base: Graph, g: Graph, old: int, new: int) -> None:
 def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: int = 64,
               placement: str = "best", time_limit: float = 10.0,
               table: InplaceTable = DEFAULT_INPLACE, workspace_rule: str | None = None,
-              threads: int = 1) -> dict:
+              threads: int = 1, capacity: int | None = None) -> dict:
     """Plan ``graph`` (``table``: the in-place table trusted) and return weights,
     activations, workspace and their total, and the matrix MACs (``macs_at_least``: a
     lower bound, an op has no rule). The workspace is the largest working buffer under
     ``workspace_rule`` (default: the one ``table.provider``'s kernels follow;
-    :mod:`graphmem.analysis.workspace`) for ``threads`` threads."""
+    :mod:`graphmem.analysis.workspace`) for ``threads`` threads. ``capacity`` (bytes):
+    the arena placed within it where the placement can (``plan_graph``'s); the place
+    pass's verdict is then ``capacity`` (None where no place pass ran) and the aliased
+    peak ``aliased_peak_bytes``."""
     result = plan_graph(graph, passes, alignment=alignment, placement=placement,
-                        time_limit=time_limit, table=table)
+                        time_limit=time_limit, table=table, capacity=capacity)
     ws, _ = workspace(graph, rule_for(table.provider, workspace_rule), threads)
     weights = weight_bytes(graph)
     macs = mac_totals(graph)  # matrix MACs, a lower bound where an op has no rule
@@ -254,7 +257,11 @@ def footprint(graph: Graph, passes: Sequence[str] = DEFAULT_PASSES, alignment: i
             "activation_bytes_naive": result.plan.stats["naive_bytes"],
             "arena_bytes": result.plan.arena_bytes, "workspace_bytes": ws,
             "total_bytes": weights + result.plan.arena_bytes + ws,
-            **{k: macs[k] for k in ("matrix_macs", "macs_at_least")}}
+            **{k: macs[k] for k in ("matrix_macs", "macs_at_least")},
+            **({} if capacity is None else {
+                "capacity": next((r.detail.get("capacity") for r in result.reports
+                                  if r.name == "place"), None),
+                "aliased_peak_bytes": result.plan.stats["aliased_peak_bytes"]})}
 
 
 def sweep(batcher: Batcher, batches: Sequence[int], dtypes: Sequence[str],

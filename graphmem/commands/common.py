@@ -326,7 +326,7 @@ def load_graph(args, source: ModelSource):
 def plan_options(args, *, warn: bool = True) -> dict:
     """The ``plan_graph`` keywords that :func:`add_pass_args` options choose (their
     defaults on a parser without them): ``passes``, ``alignment``, ``placement``,
-    ``time_limit`` and ``table``, the :class:`~graphmem.planning.target.InplaceTable` of
+    ``time_limit``, ``capacity`` (only where ``--capacity`` is given) and ``table``, the :class:`~graphmem.planning.target.InplaceTable` of
     ``--provider`` and ``--inplace-table``. With ``--inplace-table probed`` and ``warn``
     it says once on stderr which entries the plan then trusts that the runtime does not
     declare."""
@@ -336,7 +336,18 @@ def plan_options(args, *, warn: bool = True) -> dict:
     return {"passes": chosen_passes(args) if hasattr(args, "passes") else list(DEFAULT_PASSES),
             "alignment": getattr(args, "alignment", 64),
             "placement": getattr(args, "placement", "best"),
-            "time_limit": getattr(args, "time_limit", 10.0), "table": table}
+            "time_limit": getattr(args, "time_limit", 10.0), "table": table,
+            **capacity_option(args)}
+
+
+def capacity_option(args) -> dict:
+    """``{"capacity": bytes}`` where the command has ``--capacity`` and it is given
+    (``commands/capacity_args.py``)."""
+    text = getattr(args, "capacity", None)
+    if text is None:
+        return {}
+    from graphmem.commands.sizes import parse_bytes
+    return {"capacity": parse_bytes(text, "--capacity")}
 
 
 def inplace_table(args) -> InplaceTable:

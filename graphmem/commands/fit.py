@@ -27,8 +27,10 @@ def add_parser(sub) -> None:
     add_model_args(p)
     add_pass_args(p)
     add_runtime_args(p)
-    p.add_argument("--budget", required=True, metavar="SIZE",
+    p.add_argument("--budget", metavar="SIZE",
                    help="memory budget: 12GiB, 4GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)")
+    from graphmem.commands.capacity_args import FIT_HELP, add_capacity_arg
+    add_capacity_arg(p, FIT_HELP)
     p.add_argument("--dtype", metavar="TYPE",
                    help="element type for the floating tensors (default: the model's own)")
     from graphmem.commands.workspace_args import add_workspace_args
@@ -58,7 +60,10 @@ def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
     from graphmem.frontend.reader import read_model
     from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
-    budget = parse_bytes(args.budget, "--budget")
+    from graphmem.commands.capacity_args import capacity_of, fit_answer, one_limit
+    cap = capacity_of(args)
+    one_limit(args, cap)
+    budget = parse_bytes(args.budget, "--budget") if cap is None else cap
     if args.train:
         return search_training(args, budget)
     source = model_source(args)
@@ -77,9 +82,11 @@ def search(args) -> dict:
         def total_at(batch: int) -> int:
             part(f"planning batch {batch} (plan {len(parts) + 1})")
             parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
-            return parts[batch]["total_bytes"]
+            return parts[batch]["total_bytes" if cap is None else "arena_bytes"]
 
         answer = fit(total_at, budget)
+    if cap is not None:  # --capacity: the arena alone
+        return fit_answer(answer, parts, cap, dtype)
     at = parts[max(answer["batch"], 1)]
     return {"batch": answer["batch"], "total_bytes": answer["total_bytes"],
             "budget_bytes": budget, "next_total_bytes": answer["next_total_bytes"],
@@ -131,6 +138,8 @@ def search_training(args, budget: int) -> dict:
 
 
 def run(args) -> int:
+    from graphmem.commands.capacity_args import refuse_with_ranges
+    refuse_with_ranges(args)
     if ranges.wanted(args):  # --dim past_seq=1..8192: from the range plan's formulas
         return ranges.run_fit(args)
     out = search(args)
@@ -139,6 +148,10 @@ def run(args) -> int:
         return 0
     if out.get("train"):
         print_training(out)
+        return 0
+    if "capacity_bytes" in out:
+        from graphmem.commands.capacity_args import print_fit
+        print_fit(out)
         return 0
     from graphmem.analysis.footprint import format_bytes as size
     parts = "weights + arena" + (f" + workspace ({out['workspace_rule']})"

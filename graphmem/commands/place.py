@@ -8,7 +8,9 @@ interval ``[lower, upper)``. Or a ``.json`` file: ``{"buffers": [{"id": ..., "lo
 
 The placement is written in the same form with an ``offset`` column (``-o OUT.csv`` or
 ``OUT.json``, else CSV to stdout); one summary line goes to stderr. ``--capacity``: fit
-in that many bytes or say it cannot (exit 1), proven where the search proves it.
+in that many bytes or say it cannot: exit 1 when proven (by the max-live floor or the
+complete search), 3 when not decided within the search's node budget (as ``plan
+--capacity``: graphmem/commands/capacity_args.py).
 ``--check``: validate the offsets RECORDS already holds (exit 1 when wrong).
 """
 from __future__ import annotations
@@ -183,7 +185,7 @@ def run(args) -> int:
               if got.proven else
               f"graphmem: {args.records}: no placement within {cap:,} bytes found ({why})",
               file=sys.stderr)
-        return 1
+        return 1 if got.proven else 3
     text = placement_text(rows, got.offsets.tolist(), bool(args.output)
                           and args.output.lower().endswith(".json"))
     if args.output:

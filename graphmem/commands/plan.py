@@ -11,7 +11,7 @@ from graphmem.commands.common import (ModelSource, add_model_args, add_pass_args
                                       plan_source, shown)
 from graphmem.errors import GraphmemError
 from graphmem.plan.io import check_output, write_all
-from graphmem.commands import ranges
+from graphmem.commands import capacity_args, ranges
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,10 +38,13 @@ def add_parser(sub) -> None:
                    help="then run the model inside the planned arena on ONNX Runtime (CPU) "
                         "and compare with a plain run (see `graphmem verify`); exit 1 on FAIL")
     ranges.add_range_args(p)
+    capacity_args.add_capacity_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    capacity_args.refuse_with_ranges(args)
+    capacity_args.capacity_of(args)  # a bad --capacity fails before the work
     if ranges.wanted(args) or args.at:  # --dim seq=1..4096: one plan for the range
         return ranges.run_plan(args)
     out = args.output or f"{model_stem(args.model)}.plan.json"
@@ -58,6 +61,10 @@ def run(args) -> int:
     source = model_source(args)
     graph, load_seconds = load_graph(args, source)
     result = plan_source(args, source, graph)
+    fits = capacity_args.judged(args, result, shown(source.plan_name))
+    if fits is not None and fits[1]:  # over the capacity: the line, and no plan written
+        print(fits[0], file=sys.stderr)
+        return fits[1]
     runtime = runtime_summary(source, plan_options(args, warn=False))
     files = [] if out == "-" else [(out, result.plan.json_chunks())]
     if args.save_graph:
@@ -68,6 +75,8 @@ def run(args) -> int:
     if not args.quiet:
         print_summary(console(stderr=out == "-"), result, load_seconds,
                       None if out == "-" else out, runtime)
+    if fits is not None and not args.quiet:
+        print(fits[0], file=sys.stderr)
     if args.verify:
         from argparse import Namespace
         from graphmem.commands.verify import Heartbeat, print_report, run_verify

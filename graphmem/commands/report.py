@@ -11,7 +11,7 @@ from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime
                                       console, exported_arena, input_paths, model_source,
                                       parse_dims, plan_options, shown)
 from graphmem.commands.export import planned_view
-from graphmem.commands import ranges
+from graphmem.commands import capacity_args, ranges
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
 from graphmem.commands.workspace_args import add_workspace_args, workspace_from_args
@@ -50,6 +50,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-layers", action="store_true", help="leave the per-layer table out")
     add_html_args(p)
     ranges.add_range_args(p)
+    capacity_args.add_capacity_arg(p)
     p.set_defaults(func=run)
 
 
@@ -102,11 +103,14 @@ def build(args) -> dict:
         progress("reading the model")
         source = batch_source(args)
         model = model_source(args, batch_dims(args, batches, source))
-        view, graph = planned_view(args, model)  # plans, or checks a saved --plan against it
+        # plans (within --capacity), or checks a saved --plan against it
+        view, graph, fits = capacity_args.planned_view(args, model)
         progress("the breakdown per layer")
         dev = device_from_args(args, graph)
         out = analysis.report(graph, view.plan, dev, rule, threads)
         out["dtype"] = float_dtype(graph)
+        if fits is not None:
+            out["capacity"] = fits
         if view.plan.bounds:  # issue 53: the sizes planned at their bounds
             from graphmem.plan.bounded import summary
             out["bounds"] = summary(view.plan)
@@ -255,14 +259,17 @@ def model_batch(model, source) -> int | None:
 
 def run(args) -> int:
     from graphmem.commands.footprint_text import print_footprints
+    capacity_args.refuse_with_ranges(args)
     if ranges.wanted(args):  # --dim seq=1..4096: memory as formulas of the dims
         return ranges.run_report(args)
+    capacity_args.capacity_of(args)  # a bad --capacity fails before the work
     data = build(args)
     if args.html:
         print(f"wrote {args.html}", file=sys.stderr)
+    status = capacity_args.report_status(data, args.model)
     if args.json:
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
-        return 0
+        return status
     out = console()
     print_breakdown(out, data)
     if "bounds" in data:  # issue 53
@@ -281,7 +288,7 @@ def run(args) -> int:
     if "bound_whatif" in data:  # issue 53
         from graphmem.commands.bound_whatif import print_rows
         print_rows(out, data["bound_whatif"])
-    return 0
+    return status
 
 
 def mib(n: int) -> str:

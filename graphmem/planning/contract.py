@@ -52,10 +52,12 @@ CONTEXT_PROVIDES = ("order", "groups")
 @record
 class PassOptions:
     """The planning options a pass may read: the placement strategy (``"best"``, one of
-    the strategies, or ``"optimal"``) and the exact solver's time limit in seconds."""
+    the strategies, or ``"optimal"``), the exact solver's time limit in seconds, and the
+    arena's ``capacity`` in bytes (None: none; see ``placement.algorithm.within``)."""
 
     placement: str = "best"
     time_limit: float = 10.0
+    capacity: int | None = None
 
 
 @record

@@ -15,6 +15,7 @@ they are interchangeable and compared on the same input (TFLite GPU's
   budget; the max-live floor;
 - ``optimal``: the exact placement for one order (CP-SAT by default, or a big-M MIP
   solved by HiGHS), warm-started by ``search``;
+- ``verdicts``: the three answers at a fixed capacity (fits, does not fit, undecided);
 - ``capacity``: the complete search at a fixed capacity (compiled,
   ``graphmem/capsearch.c``; its specification is ``tests/reference_capacity.py``) and
   the smallest arena by it;

@@ -26,7 +26,10 @@ from graphmem.passes.placement.search import peak_live, place_records
 # recurses once per item placed).
 SEARCH_NODES = 20_000
 NODES_PER_SECOND = 100_000
-SEARCH_ITEMS = 5_000
+SEARCH_ITEMS = capacity.MAX_ITEMS
+# ``within``'s search budget at a capacity the heuristics miss (the default placement;
+# ``--placement optimal`` gives it NODES_PER_SECOND times its time limit)
+CAPACITY_NODES = 600_000
 
 
 # (items, pairs, alignment) -> Placed
@@ -131,18 +134,76 @@ def proven_or(first: Algorithm, fallback: Algorithm) -> Algorithm:
     return run
 
 
-def for_option(placement: str, time_limit: float, items: Sequence) -> Algorithm:
+def within(first: Algorithm, cap: int, nodes: int) -> Algorithm:
+    """``first``, and whether its arena fits ``cap`` bytes: where it is larger and the
+    max-live floor does not rule ``cap`` out, the complete search of :mod:`.capacity`
+    at ``cap`` within ``nodes`` nodes (over the items as whole records), whose
+    placement is kept where it finds one (named ``"search"``). The result's ``proof``
+    gains ``capacity``: ``{"bytes", "status"`` (capacity.FITS, NO_FIT or UNDECIDED),
+    ``"proven"``, ``"by"`` (``"placement"``, ``"floor"`` or ``"search"``),
+    ``"floor"`` (the max-live floor of the items' parts), ``"nodes"}``. A search that
+    proves whole records cannot fit does not prove it for Concat slices: undecided."""
+    def run(items, pairs, alignment: int) -> Placed:
+        a = first(items, pairs, alignment)
+        floor = peak_live(pairs.nbytes, pairs.first, pairs.last)
+        verdict = {"bytes": cap, "status": capacity.FITS, "proven": True,
+                   "by": "placement", "floor": floor, "nodes": 0}
+        kept = a
+        if a.total > cap:
+            verdict.update(status=capacity.NO_FIT, by="floor")
+            if floor <= cap:
+                verdict.update(status=capacity.UNDECIDED, proven=False, by="search")
+                if len(items) <= SEARCH_ITEMS:
+                    kept, verdict = _fit_whole(a, items, cap, alignment, nodes, verdict)
+        return kept._replace(proof={**(kept.proof or {}), "capacity": verdict})
+    return run
+
+
+def _fit_whole(a: Placed, items, cap: int, alignment: int, nodes: int, verdict: dict
+               ) -> tuple[Placed, dict]:
+    """``within``'s search at ``cap`` over the items as whole records."""
+    recs = whole(items)
+    n = len(recs)
+    size = np.fromiter((r.bytes for r in recs), np.int64, n)
+    problem = capacity.prepare(size, np.fromiter((r.first for r in recs), np.int64, n),
+                               np.fromiter((r.last + 1 for r in recs), np.int64, n))
+    got = capacity.fit(problem, cap, alignment, nodes)
+    verdict = {**verdict, "nodes": got.nodes}
+    if got.status == capacity.FITS:
+        total = int((got.offsets + size).max(initial=0))
+        offsets = dict(zip((r.id for r in recs), got.offsets.tolist()))
+        proof = dict(a.proof or {})
+        if proof:  # the proof was of the arena above the capacity
+            proof["proven_optimal"] = False
+        return (Placed(offsets, total, "search", {**a.tried, "search": total}, proof or None),
+                {**verdict, "status": capacity.FITS, "proven": True})
+    if got.status == capacity.NO_FIT and not any(type(r) is Tied for r in items):
+        return a, {**verdict, "status": capacity.NO_FIT, "proven": True}
+    return a, verdict
+
+
+def for_option(placement: str, time_limit: float, items: Sequence,
+               cap: int | None = None) -> Algorithm:
     """The algorithm ``--placement`` names: ``"best"`` (the heuristics, then the search
     within SEARCH_NODES), ``"optimal"`` (the heuristics and the search to proof within
     the time limit; where it proves nothing, also the exact CP-SAT placement, with the
     best heuristic over Concat slices as its fallback where there are slices), else one
-    heuristic alone."""
+    heuristic alone; with ``cap`` (bytes), that algorithm :func:`within` it (the search
+    at the capacity within CAPACITY_NODES, or the optimal's node budget)."""
+    if placement == "optimal" and not time_limit > 0:  # refused before any placement runs
+        raise GraphmemError(f"--time-limit must be positive, not {time_limit}")
+    if cap is not None and cap < 0:
+        raise GraphmemError(f"the capacity cannot be negative ({cap:,} bytes)")
+    nodes = int(NODES_PER_SECOND * time_limit) if placement == "optimal" else CAPACITY_NODES
+    algorithm = _for_option(placement, time_limit, items)
+    return algorithm if cap is None else within(algorithm, cap, nodes)
+
+
+def _for_option(placement: str, time_limit: float, items: Sequence) -> Algorithm:
     if placement == "best":
         return searched(heuristics("best"), SEARCH_NODES)
     if placement != "optimal":
         return heuristics(placement)
-    if not time_limit > 0:  # refused before any placement runs (also nan)
-        raise GraphmemError(f"--time-limit must be positive, not {time_limit}")
     search = searched(heuristics("best"), int(NODES_PER_SECOND * time_limit), prove=True)
     solver = exact(time_limit)
     if any(type(r) is Tied for r in items):

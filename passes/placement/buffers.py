@@ -1,9 +1,14 @@
 """Placement for any compiler's buffers: columns in, offsets out, no ONNX graph needed.
 
 :func:`place_buffers` places buffers of ``size`` bytes live over the half-open step
-intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. It runs the
-heuristics first (``search.place_records``: the best best-fit ordering, then hill
-climbing), then the complete search of :mod:`.capacity` within a node budget:
+intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. More than
+``algorithm.SEARCH_ITEMS`` buffers fall into time partitions (:func:`time_partitions`:
+no buffer lives across the point between two), each placed apart from offset 0. In
+each (or all at once) it runs the heuristics first (the
+split sweep of :mod:`.sweep`; where that is above the max-live floor also
+``search.place_records``: the best best-fit ordering, then hill climbing; the smaller
+kept), then the complete search of :mod:`.capacity` within a node budget, shared by
+the partitions in rounds (:func:`_place_parts`):
 
 - with ``capacity``: whether the buffers fit in it, proven either way where the
   budget allows (a heuristic placement within it, the search's, the max-live floor
@@ -11,8 +16,8 @@ climbing), then the complete search of :mod:`.capacity` within a node budget:
 - without: the smallest arena the search reaches below the heuristic's, down to the
   max-live floor, and whether it is proven optimal.
 
-Past ``items.PAIR_LIMIT`` overlapping pairs the heuristic is sweep best fit
-(``sweep``), and past ``algorithm.SEARCH_ITEMS`` buffers there is no search.
+Past ``items.PAIR_LIMIT`` overlapping pairs the heuristic is the sweep alone, and past
+``algorithm.SEARCH_ITEMS`` buffers in a partition there is no search.
 
 :func:`check_placement` says what is wrong with a placement, if anything.
 """
@@ -33,6 +38,8 @@ from graphmem.passes.placement.sweep import sweep_fit
 # search nodes place_buffers allows by default (each a few microseconds: see
 # tools/bench/minimalloc.py's section of docs/benchmarks.md)
 DEFAULT_NODES = 600_000
+# more buffers than this are placed time partition by time partition
+PARTITION_ITEMS = SEARCH_ITEMS
 
 
 class BufferPlacement(NamedTuple):
@@ -53,12 +60,114 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
                   nodes: int | None = DEFAULT_NODES) -> BufferPlacement:
     """Offsets for the buffers (see the module docstring). ``alignment``: every offset
     is a multiple of it. ``nodes``: the search's budget (None: until proven).
-    Raises ValueError for a buffer with ``upper <= lower`` or a negative size."""
-    size = np.asarray(size, dtype=np.int64)
-    lower = np.asarray(lower, dtype=np.int64)
-    upper = np.asarray(upper, dtype=np.int64)
-    if (upper <= lower).any() or (size < 0).any():
-        raise ValueError("every buffer needs upper > lower and a size of at least 0")
+    Raises ValueError for bad columns (``capacity.columns``: a buffer with ``upper <=
+    lower``, a negative size, a value that is not an integer ...)."""
+    size, lower, upper = search.columns(size, lower, upper)
+    keep = np.flatnonzero(size > 0)
+    floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
+    if capacity is not None and capacity < floor:
+        return BufferPlacement(search.NO_FIT, None, 0, True, floor, floor, "max-live floor", 0)
+    # up to SEARCH_ITEMS buffers the search takes them all at once (it solves time
+    # partitions apart itself, sharing its budget better than rounds do)
+    parts = time_partitions(lower[keep], upper[keep]) if len(keep) > PARTITION_ITEMS else []
+    if len(parts) <= 1:
+        return _place_part(size, lower, upper, capacity, alignment, nodes)
+    return _place_parts(size, lower, upper, [keep[p] for p in parts], floor, capacity,
+                        alignment, nodes)
+
+
+def time_partitions(lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
+    """The buffers (indices) in groups no buffer's life crosses: between two groups
+    there is a point in time where nothing is live. In time order."""
+    if not len(lower):
+        return []
+    order = np.argsort(lower, kind="stable")
+    reach = np.maximum.accumulate(upper[order])  # the latest end so far, in birth order
+    cut = np.flatnonzero(lower[order][1:] >= reach[:-1]) + 1
+    return np.split(order, cut)
+
+
+def _place_parts(size, lower, upper, parts: list[np.ndarray], floor: int,
+                 capacity: int | None, alignment: int, nodes: int | None
+                 ) -> BufferPlacement:
+    """:func:`place_buffers` over time partitions (index arrays), each placed from 0 up
+    by :func:`_place_part`, the arena the highest. The sweep places each first; then
+    each partition above the capacity (without one: above the highest max-live floor
+    of them all) is searched at it, in rounds whose node budget doubles (4,096 first)
+    while ``nodes`` last, so that the easy ones end early. With a capacity, one
+    proven not to fit decides; without, one proven unable to reach the target is
+    placed as low as the heuristics and ``minimize`` get it, and those left undecided
+    get the heuristics too."""
+    offsets = np.zeros(len(size), dtype=np.int64)
+    used = 0
+
+    def run(idx, cap, budget, heuristics: bool = False) -> BufferPlacement:
+        nonlocal used
+        got = _place_part(size[idx], lower[idx], upper[idx], cap, alignment, budget,
+                          heuristics)
+        used += got.nodes
+        return got
+
+    cap = capacity
+    heur = [(idx, run(idx, cap, 0, False)) for idx in parts]  # the sweep alone
+    if cap is None:
+        cap = max(g.lower_bound for _, g in heur)  # the highest floor: none below it
+    bound = max(g.lower_bound for _, g in heur)  # proven: no arena below it
+    pending = [k for k, (_, g) in enumerate(heur)
+               if g.status != search.FITS or g.total > cap]
+    budget = 4096
+    while pending and (nodes is None or used < nodes):  # the search, budgets doubling
+        for k in list(pending):
+            idx, before = heur[k]
+            left = budget if nodes is None else min(budget, nodes - used)
+            if left <= 0:
+                break
+            got = run(idx, cap, left, False)
+            if got.status == search.UNDECIDED:
+                continue
+            pending.remove(k)
+            if got.status == search.FITS:
+                heur[k] = (idx, got)
+                continue
+            if capacity is not None:  # proven not to fit: nor does the whole
+                return BufferPlacement(search.NO_FIT, None, 0, True, got.lower_bound, floor,
+                                       got.method, used)
+            bound = max(bound, got.lower_bound)  # none at cap: as low as it gets
+            smaller = run(idx, None, left, True)
+            if smaller.total < before.total:
+                heur[k] = (idx, smaller)
+            bound = max(bound, smaller.lower_bound)
+        budget *= 2
+    if capacity is not None and pending:
+        return BufferPlacement(search.UNDECIDED, None, 0, False, floor, floor,
+                               _methods(heur), used)
+    for k in pending:  # left above the target: the heuristics as well
+        idx, before = heur[k]
+        better = run(idx, None, 0, True)
+        if better.total < before.total:
+            heur[k] = (idx, better)
+    for idx, g in heur:
+        offsets[idx] = g.offsets
+    top = int((offsets + size).max(initial=0))
+    if capacity is not None:
+        return BufferPlacement(search.FITS, offsets, top, True, floor, floor, _methods(heur),
+                               used)
+    return BufferPlacement(search.FITS, offsets, top, top <= bound, min(bound, top), floor,
+                           _methods(heur), used)
+
+
+def _methods(placed: list) -> str:
+    """What placed the partitions: each method once, and how many partitions."""
+    names = sorted({g.method for _, g in placed})
+    return f"{', '.join(names)} ({len(placed)} time partitions)"
+
+
+def _place_part(size: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                capacity: int | None, alignment: int, nodes: int | None,
+                heuristics: bool = True) -> BufferPlacement:
+    """:func:`place_buffers` of one time partition (columns checked): the sweep, and
+    unless it reaches the max-live floor the best-fit heuristics too where
+    ``heuristics`` (the smaller kept), then the search."""
     keep = np.flatnonzero(size > 0)
     floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
@@ -67,18 +176,20 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
     if alignment > 1:  # the heuristics expect aligned sizes: pad them
         recs = [r._replace(bytes=-(-r.bytes // alignment) * alignment) for r in recs]
     offsets = np.zeros(len(size), dtype=np.int64)
-    try:
-        placed = place_records(recs, "best", alignment)
-        method, found = placed.strategy, placed.offsets
-        searchable = len(recs) <= SEARCH_ITEMS
-    except TooManyPairs:  # too many pairs to index: no best fit, no search
-        found, _ = sweep_fit(recs)
-        method, searchable = "sweep_best_fit", False
+    found, swept = sweep_fit(recs)
+    method, searchable = "sweep_best_fit", len(recs) <= SEARCH_ITEMS
+    if swept > floor and heuristics:
+        try:
+            placed = place_records(recs, "best", alignment)
+            if placed.total < swept:
+                method, found = placed.strategy, placed.offsets
+        except TooManyPairs:  # too many pairs to index: no best fit, no search
+            searchable = False
     offsets[keep] = [found[i] for i in keep.tolist()]
     top = int((offsets + size).max(initial=0))
     if capacity is not None and top <= capacity:
         return BufferPlacement(search.FITS, offsets, top, True, floor, floor, method, 0)
-    if not searchable:
+    if not searchable or nodes == 0:
         if capacity is None:
             return BufferPlacement(search.FITS, offsets, top, top <= floor, floor, floor,
                                    method, 0)

@@ -25,12 +25,17 @@ import numpy as np
 
 from graphmem import capsearch
 from graphmem.core.liveness import overlapping_pairs
+from graphmem.passes.placement.verdicts import FITS, NO_FIT, UNDECIDED
 
-FITS, NO_FIT, UNDECIDED = "fits", "does not fit", "undecided"
 # the preorderings the rounds take turns with (MiniMalloc's defaults): W the lifespan's
 # width, A the area (bytes times width), T the most bytes still to place in a section
 # the buffer spans, each larger first; ties by index (tests/reference_capacity.py)
 PREORDERS = ("WAT", "TAW", "TWA")
+# The most buffers :func:`fit` searches: the compiled search recurses once per buffer
+# placed (a few hundred bytes of C stack each); above it the answer is UNDECIDED.
+MAX_ITEMS = 5_000
+# :func:`fit`'s node budget when none is given (each node a few microseconds)
+DEFAULT_NODES = 2_000_000
 
 
 class Fit(NamedTuple):
@@ -59,13 +64,47 @@ class Problem(NamedTuple):
     floor: int  # the max-live floor: no capacity below it fits
 
 
+# every value of a buffer must stay well inside 64-bit sums (``graphmem place``'s limit)
+VALUE_LIMIT = 2 ** 52
+
+
+def columns(size, lower, upper) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three columns as int64, checked: one dimension each, of one length, integers
+    within +-2**52, ``upper > lower`` and ``size >= 0`` for every buffer. Raises
+    ValueError naming the first buffer (by index) that is wrong."""
+    out = []
+    for name, c in (("size", size), ("lower", lower), ("upper", upper)):
+        a = np.asarray(c)
+        if a.ndim != 1:
+            raise ValueError(f"{name}: expected one value per buffer, got an array of "
+                             f"shape {a.shape}")
+        if a.size and a.dtype.kind not in "iu":  # floats with no fraction pass
+            bad = next((i for i, v in enumerate(a.tolist()) if isinstance(v, bool) or not (
+                isinstance(v, int) or (isinstance(v, float) and v.is_integer()))), None)
+            if bad is not None:
+                raise ValueError(f"buffer {bad}: {name} {a.tolist()[bad]!r} is not an "
+                                 "integer")
+        if a.size and np.abs(a.astype(np.float64)).max() >= VALUE_LIMIT:
+            bad = int(np.argmax(np.abs(a.astype(np.float64)) >= VALUE_LIMIT))
+            raise ValueError(f"buffer {bad}: {name} {a.tolist()[bad]} is past 2**52")
+        out.append(a.astype(np.int64))
+    size, lower, upper = out
+    if not len(size) == len(lower) == len(upper):
+        raise ValueError(f"size, lower and upper have {len(size)}, {len(lower)} and "
+                         f"{len(upper)} values: one per buffer each")
+    for bad in np.flatnonzero(upper <= lower)[:1].tolist():
+        raise ValueError(f"buffer {bad}: upper {upper[bad]} is not after lower {lower[bad]} "
+                         "(lifespans are half-open)")
+    for bad in np.flatnonzero(size < 0)[:1].tolist():
+        raise ValueError(f"buffer {bad}: size {size[bad]} is negative")
+    return size, lower, upper
+
+
 def prepare(size, lower, upper) -> Problem:
-    """The search's columns for buffers of ``size`` bytes live over ``[lower, upper)``.
-    Zero-sized buffers are left out (they sit at 0)."""
-    size, lower, upper = (np.asarray(c, dtype=np.int64) for c in (size, lower, upper))
+    """The search's columns for buffers of ``size`` bytes live over ``[lower, upper)``
+    (checked by :func:`columns`). Zero-sized buffers are left out (they sit at 0)."""
+    size, lower, upper = columns(size, lower, upper)
     n = len(size)
-    if (upper <= lower).any() or (size < 0).any():
-        raise ValueError("every buffer needs upper > lower and a size of at least 0")
     keep = np.flatnonzero(size > 0)
     size, lower, upper = size[keep], lower[keep], upper[keep]
     points = np.unique(np.concatenate((lower, upper)))
@@ -89,10 +128,13 @@ def prepare(size, lower, upper) -> Problem:
         b_parts.append(b)
     a = np.concatenate(a_parts) if a_parts else np.zeros(0, dtype=np.int64)
     b = np.concatenate(b_parts) if b_parts else np.zeros(0, dtype=np.int64)
+    # each buffer's neighbours in increasing order: one sort of src * m + dst (a
+    # plain sort of int64 keys, several times faster than lexsort's on dense inputs)
     src = np.concatenate((a, b)).astype(np.int64)
-    dst = np.concatenate((b, a)).astype(np.int64)
-    order = np.lexsort((dst, src))
-    adj = dst[order]
+    key = src * m
+    key += np.concatenate((b, a))
+    key.sort()
+    adj = key % m if m else key
     adj_start = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=m), out=adj_start[1:])
     floor = int(totals.max()) if nsec else 0
@@ -101,16 +143,21 @@ def prepare(size, lower, upper) -> Problem:
 
 
 def fit(problem: Problem, capacity: int, alignment: int = 1,
-        nodes: int | None = None) -> Fit:
+        nodes: int | None = DEFAULT_NODES) -> Fit:
     """Whether the buffers fit in ``capacity`` bytes (see the module docstring), within
-    ``nodes`` search nodes in all (None: no limit)."""
+    ``nodes`` search nodes in all (None: no limit). More than MAX_ITEMS buffers with
+    bytes are not searched (UNDECIDED, unless the floor decides). Raises ValueError for
+    a negative capacity, an alignment below 1 or a negative node budget."""
     p = problem
+    _check_limits(capacity, alignment, nodes)
     out = np.zeros(p.n, dtype=np.int64)
     m = len(p.size)
     if capacity < p.floor:
         return Fit(NO_FIT, None, 0)
     if m == 0:
         return Fit(FITS, out, 0)
+    if m > MAX_ITEMS:
+        return Fit(UNDECIDED, None, 0)
     limit, used = m, 0
     offsets = np.zeros(m, dtype=np.int64)
     while True:
@@ -131,6 +178,17 @@ def fit(problem: Problem, capacity: int, alignment: int = 1,
                 return Fit(NO_FIT, None, used)
 
 
+def _check_limits(capacity, alignment, nodes) -> None:
+    for name, v, least in (("capacity", capacity, 0), ("alignment", alignment, 1),
+                           ("nodes", 0 if nodes is None else nodes, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer, not {v!r}")
+        if v < least:
+            raise ValueError(f"{name} must be at least {least}, not {v}")
+        if v >= 2 ** 62:
+            raise ValueError(f"{name} {v} is past 2**62")
+
+
 class Minimum(NamedTuple):
     """The answer of :func:`minimize`."""
 
@@ -142,14 +200,15 @@ class Minimum(NamedTuple):
 
 
 def minimize(problem: Problem, top: int, alignment: int = 1,
-             nodes: int | None = None) -> Minimum:
+             nodes: int | None = DEFAULT_NODES) -> Minimum:
     """The smallest arena below ``top`` (the arena of a placement already found, e.g.
     the best heuristic's) the search reaches: at the max-live floor first, then a
     binary search between the lowest capacity not ruled out and the best arena found.
     A capacity proven not to fit rules out every one below it, for good; one left
-    undecided is passed over unproven (of ``nodes`` in all, the probe at the floor may
-    use half, each later one a third of what is left)."""
+    undecided is passed over unproven (of ``nodes`` in all, None: no limit; the probe
+    at the floor may use half, each later one a third of what is left)."""
     p = problem
+    _check_limits(top, alignment, nodes)
     best = None
     full = np.zeros(p.n, dtype=np.int64)
     full[p.keep] = p.size

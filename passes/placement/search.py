@@ -55,6 +55,12 @@ def peak_live(nbytes: np.ndarray, first: np.ndarray, last: np.ndarray) -> int:
     if not len(nbytes):
         return 0
     lo = int(first.min())
+    if int(last.max()) - lo > 4 * len(nbytes):  # a sparse timeline: its points only
+        points = np.unique(np.concatenate((first, last + 1)))
+        delta = np.zeros(len(points) + 1, dtype=nbytes.dtype)
+        np.add.at(delta, np.searchsorted(points, first), nbytes)
+        np.add.at(delta, np.searchsorted(points, last + 1), -nbytes)
+        return max(int(np.cumsum(delta).max()), 0)
     delta = np.zeros(int(last.max()) - lo + 2, dtype=nbytes.dtype)
     np.add.at(delta, first - lo, nbytes)
     np.add.at(delta, last - lo + 1, -nbytes)
