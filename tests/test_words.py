@@ -170,3 +170,18 @@ def test_the_first_progress_line_comes_after_a_second_unless_told(monkeypatch):
     assert progress.first_line_after() == 1.0
     monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "30")
     assert progress.first_line_after() == 30.0
+
+
+def test_plan_through_a_pipe_numbers_the_pass_under_way(monkeypatch, capsys):
+    import time
+    from argparse import Namespace
+
+    from graphmem.commands import progress
+    from graphmem.commands.common import stages
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    with stages(Namespace(command="plan"), "planning", ["reorder", "concat", "place"]) as stage:
+        stage("pass concat (without concat)")
+        time.sleep(0.2)
+    lines = capsys.readouterr().err.splitlines()
+    assert any(ln.startswith("graphmem: plan: planning, pass 2 of 3: concat (without "
+                             "concat), ") for ln in lines), lines
