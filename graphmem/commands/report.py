@@ -25,6 +25,8 @@ from graphmem.plan.io import check_output
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from graphmem.analysis.whatif import Batcher
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="memory and compute breakdown, per layer, with what-ifs",
@@ -94,8 +96,8 @@ def build(args) -> dict:
         raise GraphmemError("--batch: every batch must be at least 1")
     dtypes = parse_list(args.dtype, "dtype") if args.dtype else None
     rule, threads = workspace_from_args(args)
-    stages = 2 + sum(map(bool, (getattr(args, "ort_optimize", None), budget is not None, batches or dtypes,
-                                args.html)))
+    stages = 2 + sum(map(bool, (getattr(args, "ort_optimize", None), budget is not None,
+                                batches or dtypes, args.html)))
     with Progress("report", stages=stages) as progress:
         progress("reading the model")
         source = batch_source(args)
@@ -170,7 +172,6 @@ def make_batcher(model) -> Batcher:
 def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
     """The largest batch whose total (weights + arena + workspace, each batch planned)
     fits ``budget``: ``fit``'s search, with the report's options."""
-    from graphmem.analysis import footprint
     from graphmem.analysis.whatif import fit, footprint, with_float_dtype
     totals: dict[int, int] = {}
 
