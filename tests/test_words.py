@@ -58,11 +58,16 @@ def test_training_peak_names_a_recomputed_layer_by_its_model_name():
     from types import SimpleNamespace as NS
 
     from graphmem.training.names import node_names
-    graph = NS(nodes=[NS(name="f:87", reads=(), outputs=("x",)),
-                      NS(name="r:87.76", reads=(), outputs=("x@rc.76",))],
+    graph = NS(nodes=[NS(name="f:87", op_type="Conv", reads=(), outputs=("x",)),
+                      NS(name="r:87.76", op_type="Conv", reads=(), outputs=("x@rc.76",)),
+                      NS(name="f:88", op_type="ReduceSum", reads=("x",), outputs=("loss",)),
+                      NS(name="b:89", op_type="Expand", reads=("loss",), outputs=("d",))],
                weights={})
     names = node_names(graph, {"f:87": "conv1"})
-    assert names == {"f:87": "conv1", "r:87.76": "conv1 (recomputed)"}
+    # a node the step adds (the loss) is named by its op, never f:88
+    assert names == {"f:87": "conv1", "r:87.76": "conv1 (recomputed)",
+                     "f:88": "ReduceSum of the step",
+                     "b:89": "backward of ReduceSum of the step"}
 
 
 # ---------------------------------------------------------------- progress through a pipe
