@@ -190,3 +190,14 @@ def test_plan_through_a_pipe_numbers_the_pass_under_way(monkeypatch, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert any(ln.startswith("graphmem: plan: planning, pass 2 of 3: concat (without "
                              "concat), ") for ln in lines), lines
+
+
+def test_fit_search_says_how_many_plans_are_left():
+    from graphmem.commands.fit import search_part
+    assert search_part(1, {}, 100) == "planning batch 1, plan 1 (doubling the batch)"
+    assert search_part(4, {1: 10, 2: 20}, 100) == \
+        "planning batch 4, plan 3 (doubling the batch: 2 fits)"
+    # 64 fits, 128 does not: 6 more bisections close the gap of 64
+    totals = {1: 1, 2: 2, 4: 4, 8: 8, 16: 16, 32: 32, 64: 64, 128: 128}
+    assert search_part(96, totals, 100) == \
+        "planning batch 96, plan 9 of about 14 (64 fits, 128 does not)"

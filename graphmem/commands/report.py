@@ -173,10 +173,11 @@ def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options
     """The largest batch whose total (weights + arena + workspace, each batch planned)
     fits ``budget``: ``fit``'s search, with the report's options."""
     from graphmem.analysis.whatif import fit, footprint, with_float_dtype
+    from graphmem.commands.fit import search_part
     totals: dict[int, int] = {}
 
     def total_at(b: int) -> int:
-        progress(f"planning batch {b} (plan {len(totals) + 1})")
+        progress(search_part(b, totals, budget))
         totals[b] = footprint(with_float_dtype(batcher.graph(b), dtype),
                               **options)["total_bytes"]
         return totals[b]
