@@ -58,11 +58,16 @@ def test_training_peak_names_a_recomputed_layer_by_its_model_name():
     from types import SimpleNamespace as NS
 
     from graphmem.training.names import node_names
-    graph = NS(nodes=[NS(name="f:87", reads=(), outputs=("x",)),
-                      NS(name="r:87.76", reads=(), outputs=("x@rc.76",))],
+    graph = NS(nodes=[NS(name="f:87", op_type="Conv", reads=(), outputs=("x",)),
+                      NS(name="r:87.76", op_type="Conv", reads=(), outputs=("x@rc.76",)),
+                      NS(name="f:88", op_type="ReduceSum", reads=("x",), outputs=("loss",)),
+                      NS(name="b:89", op_type="Expand", reads=("loss",), outputs=("d",))],
                weights={})
     names = node_names(graph, {"f:87": "conv1"})
-    assert names == {"f:87": "conv1", "r:87.76": "conv1 (recomputed)"}
+    # a node the step adds (the loss) is named by its op, never f:88
+    assert names == {"f:87": "conv1", "r:87.76": "conv1 (recomputed)",
+                     "f:88": "ReduceSum of the step",
+                     "b:89": "backward of ReduceSum of the step"}
 
 
 # ---------------------------------------------------------------- progress through a pipe
@@ -170,3 +175,29 @@ def test_the_first_progress_line_comes_after_a_second_unless_told(monkeypatch):
     assert progress.first_line_after() == 1.0
     monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "30")
     assert progress.first_line_after() == 30.0
+
+
+def test_plan_through_a_pipe_numbers_the_pass_under_way(monkeypatch, capsys):
+    import time
+    from argparse import Namespace
+
+    from graphmem.commands import progress
+    from graphmem.commands.common import stages
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    with stages(Namespace(command="plan"), "planning", ["reorder", "concat", "place"]) as stage:
+        stage("pass concat (without concat)")
+        time.sleep(0.2)
+    lines = capsys.readouterr().err.splitlines()
+    assert any(ln.startswith("graphmem: plan: planning, pass 2 of 3: concat (without "
+                             "concat), ") for ln in lines), lines
+
+
+def test_fit_search_says_how_many_plans_are_left():
+    from graphmem.commands.fit import search_part
+    assert search_part(1, {}, 100) == "planning batch 1, plan 1 (doubling the batch)"
+    assert search_part(4, {1: 10, 2: 20}, 100) == \
+        "planning batch 4, plan 3 (doubling the batch: 2 fits)"
+    # 64 fits, 128 does not: 6 more bisections close the gap of 64
+    totals = {1: 1, 2: 2, 4: 4, 8: 8, 16: 16, 32: 32, 64: 64, 128: 128}
+    assert search_part(96, totals, 100) == \
+        "planning batch 96, plan 9 of about 14 (64 fits, 128 does not)"

@@ -281,15 +281,20 @@ def input_paths(args) -> list[Path]:
 
 
 @contextmanager
-def stages(args) -> Iterator[Callable[[str], None]]:
-    """A callback naming the stage under way, shown as a transient line on stderr while
-    it runs: only on a terminal, and not with --quiet or --json (pipes and tests see
-    nothing). Loading and planning a large graph take seconds. Inside a command's own
-    :class:`~graphmem.commands.progress.Progress` the stages are reported there."""
-    from graphmem.commands.progress import active
+def stages(args, what: str = "", passes: list[str] | None = None
+           ) -> Iterator[Callable[[str], None]]:
+    """A callback naming the stage under way (the loader's, the planner's), shown on
+    stderr while it runs, not with --quiet or --json: on a terminal a transient line,
+    through a pipe :class:`~graphmem.commands.progress.Progress`'s timed lines (``what``
+    the command is doing: ``graphmem: plan: planning, pass 3 of 5: inplace, 2 s``).
+    Loading and planning a large graph take seconds. Inside a command's own Progress
+    the stages are reported there. ``passes``: the passes planned, to number them."""
+    from graphmem.commands.progress import Progress, active
+    numbered = _numbered_passes(passes)
     shown_now = active()
     if shown_now is not None:
-        yield shown_now.callback()
+        part = shown_now.callback()
+        yield lambda stage: part(numbered(stage))
         return
     if getattr(args, "quiet", False) or getattr(args, "json", False):
         yield lambda stage: None
@@ -298,19 +303,39 @@ def stages(args) -> Iterator[Callable[[str], None]]:
     from rich.markup import escape
     console = Console(stderr=True)
     if not console.is_terminal:
-        yield lambda stage: None
+        with Progress(getattr(args, "command", None) or "graphmem", terminal=False) as p:
+            p.title = what or "working"
+            part = p.callback()
+            yield lambda stage: part(numbered(stage))
         return
     from graphmem.commands.progress import clear_early
     clear_early()
     with console.status("graphmem") as status:
-        yield lambda stage: status.update(f"graphmem: {escape(stage)}")
+        yield lambda stage: status.update(f"graphmem: {escape(numbered(stage))}")
+
+
+def _numbered_passes(passes: list[str] | None) -> Callable[[str], str]:
+    """``pass inplace`` -> ``pass 3 of 5: inplace`` (the planner names a pass's stage
+    ``pass NAME``, and ``pass NAME (without concat)`` when it plans again)."""
+    if not passes:
+        return lambda stage: stage
+    index = {name: k for k, name in enumerate(passes, 1)}
+
+    def numbered(stage: str) -> str:
+        if stage.startswith("pass "):
+            name, _, rest = stage[5:].partition(" ")
+            if name in index:
+                return f"pass {index[name]} of {len(passes)}: {name}" + (
+                    f" {rest}" if rest else "")
+        return stage
+    return numbered
 
 
 def load_graph(args, source: ModelSource):
     """(graph, seconds): ``source`` loaded at its bindings, the stage shown as
     :func:`stages` says (``args``: the command's --quiet and --json)."""
     t0 = time.perf_counter()
-    with stages(args) as stage:
+    with stages(args, "reading the model") as stage:
         stage(f"loading {Path(source.path).name}")
         graph = source.load()
     # dims written as expressions (past_seq + 1) are computed, not defaulted
@@ -375,9 +400,10 @@ def plan_source(args, source: ModelSource, graph=None) -> Result:
     options."""
     if graph is None:
         graph, _ = load_graph(args, source)
-    with stages(args) as stage:
-        from graphmem.pipeline import plan_graph
-        return plan_graph(graph, **plan_options(args), model_name=source.plan_name,
+    from graphmem.pipeline import plan_graph
+    options = plan_options(args)
+    with stages(args, "planning", options["passes"]) as stage:
+        return plan_graph(graph, **options, model_name=source.plan_name,
                           bindings=graph.bindings, progress=stage)
 
 

@@ -22,6 +22,8 @@ from graphmem.commands import range_options as ranges
 # onnx, the loader and the planner are imported where they are used: building the
 # parser (``graphmem export --help``) needs none of them
 if TYPE_CHECKING:
+    import onnx
+
     from graphmem.core.ir import Graph
     from graphmem.plan.view import PlanView
 

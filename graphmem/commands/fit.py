@@ -80,7 +80,7 @@ def search(args) -> dict:
         part = progress.callback()
 
         def total_at(batch: int) -> int:
-            part(f"planning batch {batch} (plan {len(parts) + 1})")
+            part(search_part(batch, {b: p["total_bytes"] for b, p in parts.items()}, budget))
             parts[batch] = footprint(with_float_dtype(batcher.graph(batch), dtype), **options)
             return parts[batch]["total_bytes" if cap is None else "arena_bytes"]
 
@@ -95,6 +95,22 @@ def search(args) -> dict:
             "workspace_threads": threads,
             "includes_workspace": rule != "none", "dtype": dtype,
             "probed": answer["probed"]}
+
+
+def search_part(batch: int, totals: dict[int, int], budget: int) -> str:
+    """The search's progress while it plans ``batch`` (``totals``: the batches planned
+    so far): ``planning batch 96, plan 6 of about 8 (64 fits, 128 does not)``; while
+    it doubles, the plans left are not known yet."""
+    import math
+    fits = max((b for b, t in totals.items() if t <= budget), default=0)
+    over = min((b for b, t in totals.items() if t > budget), default=None)
+    done = len(totals)
+    if over is None:
+        return (f"planning batch {batch}, plan {done + 1} (doubling the batch"
+                + (f": {fits} fits)" if fits else ")"))
+    total = done + max(1, math.ceil(math.log2(max(over - fits, 1))))
+    return (f"planning batch {batch}, plan {done + 1} of about {total} ({fits} fits, "
+            f"{over} does not)")
 
 
 def search_training(args, budget: int) -> dict:

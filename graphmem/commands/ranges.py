@@ -37,7 +37,7 @@ def _built(args):
         lo = {n: a for n, (a, b) in box.items()}
         if f.at(lo) < 0:
             raise GraphmemError(f"--dim {name}: {f.text()} is negative at {lo}")
-    with stages(args) as stage:
+    with stages(args, "planning the range") as stage:
         built = plan_range(path, box, fixed=fixed, follow=derived, dim_default=default,
                            model_name=source.plan_name, progress=stage,
                            **plan_options(args))

@@ -25,6 +25,8 @@ from graphmem.plan.io import check_output
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from graphmem.analysis.whatif import Batcher
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="memory and compute breakdown, per layer, with what-ifs",
@@ -97,8 +99,8 @@ def build(args) -> dict:
     from graphmem.commands import bound_whatif  # issue 53: --bound NAME=10,100,1000
     args.bound, bound_sweep = bound_whatif.split(getattr(args, "bound", None) or [])
     rule, threads = workspace_from_args(args)
-    stages = 2 + sum(map(bool, (getattr(args, "ort_optimize", None), budget is not None, batches or dtypes,
-                                args.html)))
+    stages = 2 + sum(map(bool, (getattr(args, "ort_optimize", None), budget is not None,
+                                batches or dtypes, args.html)))
     with Progress("report", stages=stages) as progress:
         progress("reading the model")
         source = batch_source(args)
@@ -181,12 +183,12 @@ def make_batcher(model) -> Batcher:
 def largest_batch(batcher: Batcher, dtype: str, budget: int, progress, **options) -> dict:
     """The largest batch whose total (weights + arena + workspace, each batch planned)
     fits ``budget``: ``fit``'s search, with the report's options."""
-    from graphmem.analysis import footprint
     from graphmem.analysis.whatif import fit, footprint, with_float_dtype
+    from graphmem.commands.fit import search_part
     totals: dict[int, int] = {}
 
     def total_at(b: int) -> int:
-        progress(f"planning batch {b} (plan {len(totals) + 1})")
+        progress(search_part(b, totals, budget))
         totals[b] = footprint(with_float_dtype(batcher.graph(b), dtype),
                               **options)["total_bytes"]
         return totals[b]

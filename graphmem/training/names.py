@@ -42,6 +42,9 @@ def layer_names(tg: TrainingGraph, model: onnx.ModelProto) -> dict[str, str]:
     for n in tg.model.graph.node:
         if n.name.startswith(("f:", "r:")):
             name = next((made_by[o] for o in n.output if o in made_by), None)
+            if name is None:  # a model output the step keeps inside: <name>_intermediate
+                name = next((made_by[o.removesuffix("_intermediate")] for o in n.output
+                             if o.removesuffix("_intermediate") in made_by), None)
             if name is not None:
                 out[n.name] = name
     return out
@@ -91,15 +94,18 @@ def node_names(graph: Graph, layers: dict[str, str]) -> dict[str, str]:
     out = {}
     for n in graph.nodes:  # file order is topological
         if n.name.startswith("f:"):
-            out[n.name] = layers.get(n.name, n.name)
+            # a node the step adds (the loss, its reshapes) has no layer of the model
+            out[n.name] = layers.get(n.name) or f"{n.op_type} of the step"
         elif n.name.startswith("r:"):
             # a recomputed copy (r:87, r:87.76: the 76th fresh copy) of forward node f:87
             forward = "f:" + n.name[2:].split(".")[0]
-            layer = layers.get(n.name) or layers.get(forward) or forward
+            layer = layers.get(n.name) or layers.get(forward) or out.get(forward) or \
+                f"{n.op_type} of the step"
             out[n.name] = f"{layer} (recomputed)"
         else:
             f = forward_of(n)
-            out[n.name] = f"backward of {layers.get(f, f)}" if f else "backward"
+            out[n.name] = f"backward of {out.get(f) or layers.get(f, f)}" if f else \
+                "backward"
     return out
 
 
