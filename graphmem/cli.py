@@ -87,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         guard = streams.guard()
         notes.clear()
         guard.stdout.before_first_write = notes.release  # the notes come before the output
-        from graphmem.commands.progress import early
+        from graphmem.commands.progress import early, hold
         early(next((a for a in argv if not a.startswith("-")), None))
         with interrupts.deferred():  # the command's modules load here
             args = _parse(argv)
+        if getattr(args, "model", None):
+            hold()  # no progress line through a pipe until the model is read and checked
         command = args.command
         code = int(args.func(args) or 0)
         notes.flush()

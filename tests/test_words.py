@@ -201,3 +201,65 @@ def test_fit_search_says_how_many_plans_are_left():
     totals = {1: 1, 2: 2, 4: 4, 8: 8, 16: 16, 32: 32, 64: 64, 128: 128}
     assert search_part(96, totals, 100) == \
         "planning batch 96, plan 9 of about 14 (64 fits, 128 does not)"
+
+
+def test_a_refused_input_is_one_line_even_after_the_first_progress_line_is_due(tmp_path):
+    """Through a pipe, progress waits until the model is read and a saved plan checked
+    against it: a refusal that takes longer than the first line's second (here: reading
+    slowed by 1.5 s) is still the command's one line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "graphmem", "models", "--write", str(tmp_path),
+                    "--quiet"], check=True, capture_output=True)
+    model = tmp_path / "squeezenet.onnx"
+    bad = tmp_path / "bad.plan.json"
+    bad.write_text(json.dumps({"format": "graphmem.plan/1", "model": "squeezenet.onnx"}))
+    good = tmp_path / "good.plan.json"
+    subprocess.run([sys.executable, "-m", "graphmem", "plan", str(model), "-o", str(good),
+                    "--quiet"], check=True, capture_output=True)
+    other = json.loads(good.read_text())
+    other["graph"] = "sha256:" + "0" * 64
+    wrong = tmp_path / "other.plan.json"
+    wrong.write_text(json.dumps(other))
+    env = {**os.environ, "GRAPHMEM_PROGRESS_AFTER": "0"}
+    slow = ("import sys, time, graphmem.commands.common as c\n"
+            "def slowed(f):\n"
+            "    def late(*a, **k):\n"
+            "        time.sleep(1.5)\n"
+            "        return f(*a, **k)\n"
+            "    return late\n"
+            "c.Plan.load = slowed(c.Plan.load)\n"
+            "c.ModelSource.load = slowed(c.ModelSource.load)\n"
+            "from graphmem.cli import main; sys.exit(main(sys.argv[1:]))\n")
+    for plan, says in ((bad, "plan"), (wrong, "another graph")):
+        out = subprocess.run([sys.executable, "-c", slow, "verify", str(model), "--plan",
+                              str(plan)], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 2, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert says in out.stderr
+    out = subprocess.run([sys.executable, "-c", slow, "verify", str(model), "--plan",
+                          str(good)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr  # the hold does not stop a good plan
+
+
+def test_progress_lines_start_once_the_input_is_accepted(monkeypatch, capsys):
+    import time
+
+    from graphmem.commands import progress
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "0")
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    progress.hold()
+    try:
+        with progress.Progress("plan", terminal=False) as p:
+            p("reading the model")
+            time.sleep(0.4)
+            assert capsys.readouterr().err == ""
+            progress.accept()
+            time.sleep(0.4)
+    finally:
+        progress.accept()
+    assert "graphmem: plan: stage 1: reading the model, " in capsys.readouterr().err

@@ -210,15 +210,29 @@ class ModelSource:
         return self.stem + ".onnx"
 
     def load(self, dims: Mapping[str, int] | None = None, *, dim_default: bool = True,
-             bounds: Mapping[str, int] | None = None):
+             bounds: Mapping[str, int] | None = None, accept: bool = True):
         """The planned file loaded (:func:`~graphmem.frontend.reader.load`) at ``dims``
         (default: the source's), with ``--dim-default`` unless ``dim_default`` is False
         (a saved plan's bindings are complete), its data-dependent sizes at ``bounds``
-        (default: the source's ``--bound`` values; a saved plan's are its own)."""
+        (default: the source's ``--bound`` values; a saved plan's are its own). With
+        ``accept`` the command's input is taken as read and checked (its progress lines
+        may start: :func:`accepted`); a command that checks a saved plan against the
+        graph next passes False and accepts once it has."""
         from graphmem.frontend.reader import load
-        return load(self.path, self.dims if dims is None else dims,
-                    dim_default=self.dim_default if dim_default else None,
-                    bounds=(self.bounds if bounds is None else bounds) or None)
+        graph = load(self.path, self.dims if dims is None else dims,
+                     dim_default=self.dim_default if dim_default else None,
+                     bounds=(self.bounds if bounds is None else bounds) or None)
+        if accept:
+            accepted()
+        return graph
+
+    def read_model(self, **kwargs):
+        """The planned file's ModelProto (:func:`~graphmem.frontend.reader.read_model`),
+        read and checked: the command's input accepted."""
+        from graphmem.frontend.reader import read_model
+        model = read_model(self.path, **kwargs)
+        accepted()
+        return model
 
     def plan_size_limit(self) -> int:
         """The most bytes a plan file for this model can need (see
@@ -237,6 +251,8 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
     ``--dim`` bindings (``dims`` when the command bound more itself), and the file
     planned, made here once where ``--ort-optimize`` or ``--infer-by-running`` asks
     for a copy. Options a command's parser lacks take their defaults."""
+    from graphmem.commands.progress import hold
+    hold()  # no progress line through a pipe until the model (and plan) are read
     bound = parse_dims(args.dim) if dims is None else dict(dims)
     dim_default = getattr(args, "dim_default", None)
     file = resolve(args.model, quiet=getattr(args, "json", False)
@@ -255,6 +271,12 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
     return ModelSource(given=args.model, file=file, dims=bound, dim_default=dim_default,
                        path=path, optimized=optimized,
                        bounds=parse_bounds(getattr(args, "bound", None) or []) or None)
+
+
+def accepted() -> None:
+    """The command's input is read and checked (:func:`graphmem.commands.progress.accept`)."""
+    from graphmem.commands.progress import accept
+    accept()
 
 
 def exported_arena(source: ModelSource, options: dict) -> dict:

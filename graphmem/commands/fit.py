@@ -58,7 +58,6 @@ def add_parser(sub) -> None:
 
 def search(args) -> dict:
     """The fit answer as ``fit --json`` prints it."""
-    from graphmem.frontend.reader import read_model
     from graphmem.analysis.whatif import Batcher, fit, float_dtype, footprint, with_float_dtype
     from graphmem.commands.capacity_args import capacity_of, fit_answer, one_limit
     cap = capacity_of(args)
@@ -67,7 +66,7 @@ def search(args) -> dict:
     if args.train:
         return search_training(args, budget)
     source = model_source(args)
-    batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
+    batcher = Batcher(source.read_model(), source.dims, model_path=str(source.path),
                       dim_default=source.dim_default, bounds=source.bounds)
     dtype = args.dtype or float_dtype(batcher.base)
     from graphmem.commands.workspace_args import workspace_from_args

@@ -4,7 +4,8 @@ On a terminal: a transient status line (rich's spinner), as ``plan`` shows its s
 erased when the command ends. Without one (a pipe, a CI log): lines
 ``graphmem: <command>: stage 2 of 4: <what>, <seconds> s`` from a thread, so that a
 stage spent inside ONNX Runtime or the planner, which calls nothing back, shows too:
-the first after :data:`FIRST_LINE_AFTER` seconds, then one whenever the stage or its
+the first after :data:`FIRST_LINE_AFTER` seconds once the command's input is read and
+checked (:func:`hold`, :func:`accept`: a refused input is one line), then one whenever the stage or its
 count (``3 of 10 cases``) changes (at most one a second), and one every
 :data:`PROGRESS_EVERY` seconds while nothing changes. stdout is never written:
 ``--json`` output stays one object.
@@ -41,6 +42,12 @@ def first_line_after() -> float:
     except (KeyError, ValueError):
         return FIRST_LINE_AFTER
 
+# Through a pipe the lines wait until the command's input is read and accepted
+# (:func:`hold`, :func:`accept`): a command refusing its input says so in one line,
+# whatever the time it took to find the fault on a loaded machine
+_ACCEPTED = threading.Event()
+_ACCEPTED.set()
+
 _ACTIVE: ContextVar["Progress | None"] = ContextVar("graphmem_progress", default=None)
 _EARLY: ContextVar[bool] = ContextVar("graphmem_early_line", default=False)
 # when the CLI's command started (before its imports): a Progress counts from there
@@ -73,6 +80,19 @@ def ended() -> None:
     """The CLI's command ended: its early line erased, its start forgotten."""
     clear_early()
     _COMMAND_START.set(None)
+    _ACCEPTED.set()
+
+
+def hold() -> None:
+    """The command is reading its input (its model, a saved plan): no progress line
+    through a pipe until :func:`accept`, so that a refusal is the command's one line."""
+    _ACCEPTED.clear()
+
+
+def accept() -> None:
+    """The command's input is read and checked: its progress lines may start (at once,
+    where the reading took longer than the first line waits)."""
+    _ACCEPTED.set()
 
 
 def clear_early() -> None:
@@ -199,7 +219,7 @@ class Progress:
         while not self._stop.wait(tick):
             now = self.seconds
             text = self.status
-            if now < first:
+            if now < first or not _ACCEPTED.is_set():
                 continue
             if (said is None or now - said_at >= every
                     or (text != said and now - said_at >= min(CHANGE_EVERY, every))):

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 
-from graphmem.errors import GraphmemError, PlanInvalid
+from graphmem.errors import GraphmemError
 from graphmem.plan.io import check_output
 from graphmem.commands.common import (console, input_paths, model_source, model_stem,
                                       plan_options, shown, stages)

@@ -10,7 +10,6 @@ from graphmem.frontend.zoo import resolve
 from graphmem.commands.common import (add_model_args, add_pass_args, add_runtime_args,
                                       console, exported_arena, input_paths, model_source,
                                       parse_dims, plan_options, shown)
-from graphmem.commands.export import planned_view
 from graphmem.commands import capacity_args, ranges
 from graphmem.commands.progress import Progress
 from graphmem.commands.report_html import add_html_args, write_page
@@ -174,9 +173,8 @@ def build(args) -> dict:
 def make_batcher(model) -> Batcher:
     """The what-ifs' and the budget's batcher over ``model`` (the command's
     :class:`~graphmem.commands.common.ModelSource`: the file planned, its bindings)."""
-    from graphmem.frontend.reader import read_model
     from graphmem.analysis.whatif import Batcher
-    return Batcher(read_model(model.path), model.dims, model_path=str(model.path),
+    return Batcher(model.read_model(), model.dims, model_path=str(model.path),
                    dim_default=model.dim_default, bounds=model.bounds)
 
 

@@ -235,7 +235,6 @@ def train_step(args, progress, budget: int | None, offload_min: int, *,
     ``source`` (default: the command's model, :func:`model_source`): ``report`` (a
     TrainingReport, its ``batch`` the batch bound), ``tg``, ``graph``, ``result``,
     ``names`` (node name -> the name a user reads) and ``layers``."""
-    from graphmem.frontend.reader import read_model
     from graphmem.training.build import build_training, running_stat_outputs
     from graphmem.training.names import layer_names, loss_kind, node_names
     from graphmem.training.offload import offload_plan
@@ -248,7 +247,7 @@ def train_step(args, progress, budget: int | None, offload_min: int, *,
         raise GraphmemError("--bound is not taken by train: the training step plans each size "
                             "that depends on the data at the bound the graph proves (plan, "
                             "verify, report and fit take --bound)")
-    model = read_model(source.path, load_weights=True)
+    model = source.read_model(load_weights=True)
     batch = bind_training_dims(model, dict(source.dims), args.batch, source.dim_default)
     args = Namespace(**{**vars(args), "batch": batch})  # the caller's namespace is its own
     progress(f"building the training step (onnx-ad), batch {args.batch}")
@@ -357,11 +356,10 @@ def _peak_layer(peak: dict, names: dict) -> str:
 def inference_footprint(source: ModelSource, batch: int, precision: str) -> dict:
     """The inference footprint of ``source`` at ``batch`` (in half for a half or mixed
     precision), planned with the default passes."""
-    from graphmem.frontend.reader import read_model
     from graphmem.analysis.footprint import inference
     from graphmem.analysis.whatif import Batcher, footprint, with_float_dtype
     from graphmem.training.precision import STEP_DTYPE
-    batcher = Batcher(read_model(source.path), source.dims, model_path=str(source.path),
+    batcher = Batcher(source.read_model(), source.dims, model_path=str(source.path),
                       dim_default=source.dim_default)
     graph = with_float_dtype(batcher.graph(batch), STEP_DTYPE[precision])
     return inference(footprint(graph),

@@ -96,7 +96,8 @@ def run(args) -> int:
                 dims[name] = value
             # issue 53: the model's data-dependent sizes at the plan's bounds
             bounds = {k: v["bound"] for k, v in (plan.bounds or {}).items()}
-            graph = source.load(dims, dim_default=False, bounds=bounds)
+            # its progress waits for the plan's check against the graph (run_verify)
+            graph = source.load(dims, dim_default=False, bounds=bounds, accept=False)
         else:
             beat.status = "loading the model"
             source = model_source(args)
@@ -130,12 +131,24 @@ def run_verify(plan, graph, args, beat: Heartbeat | None = None) -> VerifyReport
         if err.is_terminal:
             on_step = lambda done, total: progress.update(task, completed=done)  # noqa: E731
         else:
-            on_step = beat.on_step if beat is not None else None
+            on_step = None if beat is None else _accepting(beat.on_step)
         inputs = read_inputs(args.inputs, graph) if getattr(args, "inputs", None) else None
         return verify(plan, graph, provider=args.provider, runtime_only=args.runtime_only,
                       force=getattr(args, "force", False),
                       check_all=args.check_all, seed=args.seed, inputs=inputs,
                       on_step=on_step)
+
+
+def _accepting(on_step):
+    """``on_step``, the plan accepted by its first call: the nodes run once the plan has
+    been checked against the graph, so progress lines may start (a plan refused before
+    is the command's one line)."""
+    from graphmem.commands.common import accepted
+
+    def step(done: int, total: int) -> None:
+        accepted()
+        on_step(done, total)
+    return step
 
 
 # The most graph outputs the table lists that matched (every one that differs is listed):
