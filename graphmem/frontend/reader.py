@@ -23,6 +23,7 @@ from graphmem.core.ir import Graph, standard_domain
 from graphmem.core.nogc import gc_paused
 from graphmem.errors import GraphmemError
 from graphmem.frontend import external_data
+from graphmem.frontend.external_values import read_in
 from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
@@ -158,10 +159,14 @@ def onnx_opset(model: onnx.ModelProto) -> int:
 
 
 def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
-               check: bool = True, base_dir: str = ".", model_path: str | None = None,
-               dim_default: int | None = None,
+               check: bool = True, base_dir: str | None = None,
+               model_path: str | None = None, dim_default: int | None = None,
                bounds: Mapping[str, int] | None = None) -> Graph:
-    """Like :func:`load`, for a ModelProto already in memory."""
+    """Like :func:`load`, for a ModelProto already in memory. Its external data is read
+    from ``base_dir``: by default the folder of ``model_path`` (the file it was read
+    from), else the working folder."""
+    if base_dir is None:
+        base_dir = str(Path(model_path).parent) if model_path else "."
     return _load(model.SerializeToString(), dims, check=check, base_dir=base_dir,
                  model_path=model_path, dim_default=dim_default, bounds=bounds)
 
@@ -196,6 +201,13 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     reads, order, values, stripped = _checked(data, parsed, g, check)
+    # small initializers in an external file (saved with size_threshold=0: a Reshape's
+    # shape) read in, as if stored inside it: every stage after sees their values
+    unread: list[str] = []
+    read = read_in(data, parsed, base_dir, source, values, unread)
+    if read[1] is not parsed:
+        data, parsed = read
+        g = parsed.graph
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     model = WorkingModel(data, parsed, splice(data, parsed, rebound + stripped), base_dir)
@@ -203,6 +215,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         model=model, order=order, reads=reads, bindings=bindings, notes=notes,
         shape_values=values,
         opset=max((v for d, v in parsed.opsets if standard_domain(d)), default=0))
+    state.unread = unread
     if bounds:  # issue 53: --bound values, read by the data-bounds strategy
         from graphmem.frontend.data_bounds import DataBounds
         state.data_bounds = DataBounds(bounds)
