@@ -76,7 +76,7 @@ def _save_both(model: onnx.ModelProto, folder, name: str):
     onnx.save_model(model, str(external), save_as_external_data=True,
                     all_tensors_to_one_file=True, location=f"{name}.data", size_threshold=0)
     stored = onnx.load(str(external), load_external_data=False).graph.initializer
-    assert all(t.data_location == TensorProto.EXTERNAL for t in stored)
+    assert stored and all(t.data_location == TensorProto.EXTERNAL for t in stored)
     return external, inside
 
 
@@ -90,14 +90,22 @@ def _plan(model, out, dims, capsys) -> dict:
     return plan
 
 
-@pytest.mark.parametrize("make", [_reshape_model, _ops_model], ids=["reshape", "ops"])
+def _nested_model() -> onnx.ModelProto:
+    """models/control_flow.py's If inside a Loop: its bodies hold initializers too."""
+    from models.control_flow import nested
+    return nested(steps=2, batch=2, d=8, wide=16)
+
+
+@pytest.mark.parametrize("make", [_reshape_model, _ops_model, _nested_model],
+                         ids=["reshape", "ops", "bodies"])
 def test_external_shape_values_plan_as_inside(tmp_path, capsys, make):
     external, inside = _save_both(make(), tmp_path / "m", "m")
     assert _plan(external, tmp_path / "e.json", ["N=2"], capsys) == \
         _plan(inside, tmp_path / "i.json", ["N=2"], capsys)
 
 
-@pytest.mark.parametrize("make", [_reshape_model, _ops_model], ids=["reshape", "ops"])
+@pytest.mark.parametrize("make", [_reshape_model, _ops_model, _nested_model],
+                         ids=["reshape", "ops", "bodies"])
 def test_external_shape_values_verify_whole_model(tmp_path, capsys, make):
     external, _ = _save_both(make(), tmp_path / "m", "m")
     capsys.readouterr()

@@ -7,8 +7,8 @@ onnx's ``save_model(..., save_as_external_data=True, size_threshold=0)`` writes 
 tensor to the external file, a two-element shape included; onnx's C++ inference, its
 data propagation, the shape walk and ONNX Runtime's symbolic inference read no external
 file. The loader reads here, under the external-data rule
-(:mod:`graphmem.frontend.external_data`), each external initializer of the main graph
-that it would have kept with its data had it been stored inside the file
+(:mod:`graphmem.frontend.external_data`), each external initializer (of the main graph and
+of the control-flow bodies) that it would have kept with its data had it been stored inside the file
 (:func:`graphmem.frontend.splice.stripped_weights`' rule: up to SHAPE_DATA_BYTES, or up
 to SMALL_CONSTANT_BYTES where its value may size a tensor), and writes it back as an
 initializer with its data. The others stay external (their data is read only by the
@@ -21,23 +21,22 @@ from math import prod
 
 from graphmem import wire
 from graphmem.errors import GraphmemError
-from graphmem.frontend.protos import DROPPED
+from graphmem.frontend.protos import DROPPED, to_proto
 from graphmem.frontend.protowire import NUMPY_TYPES
 from graphmem.frontend.splice import (INITIALIZER, SHAPE_DATA_BYTES, SMALL_CONSTANT_BYTES,
                                       entry, entry_message, splice)
-from graphmem.frontend.structure import EXTERNAL
+from graphmem.frontend.structure import EXTERNAL, external_locations, subgraphs
 
 
-def stored_bytes(init) -> int | None:
-    """The bytes the external data of the wire initializer ``init`` holds: its
-    ``length``, else its dims times its element's size (None: not known)."""
-    info = dict(init.external_data)
-    length = info.get("length")
-    if length:
-        try:
-            return int(length)
-        except ValueError:
-            return None
+def _info(init) -> dict[str, str]:
+    """The external_data entries of a wire Initializer ((key, value) pairs) or a
+    TensorProto (StringStringEntryProtos), as a dict."""
+    return {e.key: e.value for e in init.external_data} if hasattr(init, "ListFields") \
+        else dict(init.external_data)
+
+
+def _element_bytes(init) -> int | None:
+    """The bytes ``init``'s dims and element type hold (None: not known here)."""
     np_type = NUMPY_TYPES.get(init.data_type)
     if np_type is None:
         return None
@@ -45,55 +44,107 @@ def stored_bytes(init) -> int | None:
     return prod(init.dims) * np.dtype(np_type).itemsize
 
 
+def stored_bytes(init) -> int | None:
+    """The bytes the external data of ``init`` (a wire Initializer or a TensorProto)
+    holds: its ``length``, else its dims times its element's size (None: not known)."""
+    info = _info(init)
+    length = info.get("length")
+    if length:
+        try:
+            return int(length)
+        except ValueError:
+            return None
+    return _element_bytes(init)
+
+
+def _wanted(init, values) -> bool:
+    """Is the external initializer ``init`` (a wire Initializer or a TensorProto) one to
+    read in: up to SHAPE_DATA_BYTES, or up to SMALL_CONSTANT_BYTES among ``values``?"""
+    if init.data_location != EXTERNAL:
+        return False
+    if _info(init).get("location") in (None, DROPPED):
+        return False  # its data left out on purpose
+    size = stored_bytes(init)
+    return size is not None and (size <= SHAPE_DATA_BYTES or (
+        size <= SMALL_CONSTANT_BYTES and init.name in values))
+
+
 def wanted(g: wire.Graph, values) -> list[int]:
-    """The indices of the external initializers of ``g`` to read in: up to
+    """The indices of the external initializers of ``g``'s main graph to read in: up to
     SHAPE_DATA_BYTES, or up to SMALL_CONSTANT_BYTES among ``values`` (the names of the
     tensors whose values may size another: ``constant_nodes.shape_values``)."""
-    found, larger = [], []
-    for i, init in enumerate(g.initializers):
-        if init.data_location != EXTERNAL:
-            continue
-        if dict(init.external_data).get("location") in (None, DROPPED):
-            continue  # its data left out on purpose
-        size = stored_bytes(init)
-        if size is None or size > SMALL_CONSTANT_BYTES:
-            continue
-        (found if size <= SHAPE_DATA_BYTES else larger).append(i)
-    if larger:
-        found.extend(i for i in larger if g.initializers[i].name in values)
-        found.sort()
-    return found
+    return [i for i, init in enumerate(g.initializers) if _wanted(init, values)]
 
 
 def read_in(data: bytes, parsed: wire.Model, base_dir: str, model=None, values=frozenset(),
             unread: list[str] | None = None) -> tuple[bytes, wire.Model]:
     """``data`` (the model's bytes, ``parsed`` their wire view) with the small external
-    initializers of its main graph (:func:`wanted`) holding their data, read from the
-    model's folder ``base_dir`` (``model``: the model file, where known); the same bytes
-    and view where there is none to read; ``values``: as :func:`wanted` takes it.
-    ``unread`` gains a line for each one that could not be read (why; those among
-    ``values`` first), which stays external."""
+    initializers of its graphs (:func:`wanted`; a control-flow body's too) holding their
+    data, read from the model's folder ``base_dir`` (``model``: the model file, where
+    known); the same bytes and view where there is none to read; ``values``: as
+    :func:`wanted` takes it. ``unread`` gains a line for each one that could not be
+    read (why; those among ``values`` first), which stays external."""
     g = parsed.graph
-    if g is None or not any(t.data_location == EXTERNAL for t in g.initializers):
-        return data, parsed
-    indices = wanted(g, values)
-    if not indices:
+    if g is None or not any(True for _ in external_locations(g)):
         return data, parsed
     from onnx import TensorProto
 
     from graphmem.frontend.external_data import load_tensor
-    changes, failed = [], []
-    for i in indices:
-        t = TensorProto.FromString(entry_message(data, g, INITIALIZER, i))
+    failed = []
+
+    def loaded(t) -> bool:
+        copy = TensorProto()
+        copy.CopyFrom(t)
         try:
-            load_tensor(t, base_dir, model)
+            load_tensor(copy, base_dir, model)
         except GraphmemError as exc:  # missing, short or refused: left external
             failed.append((t.name not in values, f"initializer {t.name!r} not read: {exc}"))
-            continue
-        changes.append((INITIALIZER, i, entry(INITIALIZER, t.SerializeToString())))
+            return False
+        size = _element_bytes(t)
+        if size is not None and size != len(copy.raw_data):
+            # left external: a command that reads the weights says so in its words
+            failed.append((t.name not in values, (
+                f"initializer {t.name!r} not read: its data does not fill its shape "
+                f"{list(t.dims)} ({len(copy.raw_data)} bytes, not {size})")))
+            return False
+        t.CopyFrom(copy)
+        return True
+
+    changes = []
+    for i in wanted(g, values):
+        t = TensorProto.FromString(entry_message(data, g, INITIALIZER, i))
+        if loaded(t):
+            changes.append((INITIALIZER, i, entry(INITIALIZER, t.SerializeToString())))
+    if changes:
+        data = splice(data, parsed, changes)
+        parsed = wire.parse_model(data)
+    if any(_external_in_bodies(parsed.graph)):
+        # a body's initializers are not graph entries the splice reaches: the proto
+        proto = to_proto(data)
+        read = [loaded(t) for t in _body_initializers(proto.graph) if _wanted(t, values)]
+        if any(read):
+            data = proto.SerializeToString()
+            parsed = wire.parse_model(data)
     if unread is not None:  # those whose value may size a tensor first
         unread.extend(line for _, line in sorted(failed, key=lambda f: f[0]))
-    if not changes:
-        return data, parsed
-    data = splice(data, parsed, changes)
-    return data, wire.parse_model(data)
+    return data, parsed
+
+
+def _external_in_bodies(g: wire.Graph):
+    for node in g.nodes:
+        if node.attrs:
+            for sub in subgraphs(node):
+                yield from external_locations(sub)
+
+
+def _body_initializers(graph):
+    """The initializers of the control-flow bodies of the onnx GraphProto ``graph``
+    (nested ones too)."""
+    from onnx import AttributeProto
+    for node in graph.node:
+        for a in node.attribute:
+            bodies = [a.g] if a.type == AttributeProto.GRAPH else \
+                list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+            for body in bodies:
+                yield from body.initializer
+                yield from _body_initializers(body)

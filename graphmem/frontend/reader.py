@@ -200,7 +200,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     bad = parsed.not_utf8 and invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
-    reads, order, values, stripped = _checked(data, parsed, g, check)
+    reads, order, values, stripped = _checked(data, parsed, g, False)
     # small initializers in an external file (saved with size_threshold=0: a Reshape's
     # shape) read in, as if stored inside it: every stage after sees their values
     unread: list[str] = []
@@ -208,6 +208,8 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     if read[1] is not parsed:
         data, parsed = read
         g = parsed.graph
+    if check:
+        run_check(data, parsed, stripped, order)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     model = WorkingModel(data, parsed, splice(data, parsed, rebound + stripped), base_dir)
