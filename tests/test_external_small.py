@@ -35,10 +35,13 @@ def _reshape_model() -> onnx.ModelProto:
 def _ops_model() -> onnx.ModelProto:
     """Every input read as a value from an initializer: ReduceSum's axes, Slice's
     starts/ends/axes, a Gather index into a Shape and a Concat tail (ConstantOfShape's
-    shape, computed), Expand's shape, TopK's k, Resize's scales."""
+    shape, computed), Expand's shape, TopK's k, Resize's scales; and a Reshape's shape
+    from a Constant node (its value an attribute)."""
     nodes = [
         helper.make_node("ReduceSum", ["x", "raxes"], ["s"], keepdims=1),
         helper.make_node("Add", ["x", "s"], ["r"]),
+        helper.make_node("Constant", [], ["rshape"],
+                         value=_init("rshape_value", np.array([-1, 3, 2], np.int64))),
         helper.make_node("Reshape", ["r", "rshape"], ["rs"]),
         helper.make_node("Slice", ["rs", "starts", "ends", "axes"], ["sl"]),
         helper.make_node("Shape", ["sl"], ["shp"]),
@@ -52,7 +55,6 @@ def _ops_model() -> onnx.ModelProto:
         helper.make_node("Resize", ["tv", "", "scales"], ["y"], mode="nearest"),
     ]
     inits = [_init("raxes", np.array([1], np.int64)),
-             _init("rshape", np.array([-1, 3, 2], np.int64)),
              _init("starts", np.array([0], np.int64)), _init("ends", np.array([2], np.int64)),
              _init("axes", np.array([1], np.int64)), _init("idx0", np.array([0], np.int64)),
              _init("tail", np.array([2, 2], np.int64)),
@@ -68,13 +70,15 @@ def _ops_model() -> onnx.ModelProto:
     return m
 
 
-def _save_both(model: onnx.ModelProto, folder, name: str):
-    """The model saved with every tensor external (size_threshold=0) and inside."""
+def _save_both(model: onnx.ModelProto, folder, name: str, attributes: bool = False):
+    """The model saved with every tensor external (size_threshold=0; ``attributes``:
+    the nodes' tensor attributes too, onnx's convert_attribute) and inside."""
     folder.mkdir()
     external, inside = folder / f"{name}.onnx", folder / f"{name}_inside.onnx"
     onnx.save_model(model, str(inside))
     onnx.save_model(model, str(external), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=f"{name}.data", size_threshold=0)
+                    all_tensors_to_one_file=True, location=f"{name}.data", size_threshold=0,
+                    convert_attribute=attributes)
     stored = onnx.load(str(external), load_external_data=False).graph.initializer
     assert stored and all(t.data_location == TensorProto.EXTERNAL for t in stored)
     return external, inside
@@ -153,3 +157,20 @@ def test_ort_optimize_says_why_onnx_runtime_refuses_it(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "size_threshold above 0" in err[0], err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("command", [["plan"], ["verify"]])
+def test_external_constant_attributes(tmp_path, capsys, command):
+    """Saved with convert_attribute=True: a Constant's value and ConstantOfShape's are
+    external too (onnx's checker refused the model before)."""
+    external, inside = _save_both(_ops_model(), tmp_path / "m", "m", attributes=True)
+    node = onnx.load(str(external), load_external_data=False).graph.node[2]
+    assert node.op_type == "Constant" and node.attribute[0].t.data_location == \
+        TensorProto.EXTERNAL
+    if command == ["plan"]:
+        assert _plan(external, tmp_path / "e.json", ["N=2"], capsys) == \
+            _plan(inside, tmp_path / "i.json", ["N=2"], capsys)
+    else:
+        capsys.readouterr()
+        assert main(["verify", str(external), "--dim", "N=2"]) == 0, capsys.readouterr().err
+        assert "agrees with the node-by-node run" in capsys.readouterr().out

@@ -14,6 +14,10 @@ to SMALL_CONSTANT_BYTES where its value may size a tensor), and writes it back a
 initializer with its data. The others stay external (their data is read only by the
 commands that run the model). One that cannot be read (a missing or short file) stays
 external too, and the loader's refusal of a shape it then cannot infer says why.
+
+A node's tensor attribute kept external (a Constant's value, saved with onnx's
+``convert_attribute=True``) is read in by the same rule, its node's outputs standing
+for its name. They are looked for only in a model with an external initializer.
 """
 from __future__ import annotations
 
@@ -57,16 +61,17 @@ def stored_bytes(init) -> int | None:
     return _element_bytes(init)
 
 
-def _wanted(init, values) -> bool:
-    """Is the external initializer ``init`` (a wire Initializer or a TensorProto) one to
-    read in: up to SHAPE_DATA_BYTES, or up to SMALL_CONSTANT_BYTES among ``values``?"""
+def _wanted(init, values, names=None) -> bool:
+    """Is the external tensor ``init`` (a wire Initializer or a TensorProto) one to
+    read in: up to SHAPE_DATA_BYTES, or up to SMALL_CONSTANT_BYTES where one of
+    ``names`` (default: its own name) is among ``values``?"""
     if init.data_location != EXTERNAL:
         return False
     if _info(init).get("location") in (None, DROPPED):
         return False  # its data left out on purpose
     size = stored_bytes(init)
     return size is not None and (size <= SHAPE_DATA_BYTES or (
-        size <= SMALL_CONSTANT_BYTES and init.name in values))
+        size <= SMALL_CONSTANT_BYTES and any(n in values for n in names or (init.name,))))
 
 
 def wanted(g: wire.Graph, values) -> list[int]:
@@ -92,19 +97,20 @@ def read_in(data: bytes, parsed: wire.Model, base_dir: str, model=None, values=f
     from graphmem.frontend.external_data import load_tensor
     failed = []
 
-    def loaded(t) -> bool:
+    def loaded(t, what: str = "initializer", names=None) -> bool:
         copy = TensorProto()
         copy.CopyFrom(t)
+        first = not any(n in values for n in names or (t.name,))
         try:
             load_tensor(copy, base_dir, model)
         except GraphmemError as exc:  # missing, short or refused: left external
-            failed.append((t.name not in values, f"initializer {t.name!r} not read: {exc}"))
+            failed.append((first, f"{what} {t.name!r} not read: {exc}"))
             return False
         size = _element_bytes(t)
         if size is not None and size != len(copy.raw_data):
             # left external: a command that reads the weights says so in its words
-            failed.append((t.name not in values, (
-                f"initializer {t.name!r} not read: its data does not fill its shape "
+            failed.append((first, (
+                f"{what} {t.name!r} not read: its data does not fill its shape "
                 f"{list(t.dims)} ({len(copy.raw_data)} bytes, not {size})")))
             return False
         t.CopyFrom(copy)
@@ -118,10 +124,14 @@ def read_in(data: bytes, parsed: wire.Model, base_dir: str, model=None, values=f
     if changes:
         data = splice(data, parsed, changes)
         parsed = wire.parse_model(data)
-    if any(_external_in_bodies(parsed.graph)):
-        # a body's initializers are not graph entries the splice reaches: the proto
+    if any(_external_in_bodies(parsed.graph)) or _external_attributes(parsed.graph):
+        # a body's initializers, a Constant's value (onnx's convert_attribute=True) are
+        # not graph entries the splice reaches: the proto
         proto = to_proto(data)
         read = [loaded(t) for t in _body_initializers(proto.graph) if _wanted(t, values)]
+        read += [loaded(t, f"{node.op_type} attribute", node.output)
+                 for node, t in _attribute_tensors(proto.graph)
+                 if _wanted(t, values, node.output)]
         if any(read):
             data = proto.SerializeToString()
             parsed = wire.parse_model(data)
@@ -135,6 +145,39 @@ def _external_in_bodies(g: wire.Graph):
         if node.attrs:
             for sub in subgraphs(node):
                 yield from external_locations(sub)
+
+
+# the bytes an external tensor's entry holds in a serialized TensorProto: its
+# external_data key "location" (a tensor attribute without them is not read as a proto)
+_LOCATION_KEY = b"\n\x08location"
+
+
+def _external_attributes(g: wire.Graph) -> bool:
+    """Might a tensor attribute of a node (bodies' included) keep its data external?"""
+    for node in g.nodes:
+        for a in node.attrs:
+            if a.type in (4, 9) and _LOCATION_KEY in a.raw:  # TENSOR, TENSORS
+                return True
+            if a.type in (5, 10) and any(_external_attributes(sub) for sub in a.subgraphs):
+                return True
+    return False
+
+
+def _attribute_tensors(graph):
+    """(node, tensor) of every tensor attribute of the onnx GraphProto ``graph``'s
+    nodes, bodies' included."""
+    from onnx import AttributeProto
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == AttributeProto.TENSOR:
+                yield node, a.t
+            elif a.type == AttributeProto.TENSORS:
+                yield from ((node, t) for t in a.tensors)
+            elif a.type == AttributeProto.GRAPH:
+                yield from _attribute_tensors(a.g)
+            elif a.type == AttributeProto.GRAPHS:
+                for body in a.graphs:
+                    yield from _attribute_tensors(body)
 
 
 def _body_initializers(graph):

@@ -61,7 +61,32 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
         for t in _all_initializers(model.graph):
             if t.data_location == EXTERNAL:
                 external_data.load_tensor(t, p.parent, p)
+        load_attribute_data(model, p)
     return model
+
+
+def load_attribute_data(model: onnx.ModelProto, path: Path) -> None:
+    """Read into ``model`` (read from the file ``path``) the data of its tensor
+    attributes kept in an external file (a Constant's value, saved with onnx's
+    ``convert_attribute=True``), under the external-data rule."""
+    for t in _attribute_tensors(model.graph):
+        if t.data_location == EXTERNAL:
+            external_data.load_tensor(t, path.parent, path)
+
+
+def _attribute_tensors(graph: onnx.GraphProto):
+    """The tensor attributes of the nodes of ``graph`` and of every subgraph."""
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from _attribute_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _attribute_tensors(g)
 
 
 def plan_size_bound(model: onnx.ModelProto) -> int:

@@ -34,7 +34,7 @@ import onnx
 
 from graphmem.errors import GraphmemError
 from graphmem.frontend import external_data
-from graphmem.frontend.reader import model_file, read_model
+from graphmem.frontend.reader import load_attribute_data, model_file, read_model
 from graphmem.frontend.splice import SHAPE_DATA_BYTES
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
@@ -65,6 +65,7 @@ class Weights:
             for t in g.initializer:
                 if t.data_location == EXTERNAL:
                     external_data.load_tensor(t, p.parent, p)
+        load_attribute_data(self.model, p)  # a Constant's value kept external
         # weights kept inside the file: taken out of the proto (one copy, not two)
         # (not the small ones: ONNX Runtime's shape inference reads a shape, an axis
         # or a pad from the proto, and can read none from an array it is given)
