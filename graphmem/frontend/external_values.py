@@ -17,7 +17,8 @@ external too, and the loader's refusal of a shape it then cannot infer says why.
 
 A node's tensor attribute kept external (a Constant's value, saved with onnx's
 ``convert_attribute=True``) is read in by the same rule, its node's outputs standing
-for its name. They are looked for only in a model with an external initializer.
+for its name. Bodies and attributes are looked at only in a model whose main graph has
+an external initializer.
 """
 from __future__ import annotations
 
@@ -84,13 +85,15 @@ def wanted(g: wire.Graph, values) -> list[int]:
 def read_in(data: bytes, parsed: wire.Model, base_dir: str, model=None, values=frozenset(),
             unread: list[str] | None = None) -> tuple[bytes, wire.Model]:
     """``data`` (the model's bytes, ``parsed`` their wire view) with the small external
-    initializers of its graphs (:func:`wanted`; a control-flow body's too) holding their
-    data, read from the model's folder ``base_dir`` (``model``: the model file, where
+    initializers of its graphs (:func:`wanted`; a control-flow body's too, and the
+    nodes' tensor attributes, where the main graph has one) holding their data, read from the model's folder ``base_dir`` (``model``: the model file, where
     known); the same bytes and view where there is none to read; ``values``: as
     :func:`wanted` takes it. ``unread`` gains a line for each one that could not be
     read (why; those among ``values`` first), which stays external."""
     g = parsed.graph
-    if g is None or not any(True for _ in external_locations(g)):
+    # a model without an external initializer in its main graph is not walked (a walk
+    # over the nodes for the bodies' is as long as a small model's load on a large one)
+    if g is None or not any(t.data_location == EXTERNAL for t in g.initializers):
         return data, parsed
     from onnx import TensorProto
 
@@ -130,7 +133,7 @@ def read_in(data: bytes, parsed: wire.Model, base_dir: str, model=None, values=f
         proto = to_proto(data)
         read = [loaded(t) for t in _body_initializers(proto.graph) if _wanted(t, values)]
         read += [loaded(t, f"{node.op_type} attribute", node.output)
-                 for node, t in _attribute_tensors(proto.graph)
+                 for node, t in attribute_tensors(proto.graph)
                  if _wanted(t, values, node.output)]
         if any(read):
             data = proto.SerializeToString()
@@ -163,7 +166,7 @@ def _external_attributes(g: wire.Graph) -> bool:
     return False
 
 
-def _attribute_tensors(graph):
+def attribute_tensors(graph):
     """(node, tensor) of every tensor attribute of the onnx GraphProto ``graph``'s
     nodes, bodies' included."""
     from onnx import AttributeProto
@@ -174,10 +177,10 @@ def _attribute_tensors(graph):
             elif a.type == AttributeProto.TENSORS:
                 yield from ((node, t) for t in a.tensors)
             elif a.type == AttributeProto.GRAPH:
-                yield from _attribute_tensors(a.g)
+                yield from attribute_tensors(a.g)
             elif a.type == AttributeProto.GRAPHS:
                 for body in a.graphs:
-                    yield from _attribute_tensors(body)
+                    yield from attribute_tensors(body)
 
 
 def _body_initializers(graph):

@@ -23,7 +23,7 @@ from graphmem.core.ir import Graph, standard_domain
 from graphmem.core.nogc import gc_paused
 from graphmem.errors import GraphmemError
 from graphmem.frontend import external_data
-from graphmem.frontend.external_values import read_in
+from graphmem.frontend.external_values import attribute_tensors, read_in
 from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
@@ -69,24 +69,9 @@ def load_attribute_data(model: onnx.ModelProto, path: Path) -> None:
     """Read into ``model`` (read from the file ``path``) the data of its tensor
     attributes kept in an external file (a Constant's value, saved with onnx's
     ``convert_attribute=True``), under the external-data rule."""
-    for t in _attribute_tensors(model.graph):
+    for _, t in attribute_tensors(model.graph):
         if t.data_location == EXTERNAL:
             external_data.load_tensor(t, path.parent, path)
-
-
-def _attribute_tensors(graph: onnx.GraphProto):
-    """The tensor attributes of the nodes of ``graph`` and of every subgraph."""
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.TENSORS:
-                yield from attr.tensors
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from _attribute_tensors(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _attribute_tensors(g)
 
 
 def plan_size_bound(model: onnx.ModelProto) -> int:
