@@ -86,8 +86,15 @@ def optimize(source: str | os.PathLike, level: str, provider: str = "cpu") -> Op
         session = ort.InferenceSession(str(src), so, providers=[ep])
     except Exception as exc:
         text = " ".join(str(exc).split())
+        hint = ""
+        if "Cannot parse data from external tensors" in text:
+            # onnx's shape inference, which ORT runs on loading, reads no external file:
+            # a shape or axes saved externally (size_threshold=0) stops it
+            hint = ("; ONNX Runtime cannot load a model whose shapes or axes are kept in "
+                    "an external file: save it with them inside (onnx's size_threshold "
+                    "above 0) to optimize it, or plan it without --ort-optimize")
         raise GraphmemError(f"{src}: ONNX Runtime cannot optimize it at level {level} for "
-                            f"{provider} ({text[:300]})") from None
+                            f"{provider} ({text[:300]}){hint}") from None
     seconds = time.perf_counter() - t0
     if ep not in session.get_providers():  # ORT falls back to the CPU when CUDA fails
         raise GraphmemError(f"--ort-optimize for --provider {provider}: ONNX Runtime could "

@@ -23,6 +23,7 @@ from graphmem.core.ir import Graph, standard_domain
 from graphmem.core.nogc import gc_paused
 from graphmem.errors import GraphmemError
 from graphmem.frontend import external_data
+from graphmem.frontend.external_values import attribute_tensors, read_in
 from graphmem.frontend.binding import bind, bind_dims
 from graphmem.frontend.building import build
 from graphmem.frontend.checking import check as run_check
@@ -60,7 +61,17 @@ def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.M
         for t in _all_initializers(model.graph):
             if t.data_location == EXTERNAL:
                 external_data.load_tensor(t, p.parent, p)
+        load_attribute_data(model, p)
     return model
+
+
+def load_attribute_data(model: onnx.ModelProto, path: Path) -> None:
+    """Read into ``model`` (read from the file ``path``) the data of its tensor
+    attributes kept in an external file (a Constant's value, saved with onnx's
+    ``convert_attribute=True``), under the external-data rule."""
+    for _, t in attribute_tensors(model.graph):
+        if t.data_location == EXTERNAL:
+            external_data.load_tensor(t, path.parent, path)
 
 
 def plan_size_bound(model: onnx.ModelProto) -> int:
@@ -158,10 +169,14 @@ def onnx_opset(model: onnx.ModelProto) -> int:
 
 
 def from_model(model: onnx.ModelProto, dims: Mapping[str, int] | None = None, *,
-               check: bool = True, base_dir: str = ".", model_path: str | None = None,
-               dim_default: int | None = None,
+               check: bool = True, base_dir: str | None = None,
+               model_path: str | None = None, dim_default: int | None = None,
                bounds: Mapping[str, int] | None = None) -> Graph:
-    """Like :func:`load`, for a ModelProto already in memory."""
+    """Like :func:`load`, for a ModelProto already in memory. Its external data is read
+    from ``base_dir``: by default the folder of ``model_path`` (the file it was read
+    from), else the working folder."""
+    if base_dir is None:
+        base_dir = str(Path(model_path).parent) if model_path else "."
     return _load(model.SerializeToString(), dims, check=check, base_dir=base_dir,
                  model_path=model_path, dim_default=dim_default, bounds=bounds)
 
@@ -195,7 +210,16 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
     bad = parsed.not_utf8 and invalid_name(g)
     if bad:
         raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
-    reads, order, values, stripped = _checked(data, parsed, g, check)
+    reads, order, values, stripped = _checked(data, parsed, g, False)
+    # small initializers in an external file (saved with size_threshold=0: a Reshape's
+    # shape) read in, as if stored inside it: every stage after sees their values
+    unread: list[str] = []
+    read = read_in(data, parsed, base_dir, source, values, unread)
+    if read[1] is not parsed:
+        data, parsed = read
+        g = parsed.graph
+    if check:
+        run_check(data, parsed, stripped, order)
     notes: list[str] = []
     bindings, rebound = bind(data, g, dict(dims or {}), dim_default, notes)
     model = WorkingModel(data, parsed, splice(data, parsed, rebound + stripped), base_dir)
@@ -203,6 +227,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         model=model, order=order, reads=reads, bindings=bindings, notes=notes,
         shape_values=values,
         opset=max((v for d, v in parsed.opsets if standard_domain(d)), default=0))
+    state.unread = unread
     if bounds:  # issue 53: --bound values, read by the data-bounds strategy
         from graphmem.frontend.data_bounds import DataBounds
         state.data_bounds = DataBounds(bounds)

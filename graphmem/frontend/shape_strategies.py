@@ -64,6 +64,9 @@ class LoadState:
         # only weights the working model carries data for, beside the tiny ones; None:
         # every value
         self.shape_values = shape_values
+        # small external initializers the loader could not read in, and why
+        # (:mod:`graphmem.frontend.external_values`): said first where a shape stays unknown
+        self.unread: list[str] = []
 
     def settle(self) -> None:
         """Decide folding on the tensors sized so far, and what is still unknown."""
@@ -477,7 +480,8 @@ def unknown_shape_message(state: LoadState) -> str:
                 "in the model's value_info")
     hint = hint or _data_bounds().refusal(state.g, name, state.tensors) or \
         data_dependence(state.g, name, state.tensors)
-    caught = f" (on the way: {state.notes[0]})" if state.notes else ""
+    said = state.unread or state.notes
+    caught = f" (on the way: {said[0]})" if said else ""
     return f"cannot infer the shape of tensor {name!r}, {where}{more}{hint}{caught}"
 
 

@@ -1,6 +1,7 @@
 """The model's weights for the verifier, read once and shared by every run.
 
-A weight kept as external data is not read into the model proto: its file is mapped
+A weight kept as external data is not read into the model proto (but a small one, of
+at most SHAPE_DATA_BYTES, which the loader reads in too): its file is mapped
 read-only once and the weight is a numpy view of the map (:func:`mapped_weights`), so
 its bytes are never copied. The one-node sessions of the reference and the plan's run
 bind those views as inputs, and the whole-model session is given them with
@@ -33,7 +34,8 @@ import onnx
 
 from graphmem.errors import GraphmemError
 from graphmem.frontend import external_data
-from graphmem.frontend.reader import model_file, read_model
+from graphmem.frontend.reader import load_attribute_data, model_file, read_model
+from graphmem.frontend.splice import SHAPE_DATA_BYTES
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
 
@@ -51,7 +53,10 @@ class Weights:
         self._where: dict[str, tuple[mmap.mmap, int, int]] = {}  # name -> map, offset, bytes
         for t in self.model.graph.initializer:
             if t.data_location == EXTERNAL:
-                value = self._mapped(t, p)
+                # a small one is read into the proto, as one kept inside the file stays
+                # there (ONNX Runtime reads a Reshape's shape, a ReduceSum's axes from
+                # the proto, not from an array it is given)
+                value = None if _small(t) else self._mapped(t, p)
                 if value is None:
                     external_data.load_tensor(t, p.parent, p)
                 else:
@@ -60,6 +65,7 @@ class Weights:
             for t in g.initializer:
                 if t.data_location == EXTERNAL:
                     external_data.load_tensor(t, p.parent, p)
+        load_attribute_data(self.model, p)  # a Constant's value kept external
         # weights kept inside the file: taken out of the proto (one copy, not two)
         # (not the small ones: ONNX Runtime's shape inference reads a shape, an axis
         # or a pad from the proto, and can read none from an array it is given)
@@ -173,6 +179,23 @@ TAKEN_OUT_BYTES = 64 << 10
 # the location of a weight taken out of the proto into ``Weights.in_memory``: nothing
 # reads it from a file (sessions are given the array)
 IN_MEMORY = "graphmem-in-memory"
+
+
+def _small(t: onnx.TensorProto) -> bool:
+    """Does the external tensor ``t`` hold at most SHAPE_DATA_BYTES (by its ``length``,
+    else its dims and element size): a shape, axes, pads, a scale, as the loader reads
+    in (:mod:`graphmem.frontend.external_values`)?"""
+    info = {e.key: e.value for e in t.external_data}
+    if info.get("length"):
+        try:
+            return int(info["length"]) <= SHAPE_DATA_BYTES
+        except ValueError:
+            return False  # refused where it is mapped or read
+    dtype = _raw_dtype(t.data_type)
+    if dtype is None:
+        return False
+    return int(np.prod([int(d) for d in t.dims], dtype=np.int64)) * dtype.itemsize \
+        <= SHAPE_DATA_BYTES
 
 
 def _taken_out(t: onnx.TensorProto) -> np.ndarray | None:
