@@ -112,8 +112,14 @@ def _signal_when_imported(module: str, signum: int, tmp_path, model) -> subproce
         "sys.meta_path.insert(0, Kill)\n"
         f"sys.argv = ['graphmem', 'plan', {str(model)!r}, '-o', 'p.json']\n"
         "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
+    # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background of a
+    # shell without job control has it ignored, and Python keeps it so (exit 0, lost)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+                          cwd=tmp_path, timeout=120, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("module", ["graphmem.cli", "graphmem.streams", "numpy",
@@ -153,8 +159,7 @@ def test_a_signal_while_runpy_looks_for_graphmem_main_is_answered(tmp_path, sign
     env = dict(os.environ, PYTHONPATH=str(hook))
     proc = subprocess.run([sys.executable, "-m", "graphmem", "plan", str(model), "-o",
                            "p.json"], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=120, preexec_fn=lambda: signal.signal(
-                              signal.SIGINT, signal.SIG_DFL))
+                          env=env, timeout=120, preexec_fn=_default_sigint)
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
     assert not (tmp_path / "p.json").exists()
 
