@@ -501,6 +501,7 @@ def _signals(args) -> int:
     # --commands plan,verify (--runs each) or plan:60,train:20 (runs by command)
     named = [c.split(":") for c in args.commands.split(",")]
     runs = {c[0]: int(c[1]) if len(c) > 1 else args.runs for c in named}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         models = {name: args.model.resolve() for name in runs}
         if args.train_model is not None:
@@ -528,7 +529,9 @@ def _signals(args) -> int:
         f"{sig} {how} {n}" for (sig, how), n in sorted(by_signal.items())) + "."]
     lines += ["", f"The interpreter's start with site's imports (`python -c pass`, "
                   f"median of 20): {startup_ms():.0f} ms; without site (`python -S -c "
-                  f"pass`): {startup_ms(flags=('-S',)):.0f} ms."]
+                  f"pass`): {startup_ms(flags=('-S',)):.0f} ms (measured after the "
+                  f"campaign; the machine's 1-minute load average was {load_before:.1f} "
+                  f"at its start, {os.getloadavg()[0]:.1f} at its end)."]
     if UNANSWERED:
         lines += ["", "Signals not answered in one line, by the moment they were sent "
                       "(ms after the process was started): " + ", ".join(
