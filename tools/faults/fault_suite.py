@@ -199,6 +199,10 @@ def command(name: str, model: Path, work: Path) -> list[str]:
     return [sys.executable, "-m", "graphmem", name, str(model), *args]
 
 
+# a long command's heartbeat on stderr: "graphmem: train: planning ..., 10 s"
+PROGRESS = re.compile(r"^graphmem: [a-z]+: .*, \d+ s$")
+
+
 def outcome(proc: subprocess.CompletedProcess | None) -> str:
     """How one run ended, in the campaign's words."""
     if proc is None:
@@ -207,12 +211,16 @@ def outcome(proc: subprocess.CompletedProcess | None) -> str:
     if "Traceback" in err:
         return "traceback"
     if proc.returncode < 0:
-        return "signal"
+        return f"signal ({signal.Signals(-proc.returncode).name})"
     lines = [ln for ln in err.splitlines() if ln.strip()]
+    # a long command's progress lines ("graphmem: report: reading the model, 10 s",
+    # every 10 s) come before its answer: counted apart
+    answer = [ln for ln in lines if not PROGRESS.match(ln)]
+    after = ", after progress lines" if len(answer) < len(lines) else ""
     if proc.returncode == 0:
         return "ran"
-    if proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("graphmem: "):
-        return "one line, exit 2"
+    if proc.returncode == 2 and len(answer) == 1 and answer[0].startswith("graphmem: "):
+        return "one line, exit 2" + after
     return f"exit {proc.returncode}, {len(lines)} lines"
 
 
@@ -311,9 +319,6 @@ def output_campaign(out: Path) -> Counter:
             code, err = output_run(argv, fault, work)
             counts[(f"output: {fault}", name, output_outcome(code, err, name))] += 1
     return counts
-
-
-PROGRESS = re.compile(r"^graphmem: [a-z]+: .*, \d+ s$")
 
 
 def signal_outcome(proc: subprocess.Popen, err: str, signum: int,
