@@ -164,6 +164,46 @@ def test_a_signal_while_runpy_looks_for_graphmem_main_is_answered(tmp_path, sign
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("signum, code, line", [
+    (2, 130, "graphmem: interrupted"), (15, 143, "graphmem: terminated")],
+    ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_graphmem_script_imports_the_cli_is_answered(tmp_path, signum,
+                                                                        code, line):
+    # the installed script imports graphmem.cli before it calls entry(): the package
+    # holds signals from its first line there too
+    script = os.path.join(os.path.dirname(sys.executable), "graphmem")
+    if not os.path.exists(script):
+        pytest.skip(f"no graphmem script beside {sys.executable}")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class Kill:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'graphmem.streams':\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Kill)\n")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(fault_suite.small_model())
+    proc = subprocess.run([script, "plan", str(model), "-o", "p.json"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(hook)),
+                          preexec_fn=_default_sigint)
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_script_named_graphmem_that_imports_the_library_holds_nothing(tmp_path):
+    script = tmp_path / "graphmem"
+    script.write_text("import signal, graphmem\n"
+                      "print(hasattr(graphmem, '_held'), signal.getsignal(signal.SIGTERM))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.split() == ["False", "0"], proc.stderr
+
+
 @pytest.mark.parametrize("orig, starting", [
     (["python", "-m", "graphmem", "plan"], True),
     (["python", "-mgraphmem"], True),
