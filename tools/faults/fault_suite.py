@@ -193,10 +193,15 @@ def _limit(address: int = ADDRESS_LIMIT) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (address, address))
 
 
+# how a command is started: ``python -m graphmem`` or, set by ``signals --script``, the
+# installed ``graphmem`` script beside this interpreter
+START = [sys.executable, "-m", "graphmem"]
+
+
 def command(name: str, model: Path, work: Path) -> list[str]:
     args = {"plan": ["-o", str(work / "p.json")], "report": [], "verify": [],
             "train": []}[name]
-    return [sys.executable, "-m", "graphmem", name, str(model), *args]
+    return [*START, name, str(model), *args]
 
 
 # a long command's heartbeat on stderr: "graphmem: train: planning ..., 10 s"
@@ -552,6 +557,7 @@ def _signals(args) -> int:
         _write_doc("fault-signals",
                    f"python -m tools.faults.fault_suite signals {args.model.name} "
                    f"--seed {args.seed} --commands {args.commands}"
+                   + (" --script" if args.script else "")
                    + (f" --window-runs {args.window_runs} --window-ms {args.window_ms:g}"
                       if args.window_runs else "") + " --write", lines)
     return 0
@@ -593,9 +599,13 @@ def main(argv=None) -> int:
     sg.add_argument("--window-runs", type=int, default=0,
                     help="also this many plans signalled in the first --window-ms")
     sg.add_argument("--window-ms", type=float, default=150)
+    sg.add_argument("--script", action="store_true",
+                    help="start the commands with the installed graphmem script")
     sg.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     args = ap.parse_args(argv)
     if args.what == "signals":
+        if args.script:
+            START[:] = [str(Path(sys.executable).parent / "graphmem")]
         return _signals(args)
     with tempfile.TemporaryDirectory() as tmp:
         counts = campaign(args.out or Path(tmp))
