@@ -33,11 +33,28 @@ def _cli_starting() -> bool:
     return False
 
 
-# ``python -m graphmem``: SIGINT and SIGTERM are held back (recorded, not raised) from
-# here, this package being the first of graphmem's files the process runs; __main__
-# takes the list over and cli.main delivers what it holds once its handlers are in
-# place. A library import changes nothing.
-if _cli_starting():
+def _script_starting() -> bool:
+    """Whether this is the installed ``graphmem`` script starting: the ``__main__`` being
+    run is a file named graphmem (graphmem.exe, graphmem-script.py) that imports
+    ``graphmem.cli``'s entry, which imports this package first."""
+    main = _sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or path != _sys.argv[0] or path.replace("\\", "/").rpartition("/")[2] not in (
+            "graphmem", "graphmem.exe", "graphmem-script.py"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return b"from graphmem.cli import entry" in f.read(4096)
+    except OSError:
+        return False
+
+
+# ``python -m graphmem`` and the ``graphmem`` script: SIGINT and SIGTERM are held back
+# (recorded, not raised) from here, this package being the first of graphmem's files
+# the process runs; __main__ (or cli.entry, for the script) takes the list over and
+# cli.main delivers what it holds once its handlers are in place. A library import
+# changes nothing.
+if _cli_starting() or _script_starting():
     import _signal  # compiled into the interpreter: nothing is read from a file
 
     _held: list = []

@@ -170,6 +170,8 @@ def entry(held: list | None = None) -> None:
     """
     global _held
     interrupts.catch_unraisable()
+    if held is None:  # the graphmem script: held by the package from its first line
+        held = getattr(sys.modules.get("graphmem"), "_held", None)
     held = _held = held if held is not None else []
     try:
         interrupts.install()

@@ -112,8 +112,14 @@ def _signal_when_imported(module: str, signum: int, tmp_path, model) -> subproce
         "sys.meta_path.insert(0, Kill)\n"
         f"sys.argv = ['graphmem', 'plan', {str(model)!r}, '-o', 'p.json']\n"
         "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
+    # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background of a
+    # shell without job control has it ignored, and Python keeps it so (exit 0, lost)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+                          cwd=tmp_path, timeout=120, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("module", ["graphmem.cli", "graphmem.streams", "numpy",
@@ -153,10 +159,49 @@ def test_a_signal_while_runpy_looks_for_graphmem_main_is_answered(tmp_path, sign
     env = dict(os.environ, PYTHONPATH=str(hook))
     proc = subprocess.run([sys.executable, "-m", "graphmem", "plan", str(model), "-o",
                            "p.json"], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=120, preexec_fn=lambda: signal.signal(
-                              signal.SIGINT, signal.SIG_DFL))
+                          env=env, timeout=120, preexec_fn=_default_sigint)
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("signum, code, line", [
+    (2, 130, "graphmem: interrupted"), (15, 143, "graphmem: terminated")],
+    ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_graphmem_script_imports_the_cli_is_answered(tmp_path, signum,
+                                                                        code, line):
+    # the installed script imports graphmem.cli before it calls entry(): the package
+    # holds signals from its first line there too
+    script = os.path.join(os.path.dirname(sys.executable), "graphmem")
+    if not os.path.exists(script):
+        pytest.skip(f"no graphmem script beside {sys.executable}")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class Kill:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == 'graphmem.streams':\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Kill)\n")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(fault_suite.small_model())
+    proc = subprocess.run([script, "plan", str(model), "-o", "p.json"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(hook)),
+                          preexec_fn=_default_sigint)
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_script_named_graphmem_that_imports_the_library_holds_nothing(tmp_path):
+    script = tmp_path / "graphmem"
+    script.write_text("import signal, graphmem\n"
+                      "print(hasattr(graphmem, '_held'), signal.getsignal(signal.SIGTERM))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.split() == ["False", "0"], proc.stderr
 
 
 @pytest.mark.parametrize("orig, starting", [

@@ -204,7 +204,7 @@ SECTIONS = (
             "plan:N,verify:N,train:N --window-runs N --write", (), None,
             why_unchecked="signals sent at random moments: counts depend on the machine's "
                           "timing"),
-    Section("test-time", "README.md", "python -m tools.checks.test_time --busy 2 --write", (),
+    Section("test-time", "README.md", "python -m tools.checks.test_time --write", (),
             None, why_unchecked="the wall time of the whole default test run"),
     Section("torch-table", "docs/training.md",
             "python -m tools.training.torch_checkpoint --doc", (), None,

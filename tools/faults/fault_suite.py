@@ -193,13 +193,19 @@ def _limit(address: int = ADDRESS_LIMIT) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (address, address))
 
 
+# how a command is started: ``python -m graphmem`` or, set by ``signals --script``, the
+# installed ``graphmem`` script beside this interpreter
+START = [sys.executable, "-m", "graphmem"]
+
+
 def command(name: str, model: Path, work: Path) -> list[str]:
     args = {"plan": ["-o", str(work / "p.json")], "report": [], "verify": [],
             "train": []}[name]
-    return [sys.executable, "-m", "graphmem", name, str(model), *args]
+    return [*START, name, str(model), *args]
 
 
-PROGRESS = re.compile(r"graphmem: [a-z]+: .+, \d+ s")
+# a long command's heartbeat on stderr: "graphmem: train: planning ..., 10 s"
+PROGRESS = re.compile(r"^graphmem: [a-z]+: .*, \d+ s$")
 
 
 def outcome(proc: subprocess.CompletedProcess | None) -> str:
@@ -210,14 +216,16 @@ def outcome(proc: subprocess.CompletedProcess | None) -> str:
     if "Traceback" in err:
         return "traceback"
     if proc.returncode < 0:
-        return "signal"
-    # a command at work past a second says so on lines of its own (progress.py): not
-    # an answer
-    lines = [ln for ln in err.splitlines() if ln.strip() and not PROGRESS.fullmatch(ln)]
+        return f"signal ({signal.Signals(-proc.returncode).name})"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    # a long command's progress lines ("graphmem: report: reading the model, 10 s",
+    # every 10 s) come before its answer: counted apart
+    answer = [ln for ln in lines if not PROGRESS.match(ln)]
+    after = ", after progress lines" if len(answer) < len(lines) else ""
     if proc.returncode == 0:
         return "ran"
-    if proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("graphmem: "):
-        return "one line, exit 2"
+    if proc.returncode == 2 and len(answer) == 1 and answer[0].startswith("graphmem: "):
+        return "one line, exit 2" + after
     return f"exit {proc.returncode}, {len(lines)} lines"
 
 
@@ -318,9 +326,6 @@ def output_campaign(out: Path) -> Counter:
     return counts
 
 
-PROGRESS = re.compile(r"^graphmem: [a-z]+: .*, \d+ s$")
-
-
 def signal_outcome(proc: subprocess.Popen, err: str, signum: int,
                    left: list[str] = ()) -> str:
     """How a run sent ``signum`` ended: answered (130/143, one line, no temporary left),
@@ -389,21 +394,29 @@ def _leftovers(work: Path, outputs: set[str]) -> list[str]:
 
 
 def signal_campaign(models: dict[str, Path], runs: dict[str, int], seed: int) -> Counter:
-    """``runs[command]`` signals (SIGINT and SIGTERM in turn) at moments uniform over
-    the command's whole run on ``models[command]``, from the process's start (imports
-    included); each run in a fresh folder with its own TMPDIR, checked for temporaries
-    left behind."""
+    """``runs[command]`` signals delivered (SIGINT and SIGTERM in turn) at moments
+    uniform over the command's run on ``models[command]`` (the median of three runs),
+    from the process's start (imports included); a moment that falls after the run's end
+    is counted as "ended first" and drawn again (at most twice as many draws as signals).
+    Each run is in a fresh folder with its own TMPDIR, checked for temporaries left."""
     import random
+    import statistics
     rng = random.Random(seed)
     counts: Counter = Counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name, n in runs.items():
             argv = command(name, models[name], Path(tmp))
-            start = time.perf_counter()
-            subprocess.run(argv, capture_output=True, cwd=tmp, timeout=TIME_LIMIT)
-            duration = time.perf_counter() - start
-            for i in range(n):
-                signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
+            lengths = []
+            for _ in range(3):
+                start = time.perf_counter()
+                subprocess.run(argv, capture_output=True, cwd=tmp, timeout=TIME_LIMIT)
+                lengths.append(time.perf_counter() - start)
+            duration = statistics.median(lengths)
+            delivered = 0
+            for i in range(3 * n):
+                if delivered == n:
+                    break
+                signum = (signal.SIGINT, signal.SIGTERM)[delivered % 2]
                 work = Path(tmp) / f"{name}{i}"
                 (work / "tmp").mkdir(parents=True)
                 argv = command(name, models[name], work)
@@ -418,9 +431,10 @@ def signal_campaign(models: dict[str, Path], runs: dict[str, int], seed: int) ->
                 sent = time.perf_counter() - start
                 if not send_exactly(proc, signum):
                     proc.communicate()
-                    counts[(name, signum.name, "ended first")] += 1
+                    counts[(name, signum.name, "ended first (drawn again)")] += 1
                     shutil.rmtree(work)
                     continue
+                delivered += 1
                 _, err = proc.communicate(timeout=TIME_LIMIT)
                 left = _leftovers(work, {"p.json"})
                 how = signal_outcome(proc, err, signum, left)
@@ -497,6 +511,7 @@ def _signals(args) -> int:
     # --commands plan,verify (--runs each) or plan:60,train:20 (runs by command)
     named = [c.split(":") for c in args.commands.split(",")]
     runs = {c[0]: int(c[1]) if len(c) > 1 else args.runs for c in named}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         models = {name: args.model.resolve() for name in runs}
         if args.train_model is not None:
@@ -515,11 +530,18 @@ def _signals(args) -> int:
     by_signal = Counter()
     for (name, sig, how), n in counts.items():
         by_signal[(sig, how)] += n
-    lines += ["", "All commands: " + "; ".join(
+    delivered = Counter()
+    for (name, sig, how), n in counts.items():
+        if not how.startswith("ended first"):
+            delivered[sig] += n
+    lines += ["", "All commands: " + ", ".join(
+        f"{delivered[sig]} {sig}s delivered" for sig in sorted(delivered)) + "; " + "; ".join(
         f"{sig} {how} {n}" for (sig, how), n in sorted(by_signal.items())) + "."]
     lines += ["", f"The interpreter's start with site's imports (`python -c pass`, "
                   f"median of 20): {startup_ms():.0f} ms; without site (`python -S -c "
-                  f"pass`): {startup_ms(flags=('-S',)):.0f} ms."]
+                  f"pass`): {startup_ms(flags=('-S',)):.0f} ms (measured after the "
+                  f"campaign; the machine's 1-minute load average was {load_before:.1f} "
+                  f"at its start, {os.getloadavg()[0]:.1f} at its end)."]
     if UNANSWERED:
         lines += ["", "Signals not answered in one line, by the moment they were sent "
                       "(ms after the process was started): " + ", ".join(
@@ -535,6 +557,7 @@ def _signals(args) -> int:
         _write_doc("fault-signals",
                    f"python -m tools.faults.fault_suite signals {args.model.name} "
                    f"--seed {args.seed} --commands {args.commands}"
+                   + (" --script" if args.script else "")
                    + (f" --window-runs {args.window_runs} --window-ms {args.window_ms:g}"
                       if args.window_runs else "") + " --write", lines)
     return 0
@@ -576,9 +599,13 @@ def main(argv=None) -> int:
     sg.add_argument("--window-runs", type=int, default=0,
                     help="also this many plans signalled in the first --window-ms")
     sg.add_argument("--window-ms", type=float, default=150)
+    sg.add_argument("--script", action="store_true",
+                    help="start the commands with the installed graphmem script")
     sg.add_argument("--write", action="store_true", help="rewrite docs/hostile-input.md's table")
     args = ap.parse_args(argv)
     if args.what == "signals":
+        if args.script:
+            START[:] = [str(Path(sys.executable).parent / "graphmem")]
         return _signals(args)
     with tempfile.TemporaryDirectory() as tmp:
         counts = campaign(args.out or Path(tmp))
