@@ -2,13 +2,14 @@
 
 :func:`place_buffers` places buffers of ``size`` bytes live over the half-open step
 intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. More than
-``algorithm.SEARCH_ITEMS`` buffers fall into time partitions (:func:`time_partitions`:
+``PARTITION_ITEMS`` buffers fall into time partitions (:func:`time_partitions`:
 no buffer lives across the point between two), each placed apart from offset 0. In
 each (or all at once) it runs the heuristics first (the
 split sweep of :mod:`.sweep`; where that is above the max-live floor also
 ``search.place_records``: the best best-fit ordering, then hill climbing; the smaller
-kept), then the complete search of :mod:`.capacity` within a node budget, shared by
-the partitions in rounds (:func:`_place_parts`):
+kept), then the complete search of :mod:`.capacity` within a node budget (each
+partition its own, taken in rounds: :func:`_place_parts`; there a partition need only
+fit under the highest floor of them all, or the capacity):
 
 - with ``capacity``: whether the buffers fit in it, proven either way where the
   budget allows (a heuristic placement within it, the search's, the max-live floor
@@ -38,8 +39,10 @@ from graphmem.passes.placement.sweep import sweep_fit
 # search nodes place_buffers allows by default (each a few microseconds: see
 # tools/bench/minimalloc.py's section of docs/benchmarks.md)
 DEFAULT_NODES = 600_000
-# more buffers than this are placed time partition by time partition
-PARTITION_ITEMS = SEARCH_ITEMS
+# more buffers than this are placed time partition by time partition, each with a search
+# budget of its own (MiniMalloc's instances, 154 to 454 buffers, are searched whole: the
+# search splits them itself; 3,112 of them one after another are not, in one budget)
+PARTITION_ITEMS = 1_000
 
 
 class BufferPlacement(NamedTuple):
@@ -67,8 +70,8 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
     floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
         return BufferPlacement(search.NO_FIT, None, 0, True, floor, floor, "max-live floor", 0)
-    # up to SEARCH_ITEMS buffers the search takes them all at once (it solves time
-    # partitions apart itself, sharing its budget better than rounds do)
+    # up to PARTITION_ITEMS buffers the search takes them all at once (it solves time
+    # partitions apart itself, in one budget)
     parts = time_partitions(lower[keep], upper[keep]) if len(keep) > PARTITION_ITEMS else []
     if len(parts) <= 1:
         return _place_part(size, lower, upper, capacity, alignment, nodes)
@@ -94,13 +97,15 @@ def _place_parts(size, lower, upper, parts: list[np.ndarray], floor: int,
     the arena the highest. Partitions alike (the same buffers, lives shifted in time)
     are placed once. The arena is at least the highest max-live floor of them all, so
     a partition needs only fit under the target: the capacity, or without one that
-    floor, raised only where a partition is proven not to fit it. The sweep places
-    each partition first; those above the target are searched at it (the compiled
-    search of :mod:`.capacity`, resumed round after round, each round's installment
-    doubling from 4,096 nodes, each partition's in all at most ``nodes``: easy ones
-    end early). With a capacity, a partition proven not to fit decides; without, one
-    proven not to fit is placed as low as the heuristics and ``minimize`` get it (the
-    new target), and those left undecided get the heuristics too."""
+    floor, raised where a partition does not reach it. The sweep places each
+    partition first; those above the target are searched at it (``capacity.Search``,
+    resumed round after round, each round's installment doubling from 4,096 nodes, so
+    that easy ones end early; each partition's nodes in all at most ``nodes``). With a
+    capacity, a partition proven not to fit decides, and one undecided in its budget
+    leaves the whole undecided. Without, a partition proven not to fit the target, or
+    undecided in half its budget, is placed as low as the heuristics and
+    ``minimize`` get it in the rest (from just above the target): the new target for
+    the others."""
     alike: dict[tuple, list[np.ndarray]] = {}
     for idx in parts:
         at = lower[idx].min()
