@@ -198,3 +198,37 @@ def test_fit_has_a_budget_and_refuses_bad_limits():
     big = capacity.prepare([1] * n, list(range(n)), [k + 2 for k in range(n)])
     assert capacity.fit(big, 2) == capacity.Fit(capacity.UNDECIDED, None, 0)
     assert capacity.fit(big, 1).status == capacity.NO_FIT  # the floor still decides
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_in_installments_finds_what_fit_finds(seed):
+    """capacity.Search run in doubling installments (as place_buffers' rounds run it)
+    ends with fit's answer and offsets, no run repeated but one cut short."""
+    rng = random.Random(100 + seed)
+    size, lower, upper = random_problem(rng, 30, 14)
+    p = capacity.prepare(size, lower, upper)
+    for cap in (p.floor, p.floor + 2, p.floor + 8):
+        whole = capacity.fit(p, cap, nodes=None)
+        s, got, spent, give = capacity.Search(p, cap), None, 0, 1
+        while got is None or got.status == capacity.UNDECIDED:
+            got = s.run(give)
+            assert got.nodes <= give
+            spent += got.nodes
+            give *= 2
+        assert got.status == whole.status
+        assert (got.offsets is None) == (whole.offsets is None)
+        if got.offsets is not None:
+            assert got.offsets.tolist() == whole.offsets.tolist()
+        assert spent <= 2 * whole.nodes + 64
+        assert s.run(5) == got._replace(nodes=0)  # decided: it stays
+
+
+def test_minimize_from_above_a_capacity_ruled_out():
+    """``above`` (proven not to fit) starts the search above it and counts in the
+    bound; ``tried`` (undecided) starts it there too, unproven."""
+    size, lower, upper = [3, 3], [0, 0], [2, 2]
+    p = capacity.prepare(size, lower, upper)
+    got = capacity.minimize(p, 12, alignment=4, above=6)
+    assert (got.total, got.proven, got.lower_bound) == (7, True, 7)
+    got = capacity.minimize(p, 12, alignment=4, tried=6)
+    assert got.total == 7 and got.lower_bound == 6 and not got.proven

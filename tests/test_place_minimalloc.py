@@ -187,3 +187,50 @@ def test_place_undecided_exits_3(tmp_path, capsys):
     assert main(["place", str(DATA / f"C.{CAPACITY}.csv"), "--capacity", str(CAPACITY),
                  "--nodes", "1"]) == 3
     assert "no placement within 1,048,576 bytes found (undecided" in capsys.readouterr().err
+
+
+def test_tiled_partitions_fit_under_the_highest_floor(monkeypatch):
+    """C and D one after the other, twice: each partition need only fit under the
+    highest floor (C's, 1,039,360; D alone is not placed at its own floor, 986,112,
+    in place_buffers' budget), so the arena is that floor, proven; the copies alike
+    are placed once (the nodes of one copy)."""
+    import numpy as np
+    from graphmem.passes.placement import buffers
+    monkeypatch.setattr(buffers, "PARTITION_ITEMS", 10)
+
+    def tiled(names):
+        cols, at = {c: [] for c in ("size", "lower", "upper")}, 0
+        for name in names:
+            rows = read(DATA / f"{name}.{CAPACITY}.csv")
+            first = min(r["lower"] for r in rows)
+            for r in rows:
+                cols["size"].append(r["size"])
+                cols["lower"].append(r["lower"] - first + at)
+                cols["upper"].append(r["upper"] - first + at)
+            at = max(cols["upper"])
+        return cols
+
+    once, twice = tiled("CD"), tiled("CDCD")
+    a = place_buffers(once["size"], once["lower"], once["upper"])
+    b = place_buffers(twice["size"], twice["lower"], twice["upper"])
+    for cols, got in ((once, a), (twice, b)):
+        assert (got.total, got.proven, got.lower_bound) == (1_039_360, True, 1_039_360)
+        assert not check_placement(cols["size"], cols["lower"], cols["upper"], got.offsets)
+    assert b.nodes == a.nodes and "(4 time partitions)" in b.method
+    # copies of a partition share offsets
+    n = len(once["size"])
+    assert np.array_equal(b.offsets[:n], b.offsets[n:])
+
+
+def test_a_partition_above_the_target_raises_it(monkeypatch):
+    """Two buffers of 3 bytes live together, at offsets that are multiples of 4: their
+    floor 6 cannot be reached (7, proven); the partition after them (floor 6) fits
+    under 7 as well."""
+    from graphmem.passes.placement import buffers
+    monkeypatch.setattr(buffers, "PARTITION_ITEMS", 2)
+    size, lower, upper = [3, 3, 2, 2, 2], [0, 0, 2, 2, 3], [2, 2, 4, 3, 4]
+    got = place_buffers(size, lower, upper, alignment=4)
+    assert (got.total, got.proven, got.lower_bound) == (7, True, 7)
+    assert not check_placement(size, lower, upper, got.offsets, alignment=4)
+    assert place_buffers(size, lower, upper, 6, alignment=4).status == capacity.NO_FIT
+    assert place_buffers(size, lower, upper, 7, alignment=4).status == capacity.FITS

@@ -2,13 +2,14 @@
 
 :func:`place_buffers` places buffers of ``size`` bytes live over the half-open step
 intervals ``[lower, upper)`` (MiniMalloc's convention) in one arena. More than
-``algorithm.SEARCH_ITEMS`` buffers fall into time partitions (:func:`time_partitions`:
+``PARTITION_ITEMS`` buffers fall into time partitions (:func:`time_partitions`:
 no buffer lives across the point between two), each placed apart from offset 0. In
 each (or all at once) it runs the heuristics first (the
 split sweep of :mod:`.sweep`; where that is above the max-live floor also
 ``search.place_records``: the best best-fit ordering, then hill climbing; the smaller
-kept), then the complete search of :mod:`.capacity` within a node budget, shared by
-the partitions in rounds (:func:`_place_parts`):
+kept), then the complete search of :mod:`.capacity` within a node budget (each
+partition its own, taken in rounds: :func:`_place_parts`; there a partition need only
+fit under the highest floor of them all, or the capacity):
 
 - with ``capacity``: whether the buffers fit in it, proven either way where the
   budget allows (a heuristic placement within it, the search's, the max-live floor
@@ -38,8 +39,10 @@ from graphmem.passes.placement.sweep import sweep_fit
 # search nodes place_buffers allows by default (each a few microseconds: see
 # tools/bench/minimalloc.py's section of docs/benchmarks.md)
 DEFAULT_NODES = 600_000
-# more buffers than this are placed time partition by time partition
-PARTITION_ITEMS = SEARCH_ITEMS
+# more buffers than this are placed time partition by time partition, each with a search
+# budget of its own (MiniMalloc's instances, 154 to 454 buffers, are searched whole: the
+# search splits them itself; 3,112 of them one after another are not, in one budget)
+PARTITION_ITEMS = 1_000
 
 
 class BufferPlacement(NamedTuple):
@@ -67,8 +70,8 @@ def place_buffers(size: Sequence[int], lower: Sequence[int], upper: Sequence[int
     floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
         return BufferPlacement(search.NO_FIT, None, 0, True, floor, floor, "max-live floor", 0)
-    # up to SEARCH_ITEMS buffers the search takes them all at once (it solves time
-    # partitions apart itself, sharing its budget better than rounds do)
+    # up to PARTITION_ITEMS buffers the search takes them all at once (it solves time
+    # partitions apart itself, in one budget)
     parts = time_partitions(lower[keep], upper[keep]) if len(keep) > PARTITION_ITEMS else []
     if len(parts) <= 1:
         return _place_part(size, lower, upper, capacity, alignment, nodes)
@@ -90,84 +93,141 @@ def time_partitions(lower: np.ndarray, upper: np.ndarray) -> list[np.ndarray]:
 def _place_parts(size, lower, upper, parts: list[np.ndarray], floor: int,
                  capacity: int | None, alignment: int, nodes: int | None
                  ) -> BufferPlacement:
-    """:func:`place_buffers` over time partitions (index arrays), each placed from 0 up
-    by :func:`_place_part`, the arena the highest. The sweep places each first; then
-    each partition above the capacity (without one: above the highest max-live floor
-    of them all) is searched at it, in rounds whose node budget doubles (4,096 first)
-    while ``nodes`` last, so that the easy ones end early. With a capacity, one
-    proven not to fit decides; without, one proven unable to reach the target is
-    placed as low as the heuristics and ``minimize`` get it, and those left undecided
-    get the heuristics too."""
-    offsets = np.zeros(len(size), dtype=np.int64)
+    """:func:`place_buffers` over time partitions (index arrays), each placed from 0 up,
+    the arena the highest. Partitions alike (the same buffers, lives shifted in time)
+    are placed once. The arena is at least the highest max-live floor of them all, so
+    a partition needs only fit under the target: the capacity, or without one that
+    floor, raised where a partition does not reach it. The sweep places each
+    partition first; those above the target are searched at it (``capacity.Search``,
+    resumed round after round, each round's installment doubling from 4,096 nodes, so
+    that easy ones end early; each partition's nodes in all at most ``nodes``). With a
+    capacity, a partition proven not to fit decides, and one undecided in its budget
+    leaves the whole undecided. Without, a partition proven not to fit the target, or
+    undecided in half its budget, is placed as low as the heuristics and
+    ``minimize`` get it in the rest (from just above the target): the new target for
+    the others."""
+    alike: dict[tuple, list[np.ndarray]] = {}
+    for idx in parts:
+        at = lower[idx].min()
+        key = (len(idx), size[idx].tobytes(), (lower[idx] - at).tobytes(),
+               (upper[idx] - at).tobytes())
+        alike.setdefault(key, []).append(idx)
+    groups = list(alike.values())
     used = 0
 
-    def run(idx, cap, budget, heuristics: bool = False) -> BufferPlacement:
+    def run(idx, cap, budget, heuristics: bool = False, **kw) -> BufferPlacement:
         nonlocal used
         got = _place_part(size[idx], lower[idx], upper[idx], cap, alignment, budget,
-                          heuristics)
+                          heuristics, **kw)
         used += got.nodes
         return got
 
-    cap = capacity
-    heur = [(idx, run(idx, cap, 0, False)) for idx in parts]  # the sweep alone
-    if cap is None:
-        cap = max(g.lower_bound for _, g in heur)  # the highest floor: none below it
-    bound = max(g.lower_bound for _, g in heur)  # proven: no arena below it
-    pending = [k for k, (_, g) in enumerate(heur)
-               if g.status != search.FITS or g.total > cap]
-    budget = 4096
-    while pending and (nodes is None or used < nodes):  # the search, budgets doubling
+    placed = [run(g[0], capacity, 0) for g in groups]  # the sweep alone
+    bound = max(g.lower_bound for g in placed)  # proven: no arena below it
+    target = bound if capacity is None else capacity
+    spent = [0] * len(groups)
+    searches: dict[int, search.Search] = {}
+    problems: dict[int, search.Problem] = {}
+
+    def above(k: int) -> bool:
+        return placed[k].status != search.FITS or placed[k].total > target
+
+    pending = [k for k in range(len(groups)) if above(k)]
+    left_over: list[int] = []  # searched to their budget, still above the target
+    for k in list(pending):
+        if np.count_nonzero(size[groups[k][0]]) > SEARCH_ITEMS or nodes == 0:
+            pending.remove(k)
+            left_over.append(k)
+    # without a capacity, half a partition's budget at the target, the rest below its own
+    # arena (as place_buffers of it alone would, from its floor)
+    share = nodes if nodes is None or capacity is not None else max(nodes // 2, 1)
+
+    def lower_to(k: int, idx: np.ndarray, **kw) -> None:
+        """Partition ``k`` placed as low as the heuristics and ``minimize`` get it, in
+        the rest of its budget: the new target for the others."""
+        nonlocal bound, target
+        left = None if nodes is None else max(nodes - spent[k], 1)
+        smaller = run(idx, None, left, True, **kw)
+        spent[k] += smaller.nodes
+        if smaller.total < placed[k].total:
+            placed[k] = smaller
+        bound = max(bound, smaller.lower_bound)
+        target = max(target, placed[k].total)
+        searches.clear()  # the others: searched again at the new target
+        for j in list(pending):
+            if not above(j):
+                pending.remove(j)
+
+    installment = 4096
+    while pending:
         for k in list(pending):
-            idx, before = heur[k]
-            left = budget if nodes is None else min(budget, nodes - used)
-            if left <= 0:
-                break
-            got = run(idx, cap, left, False)
+            if k not in pending:  # placed when the target rose
+                continue
+            idx = groups[k][0]
+            give = installment if nodes is None else min(installment, share - spent[k])
+            if give <= 0:  # undecided at the target in its share
+                pending.remove(k)
+                if capacity is not None:
+                    left_over.append(k)
+                    continue
+                lower_to(k, idx, tried=target)
+                continue
+            if k not in searches:
+                if k not in problems:
+                    problems[k] = search.prepare(size[idx], lower[idx], upper[idx])
+                searches[k] = search.Search(problems[k], target, alignment)
+            got = searches[k].run(give)
+            spent[k] += got.nodes
+            used += got.nodes
             if got.status == search.UNDECIDED:
                 continue
             pending.remove(k)
             if got.status == search.FITS:
-                heur[k] = (idx, got)
+                total = int((got.offsets + size[idx]).max(initial=0))
+                placed[k] = BufferPlacement(search.FITS, got.offsets, total, True,
+                                            placed[k].floor, placed[k].floor, "search",
+                                            got.nodes)
                 continue
             if capacity is not None:  # proven not to fit: nor does the whole
-                return BufferPlacement(search.NO_FIT, None, 0, True, got.lower_bound, floor,
-                                       got.method, used)
-            bound = max(bound, got.lower_bound)  # none at cap: as low as it gets
-            smaller = run(idx, None, left, True)
-            if smaller.total < before.total:
-                heur[k] = (idx, smaller)
-            bound = max(bound, smaller.lower_bound)
-        budget *= 2
-    if capacity is not None and pending:
+                return BufferPlacement(search.NO_FIT, None, 0, True, target + 1, floor,
+                                       "search", used)
+            bound = max(bound, target + 1)
+            lower_to(k, idx, above=target)
+        installment *= 2
+    if capacity is not None and left_over:
         return BufferPlacement(search.UNDECIDED, None, 0, False, floor, floor,
-                               _methods(heur), used)
-    for k in pending:  # left above the target: the heuristics as well
-        idx, before = heur[k]
-        better = run(idx, None, 0, True)
-        if better.total < before.total:
-            heur[k] = (idx, better)
-    for idx, g in heur:
-        offsets[idx] = g.offsets
+                               _methods(placed, groups), used)
+    for k in left_over:  # left above the target: the heuristics as well
+        better = run(groups[k][0], None, 0, True)
+        if better.total < placed[k].total:
+            placed[k] = better
+    offsets = np.zeros(len(size), dtype=np.int64)
+    for k, g in enumerate(groups):
+        for idx in g:
+            offsets[idx] = placed[k].offsets
     top = int((offsets + size).max(initial=0))
     if capacity is not None:
-        return BufferPlacement(search.FITS, offsets, top, True, floor, floor, _methods(heur),
-                               used)
+        return BufferPlacement(search.FITS, offsets, top, True, floor, floor,
+                               _methods(placed, groups), used)
     return BufferPlacement(search.FITS, offsets, top, top <= bound, min(bound, top), floor,
-                           _methods(heur), used)
+                           _methods(placed, groups), used)
 
 
-def _methods(placed: list) -> str:
+def _methods(placed: list, groups: list) -> str:
     """What placed the partitions: each method once, and how many partitions."""
-    names = sorted({g.method for _, g in placed})
-    return f"{', '.join(names)} ({len(placed)} time partitions)"
+    names = sorted({g.method for g in placed})
+    return f"{', '.join(names)} ({sum(map(len, groups))} time partitions)"
 
 
 def _place_part(size: np.ndarray, lower: np.ndarray, upper: np.ndarray,
                 capacity: int | None, alignment: int, nodes: int | None,
-                heuristics: bool = True) -> BufferPlacement:
+                heuristics: bool = True, above: int | None = None,
+                tried: int | None = None) -> BufferPlacement:
     """:func:`place_buffers` of one time partition (columns checked): the sweep, and
     unless it reaches the max-live floor the best-fit heuristics too where
-    ``heuristics`` (the smaller kept), then the search."""
+    ``heuristics`` (the smaller kept), then the search (without a capacity, above
+    ``above``, a capacity proven not to fit, and ``tried``, one left undecided: see
+    ``capacity.minimize``)."""
     keep = np.flatnonzero(size > 0)
     floor = peak_live(size[keep], lower[keep], upper[keep] - 1)
     if capacity is not None and capacity < floor:
@@ -196,7 +256,7 @@ def _place_part(size: np.ndarray, lower: np.ndarray, upper: np.ndarray,
         return BufferPlacement(search.UNDECIDED, None, 0, False, floor, floor, method, 0)
     problem = search.prepare(size, lower, upper)
     if capacity is None:
-        best = search.minimize(problem, top, alignment, nodes)
+        best = search.minimize(problem, top, alignment, nodes, above, tried)
         if best.offsets is None:  # none below the heuristic's arena found
             return BufferPlacement(search.FITS, offsets, top, best.proven, best.lower_bound,
                                    floor, method, best.nodes)

@@ -148,34 +148,58 @@ def fit(problem: Problem, capacity: int, alignment: int = 1,
     ``nodes`` search nodes in all (None: no limit). More than MAX_ITEMS buffers with
     bytes are not searched (UNDECIDED, unless the floor decides). Raises ValueError for
     a negative capacity, an alignment below 1 or a negative node budget."""
-    p = problem
     _check_limits(capacity, alignment, nodes)
-    out = np.zeros(p.n, dtype=np.int64)
-    m = len(p.size)
-    if capacity < p.floor:
-        return Fit(NO_FIT, None, 0)
-    if m == 0:
-        return Fit(FITS, out, 0)
-    if m > MAX_ITEMS:
-        return Fit(UNDECIDED, None, 0)
-    limit, used = m, 0
-    offsets = np.zeros(m, dtype=np.int64)
-    while True:
-        limit *= 2
-        for heuristic in PREORDERS:
-            run = limit if nodes is None else min(limit, nodes - used)
+    return Search(problem, capacity, alignment).run(nodes)
+
+
+class Search:
+    """:func:`fit` in installments: each :meth:`run` goes on from the round and
+    preordering where the last one stopped, so that runs of n1, n2, ... nodes find what
+    one :func:`fit` of n1 + n2 + ... nodes finds (a preordering's run cut short by the
+    budget is run again in full by the next call). Its answer stays once decided."""
+
+    def __init__(self, problem: Problem, capacity: int, alignment: int = 1):
+        _check_limits(capacity, alignment, None)
+        self.problem, self.capacity, self.alignment = problem, int(capacity), int(alignment)
+        m = len(problem.size)
+        self.limit, self.turn = 2 * m, 0  # the node limit of this round, its preordering
+        self.offsets = np.zeros(m, dtype=np.int64)
+        self.answer: Fit | None = None
+        if capacity < problem.floor:
+            self.answer = Fit(NO_FIT, None, 0)
+        elif m == 0:
+            self.answer = Fit(FITS, np.zeros(problem.n, dtype=np.int64), 0)
+
+    def run(self, nodes: int | None) -> Fit:
+        """The answer within ``nodes`` more search nodes (None: no limit); ``nodes`` of
+        the Fit are those this call visited."""
+        p = self.problem
+        if self.answer is not None:
+            return self.answer._replace(nodes=0)
+        if len(p.size) > MAX_ITEMS:
+            return Fit(UNDECIDED, None, 0)
+        used = 0
+        while True:
+            run = self.limit if nodes is None else min(self.limit, nodes - used)
             if run <= 0:
                 return Fit(UNDECIDED, None, used)
             status, visited = capsearch.solve(p.size, p.slo, p.shi, p.nsec, p.adj_start, p.adj,
-                                              p.sec_start, p.sec, p.width, heuristic,
-                                              int(capacity),
-                                              int(alignment), int(run), offsets)
+                                              p.sec_start, p.sec, p.width,
+                                              PREORDERS[self.turn], self.capacity,
+                                              self.alignment, int(run), self.offsets)
             used += visited
             if status == 1:
-                out[p.keep] = offsets
-                return Fit(FITS, out, used)
+                out = np.zeros(p.n, dtype=np.int64)
+                out[p.keep] = self.offsets
+                self.answer = Fit(FITS, out, 0)
+                return self.answer._replace(nodes=used)
             if status == 0:
-                return Fit(NO_FIT, None, used)
+                self.answer = Fit(NO_FIT, None, 0)
+                return self.answer._replace(nodes=used)
+            if run == self.limit:  # this preordering's round done: the next
+                self.turn = (self.turn + 1) % len(PREORDERS)
+                if self.turn == 0:
+                    self.limit *= 2
 
 
 def _check_limits(capacity, alignment, nodes) -> None:
@@ -200,25 +224,31 @@ class Minimum(NamedTuple):
 
 
 def minimize(problem: Problem, top: int, alignment: int = 1,
-             nodes: int | None = DEFAULT_NODES) -> Minimum:
+             nodes: int | None = DEFAULT_NODES, above: int | None = None,
+             tried: int | None = None) -> Minimum:
     """The smallest arena below ``top`` (the arena of a placement already found, e.g.
     the best heuristic's) the search reaches: at the max-live floor first, then a
     binary search between the lowest capacity not ruled out and the best arena found.
     A capacity proven not to fit rules out every one below it, for good; one left
     undecided is passed over unproven (of ``nodes`` in all, None: no limit; the probe
-    at the floor may use half, each later one a third of what is left)."""
+    at the floor may use half, each later one a third of what is left). ``above``: a
+    capacity already proven not to fit (the search starts just above it, where that is
+    above the floor); ``tried``: one left undecided already (no probe at or below it:
+    the binary search starts above it, unproven)."""
     p = problem
     _check_limits(top, alignment, nodes)
     best = None
     full = np.zeros(p.n, dtype=np.int64)
     full[p.keep] = p.size
-    proven_lower = lo = p.floor
+    proven_lower = lo = p.floor if above is None else max(p.floor, above + 1)
+    if tried is not None:
+        lo = max(lo, tried + 1)
     used = 0
     while lo < top:
         left = None if nodes is None else nodes - used
         if left is not None and left <= 0:
             break
-        first = used == 0
+        first = used == 0 and tried is None
         cap = lo if first else (lo + top - 1) // 2
         got = fit(p, cap, alignment, None if left is None else max(left // (2 if first else 3), 1))
         used += got.nodes
