@@ -43,7 +43,8 @@ def add_parser(sub) -> None:
                    help="every offset a multiple of N (default 1)")
     p.add_argument("--nodes", type=int, default=None, metavar="N",
                    help="how many steps the search may take before it stops with the best "
-                        "placement found (default 600,000)")
+                        "placement found (default 600,000; past 1,000 buffers, per time "
+                        "partition, and 4 times that over all partitions)")
     p.set_defaults(func=run)
 
 

@@ -43,6 +43,10 @@ DEFAULT_NODES = 600_000
 # budget of its own (MiniMalloc's instances, 154 to 454 buffers, are searched whole: the
 # search splits them itself; 3,112 of them one after another are not, in one budget)
 PARTITION_ITEMS = 1_000
+# over time partitions, the search's nodes in all at most this many times one
+# partition's budget: a file of many hard partitions is placed in bounded time (those
+# left undecided keep the heuristics' placement)
+PARTITION_BUDGETS = 4
 
 
 class BufferPlacement(NamedTuple):
@@ -100,7 +104,8 @@ def _place_parts(size, lower, upper, parts: list[np.ndarray], floor: int,
     floor, raised where a partition does not reach it. The sweep places each
     partition first; those above the target are searched at it (``capacity.Search``,
     resumed round after round, each round's installment doubling from 4,096 nodes, so
-    that easy ones end early; each partition's nodes in all at most ``nodes``). With a
+    that easy ones end early; each partition's nodes in all at most ``nodes``, all
+partitions' at most ``PARTITION_BUDGETS`` times that). With a
     capacity, a partition proven not to fit decides, and one undecided in its budget
     leaves the whole undecided. Without, a partition proven not to fit the target, or
     undecided in half its budget, is placed as low as the heuristics and
@@ -141,12 +146,13 @@ def _place_parts(size, lower, upper, parts: list[np.ndarray], floor: int,
     # without a capacity, half a partition's budget at the target, the rest below its own
     # arena (as place_buffers of it alone would, from its floor)
     share = nodes if nodes is None or capacity is not None else max(nodes // 2, 1)
+    total = None if nodes is None else nodes * PARTITION_BUDGETS  # all partitions'
 
     def lower_to(k: int, idx: np.ndarray, **kw) -> None:
         """Partition ``k`` placed as low as the heuristics and ``minimize`` get it, in
         the rest of its budget: the new target for the others."""
         nonlocal bound, target
-        left = None if nodes is None else max(nodes - spent[k], 1)
+        left = None if nodes is None else max(min(nodes - spent[k], total - used), 1)
         smaller = run(idx, None, left, True, **kw)
         spent[k] += smaller.nodes
         if smaller.total < placed[k].total:
@@ -164,7 +170,12 @@ def _place_parts(size, lower, upper, parts: list[np.ndarray], floor: int,
             if k not in pending:  # placed when the target rose
                 continue
             idx = groups[k][0]
-            give = installment if nodes is None else min(installment, share - spent[k])
+            if total is not None and used >= total:  # the whole budget spent
+                pending.remove(k)
+                left_over.append(k)
+                continue
+            give = installment if nodes is None else min(installment, share - spent[k],
+                                                         total - used)
             if give <= 0:  # undecided at the target in its share
                 pending.remove(k)
                 if capacity is not None:
