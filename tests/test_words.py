@@ -139,7 +139,7 @@ def test_place_help_states_the_search_budget_it_uses():
     from graphmem.cli import build_parser
     from graphmem.passes.placement.buffers import DEFAULT_NODES
     text = build_parser(["place"]).commands.choices["place"].format_help()
-    assert f"(default {DEFAULT_NODES:,})" in " ".join(text.split())
+    assert f"(default {DEFAULT_NODES:,};" in " ".join(text.split())
     assert "place_buffers" not in text
 
 
