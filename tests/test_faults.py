@@ -423,3 +423,12 @@ def test_ci_runs_the_heavy_stage_then_the_readmes_test_command_last():
                            "heavy", "tests/test_sanitizers.py", "tests/test_hostile_models.py"],
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and " collected" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_train_reads_a_node_flood_as_plan_does(tmp_path):
+    # 3 M empty nodes: train checked the file only after protobuf had parsed and
+    # copied it (a SIGSEGV under a 2 GB limit); now the compiled reader refuses it first
+    p = tmp_path / "flood.onnx"
+    p.write_bytes(fault_suite.node_flood(200_000))
+    line = _one_line(_cli("train", p))
+    assert "node 0" in line and "no op type" in line

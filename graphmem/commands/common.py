@@ -228,7 +228,8 @@ class ModelSource:
 
     def read_model(self, **kwargs):
         """The planned file's ModelProto (:func:`~graphmem.frontend.reader.read_model`),
-        read and checked: the command's input accepted."""
+        read and checked: the command's input accepted. ``check=True``: the file checked
+        first as plan checks it (:func:`~graphmem.frontend.reader.check_file`)."""
         from graphmem.frontend.reader import read_model
         model = read_model(self.path, **kwargs)
         accepted()

@@ -247,7 +247,7 @@ def train_step(args, progress, budget: int | None, offload_min: int, *,
         raise GraphmemError("--bound is not taken by train: the training step plans each size "
                             "that depends on the data at the bound the graph proves (plan, "
                             "verify, report and fit take --bound)")
-    model = source.read_model(load_weights=True)
+    model = source.read_model(load_weights=True, check=True)  # as plan checks it
     batch = bind_training_dims(model, dict(source.dims), args.batch, source.dim_default)
     args = Namespace(**{**vars(args), "batch": batch})  # the caller's namespace is its own
     progress(f"building the training step (onnx-ad), batch {args.batch}")

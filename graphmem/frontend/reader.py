@@ -47,9 +47,15 @@ __all__ = ["SMALL_CONSTANT_BYTES", "bind_dims", "check_external_data", "check_mo
            "from_model", "load", "onnx_opset", "plan_size_bound", "read_model"]
 
 
-def read_model(path: str | os.PathLike, *, load_weights: bool = False) -> onnx.ModelProto:
-    """Read an ONNX file, turning every failure into a one-line GraphmemError."""
+def read_model(path: str | os.PathLike, *, load_weights: bool = False,
+               check: bool = False) -> onnx.ModelProto:
+    """Read an ONNX file, turning every failure into a one-line GraphmemError. With
+    ``check``, the file is first checked as ``plan`` checks it (:func:`check_file`):
+    a command that hands the model to onnx's C++ passes, or copies it, reads only what
+    plan would read."""
     p = model_file(path)
+    if check:
+        check_file(p)
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
@@ -185,15 +191,7 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
           model_path: str | None, dim_default: int | None,
           source: Path | None = None, bounds: Mapping[str, int] | None = None) -> Graph:
     """The stages of loading, on the model's bytes (``source``: the file they came from)."""
-    try:
-        parsed = wire.parse_model(data)
-    except ValueError as exc:
-        raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
-                            f"({one_line(exc)})") from None
-    except MemoryError:
-        raise GraphmemError(f"{source or 'the model'}: reading its {len(data):,} bytes "
-                            "ran out of memory (the records of its entries need more "
-                            "than this process may use)") from None
+    parsed = _parsed(data, source)
     g = parsed.graph
     stored: dict[str, tuple[str, ...]] = {}
     if g is not None and g.sparse_initializers:
@@ -255,6 +253,43 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
         for line in graph.load_notes:
             note(line)
     return graph
+
+
+def _parsed(data, source: Path | None):
+    """The compiled reader's records of the model's bytes, its failures in one line."""
+    try:
+        return wire.parse_model(data)
+    except ValueError as exc:
+        raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
+                            f"({one_line(exc)})") from None
+    except MemoryError:
+        raise GraphmemError(f"{source or 'the model'}: reading its {len(data):,} bytes "
+                            "ran out of memory (the records of its entries need more "
+                            "than this process may use)") from None
+
+
+def check_file(p: Path) -> None:
+    """Refuse in one line a file ``plan`` refuses before its shape inference (its
+    records, names, order, local functions' budget, a node without an op type), on the
+    file's bytes by the compiled reader, before any onnx proto of it is made (a flood of
+    millions of empty records takes protobuf past a memory limit, and a copy of it
+    twice that)."""
+    data = file_contents(p)
+    parsed = _parsed(data, p)
+    g = parsed.graph
+    if g is None or (not g.nodes and not g.outputs):
+        raise GraphmemError(f"{p}: not an ONNX model (no graph in the file)")
+    if g.sparse_initializers:
+        from graphmem.frontend.sparse import densify
+        data, parsed, _ = densify(data, parsed)
+        g = parsed.graph
+    # onnx's checker refuses a node without an op type; the rest of it (value infos
+    # without shapes, which ONNX Runtime runs and train builds from) is left to plan
+    blank = next((i for i, n in enumerate(g.nodes) if not n.op_type), None)
+    if blank is not None:
+        raise GraphmemError(f"{p}: node {blank} ({g.nodes[blank].name or 'unnamed'}) has "
+                            "no op type: not a valid ONNX model")
+    _checked(data, parsed, g, False)
 
 
 def _checked(data, parsed, g, check: bool):
