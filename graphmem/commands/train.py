@@ -13,6 +13,7 @@ from rich.table import Table
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import read_model
 from graphmem.commands.sizes import parse_bytes
+from graphmem.analysis.footprint import format_bytes
 from graphmem.commands.common import (ModelSource, add_model_args, console, model_source,
                                       shown)
 from graphmem.commands.footprint_text import print_footprints
@@ -494,8 +495,10 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         "computed from weights/constants only (transposes, zero fills)")
     if "offload_bytes" in e:
         add("arena with offload", e["offload_arena_bytes"],
-            f"{e['offloaded']} activations copied to the host after their last forward use "
-            f"and back before backward: {mib(e['offload_bytes'])} MiB each way")
+            f"{e['offloaded']} storages ({e.get('offloaded_tensors', e['offloaded'])} "
+            f"saved activations; a view and its base are one) copied to the host after "
+            f"their last forward use and back before backward: "
+            f"{format_bytes(e['offload_bytes'])} each way")
         add("transfer stalls", None, f"{e['stall_seconds'] * 1e3:.3f} ms over "
             f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
     parts = ["weights"] + (["frozen weights"] if r.frozen_weight_bytes else []) + \

@@ -28,7 +28,7 @@ def training(r: TrainingReport, title: str = "training step") -> dict:
                   "computed from weights only (weight transposes, fills)")]
     if "offload_arena_bytes" in e:
         parts.append(part("arena", "arena with offload", e["offload_arena_bytes"],
-                          f"{e.get('offloaded', 0)} activations copied to the host and back"))
+                          f"{e.get('offloaded', 0)} storages of saved activations copied to the host and back"))
         return stack("training", title, parts)
     peak = e.get("peak") or {}
     kinds = peak.get("bytes_by_kind")
