@@ -414,7 +414,8 @@ def bind_training_dims(model, dims: dict[str, int], batch: int | None,
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.2f}"
+    """A size in the unit that reads best (:func:`~graphmem.analysis.footprint.format_bytes`)."""
+    return format_bytes(n)
 
 
 def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
@@ -467,27 +468,27 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         add("  cheap values recomputed", None,
             f"{e['selective_recomputed']} forward values of {e['selective']} ops "
             f"recomputed in backward from kept ones (arena without: "
-            f"{mib(e['selective_arena_bytes']['none'])} MiB)")
+            f"{mib(e['selective_arena_bytes']['none'])})")
     none = e.get("unrecomputed")
     if none and (e.get("selective") not in (None, "none") or r.recompute_macs
                  or none["arena_bytes"] != r.arena_bytes):
         add("  nothing recomputed", none["arena_bytes"],
             f"the step as written (--recompute none): arena; step total "
-            f"{mib(none['step_bytes'])} MiB, kept for backward "
-            f"{mib(none['kept_for_backward_bytes'])} MiB")
+            f"{mib(none['step_bytes'])}, kept for backward "
+            f"{mib(none['kept_for_backward_bytes'])}")
     peak = e.get("peak") or {}
     if peak.get("position") is not None:
         kinds = peak["bytes_by_kind"]
         add("  at the peak", peak["live_bytes"],
             f"{_peak_layer(peak, names)}; backward starts at step "
             f"{peak['first_backward_position']}: kept {mib(kinds['saved'])}, gradients "
-            f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])} MiB")
+            f"{mib(kinds['gradients'])}, backward's tensors {mib(kinds['backward'])}")
         if kinds["gradients"] < r.gradient_bytes:
             add("    weight gradients", None,
-                f"{mib(r.gradient_bytes - kinds['gradients'])} MiB of them are made after "
+                f"{mib(r.gradient_bytes - kinds['gradients'])} of them are made after "
                 f"the peak, as the order defers them: this holds for an optimizer that "
                 f"steps once after backward; accumulating gradients over micro-batches "
-                f"keeps all {mib(r.gradient_bytes)} MiB live through the step")
+                f"keeps all {mib(r.gradient_bytes)} live through the step")
         for h in peak["helpers"]:
             add(f"    {_named(h['op'], h['node'], names)}", h["bytes"],
                 f"output {'x'.join(map(str, h['shape']))}")
@@ -505,8 +506,14 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         (["master weights"] if r.master_weight_bytes else []) + \
         ["optimizer state", "constants", "arena with offload" if "offload_bytes" in e
          else "arena"]
-    add("step total", step_total(r), " + ".join(parts) + f"; {r.optimizer}, loss: "
-        f"{LOSS_WORDS.get(e.get('loss'), e.get('loss'))}, {r.precision}")
+    words = f"; {r.optimizer}, loss: {LOSS_WORDS.get(e.get('loss'), e.get('loss'))}, " \
+        f"{r.precision}"
+    if "per_device" in e:
+        d = e["per_device"]
+        add("step total", step_total(r), f"what one of the {d['devices']} devices holds "
+            f"(per device, below); the figures above are the whole model's" + words)
+    else:
+        add("step total", step_total(r), " + ".join(parts) + words)
     fb = r.forward_macs + r.backward_macs
     add("MACs forward / backward", None, f"{r.forward_macs:,} / {r.backward_macs:,}")
     if r.recompute_macs:
@@ -515,7 +522,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             f"{100 * r.recompute_macs / max(fb, 1):.1f}% of forward+backward")
     if e.get("choice") == "none":
         add("checkpoints", None, "none: every choice of cuts planned larger than no "
-            f"checkpoints (Chen's {mib(e['chen_arena_bytes'])} MiB)"
+            f"checkpoints (Chen's {mib(e['chen_arena_bytes'])})"
             if "chen_arena_bytes" in e else "none: no checkpoints needed")
     elif "checkpoints" in e:
         add("checkpoints", None, f"{e['checkpoints']} tensors kept at cuts "
@@ -527,8 +534,8 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         o = e["optimal"]
         add("  mixed-integer program", o["optimal_arena_bytes"],
             f"its cuts' planned arena (balanced cuts "
-            f"{mib(o.get('balanced_arena_bytes', 0))} MiB); modelled peak "
-            f"{mib(o['modelled_peak_bytes'])} MiB over {o['cuts_modelled']} cuts, "
+            f"{mib(o.get('balanced_arena_bytes', 0))}); modelled peak "
+            f"{mib(o['modelled_peak_bytes'])} over {o['cuts_modelled']} cuts, "
             f"{o['solve_seconds']} s, {o['status']}")
     if "per_device" in e:
         d = e["per_device"]
@@ -561,7 +568,7 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
 def print_report(console: Console, model: str, r, names: dict | None = None) -> None:
     t = Table(title=f"graphmem train: {shown(model)}, batch {r.batch}", header_style="bold")
     t.add_column("")
-    t.add_column("MiB", justify="right")
+    t.add_column("size", justify="right")
     t.add_column("note")
     for label, b, note in report_rows(r, names or {}):
         style = "[green]" if label == "planned arena" else \
