@@ -240,6 +240,19 @@ PER_DEVICE = (("resnet50 (zoo), batch 8 / device", ("resnet50", "--batch", "8",
                FINE_TUNING[1][1]))
 
 
+def per_device_rows(run: Runner, label: str, args: tuple[str, ...]) -> list[str]:
+    """One model's two rows: one device, then 8 devices under ZeRO-3."""
+    one = run(*args)
+    d = run(*args, "--devices", "8", "--zero", "3")["per_device"]
+    return [f"| {label} | 1 | {mib(one['weight_bytes'])} | 0.0 "
+            f"| {mib(one['gradient_bytes'])} | {mib(one['optimizer_bytes'])} "
+            f"| {mib(one['arena_bytes'])} | {mib(one['step_bytes'])} |",
+            f"| {label} | 8, ZeRO-3 | {mib(d['weight_bytes'])} "
+            f"| {mib(d['gathered_weight_bytes'])} | {mib(d['gradient_bytes'])} "
+            f"| {mib(d['optimizer_bytes'])} | {mib(d['arena_bytes'])} "
+            f"| {mib(d['total_bytes'])} |"]
+
+
 def per_device(run: Runner) -> str:
     lines = ["One device (`train`) beside `--devices 8 --zero 3` at the same per-device "
              "batch: the JSON's `per_device` (the single device's own figures in the first "
@@ -250,15 +263,7 @@ def per_device(run: Runner) -> str:
              "state | planned arena | per device |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for label, args in PER_DEVICE:
-        one = run(*args)
-        lines.append(f"| {label} | 1 | {mib(one['weight_bytes'])} | 0.0 "
-                     f"| {mib(one['gradient_bytes'])} | {mib(one['optimizer_bytes'])} "
-                     f"| {mib(one['arena_bytes'])} | {mib(one['step_bytes'])} |")
-        d = run(*args, "--devices", "8", "--zero", "3")["per_device"]
-        lines.append(f"| {label} | 8, ZeRO-3 | {mib(d['weight_bytes'])} "
-                     f"| {mib(d['gathered_weight_bytes'])} | {mib(d['gradient_bytes'])} "
-                     f"| {mib(d['optimizer_bytes'])} | {mib(d['arena_bytes'])} "
-                     f"| {mib(d['total_bytes'])} |")
+        lines += per_device_rows(run, label, args)
     lines += ["", "Commands: " + "; ".join(f"`train {' '.join(a)} [--devices 8 --zero 3]`"
                                            for _, a in PER_DEVICE) + "."]
     return "\n".join(lines)
