@@ -367,6 +367,9 @@ def write_training_page(path: str, args, step: dict, inference: dict | None,
     graph = with_names(step["graph"], step["names"])
     view = build(step["result"].plan, graph)
     fps = [f for f in (inference, training(r, title=_title(step))) if f]
+    # the headline's weights card names the whole model's, as the figures' table does;
+    # a per-device footprint lists its shard under another name
+    whole = replace(r, extra={k: v for k, v in r.extra.items() if k != "per_device"})
     budget = parse_bytes(args.budget) if args.budget else None
     sections = footprint_section(
         fps, budget, "The step holds its weights, the optimizer's state and the folded "
@@ -379,7 +382,7 @@ def write_training_page(path: str, args, step: dict, inference: dict | None,
                                  f"Training step, batch {r.batch}")
     write_atomic(path, page(view, graph, sections,
                             title=f"{args.model} training step, batch {r.batch}",
-                            footprint=fps[-1]),
+                            footprint=training(whole)),
                  inputs=[source.path])
 
 
@@ -543,19 +546,23 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             "what one device holds, its batch as given"
             + ("; optimizer state and master weights on the host" if d["offload_optimizer"]
                else ""))
+        # named apart from the whole model's rows above: "on each device"
         for label, key, note in (
-                ("  weights", "weight_bytes", "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
-                ("  weights (frozen)", "frozen_weight_bytes",
+                ("  weights on each device", "weight_bytes",
+                 "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
+                ("  frozen weights on each device", "frozen_weight_bytes",
                  "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
                 ("  gathered weight", "gathered_weight_bytes",
                  "the largest weight, gathered whole while its layer runs"),
-                ("  master weights", "master_weight_bytes", ""),
-                ("  optimizer state", "optimizer_bytes", "sharded" if d["zero"] >= 1 else ""),
-                ("  gradients kept", "gradient_bytes",
+                ("  master weights on each device", "master_weight_bytes", ""),
+                ("  optimizer state on each device", "optimizer_bytes",
+                 "sharded" if d["zero"] >= 1 else ""),
+                ("  gradients kept on each device", "gradient_bytes",
                  "this device's shard, the rest freed as it is reduced (in the arena)"
                  if d["zero"] >= 2 else "all of them (in the arena)"),
-                ("  planned arena", "arena_bytes",
-                 "planned again with one gradient shard kept" if d["zero"] >= 2 else ""),
+                ("  arena on each device", "arena_bytes",
+                 "planned again with one gradient shard kept" if d["zero"] >= 2
+                 else "the planned arena"),
                 ("  on the host", "host_bytes", "optimizer state and master weights")):
             if d[key] or key in ("gradient_bytes", "arena_bytes"):
                 add(label, d[key], note)
