@@ -27,6 +27,7 @@ ROWS = {"weights (trainable)": "weight_bytes", "weights (frozen)": "frozen_weigh
         "at the peak": "peak_live_bytes", "folded constants": "constant_bytes",
         "step total": "step_bytes", "arena with offload": "offload_arena_bytes",
         "per device (8 devices, ZeRO-3)": "per_device_total_bytes",
+        "per device (4 devices, ZeRO-2)": "per_device_total_bytes",
         "weights on each device": "per device weight_bytes",
         "optimizer state on each device": "per device optimizer_bytes",
         "arena on each device": "per_device_arena_bytes",
@@ -150,9 +151,15 @@ def disagreements(js: dict, text: dict, page: dict, per_device: bool) -> list[st
     return out
 
 
-@pytest.mark.parametrize("case", list(CASES))
+SLOW = {"squeezenet": ["squeezenet", "--batch", "2"],
+        "squeezenet-frozen": ["squeezenet", "--batch", "2", "--frozen", "*conv1*",
+                              "--devices", "4", "--zero", "2"]}
+
+
+@pytest.mark.parametrize("case", list(CASES) + [pytest.param(c, marks=pytest.mark.slow)
+                                                for c in SLOW])
 def test_train_figures_agree(case, tmp_path, capsys):
-    args = ["train", *CASES[case]]
+    args = ["train", *{**CASES, **SLOW}[case]]
     page_path = tmp_path / "step.html"
     assert main(args + ["--html", str(page_path)]) == 0
     text = capsys.readouterr().out
