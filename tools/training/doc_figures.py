@@ -186,7 +186,6 @@ def recompute(run: Runner) -> str:
 
 # each tier is planned before any checkpoints, so a --recompute run's JSON has them too
 SELECTIVE_MODELS = (("resnet50 (zoo), batch 32", (*RECOMPUTE_MODELS[0][1], "--recompute", "sqrt")),
-                    ("shufflenet (zoo), batch 32", ("shufflenet", "--batch", "32")),
                     ("bert-ts (corpus), batch 32, seq 64",
                      (*RECOMPUTE_MODELS[1][1], "--recompute", "sqrt")),
                     ("gpt2-past-ts (corpus), batch 8, seq 64, past 64",
