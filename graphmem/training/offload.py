@@ -1,11 +1,12 @@
 """Offload (vDNN): saved activations go to host memory after their last forward use and
 come back just before backward needs them.
 
-What moves is storage, not tensors: saved activations that share storage in the plan
-(a view and its base, an in-place output, Concat slices: one group of
+What moves is what ``train`` calls kept for backward: arena storage made before
+backward starts in the plan's order and read after it. Tensors that share storage in the
+plan (a view and its base, an in-place output, Concat slices: one group of
 :func:`graphmem.plan.columns.group_roots`) are one transfer of the bytes they cover
 together, copied out when the group's largest member is made and back before the first
-backward read of any member.
+read of any member after the boundary; every node after the boundary reads the copy.
 
 Planning: each offloaded tensor ``t`` keeps its forward live range; its backward
 readers read a new tensor ``t@host``. The group's largest member comes back by a
@@ -30,23 +31,30 @@ from dataclasses import replace
 from graphmem.core.ir import Graph, Node
 from graphmem.pipeline import Result, plan_graph
 from graphmem.analysis.macs import MATRIX_OPS, matrix_macs, phase
-from graphmem.training.report import _union, saved_activations
+from graphmem.training.report import _union, first_backward_position
 
 
 def offload_groups(graph: Graph, result: Result, min_bytes: int = 1 << 16
                    ) -> dict[str, tuple[list[str], int]]:
-    """The saved activations (:func:`saved_activations`) as storage: root of the plan's
-    alias/slice group -> (its saved members, largest first, then in plan order; the
-    bytes they cover together), for the groups of at least ``min_bytes``."""
+    """What is kept for backward (:func:`~graphmem.training.report.plan_saved_activations`:
+    arena storage made before backward starts in the plan's order and read after it), by
+    storage: root of the plan's alias/slice group -> (its members read after the
+    boundary, largest first, then in plan order; the bytes they cover together), for the
+    groups of at least ``min_bytes``. Graph inputs (a data input a weight gradient
+    reads) stay: nothing on the device makes them."""
     from graphmem.plan.columns import group_roots
 
     plan = result.plan
     roots = group_roots(plan)
     made = _made_positions(graph, plan.order)
+    boundary = first_backward_position(graph, plan)
+    by_index = {n.index: n for n in graph.nodes}
+    crossing = {t for idx in plan.order[boundary:] for t in by_index[idx].reads
+                if t in made and made[t] < boundary and t in plan.tensors
+                and plan.tensors[t].bytes}
     groups: dict[str, list[str]] = {}
-    for t in saved_activations(graph):
-        if t in plan.tensors and plan.tensors[t].bytes:
-            groups.setdefault(roots.get(t, t), []).append(t)
+    for t in sorted(crossing):
+        groups.setdefault(roots.get(t, t), []).append(t)
     out = {}
     for root, members in groups.items():
         members.sort(key=lambda m: (-plan.tensors[m].bytes, made.get(m, -1), m))
@@ -76,6 +84,8 @@ def offload_plan(graph: Graph, result: Result, host_bw: float, device_flops: flo
     member_of = {t: root for root, (members, _) in groups.items() for t in members}
     producer = {t: n for n in graph.nodes for t in n.outputs if t}
     static = graph.weights | set(graph.constants)
+    boundary = first_backward_position(graph, result.plan)
+    after = set(order[boundary:])  # the nodes that read the host copies
     last_fwd: dict[str, int] = {}
     first_bwd: dict[str, int] = {}
     for k, idx in enumerate(order):
@@ -83,7 +93,7 @@ def offload_plan(graph: Graph, result: Result, host_bw: float, device_flops: flo
         for t in n.reads:
             if t in member_of:
                 g = member_of[t]
-                if phase(n) == "forward":
+                if k < boundary:
                     last_fwd[g] = k
                 else:
                     first_bwd.setdefault(g, k)
@@ -122,8 +132,7 @@ def offload_plan(graph: Graph, result: Result, host_bw: float, device_flops: flo
             next_index += 1
     rewired = []
     for n in nodes:
-        if phase(n) != "forward" and not n.name.startswith("o:") and any(
-                t in renamed for t in n.inputs):
+        if n.index in after and any(t in renamed for t in n.inputs):
             n = replace(n, inputs=tuple(renamed.get(t, t) for t in n.inputs),
                         implicit_inputs=tuple(renamed.get(t, t) for t in n.implicit_inputs))
         rewired.append(n)
