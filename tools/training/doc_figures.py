@@ -222,7 +222,8 @@ FINE_TUNING = (("resnet50 (zoo), batch 32", ("resnet50", "--batch", "32", "--rec
                 (("every parameter", ()),
                  ("`--trainable 'gpu_0/pred_*'` (the classifier only)",
                   ("--trainable", "gpu_0/pred_*")),
-                 ("`--frozen 'gpu_0/res2_*' --frozen 'gpu_0/conv1_*'` (stem and first stage)",
+                 ("`--frozen 'gpu_0/res2_*' --frozen 'gpu_0/conv1_*'` (the stem "
+                  "convolution and the first stage)",
                   ("--frozen", "gpu_0/res2_*", "--frozen", "gpu_0/conv1_*")))),
                ("bert-ts (corpus), batch 8, seq 64",
                 (f"{CORPUS}/bert-ts.onnx", "--batch", "8", "--dim", "seq=64", "--output",
