@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from graphmem.analysis.footprint import format_bytes
 from tools import ROOT
 from tools.docs.sections import write_doc
 
 DOC = ROOT / "docs" / "training.md"
 CORPUS = "tests/data/corpus"
-MIB = 2 ** 20
 
 
 def mib(b: int | float | None) -> str:
-    return "-" if b is None else f"{b / MIB:,.1f}"
+    """A size in the unit that reads best (format_bytes, as `train` writes sizes)."""
+    return "-" if b is None else format_bytes(b)
 
 
 def share(macs: int | None, r: dict) -> str:
@@ -92,7 +93,7 @@ def resnet50_batch1(run: Runner) -> str:
             ("MACs forward", "forward_macs", f"{r['forward_macs']:,}"),
             ("MACs backward", "backward_macs", f"{r['backward_macs']:,}"),
             ("nodes", "nodes", f"{r['nodes']:,}")]
-    lines = [f"resnet50 (zoo), batch 1, {command(*args)}; MiB = 2^20 bytes.", "",
+    lines = [f"resnet50 (zoo), batch 1, {command(*args)}.", "",
              "| figure | JSON | resnet50, batch 1 |", "|---|---|---:|"]
     lines += [f"| {a} | `{b}` | {c} |" for a, b, c in rows]
     return "\n".join(lines)
@@ -153,10 +154,10 @@ def recompute_rows(label: str, args: tuple[str, ...], run: Runner,
             ("`--recompute optimal`", op["kept_for_backward_bytes"], op["arena_bytes"],
              op["recompute_macs"], f"{op.get('choice')} cuts, {op.get('segments')} segments, "
              f"{op.get('whole_segments')} recomputed whole"),
-            (f"`--budget {budget}` ({mib(budget)} MiB)", bu["kept_for_backward_bytes"],
+            (f"`--budget {budget}` ({mib(budget)})", bu["kept_for_backward_bytes"],
              bu["arena_bytes"], bu["recompute_macs"],
              f"{'fits' if bu['fits_budget'] else 'does not fit'}: step "
-             f"{mib(bu['step_bytes'])} MiB; {bu.get('choice')} cuts, "
+             f"{mib(bu['step_bytes'])}; {bu.get('choice')} cuts, "
              f"{bu.get('budget_trials')} plans")]
     return [f"| {label} | {step} | {mib(kept)} | {mib(arena)} | {share(macs, sq)} | {note} |"
             for step, kept, arena, macs, note in rows]
@@ -165,10 +166,10 @@ def recompute_rows(label: str, args: tuple[str, ...], run: Runner,
 def recompute(run: Runner) -> str:
     lines = ["Each model's rows are read from `train MODEL ... --recompute sqrt --json`, "
              "and for the BERT also from `--recompute optimal` and `--budget` set to half "
-             "the default arena plus the rest of the default step. MiB; recomputed MACs as "
+             "the default arena plus the rest of the default step. Recomputed MACs as "
              "a share of the step's forward+backward matrix MACs; '-' where the JSON does "
              "not give the figure.", "",
-        "| model | step | kept for backward MiB | planned arena MiB | recomputed MACs "
+        "| model | step | kept for backward | planned arena | recomputed MACs "
         "| choice |", "|---|---|---:|---:|---:|---|"]
     for label, args, every in RECOMPUTE_MODELS:
         lines += recompute_rows(label, args, run, every)
@@ -193,7 +194,7 @@ SELECTIVE_MODELS = (("resnet50 (zoo), batch 32", (*RECOMPUTE_MODELS[0][1], "--re
 
 
 def selective(run: Runner) -> str:
-    lines = ["Planned arena MiB of each tier, `selective_arena_bytes` of `train --json` "
+    lines = ["Planned arena of each tier, `selective_arena_bytes` of `train --json` "
              "(each tier is planned before any checkpoints are chosen; the chosen tier is "
              "the smallest; `--recompute none` plans the 'none' one).", "",
              "| model | none | element-wise | element-wise + normalisation | chosen "
@@ -232,7 +233,7 @@ FINE_TUNING = (("resnet50 (zoo), batch 32", ("resnet50", "--batch", "32", "--rec
 
 
 def fine_tuning(run: Runner) -> str:
-    lines = ["Adam, fp32, nothing recomputed (`--recompute none`); MiB. 'trained weights' "
+    lines = ["Adam, fp32, nothing recomputed (`--recompute none`). 'trained weights' "
              "is `weight_bytes`, 'frozen' `frozen_weight_bytes`; the gradients and the "
              "optimizer state are the trained weights' only (one gradient, two Adam "
              "moments a trained weight).", "",
@@ -264,7 +265,7 @@ def per_device_rows(run: Runner, label: str, args: tuple[str, ...]) -> list[str]
     """One model's two rows: one device, then 8 devices under ZeRO-3."""
     one = run(*args)
     d = run(*args, "--devices", "8", "--zero", "3")["per_device"]
-    return [f"| {label} | 1 | {mib(one['weight_bytes'])} | 0.0 "
+    return [f"| {label} | 1 | {mib(one['weight_bytes'])} | - "
             f"| {mib(one['gradient_bytes'])} | {mib(one['optimizer_bytes'])} "
             f"| {mib(one['arena_bytes'])} | {mib(one['step_bytes'])} |",
             f"| {label} | 8, ZeRO-3 | {mib(d['weight_bytes'])} "
@@ -276,7 +277,7 @@ def per_device_rows(run: Runner, label: str, args: tuple[str, ...]) -> list[str]
 def per_device(run: Runner) -> str:
     lines = ["One device (`train`) beside `--devices 8 --zero 3` at the same per-device "
              "batch: the JSON's `per_device` (the single device's own figures in the first "
-             "row of each model). MiB; 'arena' is the planned arena of the per-device "
+             "row of each model). 'arena' is the planned arena of the per-device "
              "batch (under ZeRO-2 and 3 planned again with one gradient shard kept), "
              "'gathered' the largest weight gathered whole while its layer runs.", "",
              "| model | devices, ZeRO | weights | gathered | gradients kept | optimizer "
