@@ -130,7 +130,7 @@ def recompute_rows(label: str, args: tuple[str, ...], run: Runner,
                 ("Chen's sqrt(n) cuts", None, sq["chen_arena_bytes"],
                  sq["chen_recompute_macs"], ""),
                 ("`--recompute sqrt`", sq["kept_for_backward_bytes"], sq["arena_bytes"],
-                 sq["recompute_macs"], f"{sq.get('choice')} cuts, {sq.get('segments')} "
+                 sq["recompute_macs"], f"choice {sq.get('choice')}, {sq.get('segments')} "
                  f"segments, {sq.get('whole_segments')} recomputed whole")]
         return [f"| {label} | {step} | {mib(kept)} | {mib(arena)} | {share(macs, sq)} "
                 f"| {note} |" for step, kept, arena, macs, note in rows]
@@ -149,15 +149,15 @@ def recompute_rows(label: str, args: tuple[str, ...], run: Runner,
              o.get("optimal_recompute_macs"),
              f"{o.get('status', '-')}, {o.get('cuts_modelled', '-')} cuts modelled"),
             ("`--recompute sqrt`", sq["kept_for_backward_bytes"], sq["arena_bytes"],
-             sq["recompute_macs"], f"{sq.get('choice')} cuts, {sq.get('segments')} segments, "
-             f"{sq.get('whole_segments')} recomputed whole"),
+             sq["recompute_macs"], f"choice {sq.get('choice')}, {sq.get('segments')} "
+             f"segments, {sq.get('whole_segments')} recomputed whole"),
             ("`--recompute optimal`", op["kept_for_backward_bytes"], op["arena_bytes"],
-             op["recompute_macs"], f"{op.get('choice')} cuts, {op.get('segments')} segments, "
-             f"{op.get('whole_segments')} recomputed whole"),
+             op["recompute_macs"], f"choice {op.get('choice')}, {op.get('segments')} "
+             f"segments, {op.get('whole_segments')} recomputed whole"),
             (f"`--budget {budget}` ({mib(budget)})", bu["kept_for_backward_bytes"],
              bu["arena_bytes"], bu["recompute_macs"],
              f"{'fits' if bu['fits_budget'] else 'does not fit'}: step "
-             f"{mib(bu['step_bytes'])}; {bu.get('choice')} cuts, "
+             f"{mib(bu['step_bytes'])}; choice {bu.get('choice')}, "
              f"{bu.get('budget_trials')} plans")]
     return [f"| {label} | {step} | {mib(kept)} | {mib(arena)} | {share(macs, sq)} | {note} |"
             for step, kept, arena, macs, note in rows]
@@ -178,7 +178,8 @@ def recompute(run: Runner) -> str:
     lines += ["", f"Commands: {cmds}."]
     for label, args, _ in RECOMPUTE_MODELS:
         sq = run(*args, "--recompute", "sqrt")
-        lines.append(f"{label}: {sq['candidates']} candidate cuts; forward+backward "
+        cuts = (f"{sq['candidates']} candidate cuts; " if "candidates" in sq else "")
+        lines.append(f"{label}: {cuts}forward+backward "
                      f"{(sq['forward_macs'] + sq['backward_macs']) / 1e9:,.2f} G MACs.")
     return "\n".join(lines)
 
