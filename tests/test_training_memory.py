@@ -475,3 +475,56 @@ def test_fit_train_answers_per_device(tmp_path, capsys):
     sharded = json.loads(capsys.readouterr().out)
     assert sharded["batch"] >= alone["batch"] > 0
     assert all(t["fits"] == (t["step_bytes"] <= 400 * 1024) for t in sharded["tried"])
+
+
+# --- offload by storage ------------------------------------------------------------------
+
+def view_and_base_model(batch: int = 8) -> onnx.ModelProto:
+    """``tanh(reshape(exp(x @ W1)) @ W2)``: backward reads the Exp's output (its adjoint
+    is ``dy * exp``) and the Reshape of it (the second weight gradient), a view of the
+    same storage, both after backward starts."""
+    inits = [numpy_helper.from_array((RNG.standard_normal([16, 32]) * 0.3).astype(np.float32),
+                                     "W1"),
+             numpy_helper.from_array((RNG.standard_normal([32, 5]) * 0.3).astype(np.float32),
+                                     "W2"),
+             numpy_helper.from_array(np.array([2, batch // 2, 32], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]),
+             helper.make_node("Exp", ["h"], ["a"]),
+             helper.make_node("Reshape", ["a", "shape"], ["v"]),
+             helper.make_node("MatMul", ["v", "W2"], ["z"]),
+             helper.make_node("Tanh", ["z"], ["y"])]
+    return _model(nodes, inits,
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, batch // 2, 5])])
+
+
+def test_offload_moves_a_view_and_its_base_once(tmp_path, capsys):
+    """A view and its base, both read after backward starts, are one storage: offloaded
+    once (its bytes once each way), the view made again from the base's copy on the way
+    back; what moves is what train calls kept for backward, by storage."""
+    from graphmem.training.offload import offload_groups, offload_plan
+    from graphmem.training.report import plan_saved_activations, plan_step, saved_activations
+
+    tg = build_training(view_and_base_model(), 8, loss="sum")
+    step = plan_step(tg, "sgd", 8)
+    saved = saved_activations(step.graph)
+    assert saved["a"] == saved["v"] == 8 * 32 * 4  # both read by backward, each alone
+    plan = step.result.plan
+    assert (plan.tensors["a"].offset, plan.tensors["a"].bytes) == \
+        (plan.tensors["v"].offset, plan.tensors["v"].bytes)  # one storage
+    groups = offload_groups(step.graph, step.result, 0)
+    assert ["a", "v"] in [m for m, _ in groups.values()]
+    kept = plan_saved_activations(step.graph, plan)
+    r = offload_plan(step.graph, step.result, 25e9, 1e13, 0)
+    # each storage once: train's kept for backward, less the data input nothing makes
+    assert r["offload_bytes"] == sum(b for _, b in groups.values()) \
+        == sum(kept.values()) - kept.get("x", 0)
+    assert r["offloaded"] == len(groups) and r["offloaded_tensors"] == len(groups) + 1
+    assert r["offload_arena_bytes"] <= step.report.arena_bytes
+    path = tmp_path / "view.onnx"
+    onnx.save(view_and_base_model(), str(path))
+    assert main(["train", str(path), "--batch", "8", "--loss", "sum", "--optimizer", "sgd",
+                 "--recompute", "none", "--offload", "--offload-min", "0", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["offload_bytes"] == r["offload_bytes"] and d["offloaded"] == r["offloaded"]
+    assert d["offload_bytes"] <= d["kept_for_backward_bytes"]

@@ -381,6 +381,9 @@ def write_training_page(path: str, args, step: dict, inference: dict | None,
     graph = with_names(step["graph"], step["names"])
     view = build(step["result"].plan, graph)
     fps = [f for f in (inference, training(r, title=_title(step))) if f]
+    # the headline's weights card names the whole model's, as the figures' table does;
+    # a per-device footprint lists its shard under another name
+    whole = replace(r, extra={k: v for k, v in r.extra.items() if k != "per_device"})
     budget = parse_bytes(args.budget) if args.budget else None
     sections = footprint_section(
         fps, budget, "The step holds its weights, the optimizer's state and the folded "
@@ -393,7 +396,7 @@ def write_training_page(path: str, args, step: dict, inference: dict | None,
                                  f"Training step, batch {r.batch}")
     write_atomic(path, page(view, graph, sections,
                             title=f"{args.model} training step, batch {r.batch}",
-                            footprint=fps[-1]),
+                            footprint=training(whole)),
                  inputs=[source.path])
 
 
@@ -513,16 +516,24 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
         "computed from weights/constants only (transposes, zero fills)")
     if "offload_bytes" in e:
         add("arena with offload", e["offload_arena_bytes"],
-            f"{e['offloaded']} activations copied to the host after their last forward use "
-            f"and back before backward: {mib(e['offload_bytes'])} each way")
+            f"{e['offloaded']} storages ({e.get('offloaded_tensors', e['offloaded'])} "
+            f"saved activations; a view and its base are one) copied to the host after "
+            f"their last forward use and back before backward: "
+            f"{mib(e['offload_bytes'])} each way")
         add("transfer stalls", None, f"{e['stall_seconds'] * 1e3:.3f} ms over "
             f"{e['compute_seconds'] * 1e3:.3f} ms of compute")
     parts = ["weights"] + (["frozen weights"] if r.frozen_weight_bytes else []) + \
         (["master weights"] if r.master_weight_bytes else []) + \
         ["optimizer state", "constants", "arena with offload" if "offload_bytes" in e
          else "arena"]
-    add("step total", step_total(r), " + ".join(parts) + f"; {r.optimizer}, loss: "
-        f"{LOSS_WORDS.get(e.get('loss'), e.get('loss'))}, {r.precision}")
+    words = f"; {r.optimizer}, loss: {LOSS_WORDS.get(e.get('loss'), e.get('loss'))}, " \
+        f"{r.precision}"
+    if "per_device" in e:
+        d = e["per_device"]
+        add("step total", step_total(r), f"what one of the {d['devices']} devices holds "
+            f"(per device, below); the figures above are the whole model's" + words)
+    else:
+        add("step total", step_total(r), " + ".join(parts) + words)
     fb = r.forward_macs + r.backward_macs
     add("MACs forward / backward", None, f"{r.forward_macs:,} / {r.backward_macs:,}")
     if r.recompute_macs:
@@ -552,19 +563,23 @@ def report_rows(r, names: dict) -> list[tuple[str, int | None, str]]:
             "what one device holds, its batch as given"
             + ("; optimizer state and master weights on the host" if d["offload_optimizer"]
                else ""))
+        # named apart from the whole model's rows above: "on each device"
         for label, key, note in (
-                ("  weights", "weight_bytes", "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
-                ("  weights (frozen)", "frozen_weight_bytes",
+                ("  weights on each device", "weight_bytes",
+                 "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
+                ("  frozen weights on each device", "frozen_weight_bytes",
                  "sharded (ZeRO-3)" if d["zero"] >= 3 else ""),
                 ("  gathered weight", "gathered_weight_bytes",
                  "the largest weight, gathered whole while its layer runs"),
-                ("  master weights", "master_weight_bytes", ""),
-                ("  optimizer state", "optimizer_bytes", "sharded" if d["zero"] >= 1 else ""),
-                ("  gradients kept", "gradient_bytes",
+                ("  master weights on each device", "master_weight_bytes", ""),
+                ("  optimizer state on each device", "optimizer_bytes",
+                 "sharded" if d["zero"] >= 1 else ""),
+                ("  gradients kept on each device", "gradient_bytes",
                  "this device's shard, the rest freed as it is reduced (in the arena)"
                  if d["zero"] >= 2 else "all of them (in the arena)"),
-                ("  planned arena", "arena_bytes",
-                 "planned again with one gradient shard kept" if d["zero"] >= 2 else ""),
+                ("  arena on each device", "arena_bytes",
+                 "planned again with one gradient shard kept" if d["zero"] >= 2
+                 else "the planned arena"),
                 ("  on the host", "host_bytes", "optimizer state and master weights")):
             if d[key] or key in ("gradient_bytes", "arena_bytes"):
                 add(label, d[key], note)

@@ -286,8 +286,7 @@ def softmax_reverse(ctx, node, grads):
     ``dy`` for the difference, so ``y``, ``dy`` and ``y*dy`` are live at once; here
     ``y*dy`` may overwrite ``dy`` (its last reader) and ``y*sum(...)`` overwrite ``y``:
     two tensors of the softmax's size, where PyTorch's kernel holds three (``y``, ``dy``
-    and the result). For an attention's 197x197 probabilities (ViT) that is 14.2 MiB at
-    batch 8, at the end of backward."""
+    and the result): for a ViT, an attention's probabilities at the end of backward."""
     from onnx_ad.rules import _softmax_axis
 
     axis, y = _softmax_axis(ctx, node), node.output[0]

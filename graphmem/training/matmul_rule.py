@@ -2,10 +2,9 @@
 
 onnx_ad 0.3.0 differentiates MatMul batch by batch: for ``a[*batch, M, K] @ W[K, N]``
 it computes ``a^T @ dz`` for every batch entry (a ``[*batch, K, N]`` temporary, summed
-over the batch afterwards: 504 MiB for one of convnext_tiny's 768x3072 layers at batch
-8, against the 9 MiB gradient) and ``dz @ W^T`` with ``W^T`` a transposed copy of the
-weight, which the planner folds and holds all step like a weight (99 MiB for
-convnext_tiny). PyTorch's Linear backward flattens the batch axes instead:
+over the batch afterwards, the gradient's size times the batch entries) and ``dz @
+W^T`` with ``W^T`` a transposed copy of the weight, which the planner folds and holds
+all step like a weight. PyTorch's Linear backward flattens the batch axes instead:
 
     dW = a2^T @ dz2      a2 = a as [rows, K], dz2 = dz as [rows, N]    one Gemm, transA
     da = dz2 @ W^T                                                      one Gemm, transB
@@ -64,8 +63,8 @@ def activation_matmul_reverse(ctx, node, grads):
     strided view). Where that operand is larger than ``z`` and the other operand
     together, the product is taken the other way round and its result transposed:
     ``db = (dz^T @ a)^T``, ``da = (b @ dz^T)^T``, copying ``dz`` and the result instead.
-    ViT's ``P @ V`` (``P`` 197x197 a head, ``V`` and ``z`` 197x64): ``P^T``, 14.2 MiB
-    at batch 8, was live at the end of backward, where the peak is."""
+    ViT's ``P @ V`` (``P`` 197x197 a head, ``V`` and ``z`` 197x64): ``P^T`` was live
+    at the end of backward, where the peak is."""
     a, b_, z = node.input[0], node.input[1], node.output[0]
     sa, sb, sz = ctx.shapes.static(a), ctx.shapes.static(b_), ctx.shapes.static(z)
     if (sa is None or sb is None or sz is None or len(sa) < 3 or

@@ -279,8 +279,7 @@ def recompute_planned(tg: TrainingGraph, optimizer: str, batch: int,
 
     The step without checkpoints (``plain``: ``selective_planned``'s planned step, whose
     marked ``tg`` the caller passes; else ``tg`` planned as it is) is a candidate too, so recomputation never plans
-    larger than none (``choice`` ``none``: vgg19 at batch 32 planned 2,083.6 MiB with
-    Chen's cuts against 2,045.6 without). Returns the chosen :class:`Attempt`, its
+    larger than none (``choice`` ``none``). Returns the chosen :class:`Attempt`, its
     ``info`` with what was tried beside it."""
     unsegmented = _unsegmented(tg, plain, optimizer, batch)
     found = cuts(tg)

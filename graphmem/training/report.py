@@ -228,8 +228,7 @@ def plan_training(graph: Graph, passes=DEFAULT_PASSES) -> tuple[Result, str]:
     """Plan under :func:`training_order` (every helper and recomputation just before its
     first reader, freeing masks early), under :func:`sink_floating` (only nodes that
     read no activation and recomputation sunk: better where onnx-ad's own placement of
-    the masks is; resnet50 with sqrt recomputation, batch 8: 318.8 against 326.9 MiB)
-    and in file order; keep the smallest arena. (The planner's reorder pass runs on each
+    the masks is) and in file order; keep the smallest arena. (The planner's reorder pass runs on each
     and keeps what is smaller.)"""
     best = None
     for name, order in (("sunk helpers", training_order(graph)),

@@ -92,7 +92,7 @@ def copies_to_reshapes(m: onnx.ModelProto) -> int:
     axes of size 1 (both come from the seed axis of size 1).
 
     onnx_ad expands each gradient to add its seed axis, and moves the seed axis around
-    with transposes: full copies of the gradient (392 MiB each for vgg19's fc6).
+    with transposes: full copies of the gradient.
     Returns the number of rewrites.
     """
     g = m.graph
@@ -123,7 +123,7 @@ def fills_from_seed(m: onnx.ModelProto) -> int:
     into) transient: ``Expand(loss_seed * 0 + value, shape)``.
 
     A fill of constants is folded by the planner and then held for the whole step like
-    a weight (768 MiB of zeros for vgg19 at batch 32); computed from the seed input it
+    a weight; computed from the seed input it
     is an arena tensor that lives only from its (sunk) producer to its reader.
     """
     g = m.graph
@@ -153,8 +153,8 @@ def fills_from_seed(m: onnx.ModelProto) -> int:
 
 def cancel_transposes(m: onnx.ModelProto) -> int:
     """Read ``x`` where backward computes ``Transpose(Transpose(x))`` with perms that
-    cancel (onnx_ad's Gemm rule does this to weights: two folded 392 MiB copies of
-    vgg19's fc6), then drop the nodes nobody reads any more."""
+    cancel (onnx_ad's Gemm rule does this to weights: two folded copies of each
+    weight), then drop the nodes nobody reads any more."""
     g = m.graph
     producer = {o: n for n in g.node for o in n.output}
 

@@ -26,7 +26,7 @@ import dataclasses
 
 from graphmem.core.records import record
 from graphmem.errors import GraphmemError
-from graphmem.training.report import PlannedStep, plan_training
+from graphmem.training.report import PlannedStep, backward_peak, plan_training
 
 STAGES = (0, 1, 2, 3)
 
@@ -72,7 +72,8 @@ def gradient_shard(step: PlannedStep, devices: int) -> list[str]:
 def per_device(step: PlannedStep, sharding: Sharding) -> dict:
     """What one device holds (``*_bytes``, ``total_bytes``) and what the host holds
     (``host_bytes``) for ``step`` (planned at the per-device batch) under
-    ``sharding``; ``arena_bytes`` is planned again where gradients are sharded."""
+    ``sharding``; ``arena_bytes`` is planned again where gradients are sharded, and
+    ``peak`` is that arena's (:func:`~graphmem.training.report.backward_peak`)."""
     r, n, stage = step.report, sharding.devices, sharding.stage
     weights = r.weight_bytes if stage < 3 else _share(r.weight_bytes, n)
     frozen = r.frozen_weight_bytes if stage < 3 else _share(r.frozen_weight_bytes, n)
@@ -81,7 +82,7 @@ def per_device(step: PlannedStep, sharding: Sharding) -> dict:
     host = 0
     if sharding.offload_optimizer:
         host, master, optimizer = master + optimizer, 0, 0
-    gradients, arena = r.gradient_bytes, r.arena_bytes
+    gradients, arena, peak = r.gradient_bytes, r.arena_bytes, r.extra.get("peak")
     if stage >= 2 and n > 1:
         shard = gradient_shard(step, n)
         drop = set(step.tg.gradients.values()) - set(shard)
@@ -89,6 +90,7 @@ def per_device(step: PlannedStep, sharding: Sharding) -> dict:
             o for o in step.graph.outputs if o not in drop))
         result, _ = plan_training(graph)
         arena = result.plan.arena_bytes
+        peak = backward_peak(graph, result.plan)
         gradients = sum(step.graph.tensors[g].bytes for g in shard)
     gathered = 0
     if stage == 3 and n > 1:
@@ -101,4 +103,4 @@ def per_device(step: PlannedStep, sharding: Sharding) -> dict:
             "master_weight_bytes": master, "optimizer_bytes": optimizer,
             "gradient_bytes": gradients, "constant_bytes": r.constant_bytes,
             "arena_bytes": arena, "gathered_weight_bytes": gathered,
-            "total_bytes": total, "host_bytes": host}
+            "total_bytes": total, "host_bytes": host, "peak": peak}

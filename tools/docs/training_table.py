@@ -10,7 +10,9 @@ planned with the default passes (file order or sunk helpers, whichever is smalle
 selective.py), recomputation as `train --recompute sqrt` (no checkpoints, Chen's
 sqrt(n) cuts or the balanced cuts, whichever plans smallest, then as few segments
 recomputed whole as keep the arena), offload with --host-bw 25e9 and
---device-flops 1e13 (saved activations of 64 KiB and more).
+--device-flops 1e13 (storages of saved activations of 64 KiB and more, each moved once).
+"kept for backward" is `train`'s: arena storage made before backward starts in the
+plan's order and read after it.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ from graphmem.frontend.zoo import ZOO, zoo_path
 
 MIB = 2 ** 20
 HEADER = ["| model | nodes | weights MiB | gradients MiB | Adam state MiB "
-          "| folded constants MiB | activations saved MiB | all tensors naive MiB | planned arena MiB "
-          "| recompute: saved MiB | recompute: arena MiB | recompute: extra MACs % fwd+bwd "
+          "| folded constants MiB | kept for backward MiB | all tensors naive MiB | planned arena MiB "
+          "| recompute: kept for backward MiB | recompute: arena MiB | recompute: extra MACs % fwd+bwd "
           "| offload: arena MiB | offload: moved each way MiB | offload: stall ms | build+plan s |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -55,8 +57,8 @@ def _row(name: str, batch: int) -> str:
     m = lambda b: f"{b / MIB:,.1f}"  # noqa: E731
     return (f"| {name} | {base.nodes} | {m(base.weight_bytes)} | {m(base.gradient_bytes)} "
             f"| {m(base.optimizer_bytes)} | {m(base.constant_bytes)} "
-            f"| {m(base.saved_activation_bytes)} | {m(naive)} "
-            f"| **{m(base.arena_bytes)}** | {m(rc.saved_activation_bytes)} "
+            f"| {m(base.extra['kept_for_backward_bytes'])} | {m(naive)} "
+            f"| **{m(base.arena_bytes)}** | {m(rc.extra['kept_for_backward_bytes'])} "
             f"| {m(rc.arena_bytes)} | {extra:.1f} | {m(off['offload_arena_bytes'])} "
             f"| {m(off['offload_bytes'])} | {1e3 * off['stall_seconds']:.2f} | {seconds:.0f} |")
 

@@ -10,8 +10,9 @@
   Sub, Mul, ReduceMean, Add, Sqrt, Div, Mul, Add, and the running-statistic updates),
   each differentiated by onnx-ad: the alternative to a rule of our own.
 
-For each: nodes, activations kept for backward (count and MiB), planned arena (MiB).
-The measurement behind the choice in docs/training.md.
+For each: nodes, the forward tensors backward reads (count and MiB), what is kept for
+backward on the plan, the folded constants and the planned arena (MiB); the table of
+docs/training.md's ``training:bn-forms`` section (tools/training/doc_figures.py).
 """
 from __future__ import annotations
 
@@ -81,6 +82,9 @@ def decompose(m: onnx.ModelProto) -> list[str]:
 
 
 def measure(model: onnx.ModelProto, batch: int, form: str) -> dict:
+    """One form's step, planned without anything recomputed (as `train --recompute none`
+    plans it): its nodes, the forward tensors backward reads (count and bytes, each
+    alone), what is kept for backward on the plan, the folded constants and the arena."""
     if form == "decomposed":
         with mock.patch.object(build, "_batch_norm_training", decompose):
             tg = build.build_training(model, batch, bn="training")
@@ -89,7 +93,27 @@ def measure(model: onnx.ModelProto, batch: int, form: str) -> dict:
     graph = load_training(tg)
     r = account(tg, graph, *plan_training(graph), batch, "adam")
     return {"nodes": r.nodes, "saved": r.saved_activations,
-            "saved_mib": r.saved_activation_bytes / 2**20, "arena_mib": r.arena_bytes / 2**20}
+            "saved_bytes": r.saved_activation_bytes,
+            "kept_bytes": r.extra["kept_for_backward_bytes"],
+            "constant_bytes": r.constant_bytes, "arena_bytes": r.arena_bytes}
+
+
+def table(name: str, batch: int) -> str:
+    """The three forms of ``name`` (a zoo model or a file) at ``batch``, as Markdown."""
+    path = Path(name)
+    model = onnx.load(str(path if path.is_file() else zoo_path(name)))
+    m = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
+    lines = [f"{name}, batch {batch}, nothing recomputed, MiB "
+             f"(`python -m tools.training.bn_forms {name} --batch {batch}`).", "",
+             "| BatchNormalization | nodes | forward tensors backward reads | their MiB "
+             "| kept for backward MiB | folded constants MiB | planned arena MiB |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for form in ("training", "inference", "decomposed"):
+        d = measure(onnx.ModelProto.FromString(model.SerializeToString()), batch, form)
+        lines.append(f"| {form} | {d['nodes']:,} | {d['saved']} | {m(d['saved_bytes'])} "
+                     f"| {m(d['kept_bytes'])} | {m(d['constant_bytes'])} "
+                     f"| {m(d['arena_bytes'])} |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -98,16 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("model", nargs="?", default="resnet50")
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args(argv)
-    path = Path(args.model)
-    model = onnx.load(str(path if path.is_file() else zoo_path(args.model)))
-    print(f"{args.model}, batch {args.batch}\n")
-    print("| BatchNormalization | nodes | tensors kept for backward | kept MiB | "
-          "planned arena MiB |")
-    print("|---|---:|---:|---:|---:|")
-    for form in ("training", "inference", "decomposed"):
-        d = measure(model, args.batch, form)
-        print(f"| {form} | {d['nodes']:,} | {d['saved']} | {d['saved_mib']:,.1f} | "
-              f"{d['arena_mib']:,.1f} |")
+    print(table(args.model, args.batch))
     return 0
 
 
