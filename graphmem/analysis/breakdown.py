@@ -337,7 +337,7 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
                         for m in members)
         main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
         entries.append({"name": main, "shares_with": sorted(set(members) - {main}),
-                        "bytes": _union(ranges), "offset": ranges[0][0],
+                        "bytes": covered_bytes(ranges), "offset": ranges[0][0],
                         "shape": list(graph.tensors[main].shape)})
     entries.sort(key=lambda d: (-d["bytes"], d["offset"]))
     at = layers[pos]
@@ -346,10 +346,10 @@ def peak(graph: Graph, plan: Plan, layers: list[dict] | None = None) -> dict:
             "live_bytes": at["live_bytes"], "tensors": entries}
 
 
-def _union(ranges: list[tuple[int, int]]) -> int:
-    """Bytes covered by sorted [start, stop) ranges."""
+def covered_bytes(ranges: list[tuple[int, int]]) -> int:
+    """Bytes covered by [start, stop) ranges (tensors sharing storage counted once)."""
     total, end = 0, -1
-    for start, stop in ranges:
+    for start, stop in sorted(ranges):
         if stop > end:
             total += stop - max(start, end)
             end = stop

@@ -30,8 +30,9 @@ from dataclasses import replace
 
 from graphmem.core.ir import Graph, Node
 from graphmem.pipeline import Result, plan_graph
-from graphmem.analysis.macs import MATRIX_OPS, matrix_macs, phase
-from graphmem.training.report import _union, first_backward_position
+from graphmem.analysis.macs import MATRIX_OPS, matrix_macs
+from graphmem.analysis.breakdown import covered_bytes
+from graphmem.training.report import first_backward_position
 
 
 def offload_groups(graph: Graph, result: Result, min_bytes: int = 1 << 16
@@ -58,7 +59,7 @@ def offload_groups(graph: Graph, result: Result, min_bytes: int = 1 << 16
     out = {}
     for root, members in groups.items():
         members.sort(key=lambda m: (-plan.tensors[m].bytes, made.get(m, -1), m))
-        nbytes = _union([(plan.tensors[m].offset, plan.tensors[m].offset
+        nbytes = covered_bytes([(plan.tensors[m].offset, plan.tensors[m].offset
                           + plan.tensors[m].bytes) for m in members])
         if nbytes >= min_bytes:
             out[root] = (members, nbytes)

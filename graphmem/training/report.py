@@ -27,6 +27,7 @@ from graphmem.plan.format import Plan
 from graphmem.training.build import TrainingGraph
 from graphmem.training.precision import master_bytes, retype
 from graphmem.analysis.macs import macs_by_phase, phase
+from graphmem.analysis.breakdown import covered_bytes
 from graphmem.training.schedule import sink_floating, training_order
 
 # Optimizer state in multiples of the trainable weights.
@@ -92,16 +93,6 @@ def saved_activations(graph: Graph) -> dict[str, int]:
             if t in forward_out and t not in static:
                 kept[t] = graph.tensors[t].bytes
     return kept
-
-
-def _union(ranges: list[tuple[int, int]]) -> int:
-    """Bytes covered by [start, stop) ranges."""
-    total, end = 0, -1
-    for start, stop in sorted(ranges):
-        if stop > end:
-            total += stop - max(start, end)
-            end = stop
-    return total
 
 
 def first_backward_position(graph: Graph, plan: Plan) -> int:
@@ -170,7 +161,7 @@ def plan_saved_activations(graph: Graph, plan: Plan) -> dict[str, int]:
     out = {}
     for members in groups.values():
         main = min(members, key=lambda m: (made.get(m, -1), m))
-        out[main] = _union([(plan.tensors[m].offset, plan.tensors[m].offset
+        out[main] = covered_bytes([(plan.tensors[m].offset, plan.tensors[m].offset
                              + plan.tensors[m].bytes) for m in members])
     return out
 
@@ -202,7 +193,7 @@ def backward_peak(graph: Graph, plan: Plan, top: int = 5) -> dict:
     helpers = []
     for members in live_groups(plan, pos):
         main = max(members, key=lambda m: (plan.tensors[m].bytes, m))
-        nbytes = _union([(plan.tensors[m].offset, plan.tensors[m].offset
+        nbytes = covered_bytes([(plan.tensors[m].offset, plan.tensors[m].offset
                           + plan.tensors[m].bytes) for m in members])
         first = min(plan.tensors[m].live[0] for m in members)
         if first < boundary:
