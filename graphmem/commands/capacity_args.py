@@ -130,8 +130,9 @@ def judged(args, result, what: str) -> tuple[str, int] | None:
     cap = capacity_of(args)
     if cap is None:
         return None
+    from graphmem.errors import printable
     v = plan_verdict(result, cap)
-    line = sentence(v, what)
+    line = sentence(v, printable(what))  # printed plainly: a name shown, never obeyed
     return (line if v["status"] == FITS else f"graphmem: {line}"), EXIT_STATUS[v["status"]]
 
 

@@ -61,7 +61,7 @@ def run(args) -> int:
     source = model_source(args)
     graph, load_seconds = load_graph(args, source)
     result = plan_source(args, source, graph)
-    fits = capacity_args.judged(args, result, shown(source.plan_name))
+    fits = capacity_args.judged(args, result, source.plan_name)
     if fits is not None and fits[1]:  # over the capacity: the line, and no plan written
         print(fits[0], file=sys.stderr)
         return fits[1]
