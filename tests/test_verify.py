@@ -345,6 +345,7 @@ def test_progress_lines_without_a_terminal(tmp_path, capsys, monkeypatch):
     from graphmem.commands import progress
     from graphmem.commands import verify as verify_command
     monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "0")  # the first line at once
     real = verify_command.verify
 
     def slow_verify(*args, **kwargs):  # long enough for the heartbeat to beat
@@ -371,6 +372,7 @@ def test_the_heartbeat_names_the_stage_under_way(capsys, monkeypatch):
     from graphmem.commands import progress
     from graphmem.commands import verify as verify_command
     monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "0")  # the first line at once
     with verify_command.Heartbeat() as beat:
         beat.status = "the reference run on ONNX Runtime"
         time.sleep(0.2)

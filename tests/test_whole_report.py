@@ -272,6 +272,7 @@ def test_train_on_a_terminal_shows_progress_within_two_seconds(tiny):
 def test_progress_lines_through_a_pipe(tiny, capsys, monkeypatch):
     from graphmem.commands import progress
     monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "0")  # the first line at once
     assert main(["train", tiny, "--batch", "2", "--loss", "sum", "--json"]) == 0
     out, err = capsys.readouterr()
     json.loads(out)  # stdout is the JSON alone

@@ -100,6 +100,7 @@ def test_progress_names_the_stage_of_how_many(monkeypatch, capsys):
 
     from graphmem.commands import progress
     monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "0")  # the first line at once
     with progress.Progress("train", terminal=False, stages=3) as p:
         p("reading the model")
         time.sleep(0.15)
@@ -184,6 +185,7 @@ def test_plan_through_a_pipe_numbers_the_pass_under_way(monkeypatch, capsys):
     from graphmem.commands import progress
     from graphmem.commands.common import stages
     monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setenv("GRAPHMEM_PROGRESS_AFTER", "0")  # the first line at once
     with stages(Namespace(command="plan"), "planning", ["reorder", "concat", "place"]) as stage:
         stage("pass concat (without concat)")
         time.sleep(0.2)

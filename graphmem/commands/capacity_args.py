@@ -144,7 +144,8 @@ def report_status(data: dict, what: str) -> int:
     v = data.get("capacity")
     if v is None:
         return 0
-    line = sentence(v, what)
+    from graphmem.errors import printable
+    line = sentence(v, printable(what))
     print(line if v["status"] == FITS else f"graphmem: {line}", file=sys.stderr)
     return EXIT_STATUS[v["status"]]
 

@@ -38,9 +38,10 @@ def first_line_after() -> float:
     """Seconds into the command before the first line through a pipe."""
     import os
     try:
-        return float(os.environ[AFTER_VARIABLE])
+        seconds = float(os.environ[AFTER_VARIABLE])
     except (KeyError, ValueError):
         return FIRST_LINE_AFTER
+    return seconds if seconds >= 0 else FIRST_LINE_AFTER  # NaN and negatives: the default
 
 # Through a pipe the lines wait until the command's input is read and accepted
 # (:func:`hold`, :func:`accept`): a command refusing its input says so in one line,
@@ -214,7 +215,7 @@ class Progress:
     def _beat(self) -> None:
         every = max(PROGRESS_EVERY, 0.0)
         tick = min(0.25, every) or 0.01
-        first = min(first_line_after(), every)
+        first = first_line_after()
         said, said_at = None, 0.0
         while not self._stop.wait(tick):
             now = self.seconds

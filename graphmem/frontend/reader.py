@@ -205,9 +205,6 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
             _check_location(name, location, source)
     if g is None:
         g = wire.parse_model(b"\x3a\x00").graph  # an empty graph
-    bad = parsed.not_utf8 and invalid_name(g)
-    if bad:
-        raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
     reads, order, values, stripped = _checked(data, parsed, g, False)
     # small initializers in an external file (saved with size_threshold=0: a Reshape's
     # shape) read in, as if stored inside it: every stage after sees their values
@@ -256,9 +253,10 @@ def _load(data: bytes, dims: Mapping[str, int] | None, *, check: bool, base_dir:
 
 
 def _parsed(data, source: Path | None):
-    """The compiled reader's records of the model's bytes, its failures in one line."""
+    """The compiled reader's records of the model's bytes, its failures (and a name that
+    is not UTF-8 text) in one line."""
     try:
-        return wire.parse_model(data)
+        parsed = wire.parse_model(data)
     except ValueError as exc:
         raise GraphmemError(f"{source or 'the model'}: not an ONNX model "
                             f"({one_line(exc)})") from None
@@ -266,6 +264,10 @@ def _parsed(data, source: Path | None):
         raise GraphmemError(f"{source or 'the model'}: reading its {len(data):,} bytes "
                             "ran out of memory (the records of its entries need more "
                             "than this process may use)") from None
+    bad = parsed.not_utf8 and parsed.graph is not None and invalid_name(parsed.graph)
+    if bad:
+        raise GraphmemError(f"the model is corrupt: {bad} is not valid UTF-8 text")
+    return parsed
 
 
 def check_file(p: Path) -> None:

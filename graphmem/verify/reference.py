@@ -247,7 +247,7 @@ class LiveReference:
         self.next = 0
         self.buffers.clear()
         self.offsets.clear()
-        self.live_bytes = self.peak_bytes = self.peak_buffers = 0
+        self.live_bytes = 0  # the peaks: the largest over every run (a rerun included)
         for name, value in feeds.items():
             if name in self.planned:
                 buf = self._new(name)

@@ -146,13 +146,13 @@ partitions' at most ``PARTITION_BUDGETS`` times that). With a
     # without a capacity, half a partition's budget at the target, the rest below its own
     # arena (as place_buffers of it alone would, from its floor)
     share = nodes if nodes is None or capacity is not None else max(nodes // 2, 1)
-    total = None if nodes is None else nodes * PARTITION_BUDGETS  # all partitions'
+    all_nodes = None if nodes is None else nodes * PARTITION_BUDGETS  # all partitions'
 
     def lower_to(k: int, idx: np.ndarray, **kw) -> None:
         """Partition ``k`` placed as low as the heuristics and ``minimize`` get it, in
         the rest of its budget: the new target for the others."""
         nonlocal bound, target
-        left = None if nodes is None else max(min(nodes - spent[k], total - used), 1)
+        left = None if nodes is None else max(min(nodes - spent[k], all_nodes - used), 1)
         smaller = run(idx, None, left, True, **kw)
         spent[k] += smaller.nodes
         if smaller.total < placed[k].total:
@@ -170,12 +170,12 @@ partitions' at most ``PARTITION_BUDGETS`` times that). With a
             if k not in pending:  # placed when the target rose
                 continue
             idx = groups[k][0]
-            if total is not None and used >= total:  # the whole budget spent
+            if all_nodes is not None and used >= all_nodes:  # the whole budget spent
                 pending.remove(k)
                 left_over.append(k)
                 continue
             give = installment if nodes is None else min(installment, share - spent[k],
-                                                         total - used)
+                                                         all_nodes - used)
             if give <= 0:  # undecided at the target in its share
                 pending.remove(k)
                 if capacity is not None:
