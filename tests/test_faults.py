@@ -124,6 +124,25 @@ def _default_sigint() -> None:
 
 @pytest.mark.parametrize("module", ["graphmem.cli", "graphmem.streams", "numpy",
                                     "graphmem.commands.plan"])
+def _killed_on_import(tmp_path, module: str, signum: int):
+    """A small model in ``tmp_path`` and an environment whose sitecustomize sends the
+    process ``signum`` as it looks for ``module`` (an import the command makes)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "class Kill:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        f"        if name == {module!r}:\n"
+        f"            os.kill(os.getpid(), {int(signum)})\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Kill)\n")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(fault_suite.small_model())
+    return model, dict(os.environ, PYTHONPATH=str(hook))
+
+
 @pytest.mark.parametrize("signum, code, line", [
     (2, 130, "graphmem: interrupted"), (15, 143, "graphmem: terminated")],
     ids=["SIGINT", "SIGTERM"])
@@ -143,20 +162,7 @@ def test_a_signal_while_runpy_looks_for_graphmem_main_is_answered(tmp_path, sign
                                                                   line):
     # the moment between the package's first line and its __main__'s: ``python -m
     # graphmem`` itself, sent the signal by a finder put first by a sitecustomize
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import os, sys\n"
-        "class Kill:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        "        if name == 'graphmem.__main__':\n"
-        f"            os.kill(os.getpid(), {int(signum)})\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, Kill)\n")
-    model = tmp_path / "m.onnx"
-    model.write_bytes(fault_suite.small_model())
-    env = dict(os.environ, PYTHONPATH=str(hook))
+    model, env = _killed_on_import(tmp_path, "graphmem.__main__", signum)
     proc = subprocess.run([sys.executable, "-m", "graphmem", "plan", str(model), "-o",
                            "p.json"], capture_output=True, text=True, cwd=tmp_path,
                           env=env, timeout=120, preexec_fn=_default_sigint)
@@ -174,22 +180,9 @@ def test_a_signal_while_the_graphmem_script_imports_the_cli_is_answered(tmp_path
     script = os.path.join(os.path.dirname(sys.executable), "graphmem")
     if not os.path.exists(script):
         pytest.skip(f"no graphmem script beside {sys.executable}")
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import os, sys\n"
-        "class Kill:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        "        if name == 'graphmem.streams':\n"
-        f"            os.kill(os.getpid(), {int(signum)})\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, Kill)\n")
-    model = tmp_path / "m.onnx"
-    model.write_bytes(fault_suite.small_model())
+    model, env = _killed_on_import(tmp_path, "graphmem.streams", signum)
     proc = subprocess.run([script, "plan", str(model), "-o", "p.json"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(hook)),
+                          text=True, cwd=tmp_path, timeout=120, env=env,
                           preexec_fn=_default_sigint)
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (code, [line]), proc.stderr
     assert not (tmp_path / "p.json").exists()
