@@ -98,18 +98,24 @@ def test_every_command_refuses_a_function_bomb_in_one_line(tmp_path, command):
 
 # --------------------------------------------------------------------------- signals
 
+def _kill_finder(module: str, signum: int) -> str:
+    """Python source that puts first an import finder sending the process ``signum``
+    as ``module`` is first looked for."""
+    return ("import os, sys\n"
+            "class Kill:\n"
+            "    @staticmethod\n"
+            "    def find_spec(name, path=None, target=None):\n"
+            f"        if name == {module!r}:\n"
+            f"            os.kill(os.getpid(), {int(signum)})\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Kill)\n")
+
+
 def _signal_when_imported(module: str, signum: int, tmp_path, model) -> subprocess.CompletedProcess:
     """``python -m graphmem plan`` (as runpy runs it) that sends itself ``signum`` as
     ``module`` is first looked for: inside the CLI's own imports or a command's."""
     script = (
-        "import os, runpy, signal, sys\n"
-        "class Kill:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        f"        if name == {module!r}:\n"
-        f"            os.kill(os.getpid(), {int(signum)})\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, Kill)\n"
+        "import runpy\n" + _kill_finder(module, signum) +
         f"sys.argv = ['graphmem', 'plan', {str(model)!r}, '-o', 'p.json']\n"
         "runpy.run_module('graphmem', run_name='__main__', alter_sys=True)\n")
     # SIGINT as a terminal's Ctrl-C finds it: a suite started in the background of a
@@ -122,27 +128,19 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("module", ["graphmem.cli", "graphmem.streams", "numpy",
-                                    "graphmem.commands.plan"])
 def _killed_on_import(tmp_path, module: str, signum: int):
     """A small model in ``tmp_path`` and an environment whose sitecustomize sends the
     process ``signum`` as it looks for ``module`` (an import the command makes)."""
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import os, sys\n"
-        "class Kill:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        f"        if name == {module!r}:\n"
-        f"            os.kill(os.getpid(), {int(signum)})\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, Kill)\n")
+    (hook / "sitecustomize.py").write_text(_kill_finder(module, signum))
     model = tmp_path / "m.onnx"
     model.write_bytes(fault_suite.small_model())
     return model, dict(os.environ, PYTHONPATH=str(hook))
 
 
+@pytest.mark.parametrize("module", ["graphmem.cli", "graphmem.streams", "numpy",
+                                    "graphmem.commands.plan"])
 @pytest.mark.parametrize("signum, code, line", [
     (2, 130, "graphmem: interrupted"), (15, 143, "graphmem: terminated")],
     ids=["SIGINT", "SIGTERM"])
