@@ -15,6 +15,7 @@ from graphmem.frontend.dim_expressions import is_expression
 from graphmem.plan.format import Plan
 from graphmem.frontend.zoo import resolve
 from graphmem.core.records import record
+from graphmem.commands.progress import accept as input_accepted, hold
 
 # the loader, the planner and the in-place tables (numpy, onnx) are imported where they
 # are used: building the parser (``graphmem --help``) needs none of them
@@ -216,14 +217,14 @@ class ModelSource:
         (a saved plan's bindings are complete), its data-dependent sizes at ``bounds``
         (default: the source's ``--bound`` values; a saved plan's are its own). With
         ``accept`` the command's input is taken as read and checked (its progress lines
-        may start: :func:`accepted`); a command that checks a saved plan against the
+        may start: :func:`graphmem.commands.progress.accept`); a command that checks a saved plan against the
         graph next passes False and accepts once it has."""
         from graphmem.frontend.reader import load
         graph = load(self.path, self.dims if dims is None else dims,
                      dim_default=self.dim_default if dim_default else None,
                      bounds=(self.bounds if bounds is None else bounds) or None)
         if accept:
-            accepted()
+            input_accepted()
         return graph
 
     def read_model(self, **kwargs):
@@ -232,7 +233,7 @@ class ModelSource:
         first as plan checks it (:func:`~graphmem.frontend.reader.check_file`)."""
         from graphmem.frontend.reader import read_model
         model = read_model(self.path, **kwargs)
-        accepted()
+        input_accepted()
         return model
 
     def plan_size_limit(self) -> int:
@@ -252,7 +253,6 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
     ``--dim`` bindings (``dims`` when the command bound more itself), and the file
     planned, made here once where ``--ort-optimize`` or ``--infer-by-running`` asks
     for a copy. Options a command's parser lacks take their defaults."""
-    from graphmem.commands.progress import hold
     hold()  # no progress line through a pipe until the model (and plan) are read
     bound = parse_dims(args.dim) if dims is None else dict(dims)
     dim_default = getattr(args, "dim_default", None)
@@ -272,12 +272,6 @@ def model_source(args, dims: Mapping[str, int] | None = None) -> ModelSource:
     return ModelSource(given=args.model, file=file, dims=bound, dim_default=dim_default,
                        path=path, optimized=optimized,
                        bounds=parse_bounds(getattr(args, "bound", None) or []) or None)
-
-
-def accepted() -> None:
-    """The command's input is read and checked (:func:`graphmem.commands.progress.accept`)."""
-    from graphmem.commands.progress import accept
-    accept()
 
 
 def exported_arena(source: ModelSource, options: dict) -> dict:

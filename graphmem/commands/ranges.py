@@ -11,8 +11,9 @@ import sys
 
 from graphmem.errors import GraphmemError
 from graphmem.plan.io import check_output
-from graphmem.commands.common import (accepted, console, input_paths, model_source,
-                                      model_stem, plan_options, shown, stages)
+from graphmem.commands.common import (console, input_paths, model_source, model_stem,
+                                      plan_options, shown, stages)
+from graphmem.commands.progress import accept
 from graphmem.commands.range_options import (add_range_args, at_binding, split_dims,  # noqa: F401
                                              wanted)
 
@@ -39,7 +40,7 @@ def _built(args):
     with stages(args, "planning the range") as stage:
         def stage_after_sizes(name: str) -> None:
             if name != "size formulas":  # the model loaded at the grid's bindings
-                accepted()  # its progress lines may start
+                accept()  # its progress lines may start
             stage(name)
         built = plan_range(path, box, fixed=fixed, follow=derived, dim_default=default,
                            model_name=source.plan_name, progress=stage_after_sizes,

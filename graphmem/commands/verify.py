@@ -143,10 +143,10 @@ def _accepting(on_step):
     """``on_step``, the plan accepted by its first call: the nodes run once the plan has
     been checked against the graph, so progress lines may start (a plan refused before
     is the command's one line)."""
-    from graphmem.commands.common import accepted
+    from graphmem.commands.progress import accept
 
     def step(done: int, total: int) -> None:
-        accepted()
+        accept()
         on_step(done, total)
     return step
 
