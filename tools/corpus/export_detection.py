@@ -36,10 +36,137 @@ def models(names):
             weights=None, weights_backbone=None, num_classes=91, min_size=320,
             max_size=320, **low)), (3, 320, 320)),
         "yolo": lambda: (YoloHead(), (3, 64, 64)),
+        "tiny_fasterrcnn": lambda: (tiny_rcnn(det.FasterRCNN), TINY),
+        "tiny_maskrcnn": lambda: (tiny_rcnn(det.MaskRCNN), TINY),
+        "tiny_maskrcnn_masks": lambda: (MaskProbs(tiny_rcnn(det.MaskRCNN)), TINY),
+        "tiny_keypointrcnn": lambda: (tiny_rcnn(det.KeypointRCNN), TINY),
+        "tiny_retinanet": lambda: (tiny_retinanet(), TINY),
+        "tiny_fcos": lambda: (tiny_fcos(), TINY),
+        "tiny_ssd": lambda: (tiny_ssd(lite=False), TINY),
+        "tiny_ssdlite": lambda: (tiny_ssd(lite=True), TINY),
     }
     for name in names:
         torch.manual_seed(0)  # each model's weights whatever the others exported
         yield name, *made[name]()
+
+
+# the tiny detectors: torchvision's own detection classes (their transform, anchors,
+# heads, box decoding and post-processing as the full models export them) over parts a
+# few channels wide, on 64 x 64 images, so that each export is a few hundred KB
+TINY = (3, 64, 64)
+TINY_CLASSES = 5
+TINY_FPN = 8  # the FPN's channels
+
+
+def tiny_features(widths=(8, 16, 16)):
+    """A convolutional net of ``len(widths)`` stages, each halving the image (stride 4,
+    8, 16 ... after a stride-2 stem), its stages named ``layer1``, ``layer2`` ... as
+    torchvision's backbones name them."""
+    from collections import OrderedDict
+    from torch import nn
+    layers, c = [("stem", nn.Sequential(nn.Conv2d(3, widths[0], 3, 2, 1), nn.ReLU()))], widths[0]
+    for i, w in enumerate(widths, 1):
+        layers.append((f"layer{i}", nn.Sequential(nn.Conv2d(c, w, 3, 2, 1), nn.ReLU())))
+        c = w
+    return nn.Sequential(OrderedDict(layers))
+
+
+def tiny_fpn(extra_blocks=None, channels=TINY_FPN):
+    """``tiny_features`` under torchvision's BackboneWithFPN: three levels of
+    ``channels``, and the extra blocks given (by default a max-pooled fourth,
+    as the R-CNN backbones have; RetinaNet's P6 and P7)."""
+    from torchvision.models.detection.backbone_utils import BackboneWithFPN
+    widths = (8, 16, 16)
+    return BackboneWithFPN(tiny_features(widths), {f"layer{i}": str(i - 1) for i in (1, 2, 3)},
+                           list(widths), channels, extra_blocks=extra_blocks)
+
+
+def tiny_anchors(levels, ratios=(0.5, 1.0, 2.0)):
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    return AnchorGenerator(tuple((8 * 2 ** i,) for i in range(levels)), (ratios,) * levels)
+
+
+def tiny_rcnn(kind):
+    """torchvision's FasterRCNN, MaskRCNN or KeypointRCNN (``kind``, the class) over the
+    tiny FPN: an RPN of at most 50 proposals before its NMS and 20 after, RoIAlign of
+    4 x 4 (masks and keypoints 7 x 7) on the three levels, a box head of 16, at most 10
+    detections scored above 0.001 (random weights score each class near 1/classes)."""
+    import torchvision.models.detection as det
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    from torchvision.models.detection.rpn import RPNHead
+    from torchvision.ops import MultiScaleRoIAlign
+    levels = ["0", "1", "2"]
+    parts = {}
+    if kind is det.MaskRCNN:
+        from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
+        parts = dict(mask_roi_pool=MultiScaleRoIAlign(levels, 7, 2),
+                     mask_head=MaskRCNNHeads(TINY_FPN, (8,), 1),
+                     mask_predictor=MaskRCNNPredictor(8, 8, TINY_CLASSES))
+    elif kind is det.KeypointRCNN:
+        from torchvision.models.detection.keypoint_rcnn import (
+            KeypointRCNNHeads, KeypointRCNNPredictor)
+        parts = dict(keypoint_roi_pool=MultiScaleRoIAlign(levels, 7, 2),
+                     keypoint_head=KeypointRCNNHeads(TINY_FPN, (8,)),
+                     keypoint_predictor=KeypointRCNNPredictor(8, 3))
+    classes = 2 if kind is det.KeypointRCNN else TINY_CLASSES  # person, background
+    return kind(tiny_fpn(), min_size=64, max_size=64,
+                rpn_anchor_generator=tiny_anchors(4), rpn_head=RPNHead(TINY_FPN, 3),
+                rpn_pre_nms_top_n_test=50, rpn_post_nms_top_n_test=20,
+                box_roi_pool=MultiScaleRoIAlign(levels, 4, 2),
+                box_head=TwoMLPHead(TINY_FPN * 4 * 4, 16),
+                box_predictor=FastRCNNPredictor(16, classes),
+                box_score_thresh=0.001, box_detections_per_img=10, **parts)
+
+
+def tiny_retinanet():
+    """torchvision's RetinaNet over the tiny FPN with P6 and P7 (five levels), its head
+    of four 8-channel convolutions a branch, at most 50 candidates a level and 10
+    detections."""
+    from torchvision.models.detection import RetinaNet
+    from torchvision.models.detection.retinanet import RetinaNetHead
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+    anchors = tiny_anchors(5)
+    return RetinaNet(tiny_fpn(LastLevelP6P7(TINY_FPN, TINY_FPN)), TINY_CLASSES,
+                     min_size=64, max_size=64, anchor_generator=anchors,
+                     head=RetinaNetHead(TINY_FPN, anchors.num_anchors_per_location()[0],
+                                        TINY_CLASSES),
+                     score_thresh=0.001, topk_candidates=50, detections_per_img=10)
+
+
+def tiny_fcos():
+    """torchvision's FCOS over the tiny FPN (32 channels: the head's GroupNorm has 32
+    groups; its fourth level max-pooled, not P6 and P7, whose 1 x 1 map of a 64 x 64
+    image would leave GroupNorm one value a group), one anchor a location, a head of one convolution a branch,
+    at most 50 candidates a level and 10 detections."""
+    from torchvision.models.detection import FCOS
+    from torchvision.models.detection.fcos import FCOSHead
+    return FCOS(tiny_fpn(channels=32), TINY_CLASSES,
+                min_size=64, max_size=64, anchor_generator=tiny_anchors(4, (1.0,)),
+                head=FCOSHead(32, 1, TINY_CLASSES, num_convs=1),
+                score_thresh=0.001, topk_candidates=50, detections_per_img=10)
+
+
+def tiny_ssd(lite: bool):
+    """torchvision's SSD over the three stages of ``tiny_features`` (16 x 16, 8 x 8 and
+    4 x 4 of a 64 x 64 image), default boxes of two aspect ratios, with SSD's
+    convolutional head or (``lite``) SSDlite's depthwise-separable one, at most 50
+    candidates a class and 10 detections."""
+    from functools import partial
+    from torch import nn
+    from torchvision.models.detection.ssd import SSD, SSDHead
+    from torchvision.models.detection.anchor_utils import DefaultBoxGenerator
+    from torchvision.models.detection.ssdlite import SSDLiteHead
+    from torchvision.models._utils import IntermediateLayerGetter
+    widths = [8, 16, 16]
+    body = IntermediateLayerGetter(tiny_features(widths),
+                                   {f"layer{i}": str(i - 1) for i in (1, 2, 3)})
+    boxes = DefaultBoxGenerator([[2]] * len(widths))
+    counts = boxes.num_anchors_per_location()
+    head = (SSDLiteHead(widths, counts, TINY_CLASSES,
+                        partial(nn.BatchNorm2d, eps=0.001, momentum=0.03)) if lite
+            else SSDHead(widths, counts, TINY_CLASSES))
+    return SSD(body, boxes, (64, 64), TINY_CLASSES, head=head, score_thresh=0.001,
+               topk_candidates=50, detections_per_img=10)
 
 
 def YoloHead(classes: int = 4, anchors: int = 3, conf: float = 0.3, iou: float = 0.45,
@@ -111,6 +238,10 @@ def MaskProbs(model):
 # refuses; maskrcnn_masks: the same up to the masks' probabilities)
 MODELS = ("ssdlite", "fasterrcnn_mobilenet", "retinanet", "maskrcnn", "maskrcnn_masks",
           "yolo")
+# their tiny versions (tests/data/detection keeps those graphmem plans)
+TINY_MODELS = ("tiny_fasterrcnn", "tiny_maskrcnn", "tiny_maskrcnn_masks",
+               "tiny_keypointrcnn", "tiny_retinanet", "tiny_fcos", "tiny_ssd",
+               "tiny_ssdlite")
 
 
 def main() -> int:
@@ -131,7 +262,11 @@ def main() -> int:
         torch.onnx.export(model, (x,), str(path), opset_version=args.opset,
                           input_names=["images"], dynamo=False)
         np.savez(out / f"{name}.npz", images=x[0].numpy())
-        print(f"wrote {path} ({path.stat().st_size:,} bytes) and {name}.npz")
+        with torch.no_grad():
+            found = model(x)
+        found = found[0].values() if isinstance(found, list) else found
+        print(f"wrote {path} ({path.stat().st_size:,} bytes) and {name}.npz; in torch "
+              f"it finds {', '.join('x'.join(map(str, t.shape)) for t in found)}")
     return 0
 
 
