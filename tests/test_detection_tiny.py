@@ -1,0 +1,78 @@
+"""Issue 53 end to end on tiny versions of torchvision's own detectors: the ``tiny_*``
+models of tools/corpus/export_detection.py (torchvision's FasterRCNN, MaskRCNN up to its
+masks' probabilities, RetinaNet, FCOS, SSD and SSDlite classes over a few-channel FPN on
+64 x 64 images, exported by torch's TorchScript exporter), kept in tests/data/detection
+with the image each was exported with, on which each finds boxes. Each plans with no
+``--bound``, its plan is accepted by graphmem.validate at its bounds, ``verify --inputs``
+passes reporting every symbol's count at run time, and one bound lowered below its count
+is caught naming the tensor."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import graphmem
+from graphmem.cli import main
+from graphmem.plan.format import Plan
+
+DATA = Path(__file__).parent / "data" / "detection"
+COUNT = re.compile(r"count\s+(\S+) \((\w+), node (\d+)\): ([\d,]+) of at most ([\d,]+)")
+# a graph output's type in verify's table: the detections' boxes, [n, 4]
+BOXES = re.compile(r"float32\[(\d+), 4\]")
+TINY = ("tiny_fasterrcnn", "tiny_maskrcnn_masks", "tiny_retinanet", "tiny_fcos",
+        "tiny_ssd", "tiny_ssdlite")
+
+
+def _int(text):  # verify's counts, 3,840
+    return int(text.replace(",", ""))
+
+
+def _files(name):
+    return str(DATA / f"{name}.onnx"), str(DATA / f"{name}.npz")
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_detector_plans_validates_verifies_and_catches_a_lowered_bound(
+        name, tmp_path, capsys):
+    model, image = _files(name)
+    out = tmp_path / "p.json"
+    assert main(["plan", model, "-o", str(out), "--quiet"]) == 0
+    plan = Plan.load(str(out))
+    assert plan.bounds, "a detector has sizes that depend on the data"
+    graph = graphmem.load(model, bounds={k: v["bound"] for k, v in plan.bounds.items()})
+    graphmem.validate(plan, graph)
+    for o in graph.outputs:  # the detections are planned at their bounds
+        assert plan.tensors[o].bounded_by, o
+
+    capsys.readouterr()
+    assert main(["verify", model, "--plan", str(out), "--inputs", image]) == 0
+    text = capsys.readouterr().out
+    assert "PASS" in text
+    counts = {m[1]: (m[2], int(m[3]), _int(m[4]), _int(m[5])) for m in COUNT.finditer(text)}
+    top = {k for k, v in plan.bounds.items() if "scope" not in v}
+    assert set(counts) == top  # every symbol of the graph's own nodes, each counted
+    for s, (op, node, n, bound) in counts.items():
+        assert (op, node) == (plan.bounds[s]["op"], plan.bounds[s]["node"])
+        assert 0 <= n <= bound == plan.bounds[s]["bound"], (s, n, bound)
+    # the image makes the detector fire: candidates pass the score threshold, the last
+    # NMS (torchvision's batched_nms, an If) keeps some, and boxes come out
+    last = max((s for s in top if plan.bounds[s]["op"] == "If"),
+               key=lambda s: plan.bounds[s]["node"])
+    assert counts[last][2] > 0, counts
+    assert [int(n) for n in BOXES.findall(text)] and all(
+        int(n) > 0 for n in BOXES.findall(text)), text
+
+    # the last NMS's count lowered by one: its output overflows its slot, exit 1
+    kept = counts[last][2]
+    low = tmp_path / "low.json"
+    assert main(["plan", model, "-o", str(low), "--quiet",
+                 "--bound", f"{last}={kept - 1}"]) == 0
+    assert Plan.load(str(low)).bounds[last]["bound"] == kept - 1
+    capsys.readouterr()
+    assert main(["verify", model, "--plan", str(low), "--inputs", image]) == 1
+    text = capsys.readouterr().out
+    tensor = plan.bounds[last]["tensor"]
+    assert f"FAIL: tensor '{tensor}' (node {plan.bounds[last]['node']} (If" in text, text
+    assert f"{last} <= {kept - 1}" in text, text
