@@ -81,38 +81,48 @@ def tiny_fpn(extra_blocks=None, channels=TINY_FPN):
                            list(widths), channels, extra_blocks=extra_blocks)
 
 
-def tiny_anchors(levels, ratios=(0.5, 1.0, 2.0)):
+def tiny_anchors(levels, ratios=(0.5, 1.0, 2.0), scales=(1,)):
+    """torchvision's AnchorGenerator: at level i, boxes of 8 x 2^i pixels times each of
+    ``scales``, of each aspect ratio."""
     from torchvision.models.detection.anchor_utils import AnchorGenerator
-    return AnchorGenerator(tuple((8 * 2 ** i,) for i in range(levels)), (ratios,) * levels)
+    return AnchorGenerator(tuple(tuple(8 * 2 ** i * s for s in scales) for i in range(levels)),
+                           (ratios,) * levels)
 
 
 def tiny_rcnn(kind):
     """torchvision's FasterRCNN, MaskRCNN or KeypointRCNN (``kind``, the class) over the
-    tiny FPN: an RPN of at most 50 proposals before its NMS and 20 after, RoIAlign of
+    tiny FPN: an RPN of at most 50 proposals a level before its NMS and 100 after, RoIAlign of
     4 x 4 (masks and keypoints 7 x 7) on the three levels, a box head of 16, at most 10
-    detections scored above 0.001 (random weights score each class near 1/classes)."""
+    detections scored above 0.001 (random weights score each class near 1/classes).
+    Anchors of three sizes a level (8, 16 and 32 pixels at the first) and a pooler whose
+    canonical box is 16 pixels at the middle level (the full models' 224 at level 4
+    would send every box of a 64 x 64 image to the first level), so that the boxes
+    spread over the three levels' RoIAligns."""
+    from functools import partial
     import torchvision.models.detection as det
     from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
     from torchvision.models.detection.rpn import RPNHead
     from torchvision.ops import MultiScaleRoIAlign
-    levels = ["0", "1", "2"]
+    pool = partial(MultiScaleRoIAlign, ["0", "1", "2"], sampling_ratio=2,
+                   canonical_scale=16, canonical_level=3)
     parts = {}
     if kind is det.MaskRCNN:
         from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
-        parts = dict(mask_roi_pool=MultiScaleRoIAlign(levels, 7, 2),
+        parts = dict(mask_roi_pool=pool(7),
                      mask_head=MaskRCNNHeads(TINY_FPN, (8,), 1),
                      mask_predictor=MaskRCNNPredictor(8, 8, TINY_CLASSES))
     elif kind is det.KeypointRCNN:
         from torchvision.models.detection.keypoint_rcnn import (
             KeypointRCNNHeads, KeypointRCNNPredictor)
-        parts = dict(keypoint_roi_pool=MultiScaleRoIAlign(levels, 7, 2),
+        parts = dict(keypoint_roi_pool=pool(7),
                      keypoint_head=KeypointRCNNHeads(TINY_FPN, (8,)),
                      keypoint_predictor=KeypointRCNNPredictor(8, 3))
     classes = 2 if kind is det.KeypointRCNN else TINY_CLASSES  # person, background
     return kind(tiny_fpn(), min_size=64, max_size=64,
-                rpn_anchor_generator=tiny_anchors(4), rpn_head=RPNHead(TINY_FPN, 3),
-                rpn_pre_nms_top_n_test=50, rpn_post_nms_top_n_test=20,
-                box_roi_pool=MultiScaleRoIAlign(levels, 4, 2),
+                rpn_anchor_generator=tiny_anchors(4, (1.0,), (1, 2, 4)),
+                rpn_head=RPNHead(TINY_FPN, 3),
+                rpn_pre_nms_top_n_test=50, rpn_post_nms_top_n_test=100,
+                box_roi_pool=pool(4),
                 box_head=TwoMLPHead(TINY_FPN * 4 * 4, 16),
                 box_predictor=FastRCNNPredictor(16, classes),
                 box_score_thresh=0.001, box_detections_per_img=10, **parts)
