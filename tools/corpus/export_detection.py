@@ -6,6 +6,10 @@ them). Usage: python -m tools.corpus.export_detection OUT_DIR [--models ssdlite,
 Each model is written as NAME.onnx beside NAME.npz, the image it was exported with
 (``images``: uniform noise in [0, 1), seeded), on which each detector finds boxes:
 ``verify --inputs`` and ONNX Runtime's peak (tools/corpus/detection_table.py) run on it.
+The ``tiny_*`` models (TINY_MODELS, not exported by default) are torchvision's own
+detection classes over parts a few channels wide, a few hundred KB each: those graphmem
+plans are kept in tests/data/detection (tests/test_detection_tiny.py); the script
+rewrites them byte for byte (``--models tiny_fasterrcnn,...``).
 """
 from __future__ import annotations
 
