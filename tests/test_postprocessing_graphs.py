@@ -445,10 +445,12 @@ def test_range_with_a_limit_from_the_data(tmp_path, capsys):
     print(counts)
 
 
-def padded_to_max_det():
+def padded_to_max_det(fill: str = "ConstantOfShape"):
     """The detections padded to a fixed 50 rows, as TensorFlow's combined NMS returns
-    them: the n rows over a threshold (NonZero, Gather), then
-    ConstantOfShape([50 - n, 5]) of zeros concatenated after them, n read by a Shape."""
+    them: the n rows over a threshold (NonZero, Gather), then 50 - n rows of zeros
+    (n read by a Shape) concatenated after them, made by ``fill``: ConstantOfShape([50 -
+    n, 5]), an Expand or a Tile of one zero row to 50 - n rows; or ``"Slice"``: rows n
+    to 50 of a constant [50, 5] of zeros (a Slice whose start is the count)."""
     nodes = [node("Greater", ["scores", "thr"], ["mask"]),
              node("NonZero", ["mask"], ["nz"]),
              node("Squeeze", ["nz", "z"], ["idx"]),
@@ -458,13 +460,24 @@ def padded_to_max_det():
              node("Concat", ["kb", "ks1"], ["det"], axis=1),
              node("Shape", ["det"], ["dshape"]),
              node("Slice", ["dshape", "z", "one1", "z"], ["n"]),
-             node("Sub", ["max_det", "n"], ["pad_n"]),
-             node("Concat", ["pad_n", "five"], ["pad_shape"], axis=0),
-             node("ConstantOfShape", ["pad_shape"], ["pad"],
-                  value=numpy_helper.from_array(np.zeros(1, np.float32))),
-             node("Concat", ["det", "pad"], ["padded"], axis=0)]
+             node("Sub", ["max_det", "n"], ["pad_n"])]
+    if fill == "ConstantOfShape":
+        nodes += [node("Concat", ["pad_n", "five"], ["pad_shape"], axis=0),
+                  node("ConstantOfShape", ["pad_shape"], ["pad"],
+                       value=numpy_helper.from_array(np.zeros(1, np.float32)))]
+    elif fill == "Expand":
+        nodes += [node("Concat", ["pad_n", "five"], ["pad_shape"], axis=0),
+                  node("Expand", ["zero_row", "pad_shape"], ["pad"])]
+    elif fill == "Tile":
+        nodes += [node("Concat", ["pad_n", "one1"], ["reps"], axis=0),
+                  node("Tile", ["zero_row", "reps"], ["pad"])]
+    else:
+        nodes += [node("Slice", ["zero_rows", "n", "max_det", "z"], ["pad"])]
+    nodes.append(node("Concat", ["det", "pad"], ["padded"], axis=0))
     inits = [const("thr", 0.5, np.float32), const("ax1", [1]), const("z", [0]),
-             const("one1", [1]), const("max_det", [50]), const("five", [5])]
+             const("one1", [1]), const("max_det", [50]), const("five", [5]),
+             const("zero_row", np.zeros((1, 5)), np.float32),
+             const("zero_rows", np.zeros((50, 5)), np.float32)]
     return make_model(nodes, [("boxes", F, [50, 4]), ("scores", F, [50])],
                       [("padded", F, [50, 5])], initializers=inits)
 
@@ -483,14 +496,134 @@ def test_a_shape_of_a_bounded_tensor_never_folds(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "h-values (value_ranges.py): the pad ConstantOfShape([50 - n, 5]) is sized at the "
-    "bound n = 50, [0, 5], where it is largest at n = 0; plan and the validator accept "
-    "the plan, and verify fails: \"tensor 'pad' (node 11 (ConstantOfShape)) holds 160 "
-    "elements [32, 5] (640 bytes), past its planned slot of 0 bytes\""))
-def test_detections_padded_to_a_fixed_count(tmp_path, capsys):
+    "h-values (value_ranges.py): the pad's 50 - n rows (n the NonZero's count, read by a "
+    "Shape) are sized at the bound n = 50, [0, 5], where they are most at n = 0 (a size "
+    "that falls as the count grows is planned at its least); plan and the validator "
+    "accept the plan, and verify fails: \"tensor 'pad' (node 11 (ConstantOfShape)) "
+    "holds 160 elements [32, 5] (640 bytes), past its planned slot of 0 bytes ([0, 5] at "
+    "the bound: NonZero_1 <= 50)\"; the same for an Expand, a Tile and a Slice from n"))
+@pytest.mark.parametrize("fill", ["ConstantOfShape", "Expand", "Tile", "Slice"])
+def test_detections_padded_to_a_fixed_count(tmp_path, capsys, fill):
     rng = np.random.default_rng(9)
-    counts = meets_the_bar(tmp_path, capsys, padded_to_max_det(),
-                           {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4)},
-                           full={"boxes": _boxes(rng, (50, 4)),
+    meets_the_bar(tmp_path, capsys, padded_to_max_det(fill),
+                  {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4)},
+                  full={"boxes": _boxes(rng, (50, 4)), "scores": np.full(50, 0.9, np.float32)})
+
+
+def topk_k_input():
+    """TopK with k a graph input (ultralytics' and mmdeploy's ``max_det``), the boxes of
+    the k best scores gathered."""
+    nodes = [node("TopK", ["scores", "k"], ["top", "top_i"]),
+             node("Gather", ["boxes", "top_i"], ["kb"], axis=0),
+             node("Unsqueeze", ["top", "ax1"], ["top1"]),
+             node("Concat", ["kb", "top1"], ["det"], axis=1)]
+    return make_model(nodes, [("boxes", F, [50, 4]), ("scores", F, [50]), ("k", I64, [1])],
+                      [("det", F, ["k", 5])], initializers=[const("ax1", [1])])
+
+
+def test_topk_with_k_a_graph_input(tmp_path, capsys):
+    rng = np.random.default_rng(10)
+    feeds = {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4),
+             "k": np.array([12], np.int64)}
+    counts = meets_the_bar(tmp_path, capsys, topk_k_input(), feeds,
+                           full={**feeds, "k": np.array([50], np.int64)})
+    assert counts == {"TopK_0": 12}
+
+
+def pad_to_max_output_size():
+    """tf2onnx's ``pad_to_max_output_size``: the NonMaxSuppression's kept indices padded
+    with Pad to a fixed 30 rows, its pads computed from the count (30 - n): the
+    output's size is 30 whatever n is."""
+    nodes = [node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_thr"],
+                  ["sel"]),
+             node("Gather", ["sel", "two"], ["bidx"], axis=1),
+             node("Shape", ["bidx"], ["n"]),
+             node("Sub", ["max_total", "n"], ["pad_n"]),
+             node("Concat", ["z", "pad_n"], ["pads"], axis=0),
+             node("Pad", ["bidx", "pads", "minus1"], ["padded"], mode="constant")]
+    inits = [const("max_out", [30]), const("iou", [0.5], np.float32),
+             const("score_thr", [0.3], np.float32), const("two", 2), const("max_total", [30]),
+             const("z", [0]), const("minus1", -1)]
+    return make_model(nodes, [("boxes", F, [1, 40, 4]), ("scores", F, [1, 1, 40])],
+                      [("padded", I64, [30])], initializers=inits)
+
+
+def test_nms_padded_to_a_fixed_count_by_pad(tmp_path, capsys):
+    rng = np.random.default_rng(11)
+    counts = meets_the_bar(tmp_path, capsys, pad_to_max_output_size(),
+                           {"boxes": _boxes(rng, (1, 40, 4)),
+                            "scores": _scores(rng, (1, 1, 40), 0.5)})
+    assert 0 < counts["NonMaxSuppression_0"] <= 30
+
+
+def nms_of_filtered_boxes():
+    """The boxes over a score threshold (NonZero, Gather) into a NonMaxSuppression of at
+    most 10: its bound follows from the filter's (1 x 1 x min(n, 10))."""
+    nodes = [node("Greater", ["scores", "thr"], ["mask"]),
+             node("NonZero", ["mask"], ["nz"]),
+             node("Squeeze", ["nz", "ax0"], ["idx"]),
+             node("Gather", ["boxes", "idx"], ["fb"], axis=0),
+             node("Gather", ["scores", "idx"], ["fs"], axis=0),
+             node("Unsqueeze", ["fb", "ax0"], ["fb3"]),
+             node("Unsqueeze", ["fs", "ax01"], ["fs3"]),
+             node("NonMaxSuppression", ["fb3", "fs3", "max_out", "iou"], ["sel"]),
+             node("Gather", ["sel", "two"], ["k"], axis=1),
+             node("Gather", ["fb", "k"], ["kb"], axis=0)]
+    inits = [const("thr", 0.5, np.float32), const("ax0", [0]), const("ax01", [0, 1]),
+             const("max_out", [10]), const("iou", [0.5], np.float32), const("two", 2)]
+    return make_model(nodes, [("boxes", F, [60, 4]), ("scores", F, [60])],
+                      [("kb", F, ["k", 4])], initializers=inits)
+
+
+def test_nms_over_boxes_a_filter_kept(tmp_path, capsys):
+    rng = np.random.default_rng(12)
+    far = (np.arange(60, dtype=np.float32)[:, None] * 30 + np.array([0, 0, 10, 10],
+                                                                     np.float32))
+    counts = meets_the_bar(tmp_path, capsys, nms_of_filtered_boxes(),
+                           {"boxes": _boxes(rng, (60, 4)), "scores": _scores(rng, (60,), 0.4)},
+                           full={"boxes": far, "scores": np.full(60, 0.9, np.float32)})
+    assert counts["NonMaxSuppression_7"] <= 10
+
+
+def scatter_into_fixed_rows():
+    """The kept rows scattered into a fixed [50, 4] of zeros (ScatterND by the NonZero
+    indices): the output's size does not depend on the data, its inputs' do."""
+    nodes = [node("Greater", ["scores", "thr"], ["mask"]),
+             node("NonZero", ["mask"], ["nz"]),
+             node("Transpose", ["nz"], ["where"], perm=[1, 0]),
+             node("GatherND", ["boxes", "where"], ["kb"]),
+             node("Mul", ["kb", "half"], ["scaled"]),
+             node("ScatterND", ["zeros", "where", "scaled"], ["out"])]
+    inits = [const("thr", 0.5, np.float32), const("half", 0.5, np.float32),
+             numpy_helper.from_array(np.zeros((50, 4), np.float32), "zeros")]
+    return make_model(nodes, [("boxes", F, [50, 4]), ("scores", F, [50])],
+                      [("out", F, [50, 4])], initializers=inits)
+
+
+def test_scatter_of_kept_rows_into_a_fixed_output(tmp_path, capsys):
+    rng = np.random.default_rng(13)
+    meets_the_bar(tmp_path, capsys, scatter_into_fixed_rows(),
+                  {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4)},
+                  full={"boxes": _boxes(rng, (50, 4)), "scores": np.full(50, 0.9, np.float32)})
+
+
+def unique_rows():
+    """The kept boxes rounded to a grid of 10, their distinct rows (Unique on axis 0)."""
+    nodes = [node("Greater", ["scores", "thr"], ["mask"]),
+             node("Compress", ["boxes", "mask"], ["kb"], axis=0),
+             node("Div", ["kb", "ten"], ["scaled"]),
+             node("Floor", ["scaled"], ["grid"]),
+             node("Unique", ["grid"], ["rows", "first", "inv", "cnt"], axis=0, sorted=1),
+             node("Mul", ["rows", "ten"], ["y"])]
+    inits = [const("thr", 0.5, np.float32), const("ten", 10.0, np.float32)]
+    return make_model(nodes, [("boxes", F, [50, 4]), ("scores", F, [50])],
+                      [("y", F, ["u", 4]), ("cnt", I64, ["u"])], initializers=inits)
+
+
+def test_unique_rows(tmp_path, capsys):
+    rng = np.random.default_rng(14)
+    counts = meets_the_bar(tmp_path, capsys, unique_rows(),
+                           {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.6)},
+                           full={"boxes": np.arange(200, dtype=np.float32).reshape(50, 4) * 10,
                                  "scores": np.full(50, 0.9, np.float32)})
-    print(counts)
+    assert counts["Unique_4"] <= counts["Compress_1"]
