@@ -627,3 +627,48 @@ def test_unique_rows(tmp_path, capsys):
                            full={"boxes": np.arange(200, dtype=np.float32).reshape(50, 4) * 10,
                                  "scores": np.full(50, 0.9, np.float32)})
     assert counts["Unique_4"] <= counts["Compress_1"]
+
+
+def loop_over_detections(trip: str):
+    """A Loop over the kept boxes (tf2onnx's while loop, torchvision's per-detection
+    loops), each iteration's box area a scan output; its trip count the Shape of the
+    kept boxes (``trip="shape"``: bounded by the NonZero) or a ReduceSum of the mask
+    (``"count"``: a value of the data, which needs a --bound)."""
+    body = helper.make_graph(
+        [node("Gather", ["kb", "i"], ["row"], axis=0),
+         node("Slice", ["row", "b2", "b4", "b0"], ["hi"]),
+         node("Slice", ["row", "b0", "b2", "b0"], ["lo"]),
+         node("Sub", ["hi", "lo"], ["wh"]),
+         node("ReduceProd", ["wh"], ["area"], keepdims=0),
+         node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("area", F, [])],
+        [const("b0", [0]), const("b2", [2]), const("b4", [4])])
+    nodes = [node("Greater", ["scores", "thr"], ["mask"]),
+             node("NonZero", ["mask"], ["nz"]),
+             node("Squeeze", ["nz", "z"], ["idx"]),
+             node("Gather", ["boxes", "idx"], ["kb"], axis=0)]
+    if trip == "shape":
+        nodes += [node("Shape", ["kb"], ["ks"]), node("Gather", ["ks", "zs"], ["M"], axis=0)]
+    else:
+        nodes += [node("Cast", ["mask"], ["mi"], to=I64),
+                  node("ReduceSum", ["mi"], ["M"], keepdims=0)]
+    nodes += [node("Loop", ["M", "true"], ["areas"], body=body),
+              node("Relu", ["areas"], ["y"])]
+    return make_model(nodes, [("boxes", F, [50, 4]), ("scores", F, [50])], [("y", F, ["n"])],
+                      initializers=[const("thr", 0.5, np.float32), const("z", [0]),
+                                    const("zs", 0), const("true", True, np.bool_)])
+
+
+@pytest.mark.parametrize("trip,bound", [("shape", None), ("count", "Loop_6=50")])
+def test_a_loop_over_the_kept_detections(tmp_path, capsys, trip, bound):
+    rng = np.random.default_rng(15)
+    feeds = {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4)}
+    counts = meets_the_bar(tmp_path, capsys, loop_over_detections(trip), feeds, bound=bound,
+                           full={**feeds, "scores": np.full(50, 0.9, np.float32)})
+    kept = int((feeds["scores"] > 0.5).sum())
+    assert counts == ({"NonZero_1": kept} if bound is None else
+                      {"NonZero_1": kept, "Loop_6": kept})
