@@ -183,8 +183,7 @@ def row_text(r: dict) -> str:
     if r.get("validated"):
         parts.append("validated")
     if r.get("counts"):
-        parts.append("counts " + ", ".join(
-            f"{s} {'?' if c is None else f'{c:,}'}/{b:,}" for s, (c, b) in r["counts"].items()))
+        parts.append("counts " + _counts(r["counts"]))
     if r.get("fullest_tensor"):
         t, e, planned = r["fullest_tensor"]
         parts.append(f"{r['bounded_tensors']} bounded tensors, fullest {t!r} "
@@ -196,6 +195,28 @@ def row_text(r: dict) -> str:
         parts.append(f"--bound {low['bound']}: exit {low['exit']} naming {low['tensor']!r}")
     parts.append("FAIL " + r["failed"] if r["failed"] else "PASS")
     return " | ".join(parts)
+
+
+def _counts(counts: dict, at_most: int = 8) -> str:
+    """Each symbol's count/bound ("?": its node did not run); past ``at_most`` symbols,
+    per op: how many, their counts and bounds, the fullest named."""
+    def one(s, c, b):
+        return f"{s} {'?' if c is None else f'{c:,}'}/{b:,}"
+    if len(counts) <= at_most:
+        return ", ".join(one(s, c, b) for s, (c, b) in counts.items())
+    parts = []
+    for op in dict.fromkeys(s.rsplit("_", 1)[0] for s in counts):
+        mine = {s: cb for s, cb in counts.items() if s.rsplit("_", 1)[0] == op}
+        ran = {s: (c, b) for s, (c, b) in mine.items() if c is not None}
+        if not ran:
+            parts.append(f"{len(mine)} {op}: not run")
+            continue
+        full = max(ran, key=lambda s: (ran[s][0] / max(ran[s][1], 1), ran[s][0]))
+        cs, bs = [c for c, _ in ran.values()], [b for _, b in ran.values()]
+        parts.append(f"{len(mine)} {op}: {min(cs):,}..{max(cs):,} of at most "
+                     f"{min(bs):,}..{max(bs):,} (fullest {one(full, *ran[full])})"
+                     + (f", {len(mine) - len(ran)} not run" if len(ran) < len(mine) else ""))
+    return "; ".join(parts)
 
 
 def main(argv=None) -> int:
