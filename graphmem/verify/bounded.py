@@ -17,9 +17,9 @@ inputs); every tensor a node reads in the arena is compared with the reference's
 for bit before the node runs, and every graph output at the end. As in the ordinary
 verify, the reference drops a tensor once its last reader has run in both runs, the
 weights are mapped once (:mod:`.weights`) and shared by both runs (a weight's pages
-leave the process once its node has run), and a node's session is dropped after it. The report says how
-many elements each bounded tensor had, and each symbol's count (how many boxes each
-NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
+leave the process once its node has run), and a node's session is dropped after it.
+The report says how many elements each bounded tensor had, and each symbol's count (how
+many boxes each NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
 runs whole on ONNX Runtime, the tensors its bodies read from the graph given as inputs:
 its outputs are checked against their slots, its bodies' own plans are not run here.
 """
@@ -101,7 +101,6 @@ class _Sessions:
         out = sess.run(None, dict(zip(names, values)))
         it = iter(out)
         return [next(it) if t else None for t in proto.output]
-
 
     def drop(self, index: int) -> None:
         self._cache.pop(index, None)
