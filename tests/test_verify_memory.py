@@ -203,3 +203,59 @@ def test_the_benchmark_table_has_the_ratio_and_the_bar():
     text = table([row])
     assert f"verify <= {BAR} x (ORT + arena)" in text
     assert "| m | 10.0 | 100 | 4.00 | 130 | 1.25 | PASS |" in text
+
+
+def _bounded_chain(tmp_path):
+    """x [32, 32] -> Greater 0 -> NonZero [2, n] -> Transpose -> Cast -> MatMul by the
+    external weight w [2, 1024] -> h0 [n, 1024] -> Sigmoid ... (N nodes) -> Add(h0,
+    last) -> y: every tensor past the NonZero sized by the data (n <= 1,024)."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 2 * 1024, dtype=np.float32)
+                                .reshape(2, 1024), "w")
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    n = helper.make_node
+    nodes = [n("Greater", ["x", "zero"], ["pos"]), n("NonZero", ["pos"], ["nz"]),
+             n("Transpose", ["nz"], ["nzt"], perm=[1, 0]), n("Cast", ["nzt"], ["f"], to=F),
+             n("MatMul", ["f", "w"], ["h0"])]
+    for i in range(1, N):
+        nodes.append(n("Sigmoid", [f"h{i - 1}"], [f"h{i}"]))
+    nodes.append(n("Add", ["h0", f"h{N - 1}"], ["y"]))
+    model = make_model(nodes, [("x", F, [32, 32])], [("y", F, ["n", 1024])], [w, zero])
+    path = tmp_path / "bounded.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="bounded.data",
+              size_threshold=1024)
+    return path
+
+
+def test_bounded_verify_maps_the_weights_and_drops_reference_tensors(tmp_path, monkeypatch):
+    """Issue 53's verify with the sizes the data gives: the external weight is mapped
+    (the whole model is never read with its weights), and the reference holds what a
+    comparison still needs, not every tensor of the run."""
+    import graphmem.verify.reference as reference
+
+    def whole(graph):
+        raise AssertionError("the bounded verify read the weights whole")
+    monkeypatch.setattr(reference, "model_with_weights", whole)
+    graph = graphmem.load(_bounded_chain(tmp_path))
+    assert graph.data_bounds
+    plan = graphmem.plan_graph(graph).plan
+    x = np.where(np.arange(32 * 32).reshape(32, 32) % 3 == 0, 1.0, -1.0).astype(np.float32)
+    report = verify(plan, graph, inputs={"x": x})
+    assert report.passed, report
+    kept = int((x > 0).sum())  # 342 of 1,024
+    assert any(c.tensor == "nz" and c.shape == (2, kept) for c in report.bounded)
+    # held at once: x, h0 (read again at the end), a node's input and its output
+    actual = kept * 1024 * 4
+    assert actual * 3 <= report.reference_bytes <= actual * 3 + x.nbytes + 2 * kept * 16
+    assert report.reference_bytes < (N + 1) * actual / 4
+
+
+def test_bounded_verify_still_catches_a_clobbered_input_after_dropping(tmp_path):
+    """h{N/2} written over h0, which the last node reads: the dropping reference still
+    holds h0 to compare."""
+    graph = graphmem.load(_bounded_chain(tmp_path))
+    plan = graphmem.plan_graph(graph).plan
+    bad, pos, tensor = _over_h0(graph, plan)
+    x = np.ones((32, 32), np.float32)
+    report = verify(bad, graph, runtime_only=True, inputs={"x": x})
+    assert not report.passed and report.mismatch is not None
+    assert report.mismatch.tensor == tensor and report.mismatch.position <= pos

@@ -348,6 +348,12 @@ def onnxruntime_symbolic(state: LoadState) -> None:
     sym_bytes = sym.SerializeToString()
     sym_tensors = inference.tensors(sym_bytes)
     sym_folding = fold(g, order, sym_tensors, reads, state.bindings)
+    record = getattr(state, "data_bounds", None)
+    if record:  # issue 53: what reads a tensor the bounds govern never folds (a Shape
+        # of one is known at run time only: folded at the bounds, it is wrong below them)
+        run_time = _data_bounds().governed(g, order, reads, record)[1]
+        sym_folding = without_dim_data(g, order, reads, state.bindings,
+                                       constant_nodes(g, order, sym_tensors, reads, run_time))
     sym_missing = unknown(g, order, sym_tensors, sym_folding.nodes, state.open_nodes)
     if len(sym_missing) < len(state.missing):
         state.model.set_proto(sym, sym_bytes)

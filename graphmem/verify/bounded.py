@@ -12,10 +12,14 @@ holds (the unused tail of a bounded slot too) is filled with 0xFF, so a read of 
 or clobbered tensor shows.
 
 The reference runs the same sessions on the same inputs, every tensor in an array of
-its own; every tensor a node reads in the arena is compared with the reference's bit
-for bit before the node runs, and every graph output at the end. The report says how
-many elements each bounded tensor had, and each symbol's count (how many boxes each
-NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
+its own, in step with the plan's run (each node just before the plan's run reads its
+inputs); every tensor a node reads in the arena is compared with the reference's bit
+for bit before the node runs, and every graph output at the end. As in the ordinary
+verify, the reference drops a tensor once its last reader has run in both runs, the
+weights are mapped once (:mod:`.weights`) and shared by both runs (a weight's pages
+leave the process once its node has run), and a node's session is dropped after it.
+The report says how many elements each bounded tensor had, and each symbol's count (how
+many boxes each NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
 runs whole on ONNX Runtime, the tensors its bodies read from the graph given as inputs:
 its outputs are checked against their slots, its bodies' own plans are not run here.
 """
@@ -47,7 +51,10 @@ class BoundedCount:
 
 
 class _Sessions:
-    """One-node sessions whose inputs and outputs keep only their element types."""
+    """One-node sessions whose inputs and outputs keep only their element types; a
+    node's session is dropped (:meth:`drop`) once it has run in both runs. They hold no
+    memory arena of their own: an output handed back as an array is freed with it, not
+    kept in the session's arena for the next run."""
 
     def __init__(self, model, graph):
         from graphmem.verify.runtime import usable_ir_version
@@ -80,7 +87,9 @@ class _Sessions:
             m = helper.make_model(g, opset_imports=list(self.model.opset_import))
             m.ir_version = self.ir_version
             try:
-                sess = ort.InferenceSession(m.SerializeToString(), session_options(),
+                options = session_options()
+                options.enable_cpu_mem_arena = False
+                sess = ort.InferenceSession(m.SerializeToString(), options,
                                             providers=["CPUExecutionProvider"])
             except Exception as exc:
                 raise GraphmemError(f"ONNX Runtime cannot run {proto.op_type} "
@@ -92,6 +101,9 @@ class _Sessions:
         out = sess.run(None, dict(zip(names, values)))
         it = iter(out)
         return [next(it) if t else None for t in proto.output]
+
+    def drop(self, index: int) -> None:
+        self._cache.pop(index, None)
 
 
 class _Failed(Exception):
@@ -116,29 +128,18 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     report so far (the plan's problems checked)."""
     from dataclasses import replace
     from graphmem.verify.inputs import checked_inputs, random_inputs
-    from graphmem.verify.reference import (constant_values, model_with_weights,
-                                           refused_inputs_message)
+    from graphmem.verify.reference import constant_values, load_weights, refused_inputs_message
     start = time.perf_counter() if start is None else start
-    model = model_with_weights(graph)
-    constants = constant_values(model, graph)
+    weights = load_weights(graph)  # external weights mapped, shared by both runs
+    model = weights.model
+    constants = constant_values(model, graph, weights.values)
     feeds = checked_inputs(graph, inputs) if inputs is not None else random_inputs(graph, seed)
     sessions = _Sessions(model, graph)
     by_index = {n.index: n for n in graph.nodes}
     order = list(plan.order)
-    # the reference: every tensor an array of its own
-    ref: dict[str, np.ndarray] = dict(feeds)
-    try:
-        for idx in order:
-            node = by_index[idx]
-            def value(t):
-                return ref[t] if t in ref else constants[t] if t else None
-            outs = _run_node(sessions, node, [value(t) for t in node.inputs],
-                             [value(t) for t in node.implicit_inputs])
-            ref.update({o: v for o, v in zip(node.outputs, outs) if o and v is not None})
-    except _Failed as exc:
-        raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
-                                                   inputs is not None)) from None
-    # the arena run
+    # the reference, a node ahead of the plan's run: every tensor an array of its own,
+    # dropped once its last reader has run in both runs (the graph outputs kept)
+    ref = _Reference(feeds, order, by_index, graph.outputs)
     arena = np.full(plan.arena_bytes, POISON, np.uint8)
     shapes: dict[str, tuple[int, ...]] = {}
     tensors = plan.tensors
@@ -164,24 +165,33 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return arena[t.offset:t.offset + nbytes].copy().view(dtype).reshape(shape)
 
+    def constant(t):
+        return constants[t] if t else None
+
     for name in graph.inputs:
         if name in tensors:
             write(name, feeds[name])
     for step, idx in enumerate(order):
         node = by_index[idx]
+        try:
+            ref.run(step, sessions, constant)
+        except _Failed as exc:
+            raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
+                                                       inputs is not None)) from None
         _poison(arena, tensors, shapes, graph, step)
         values = []
         for t in (*node.inputs, *node.implicit_inputs):
             if t and t in tensors:
                 v = read(t)
                 reads += 1
-                if v.shape != ref[t].shape or not np.array_equal(_bits(v), _bits(ref[t])):
+                want = ref.values[t]
+                if v.shape != want.shape or not np.array_equal(_bits(v), _bits(want)):
                     mismatch = Mismatch(step, node.label, t, float("nan"),
                                         _overlapping(plan, t, step), (), read=True)
                     break
                 values.append(v)
             else:
-                values.append(constants[t] if t else None)
+                values.append(constant(t))
         if mismatch is not None:
             break
         try:
@@ -190,6 +200,7 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
         except _Failed as exc:
             raise GraphmemError(f"ONNX Runtime failed on {exc.node.label} in the arena run: "
                                 f"{exc.error}") from None
+        del values
         for o, v in zip(node.outputs, outs):
             if not o or v is None or o not in tensors:
                 continue
@@ -207,23 +218,76 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
                             f"{tensors[o].bytes:,} bytes "
                             f"({list(graph.tensors[o].shape)} at the bound: {bound})")
                 break
+        del outs
         if overflow is not None:
             break
+        # the node has run in both runs: its session, the reference tensors no later
+        # node reads and the pages of the weights it read leave the process
+        sessions.drop(idx)
+        ref.done(step)
+        weights.release_for(node.reads)
         if on_step is not None:
             on_step(step + 1, len(order))
     outputs = []
     if overflow is None and mismatch is None:
         for name in graph.outputs:
-            got = read(name) if name in tensors else ref[name]
-            want = ref[name]
+            want = ref.values[name] if name in ref.values else constant(name)
+            got = read(name) if name in tensors else want
             ok = got.shape == want.shape and np.array_equal(_bits(got), _bits(want))
             outputs.append(OutputCheck(name, graph.tensors[name].dtype, tuple(got.shape),
                                        0.0 if ok else float("nan"), ok))
+    weights.release()
     return replace(base, nodes_run=len(order) if overflow is None and mismatch is None else
                    step + 1, sessions_built=sessions.built, outputs=tuple(outputs),
                    mismatch=mismatch, reads_checked=reads, bounded=tuple(counts),
                    symbol_counts=tuple(count_lines(graph, counts)),
-                   overflow=overflow, seconds=time.perf_counter() - start)
+                   overflow=overflow, reference_bytes=ref.peak_bytes,
+                   seconds=time.perf_counter() - start)
+
+
+class _Reference:
+    """The reference run of the bounded verify, in step with the plan's run: node
+    ``step`` of the order runs here (:meth:`run`) just before the plan's run reads its
+    inputs, every tensor an array of its own at the size the data gives; a tensor is
+    dropped (:meth:`done`) once the last node that reads it has run in both runs (the
+    graph outputs are kept for the end). ``peak_bytes``: the most it held at once."""
+
+    def __init__(self, feeds: Mapping[str, np.ndarray], order: list[int], by_index,
+                 kept) -> None:
+        self.values: dict[str, np.ndarray] = dict(feeds)
+        self.order, self.by_index = order, by_index
+        kept = set(kept)
+        last: dict[str, int] = {}
+        for pos, idx in enumerate(order):
+            node = by_index[idx]
+            for t in (*node.reads, *node.outputs):
+                if t and t not in kept:
+                    last[t] = pos
+        self.drop_at: dict[int, list[str]] = {}
+        for t, pos in last.items():
+            self.drop_at.setdefault(pos, []).append(t)
+        self.live_bytes = self.peak_bytes = sum(v.nbytes for v in self.values.values())
+
+    def run(self, step: int, sessions, constant) -> None:
+        node = self.by_index[self.order[step]]
+        values = self.values
+
+        def value(t):
+            return values[t] if t in values else constant(t)
+        outs = _run_node(sessions, node, [value(t) for t in node.inputs],
+                         [value(t) for t in node.implicit_inputs])
+        for o, v in zip(node.outputs, outs):
+            if o and v is not None:
+                old = values.get(o)
+                self.live_bytes += v.nbytes - (old.nbytes if old is not None else 0)
+                values[o] = v
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+
+    def done(self, step: int) -> None:
+        for t in self.drop_at.get(step, ()):
+            v = self.values.pop(t, None)
+            if v is not None:
+                self.live_bytes -= v.nbytes
 
 
 def _bits(value) -> np.ndarray:

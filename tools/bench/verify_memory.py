@@ -9,6 +9,7 @@ where ``ru_maxrss`` carries the parent's size over), written as it exits. The ba
 verify's peak at most 1.5 x (ORT's peak + the plan's arena).
 
     python -m tools.bench.verify_memory [--write] [--json OUT] [--keep DIR] [--fast] [--fp32]
+                                        [--detection DIR]
 
 Cases: a Qwen2-0.5B-sized decode step of models/decoder.py (24 layers, hidden 896, 14
 heads, 2 key/value heads, MLP 4864, vocabulary 151,936, int4 weights: the
@@ -16,8 +17,11 @@ onnxruntime-genai builder's form; about 0.5 B parameters in an external-data fil
 built in a temporary folder or ``--keep DIR``), at past 127, also verified with
 ``--ort-optimize all``; and the corpus's largest model (tests/data/corpus), a GPT-2 decode
 step. ``--fp32``: the same decoder with float32 weights too (building it takes about three
-times its file's size in memory). ``--fast``: the corpus model only. ``--write``: the table
-into docs/benchmarks.md (``<!-- bench:verify-memory -->``).
+times its file's size in memory). ``--fast``: the corpus model only. ``--detection DIR``: also the
+models of DIR whose sizes depend on the data (``tools.corpus.export_detection``'s folder:
+each NAME.onnx on its image NAME.npz, both runs given it), with their weights inside the
+file and saved again as external data. ``--write``: the table into docs/benchmarks.md
+(``<!-- bench:verify-memory -->``).
 """
 from __future__ import annotations
 
@@ -90,13 +94,17 @@ def _write_inputs(model: Path, dims: dict[str, int], where: Path) -> Path:
 
 
 def measure(label: str, model: Path, dims: dict[str, int], work: Path,
-            extra: tuple[str, ...] = ()) -> dict:
-    """One row: ORT's peak, verify's peak, the arena, the ratio, verify's verdict."""
-    feeds = _write_inputs(model, dims, work)
+            extra: tuple[str, ...] = (), inputs: Path | None = None) -> dict:
+    """One row: ORT's peak, verify's peak, the arena, the ratio, verify's verdict.
+    ``inputs``: an .npz both runs are given (verify with ``--inputs``), instead of
+    graphmem's seeded random inputs."""
+    feeds = inputs if inputs is not None else _write_inputs(model, dims, work)
     code, ort_peak, text = _peak([sys.executable, "-c", _ORT_CHILD, str(model), str(feeds)])
     if code:
         raise SystemExit(f"{label}: ONNX Runtime failed: {text[-500:]}")
     flags = [a for k, v in dims.items() for a in ("--dim", f"{k}={v}")]
+    if inputs is not None:
+        flags += ["--inputs", str(inputs)]
     cmd = [sys.executable, "-c", _GRAPHMEM_CHILD, "verify", str(model), *flags, *extra]
     code, verify_peak, text = _peak(cmd)
     arena = re.search(r"arena\s+([\d,]+) bytes", text)
@@ -125,6 +133,32 @@ def _qwen(where: Path, int4: bool = True) -> Path:
     return path
 
 
+def detection_rows(folder: Path, work: Path) -> list[dict]:
+    """A row for each NAME.onnx of ``folder`` with its image NAME.npz beside it (what
+    ``tools.corpus.export_detection`` writes): sizes that depend on the data, verified
+    with the sizes the image gives (graphmem/verify/bounded.py); and the same model
+    saved with its weights as external data (``NAME-external.onnx``, in ``work``)."""
+    import onnx
+    rows = []
+    for model in sorted(folder.glob("*.onnx")):
+        image = model.with_suffix(".npz")
+        if not image.exists():
+            continue
+        try:
+            row = measure(f"{model.stem} (sizes from the data), on its image", model, {},
+                          work, inputs=image)
+        except SystemExit as exc:  # (a model graphmem refuses: said, not measured)
+            print(f"{model.name}: not measured: {str(exc)[-300:]}", file=sys.stderr)
+            continue
+        rows.append(row)
+        external = work / f"{model.stem}-external.onnx"
+        onnx.save(onnx.load(str(model)), str(external), save_as_external_data=True,
+                  location=external.name + "_data")
+        rows.append(measure(f"{model.stem}, weights as external data, on its image",
+                            external, {}, work, inputs=image))
+    return rows
+
+
 def _corpus_largest() -> Path:
     return max(CORPUS.glob("*.onnx"), key=lambda p: p.stat().st_size)
 
@@ -140,7 +174,9 @@ def table(rows: list[dict]) -> str:
              "ORT's own peak plus what the interpreter, onnx and graphmem take (the whole "
              "of a small model's figure). With `--ort-optimize all` the peak comes before "
              "verify starts, in the optimization step (ONNX Runtime optimizing and saving "
-             "the model).", "",
+             "the model). A model whose sizes depend on the data (issue 53) is verified "
+             "node by node with the sizes its image gives, each node's session dropped "
+             "after it, and has no whole-model line.", "",
              "| case | file MB | ORT session + run MB | arena MB | verify peak MB | "
              "verify / (ORT + arena) | verify |",
              "|---|---:|---:|---:|---:|---:|---|"]
@@ -158,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="build (or reuse) the decoder here")
     ap.add_argument("--fast", action="store_true", help="the corpus model only")
     ap.add_argument("--fp32", action="store_true", help="the decoder in float32 too")
+    ap.add_argument("--detection", metavar="DIR",
+                    help="also each NAME.onnx of DIR on its image NAME.npz (the folder "
+                         "tools.corpus.export_detection writes), weights inside the file "
+                         "and as external data")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="verify-memory-") as tmp:
@@ -175,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         big = _corpus_largest()
         rows.append(measure(f"corpus's largest: {big.name} decode, batch 4, past 127", big,
                             {"batch": 4, "seq": 1, "past_seq": 127}, work))
+        if args.detection:
+            rows += detection_rows(Path(args.detection), work)
     for r in rows:
         print(json.dumps(r), file=sys.stderr)
     return publish(BENCHMARKS, "bench:verify-memory", table(rows), args.write, rows, args.json)
