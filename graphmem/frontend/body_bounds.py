@@ -61,6 +61,54 @@ class ControlFlowBounds:
             f"its trip count M at the bounds, {proven:,}")
         return self.record.add(sym, proven, "Loop", idx, output, why)
 
+    def carried(self, n, idx: int, grown, trips: int, exact: bool, scope: str = ""
+                ) -> dict[int, int]:
+        """The bound of each loop-carried value that grows (``grown``: position ->
+        graphmem.frontend.loop_growth.Growth) of Loop ``n`` (node ``idx``): its initial
+        size plus ``trips`` (the trip count, or its bound ``Loop_N``) times its step, a
+        symbol ``Loop_N_carried_J`` (J: its position among the carried values) that
+        ``--bound`` may tighten. Returns position -> the size it is planned at."""
+        out = {}
+        trip = symbol_name("Loop", idx) + (f"_{scope}" if scope else "")
+        count = (f"{trips:,} iterations (its trip count)" if exact else
+                 f"at most {trips:,} iterations ({trip})")
+        for j, g in grown.items():
+            why = (f"its initial {g.initial:,} + {count} x at most {g.step:,} (the Concat "
+                   f"onto it, body node {g.concat})")
+            tensor = n.output[j] if j < len(n.output) else ""
+            out[j] = self._add(f"Loop_{idx}_carried_{j}", g.initial + trips * g.step, "Loop",
+                               idx, tensor, why, g.axis, scope)
+        return out
+
+    def _add(self, name: str, proven, op: str, node: int, tensor: str, why: str, axis: int,
+             scope: str) -> int:
+        """Record a symbol of the graph (``scope`` empty) or of a body (its name then
+        suffixed ``_<node>_<attr>``, in ``body_symbols``); its planned value."""
+        if not scope:
+            return self.record.add(name, proven, op, node, tensor, why, axis)
+        full = f"{name}_{scope}"
+        one = DataBounds({full: self.record.given[full]} if full in self.record.given else {})
+        bound = one.add(full, proven, op, node, tensor, why, axis)
+        self.record.body_symbols[full] = one.symbols[full]._replace(scope=scope)
+        self.record.notes.extend(one.notes)
+        return bound
+
+    def body_record(self, s, idx: int, grown, scope: str = ""):
+        """``s`` (a Loop's body Scope) with the growing carried values marked in its
+        graph's ``data_bounds``: the tensors of each value's chain (formal input to
+        formal output) governed by its symbol, whose ``node`` and ``tensor`` there are
+        the body's Concat and formal output (the body's plan marks them ``bounded_by``,
+        and the concat pass leaves that Concat a copy)."""
+        from dataclasses import replace
+        body = DataBounds()
+        for j, g in grown.items():
+            name = f"Loop_{idx}_carried_{j}" + (f"_{scope}" if scope else "")
+            sym = (self.record.body_symbols if scope else self.record.symbols)[name]
+            body.symbols[name] = sym._replace(node=g.concat, tensor=g.formal_out, scope="")
+            for t in g.chain:
+                body.governed[t] = body.governed.get(t, ()) + (name,)
+        return replace(s, graph=replace(s.graph, data_bounds=body))
+
     def size_body(self, model, tensors, values, where: str):
         """``model`` (a body, inferred) with the types of its open data-dependent
         nodes' outputs at their bounds added, or None where none could be sized. Their
@@ -185,3 +233,41 @@ class _Lookup:
             return self.values(name)
         except Exception:  # a value the body cannot compute: not a constant
             return None
+
+
+def concatenates_carried(state) -> bool:
+    """Does a Loop of the graph (or of a body) concatenate onto one of its carried
+    values (a Concat reading a formal input from the third on, through Identity or
+    Cast)? Such a value grows each iteration (graphmem/frontend/loop_growth.py) and is
+    planned at a bound: the loader's data bounds apply."""
+    found = getattr(state, "concatenates_carried", None)
+    if found is None:
+        found = state.concatenates_carried = _any_concatenates(state)
+    return found
+
+
+def _any_concatenates(state) -> bool:
+    import onnx
+    for n in state.g.nodes:
+        for a in n.attrs:
+            raw = bytes(a.raw) if a.type == 5 else b""  # GRAPH
+            if b"Concat" in raw and (n.op_type == "Loop" or b"Loop" in raw) and \
+                    _concatenates(n.op_type, onnx.GraphProto.FromString(raw)):
+                return True
+    return False
+
+
+def _concatenates(op: str, body) -> bool:
+    if op == "Loop":
+        carried = {vi.name for vi in body.input[2:]}
+        producers = {o: nd for nd in body.node for o in nd.output if o}
+        for nd in body.node:
+            if nd.op_type != "Concat":
+                continue
+            for x in nd.input:
+                while x in producers and producers[x].op_type in ("Identity", "Cast"):
+                    x = producers[x].input[0]
+                if x in carried:
+                    return True
+    return any(_concatenates(nd.op_type, a.g) for nd in body.node for a in nd.attribute
+               if a.type == 5)  # GRAPH

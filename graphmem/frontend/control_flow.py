@@ -33,7 +33,7 @@ Values = Callable[[str], "np.ndarray | None"]
 
 def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
            infer: Callable[[onnx.ModelProto], onnx.ModelProto], values: Values,
-           where: str = "", bounds=None
+           where: str = "", bounds=None, scope: str = ""
            ) -> tuple[onnx.ModelProto, dict[str, Tensor], dict[int, tuple[Scope, ...]]]:
     """Size every control-flow node of ``model.graph`` (nodes in ``order``) whose inputs
     are known: its bodies become scopes, its outputs' types are added to the model's
@@ -41,7 +41,9 @@ def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
     Returns the model, every tensor's type (``tensors`` updated) and the scopes.
     ``bounds`` (issue 53: graphmem.frontend.data_bounds.ControlFlowBounds): sizes the
     data-dependent nodes of a body at their bounds (``size_body``) and bounds an If's
-    output whose branches differ in size by the larger (``merge``, None: refused)."""
+    output whose branches differ in size by the larger (``merge``, None: refused).
+    ``scope``: where ``model`` is a body, ``"<node>_<attr>"`` (the node whose body it
+    is), the suffix of the symbols of its own nodes."""
     scopes: dict[int, tuple[Scope, ...]] = {}
     while True:
         added = []
@@ -52,7 +54,8 @@ def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
             if not all(t in tensors for t in n.input if t):
                 continue
             try:
-                made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds)
+                made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds,
+                                          scope)
             except UnknownShape:
                 if bounds is None:
                     raise
@@ -101,7 +104,7 @@ def _tensor(name: str, elem: int, dims) -> Tensor:
 
 
 def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], values: Values,
-                 model: onnx.ModelProto, where: str, bounds=None
+                 model: onnx.ModelProto, where: str, bounds=None, scope: str = ""
                  ) -> tuple[tuple[Scope, ...], dict[str, Tensor]]:
     label = f"node {idx} ({n.op_type}{' ' + repr(n.name) if n.name else ''}){where}"
     bodies = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
@@ -132,27 +135,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
         return tuple(scopes), made
     body = bodies["body"]
     if n.op_type == "Loop":
-        carried = [known[t] for t in n.input[2:]]
-        formal = [Tensor("", "int64", (), 64), Tensor("", "bool", (), 8)] + carried
-        s = _scope(body, idx, "body", formal, known, opsets, values, label, bounds)
-        outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
-        k = len(carried)
-        _same_state(label, s.formal_outputs[1:1 + k], carried, outs[1:1 + k])
-        made = _finals(n.output[:k], carried)
-        scan_outs = list(zip(n.output[k:], outs[1 + k:]))
-        if any(name for name, _ in scan_outs):
-            first = next(name for name, _ in scan_outs if name)
-            try:
-                trips = _trip_count(n, s, values, label, first)
-            except GraphmemError as exc:
-                if bounds is None or where:
-                    raise
-                # issue 53: a trip count the data decides, at its bound (body_bounds.py)
-                trips = bounds.trip_count(n, idx, values, exc, first)
-            for name, t in scan_outs:
-                if name:
-                    made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)
-        return (s,), made
+        return _loop(n, idx, body, known, opsets, values, label, where, bounds, scope)
     # Scan (opset 9 on; opset 8's has a batch axis and a sequence_lens input)
     opset = max((o.version for o in opsets if standard_domain(o.domain)), default=0)
     if opset < 9:
@@ -183,6 +166,72 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
             ax = ax + len(t.shape) + 1 if ax < 0 else ax
             made[name] = Tensor(name, t.dtype, t.shape[:ax] + (length,) + t.shape[ax:], t.bits)
     return (s,), made
+
+
+def _loop(n: onnx.NodeProto, idx: int, body: onnx.GraphProto, known: Mapping[str, Tensor],
+          opsets, values: Values, label: str, where: str, bounds, scope: str
+          ) -> tuple[tuple[Scope, ...], dict[str, Tensor]]:
+    """A Loop's body as a scope, and its outputs' types: the carried values' finals as
+    their initial values (or, issue 53, at the bound of a value that grows by a Concat
+    onto it each iteration: graphmem/frontend/loop_growth.py), the scan outputs one
+    slice an iteration."""
+    carried = [known[t] for t in n.input[2:]]
+    formal = [Tensor("", "int64", (), 64), Tensor("", "bool", (), 8)] + carried
+    s = _scope(body, idx, "body", formal, known, opsets, values, label, bounds)
+    outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
+    k = len(carried)
+    grown = {}
+    if bounds is not None:  # issue 53: a carried value that grows each iteration
+        from graphmem.frontend.loop_growth import changed, growth
+        moved = changed(carried, outs[1:1 + k])
+        grown = growth(label, body, s, carried, outs[1:1 + k], moved) if moved else {}
+    keep = [j for j in range(k) if j not in grown]
+    _same_state(label, [s.formal_outputs[1 + j] for j in keep], [carried[j] for j in keep],
+                [outs[1 + j] for j in keep])
+    made = _finals(n.output[:k], carried)
+    scan_named = [name for name in n.output[k:] if name]
+    trips, exact = None, True
+    if scan_named or grown:
+        first = scan_named[0] if scan_named else next(
+            (n.output[j] for j in grown if n.output[j]), "")
+        what = "a scan output" if scan_named else "a loop-carried value"
+        try:
+            trips = _trip_count(n, s, values, label, first, what)
+        except GraphmemError as exc:
+            if bounds is None or where:
+                raise
+            # issue 53: a trip count the data decides, at its bound (body_bounds.py)
+            trips = bounds.trip_count(n, idx, values, exc, first)
+            exact = False
+    if grown:
+        from graphmem.frontend.loop_growth import check_again, without_types
+        sizes = bounds.carried(n, idx, grown, trips, exact, scope)
+        # the body's formal input at the bound (it holds every value, the last one
+        # too: docs/plan-format.md's copies), its formal output one step more
+        at = {j: max(sizes[j], 0) for j in grown}
+        if any(at[j] != g.initial for j, g in grown.items()):
+            again = [_resized(t, grown[j].axis, at[j]) if j in grown else t
+                     for j, t in enumerate(carried)]
+            s2 = _scope(without_types(body, grown), idx, "body", formal[:2] + again, known,
+                        opsets, values, label, bounds)
+            check_again(label, body, s, s2, grown, at)
+            s = s2
+            outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
+            _same_state(label, [s.formal_outputs[1 + j] for j in keep],
+                        [carried[j] for j in keep], [outs[1 + j] for j in keep])
+        s = bounds.body_record(s, idx, grown, scope)
+        for j, g in grown.items():
+            if n.output[j]:
+                made[n.output[j]] = _resized(carried[j], g.axis, sizes[j], n.output[j])
+    for name, t in zip(n.output[k:], outs[1 + k:]):
+        if name:
+            made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)
+    return (s,), made
+
+
+def _resized(t: Tensor, axis: int, size: int, name: str = "") -> Tensor:
+    return Tensor(name, t.dtype, tuple(size if a == axis else d for a, d in enumerate(t.shape)),
+                  t.bits)
 
 
 def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
@@ -241,7 +290,8 @@ def _same_state(label: str, names, initial, outs) -> None:
                 "fixed shape")
 
 
-def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str) -> int:
+def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str,
+                what: str = "a scan output") -> int:
     """A Loop's number of iterations, when it is fixed: a constant trip count ``M``, a
     condition that is absent or a constant true, and a body condition that passes its
     input through (or is a constant true)."""
@@ -256,7 +306,7 @@ def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output:
                 not bool(np.asarray(cond).reshape(-1)[0]) or not body_cond:
             why = "its condition can stop it before the trip count"
     if why:
-        raise GraphmemError(f"cannot size tensor {output!r}, a scan output of {label}: {why}; "
+        raise GraphmemError(f"cannot size tensor {output!r}, {what} of {label}: {why}; "
                             "graphmem needs a static shape for every tensor")
     trips = np.asarray(trips)
     if trips.size != 1:
@@ -321,7 +371,7 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
         return local[name] if name in local else values(name)
     order = list(range(len(g.node)))
     m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where), body_values,
-                                where=where, bounds=bounds)
+                                where=where, bounds=bounds, scope=f"{idx}_{attr}")
     while bounds is not None and any(o and o not in tensors for nd in m.graph.node
                                      for o in nd.output):
         # issue 53: a body's data-dependent nodes at their bounds, then what follows
@@ -331,7 +381,8 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
         m = _infer(sized, where)
         tensors.update({k: v for k, v in types_of(m).items() if k not in tensors})
         m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where),
-                                    body_values, where=where, bounds=bounds)
+                                    body_values, where=where, bounds=bounds,
+                                    scope=f"{idx}_{attr}")
     for nd in m.graph.node:
         for o in nd.output:
             if o and o not in tensors:

@@ -261,7 +261,8 @@ def _constants(state) -> dict:
 
 def has_data_dependent_ops(state) -> bool:
     """A node of :data:`RULES` in the graph, or (by its name in the bytes of a body) in
-    an If/Loop/Scan body."""
+    an If/Loop/Scan body; or a Loop that concatenates onto a carried value (its size
+    grows each iteration: graphmem/frontend/loop_growth.py)."""
     from graphmem.frontend.structure import GRAPH_ATTRS
     names = [op.encode() for op in RULES]
     for n in state.g.nodes:
@@ -270,7 +271,8 @@ def has_data_dependent_ops(state) -> bool:
         for a in n.attrs:
             if a.type in GRAPH_ATTRS and any(op in bytes(a.raw) for op in names):
                 return True
-    return False
+    from graphmem.frontend.body_bounds import concatenates_carried
+    return concatenates_carried(state)
 
 
 def record_of(state) -> DataBounds:

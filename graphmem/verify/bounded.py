@@ -31,6 +31,7 @@ from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.verify.arena_run import Mismatch
 from graphmem.verify.compare import OutputCheck
+from graphmem.verify.loop_steps import grows, run_loop
 from graphmem.verify.node_sessions import numpy_dtype, runtime_message, session_options
 
 POISON = 0xFF
@@ -62,6 +63,13 @@ class _Sessions:
         whole), inputs of the session under their own names."""
         from onnx import helper
         proto = self.model.graph.node[index]
+        # a name its bodies read that is also one of its inputs (a Loop's condition the
+        # body passes on, as torch writes it): an input of the session under its own
+        # name too
+        both = _read_and_input(proto, implicit)
+        implicit = tuple(implicit) + both
+        implicit_values = list(implicit_values) + [
+            feeds[list(proto.input).index(t)] for t in both]
         sess = self._cache.get(index)
         if sess is None:
             import onnxruntime as ort
@@ -92,6 +100,19 @@ class _Sessions:
         out = sess.run(None, dict(zip(names, values)))
         it = iter(out)
         return [next(it) if t else None for t in proto.output]
+
+
+def _read_and_input(proto, implicit) -> tuple[str, ...]:
+    """The names ``proto``'s bodies read from its scope that are also its inputs."""
+    import onnx
+    if not any(a.type == onnx.AttributeProto.GRAPH for a in proto.attribute):
+        return ()
+    from graphmem.frontend.control_flow import outer_reads
+    reads = set()
+    for a in proto.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            reads |= outer_reads(a.g)
+    return tuple(sorted(t for t in reads if t and t in proto.input and t not in implicit))
 
 
 class _Failed(Exception):
@@ -147,6 +168,7 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     overflow = None
     mismatch = None
     reads = 0
+    observed: dict[str, int] = {}  # symbol -> its count, where counted apart (a Loop's)
 
     def write(name, value):
         t = tensors[name]
@@ -190,6 +212,16 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
         except _Failed as exc:
             raise GraphmemError(f"ONNX Runtime failed on {exc.node.label} in the arena run: "
                                 f"{exc.error}") from None
+        if node.op_type == "Loop" and grows(graph, idx):
+            # issue 53: its carried values that grow, checked against their body slots
+            # iteration by iteration (graphmem/verify/loop_steps.py)
+            named = dict(zip(node.inputs, values[:k]))
+            named.update(zip(node.implicit_inputs, values[k:]))
+            run = run_loop(model, graph, plan, node, named, sessions.ir_version)
+            overflow = run.overflow
+            if overflow is not None:
+                break
+            observed.update(_observed(graph, idx, run, outs))
         for o, v in zip(node.outputs, outs):
             if not o or v is None or o not in tensors:
                 continue
@@ -222,7 +254,7 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     return replace(base, nodes_run=len(order) if overflow is None and mismatch is None else
                    step + 1, sessions_built=sessions.built, outputs=tuple(outputs),
                    mismatch=mismatch, reads_checked=reads, bounded=tuple(counts),
-                   symbol_counts=tuple(count_lines(graph, counts)),
+                   symbol_counts=tuple(count_lines(graph, counts, observed)),
                    overflow=overflow, seconds=time.perf_counter() - start)
 
 
@@ -260,8 +292,31 @@ def _overlapping(plan, name: str, step: int) -> tuple[str, ...]:
                  and u.live[0] <= step <= u.live[1])[:8]
 
 
-def count_lines(graph, counts) -> list[str]:
-    """Each symbol's count at run time against its bound, in words."""
+def _observed(graph, idx: int, run, outs) -> dict[str, int]:
+    """The counts of Loop ``idx``'s symbols from its run by iterations: its trip count
+    and each growing carried value's final size on its axis; that run must agree with
+    ONNX Runtime's of the whole node."""
+    found = {}
+    for s in graph.data_bounds.symbols.values():
+        if s.op != "Loop" or s.node != idx:
+            continue
+        if "_carried_" in s.name:
+            j = int(s.name.rsplit("_", 1)[1])
+            shape = run.finals[j]
+            if outs[j] is not None and tuple(outs[j].shape) != shape:
+                raise GraphmemError(
+                    f"the verifier's run of Loop node {idx} by iterations ends with its "
+                    f"carried value {j} of shape {list(shape)}, ONNX Runtime's with "
+                    f"{list(outs[j].shape)}")
+            found[s.name] = shape[s.axis]
+        else:
+            found[s.name] = run.iterations
+    return found
+
+
+def count_lines(graph, counts, observed=None) -> list[str]:
+    """Each symbol's count at run time against its bound, in words (``observed``: the
+    counts known apart, symbol -> count)."""
     lines = []
     seen = {}
     for c in counts:
@@ -271,6 +326,10 @@ def count_lines(graph, counts) -> list[str]:
                 seen[s] = c
     for s, sym in graph.data_bounds.symbols.items():
         c = seen.get(s)
+        if observed and s in observed:
+            lines.append(f"{s} ({sym.op}, node {sym.node}): {observed[s]:,} of at most "
+                         f"{sym.bound:,}")
+            continue
         if c is None:
             lines.append(f"{s} ({sym.op}, node {sym.node}): not run")
             continue
