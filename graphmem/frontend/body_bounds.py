@@ -250,9 +250,9 @@ def _any_concatenates(state) -> bool:
     import onnx
     for n in state.g.nodes:
         for a in n.attrs:
-            raw = bytes(a.raw) if a.type == 5 else b""  # GRAPH
+            raw = bytes(a.raw) if a.type == 5 else b""  # GRAPH: the AttributeProto's bytes
             if b"Concat" in raw and (n.op_type == "Loop" or b"Loop" in raw) and \
-                    _concatenates(n.op_type, onnx.GraphProto.FromString(raw)):
+                    _concatenates(n.op_type, onnx.AttributeProto.FromString(raw).g):
                 return True
     return False
 

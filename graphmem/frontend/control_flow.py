@@ -181,10 +181,13 @@ def _loop(n: onnx.NodeProto, idx: int, body: onnx.GraphProto, known: Mapping[str
     outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
     k = len(carried)
     grown = {}
-    if bounds is not None:  # issue 53: a carried value that grows each iteration
+    if any(o is None or (o.dtype, o.shape) != (t.dtype, t.shape)
+           for t, o in zip(carried, outs[1:1 + k])):
+        # issue 53: a carried value that grows each iteration (else refused in words)
         from graphmem.frontend.loop_growth import changed, growth
-        moved = changed(carried, outs[1:1 + k])
-        grown = growth(label, body, s, carried, outs[1:1 + k], moved) if moved else {}
+        grown = growth(label, body, s, carried, outs[1:1 + k], changed(carried, outs[1:1 + k]))
+        if bounds is None:
+            grown = {}  # (the data bounds apply where a Concat reads a carried value)
     keep = [j for j in range(k) if j not in grown]
     _same_state(label, [s.formal_outputs[1 + j] for j in keep], [carried[j] for j in keep],
                 [outs[1 + j] for j in keep])
@@ -286,8 +289,8 @@ def _same_state(label: str, names, initial, outs) -> None:
             got = f"{o.dtype}{list(o.shape)}" if o is not None else "of no static shape"
             raise GraphmemError(
                 f"{label}: loop-carried value {name!r} is {got}, its initial value "
-                f"{t.dtype}{list(t.shape)}; graphmem plans only loop-carried values of a "
-                "fixed shape")
+                f"{t.dtype}{list(t.shape)}; graphmem plans a loop-carried value that keeps "
+                "its shape, or grows on one axis by a Concat onto it")
 
 
 def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str,
