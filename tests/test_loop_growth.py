@@ -96,7 +96,7 @@ def test_a_carried_value_grown_by_a_concat_plans_at_its_bound(tmp_path, capsys):
     sym = graph.data_bounds.symbols["Loop_0_carried_0"]
     assert (sym.op, sym.node, sym.tensor, sym.axis, sym.bound, sym.proven) == \
         ("Loop", 0, "res", 0, 5, 5)
-    assert sym.why.startswith("its initial 0 + 5 iterations (its trip count) x at most 1")
+    assert sym.why.startswith("its initial 0 + 5 iterations (its trip count M) x at most 1")
     assert "Loop_0" not in graph.data_bounds.symbols  # the trip count is exact
     assert graph.tensors["res"].shape == (5, 6) and graph.tensors["y"].shape == (5, 6)
     (body,) = graph.scopes[0]

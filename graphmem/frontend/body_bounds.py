@@ -37,29 +37,39 @@ class ControlFlowBounds:
         return Tensor(name, a.dtype, tuple(bound if i == axis else d
                                            for i, d in enumerate(shape)), a.bits)
 
-    def trip_count(self, n, idx: int, values, refused: Exception, output: str) -> int:
-        """A Loop's iterations (of the graph itself, not a body's) where control_flow
-        cannot fix them (``refused``: its refusal): at most its trip count ``M``, a
-        constant where the condition may stop it sooner, or ``M`` evaluated at the
-        bounds; ``--bound Loop_N=K`` gives it where ``M`` is a value of the data (and
-        tightens it elsewhere). The count is a symbol ``Loop_N`` governing the Loop's
-        outputs (its scan outputs hold one slice an iteration)."""
+    def trip_count(self, n, idx: int, values, refused: Exception, output: str,
+                   counted=None, scope: str = "") -> int:
+        """A Loop's iterations where control_flow cannot fix them (``refused``: its
+        refusal): at most its trip count ``M``, a constant where the condition may stop
+        it sooner, or ``M`` evaluated at the bounds; at most the count its condition
+        stops it at (``counted``: graphmem/frontend/loop_trips.py), the least of the
+        two; ``--bound Loop_N=K`` gives it where neither bounds it (``M`` a value of the
+        data, or INT64_MAX) and tightens it elsewhere. The count is a symbol ``Loop_N``
+        (in a body, ``Loop_i_N_attr``) governing the Loop's outputs (its scan outputs
+        hold one slice an iteration)."""
         import numpy as np
         from graphmem.errors import GraphmemError
+        from graphmem.frontend.loop_trips import NO_TRIP_COUNT
         sym = symbol_name("Loop", idx)
-        if sym in self.record.symbols:
-            return self.record.symbols[sym].bound
+        full = sym + (f"_{scope}" if scope else "")
+        known = self.record.body_symbols if scope else self.record.symbols
+        if full in known:
+            return known[full].bound
         m = values(n.input[0]) if n.input[0] else None
         m = np.asarray(m) if m is not None else None
         if m is not None and (m.size != 1 or m.dtype.kind not in "iu"):
             raise refused
         proven = None if m is None else max(int(m.reshape(-1)[0]), 0)
-        if proven is None and sym not in self.record.given:
-            raise GraphmemError(f"{refused}; pass --bound {sym}=N (at most N iterations)") \
+        if proven is not None and proven >= NO_TRIP_COUNT:
+            proven = None  # INT64_MAX: a while-loop's, no count
+        why = None if proven is None else f"its trip count M at the bounds, {proven:,}"
+        if counted is not None and (proven is None or counted.trips < proven):
+            proven, why = counted.trips, counted.why
+        if proven is None and full not in self.record.given:
+            raise GraphmemError(f"{refused}; pass --bound {full}=N (at most N iterations)") \
                 from None
-        why = "given by --bound" if proven is None else (
-            f"its trip count M at the bounds, {proven:,}")
-        return self.record.add(sym, proven, "Loop", idx, output, why)
+        return self._add(sym, proven, "Loop", idx, output, why or "given by --bound", 0,
+                         scope)
 
     def carried(self, n, idx: int, grown, trips: int, exact: bool, scope: str = ""
                 ) -> dict[int, int]:
@@ -70,7 +80,7 @@ class ControlFlowBounds:
         ``--bound`` may tighten. Returns position -> the size it is planned at."""
         out = {}
         trip = symbol_name("Loop", idx) + (f"_{scope}" if scope else "")
-        count = (f"{trips:,} iterations (its trip count)" if exact else
+        count = (f"{trips:,} iterations (its trip count M)" if exact else
                  f"at most {trips:,} iterations ({trip})")
         for j, g in grown.items():
             why = (f"its initial {g.initial:,} + {count} x at most {g.step:,} (the Concat "
@@ -238,26 +248,29 @@ class _Lookup:
 def concatenates_carried(state) -> bool:
     """Does a Loop of the graph (or of a body) concatenate onto one of its carried
     values (a Concat reading a formal input from the third on, through Identity or
-    Cast)? Such a value grows each iteration (graphmem/frontend/loop_growth.py) and is
-    planned at a bound: the loader's data bounds apply."""
+    Cast), or have scan outputs and a body condition that is not its input passed on?
+    The first grows each iteration (graphmem/frontend/loop_growth.py), the second runs
+    as many iterations as its condition lets (graphmem/frontend/loop_trips.py): both are
+    planned at a bound, and the loader's data bounds apply."""
     found = getattr(state, "concatenates_carried", None)
     if found is None:
-        found = state.concatenates_carried = _any_concatenates(state)
+        found = state.concatenates_carried = _any_loop_bound(state)
     return found
 
 
-def _any_concatenates(state) -> bool:
+def _any_loop_bound(state) -> bool:
     import onnx
     for n in state.g.nodes:
         for a in n.attrs:
             raw = bytes(a.raw) if a.type == 5 else b""  # GRAPH: the AttributeProto's bytes
-            if b"Concat" in raw and (n.op_type == "Loop" or b"Loop" in raw) and \
-                    _concatenates(n.op_type, onnx.AttributeProto.FromString(raw).g):
-                return True
+            if b"Loop" in raw or n.op_type == "Loop" and raw:
+                body = onnx.AttributeProto.FromString(raw).g
+                if _needs_bound(n.op_type, len(n.outputs), body):
+                    return True
     return False
 
 
-def _concatenates(op: str, body) -> bool:
+def _needs_bound(op: str, outputs: int, body) -> bool:
     if op == "Loop":
         carried = {vi.name for vi in body.input[2:]}
         producers = {o: nd for nd in body.node for o in nd.output if o}
@@ -269,5 +282,11 @@ def _concatenates(op: str, body) -> bool:
                     x = producers[x].input[0]
                 if x in carried:
                     return True
-    return any(_concatenates(nd.op_type, a.g) for nd in body.node for a in nd.attribute
-               if a.type == 5)  # GRAPH
+        if outputs > len(carried) and len(body.input) > 1 and body.output:
+            x = body.output[0].name
+            while x in producers and producers[x].op_type == "Identity":
+                x = producers[x].input[0]
+            if x != body.input[1].name:
+                return True
+    return any(_needs_bound(nd.op_type, len(nd.output), a.g) for nd in body.node
+               for a in nd.attribute if a.type == 5)  # GRAPH

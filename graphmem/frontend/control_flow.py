@@ -198,13 +198,19 @@ def _loop(n: onnx.NodeProto, idx: int, body: onnx.GraphProto, known: Mapping[str
         first = scan_named[0] if scan_named else next(
             (n.output[j] for j in grown if n.output[j]), "")
         what = "a scan output" if scan_named else "a loop-carried value"
+        from graphmem.frontend.loop_trips import condition_count, condition_holds
+        counted = condition_count(n, body, values)
         try:
-            trips = _trip_count(n, s, values, label, first, what)
+            # (a constant true body condition counts as passed through where the
+            # values are constants; with data bounds M may be a value at the bounds,
+            # and the Loop gets its symbol Loop_N below, as for any other condition)
+            trips = _trip_count(n, s, values, label, first, what, counted,
+                                bounds is None and condition_holds(body, values))
         except GraphmemError as exc:
             if bounds is None or where:
                 raise
             # issue 53: a trip count the data decides, at its bound (body_bounds.py)
-            trips = bounds.trip_count(n, idx, values, exc, first)
+            trips = bounds.trip_count(n, idx, values, exc, first, counted)
             exact = False
     if grown:
         from graphmem.frontend.loop_growth import check_again, without_types
@@ -294,30 +300,44 @@ def _same_state(label: str, names, initial, outs) -> None:
 
 
 def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str,
-                what: str = "a scan output") -> int:
+                what: str = "a scan output", counted=None, holds: bool = False) -> int:
     """A Loop's number of iterations, when it is fixed: a constant trip count ``M``, a
     condition that is absent or a constant true, and a body condition that passes its
-    input through (or is a constant true)."""
+    input through or is a constant true (``holds``); or (issue 53) a body condition that
+    counts (``counted``: graphmem/frontend/loop_trips.py, a counter compared with a
+    constant) with ``M`` absent, INT64_MAX or a constant."""
+    from graphmem.frontend.loop_trips import NO_TRIP_COUNT
     why = None
     trips = values(n.input[0]) if n.input[0] else None
-    if trips is None:
+    m = None
+    if trips is not None:
+        trips = np.asarray(trips)
+        if trips.size != 1:
+            raise GraphmemError(f"{label}: its trip count holds {trips.size} values, not one")
+        if trips.dtype.kind not in "iu":  # the spec's M is int64; a float has no count
+            raise GraphmemError(f"{label}: its trip count is of type {trips.dtype}, not an "
+                                "integer")
+        m = max(int(trips.reshape(-1)[0]), 0)
+        if m >= NO_TRIP_COUNT:
+            m = None  # INT64_MAX: a while-loop's, no count
+    cond = values(n.input[1]) if len(n.input) > 1 and n.input[1] else np.array(True)
+    starts = cond is not None and np.asarray(cond).size == 1 and \
+        bool(np.asarray(cond).reshape(-1)[0])
+    if starts and (holds or _passes_condition(s)):
+        if m is not None:
+            return m
+        why = ("its trip count is not a constant" if trips is None and n.input[0] else
+               "nothing stops it (its trip count is absent or INT64_MAX, its condition "
+               "constant)")
+    elif starts and counted is not None and counted.exact and (trips is not None or
+                                                              not n.input[0]):
+        return counted.trips if m is None else min(m, counted.trips)
+    elif trips is None and n.input[0]:
         why = "its trip count is not a constant"
     else:
-        cond = values(n.input[1]) if len(n.input) > 1 and n.input[1] else np.array(True)
-        body_cond = _passes_condition(s)
-        if cond is None or np.asarray(cond).size != 1 or \
-                not bool(np.asarray(cond).reshape(-1)[0]) or not body_cond:
-            why = "its condition can stop it before the trip count"
-    if why:
-        raise GraphmemError(f"cannot size tensor {output!r}, {what} of {label}: {why}; "
-                            "graphmem needs a static shape for every tensor")
-    trips = np.asarray(trips)
-    if trips.size != 1:
-        raise GraphmemError(f"{label}: its trip count holds {trips.size} values, not one")
-    if trips.dtype.kind not in "iu":  # the spec's M is int64; a float has no count
-        raise GraphmemError(f"{label}: its trip count is of type {trips.dtype}, not an "
-                            "integer")
-    return max(int(trips.reshape(-1)[0]), 0)
+        why = "its condition can stop it before the trip count"
+    raise GraphmemError(f"cannot size tensor {output!r}, {what} of {label}: {why}; "
+                        "graphmem needs a static shape for every tensor")
 
 
 def _passes_condition(s: Scope) -> bool:
