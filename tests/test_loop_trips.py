@@ -130,3 +130,57 @@ def test_a_condition_of_the_data_alone_needs_a_bound(tmp_path, capsys):
     report = verify(graphmem.plan_graph(graph).plan, graph,
                     inputs={"x": np.ones(3, np.float32), "lim": np.array(3.5, np.float32)})
     assert report.passed, report
+
+
+def loop_in_an_if(escapes=False):
+    """An If whose then_branch runs the ``and_data`` Loop of :func:`counted_loop` (at
+    most 10 iterations, fewer as ``lim`` says) and sums its scan output (``escapes``:
+    returns the scan output itself, whose size would leave the branch)."""
+    n = helper.make_node
+    inner = counted_loop("and_data").graph.node[0]
+    then = [inner]
+    if escapes:
+        then.append(n("Identity", ["ys"], ["out"]))
+    else:
+        then.append(n("ReduceSum", ["ys", "ax0"], ["out"], keepdims=0))
+    shape = ["t", 3] if escapes else [3]
+    g_then = helper.make_graph(
+        then, "then", [], [helper.make_tensor_value_info("out", F, shape)],
+        [numpy_helper.from_array(np.array(True), "true"), const("k0", 0), const("ax0", [0])])
+    other = n("Identity", ["x"], ["out2"]) if not escapes else n(
+        "Constant", [], ["out2"], value=numpy_helper.from_array(np.zeros((2, 3), np.float32)))
+    g_else = helper.make_graph([other], "else", [],
+                               [helper.make_tensor_value_info("out2", F, shape)])
+    nodes = [n("ReduceSum", ["x"], ["s"], keepdims=0), n("Greater", ["s", "zero"], ["c"]),
+             n("If", ["c"], ["y"], then_branch=g_then, else_branch=g_else)]
+    return make_model(nodes, [("x", F, [3]), ("lim", F, [])], [("y", F, shape)],
+                      initializers=[const("zero", 0.0, np.float32)])
+
+
+def test_a_loop_in_a_body_gets_a_symbol_of_that_body(tmp_path, capsys):
+    path = save(loop_in_an_if(), tmp_path)
+    graph = graphmem.load(path)
+    sym = graph.data_bounds.body_symbols["Loop_0_2_then_branch"]
+    assert (sym.bound, sym.proven, sym.scope, sym.tensor) == (10, 10, "2_then_branch", "ys")
+    (then, _) = graph.scopes[2]
+    assert then.graph.tensors["ys"].shape == (10, 3)
+    plan = graphmem.plan_graph(graph).plan
+    graphmem.validate(plan, graph)
+    assert plan.bounds["Loop_0_2_then_branch"]["scope"] == {"node": 2, "attr": "then_branch"}
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.ones(3, np.float32), lim=np.array(3.5, np.float32))
+    capsys.readouterr()
+    assert main(["verify", path, "--inputs", str(inputs)]) == 0
+    out = capsys.readouterr().out
+    assert "Loop_0_2_then_branch (Loop, node 0 in the then_branch of node 2)" in out, out
+    tight = graphmem.load(path, bounds={"Loop_0_2_then_branch": 6})
+    assert tight.scopes[2][0].graph.tensors["ys"].shape == (6, 3)
+
+
+def test_a_bounded_loop_whose_size_leaves_its_body_is_refused(tmp_path, capsys):
+    path = save(loop_in_an_if(escapes=True), tmp_path)
+    assert main(["plan", path, "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot size tensor 'out'" in err[0], err
+    assert "its size depends on Loop node 0 of that body, bounded by Loop_0_2_then_branch" \
+        in err[0], err

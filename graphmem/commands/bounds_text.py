@@ -11,7 +11,7 @@ ROWS = 12
 def print_bounded(console, report) -> None:
     """verify's counts: each symbol's value at run time against its bound, and each
     bounded tensor's elements against those planned."""
-    if not report.bounded:
+    if not report.bounded and not report.symbol_counts:
         return
     counts = report.symbol_counts
     for line in counts[:ROWS]:
@@ -19,6 +19,8 @@ def print_bounded(console, report) -> None:
     if len(counts) > ROWS:
         console.print(f"count         ... and {len(counts) - ROWS:,} more sizes that "
                       f"depend on the data")
+    if not report.bounded:  # (a body's symbols alone: its node's outputs are static)
+        return
     console.print(f"bounded       {len(report.bounded)} tensors ran with the sizes the "
                   "data gave, each in the first bytes of its slot:")
     # the largest planned first: where the bounds cost the most

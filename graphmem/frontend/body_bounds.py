@@ -71,6 +71,62 @@ class ControlFlowBounds:
         return self._add(sym, proven, "Loop", idx, output, why or "given by --bound", 0,
                          scope)
 
+    def kept_inside(self, model, tensors, formal_out, scope: str, where: str, infer) -> None:
+        """Refuse a Loop of a body (``model``, inferred; the body ``scope``) bounded by a
+        symbol of that body (its trip count or a growing carried value) where the size
+        of a formal output of the body depends on it: the enclosing node's outputs
+        would then have sizes the data decides that no symbol of the enclosing graph
+        bounds. The body is inferred again with each such Loop's bounded outputs one
+        larger on their axis (``infer``: a model -> its types); a formal output whose
+        shape changes depends on it."""
+        from onnx import helper
+        from graphmem.core.dtypes import ENUM_BY_NAME
+        mine = [s for s in self.record.body_symbols.values()
+                if s.scope == scope and s.op == "Loop"]
+        if not mine:
+            return
+        grown = {}
+        for s in mine:
+            nd = model.graph.node[s.node]
+            k = max(len(nd.input) - 2, 0)
+            if "_carried_" in s.name:
+                j = int(s.name[:-len(scope) - 1].rsplit("_", 1)[1])
+                outs = [(nd.output[j], s.axis)] if j < len(nd.output) else []
+            else:
+                outs = [(o, 0) for o in nd.output[k:]]
+            for o, axis in outs:
+                t = tensors.get(o) if o else None
+                if t is not None and axis < len(t.shape):
+                    shape = list(grown.get(o, t.shape))
+                    shape[axis] += 1
+                    grown[o] = (t, tuple(shape), s.name, s.node)
+        if not grown:
+            return
+        from graphmem.frontend.loop_growth import computed_from
+        out = type(model)()
+        out.CopyFrom(model)
+        # what follows those outputs inferred afresh (its types as inferred now dropped)
+        stale = computed_from(out.graph, set(grown))
+        for o in out.graph.output:
+            if o.name in stale:
+                o.type.tensor_type.ClearField("shape")
+        kept = [vi for vi in out.graph.value_info if vi.name not in stale]
+        del out.graph.value_info[:]
+        out.graph.value_info.extend(kept + [
+            helper.make_tensor_value_info(o, ENUM_BY_NAME[t.dtype], list(shape))
+            for o, (t, shape, _, _) in grown.items()])
+        again = infer(out)
+        for o in formal_out:
+            a, b = tensors.get(o), again.get(o)
+            if a is not None and (b is None or a.shape != b.shape):
+                from graphmem.errors import GraphmemError
+                _, _, name, node = next(iter(grown.values()))
+                raise GraphmemError(
+                    f"cannot size tensor {o!r}, an output{where}: its size depends on Loop "
+                    f"node {node} of that body, bounded by {name} (a size the data "
+                    "decides); graphmem plans such a Loop inside a body only where the "
+                    "sizes of the body's outputs do not depend on it")
+
     def carried(self, n, idx: int, grown, trips: int, exact: bool, scope: str = ""
                 ) -> dict[int, int]:
         """The bound of each loop-carried value that grows (``grown``: position ->

@@ -207,10 +207,11 @@ def _loop(n: onnx.NodeProto, idx: int, body: onnx.GraphProto, known: Mapping[str
             trips = _trip_count(n, s, values, label, first, what, counted,
                                 bounds is None and condition_holds(body, values))
         except GraphmemError as exc:
-            if bounds is None or where:
+            if bounds is None:
                 raise
-            # issue 53: a trip count the data decides, at its bound (body_bounds.py)
-            trips = bounds.trip_count(n, idx, values, exc, first, counted)
+            # issue 53: a trip count the data decides, at its bound (body_bounds.py; in
+            # a body, a symbol of the body's scope)
+            trips = bounds.trip_count(n, idx, values, exc, first, counted, scope)
             exact = False
     if grown:
         from graphmem.frontend.loop_growth import check_again, without_types
@@ -413,6 +414,9 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
                                     f"{nd.op_type} node{where}")
     formal_in = tuple(vi.name for vi in body.input)
     formal_out = tuple(o.name for o in body.output)
+    if bounds is not None:  # issue 53: a bounded Loop of this body stays in it
+        bounds.kept_inside(m, tensors, formal_out, f"{idx}_{attr}", where,
+                           lambda x: types_of(_infer(x, where)))
     for o in formal_out:
         if o not in tensors:
             raise GraphmemError(f"cannot infer the shape of tensor {o!r}, an output{where}")

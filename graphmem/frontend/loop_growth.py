@@ -101,7 +101,7 @@ def growth(label: str, body: onnx.GraphProto, scope, carried, outs, which) -> di
         if len(onto) != 1:
             raise GraphmemError(f"{what}: its Concat (body node {ci}) reads its formal input "
                                 f"{fin[j]!r} {len(onto)} times; {need}")
-        reads_carried = _computed_from(body, growing_inputs)
+        reads_carried = computed_from(body, growing_inputs)
         for x in concat.input:
             if x and x not in onto[0] and x in reads_carried:
                 raise GraphmemError(f"{what}: its Concat (body node {ci}) adds {x!r}, which "
@@ -133,7 +133,7 @@ def _passed(x: str, source: str, producers, dtype: str) -> list[str] | None:
     return path
 
 
-def _computed_from(body: onnx.GraphProto, sources: set[str]) -> set[str]:
+def computed_from(body: onnx.GraphProto, sources: set[str]) -> set[str]:
     """The body tensors computed from ``sources`` (by data or shape), a nested body's
     reads of them included."""
     from graphmem.frontend.control_flow import outer_reads
@@ -165,7 +165,7 @@ def check_again(label: str, body: onnx.GraphProto, first, second, grown: dict[in
                 f"initial size but is {got} from {sizes[j]} (not {list(want)}); graphmem "
                 "plans a loop-carried value that grows by the same step each iteration")
     for g in grown.values():
-        for name in sorted(_computed_from(body, {g.formal_in}) - allowed):
+        for name in sorted(computed_from(body, {g.formal_in}) - allowed):
             a, b = first.graph.tensors.get(name), second.graph.tensors.get(name)
             if a is None or b is None or a.shape == b.shape:
                 continue
@@ -179,7 +179,7 @@ def check_again(label: str, body: onnx.GraphProto, first, second, grown: dict[in
 def without_types(body: onnx.GraphProto, grown: dict[int, Growth]) -> onnx.GraphProto:
     """``body`` less the value_info of the tensors computed from its growing values (the
     enclosing graph's inference wrote them at the initial sizes), for inferring again."""
-    stale = _computed_from(body, {g.formal_in for g in grown.values()})
+    stale = computed_from(body, {g.formal_in for g in grown.values()})
     out = onnx.GraphProto()
     out.CopyFrom(body)
     kept = [vi for vi in out.value_info if vi.name not in stale]

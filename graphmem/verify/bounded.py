@@ -335,6 +335,10 @@ def count_lines(graph, counts, observed=None) -> list[str]:
             continue
         axis = _count_axis(sym.op, c, sym.axis)
         lines.append(f"{s} ({sym.op}, node {sym.node}): {axis:,} of at most {sym.bound:,}")
+    for s, sym in graph.data_bounds.body_symbols.items():
+        node, _, attr = sym.scope.partition("_")
+        lines.append(f"{s} ({sym.op}, node {sym.node} in the {attr} of node {node}): not "
+                     f"counted, at most {sym.bound:,} (the node runs whole on ONNX Runtime)")
     return lines
 
 
