@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
 from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Scope, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
+from graphmem.frontend.body_reads import outer_reads
 BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 
 
@@ -494,18 +495,3 @@ def _infer(m: onnx.ModelProto, where: str) -> onnx.ModelProto:
     except Exception as exc:
         text = " ".join(str(exc).split())[:300]
         raise GraphmemError(f"ONNX shape inference failed{where}: {text}") from None
-
-
-def outer_reads(body: onnx.GraphProto) -> set[str]:
-    """Names a body reads from enclosing scopes (its nested bodies' included)."""
-    defined = {vi.name for vi in body.input} | {i.name for i in body.initializer}
-    outer: set[str] = set()
-    for nd in body.node:
-        reads = [t for t in nd.input if t]
-        for a in nd.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                reads.extend(sorted(outer_reads(a.g)))
-        outer.update(t for t in reads if t not in defined)
-        defined.update(o for o in nd.output if o)
-    outer.update(o.name for o in body.output if o.name not in defined)
-    return outer

@@ -271,8 +271,8 @@ def has_data_dependent_ops(state) -> bool:
         for a in n.attrs:
             if a.type in GRAPH_ATTRS and any(op in bytes(a.raw) for op in names):
                 return True
-    from graphmem.frontend.body_bounds import concatenates_carried
-    return concatenates_carried(state)
+    from graphmem.frontend.loop_detect import loop_needs_bounds
+    return loop_needs_bounds(state)
 
 
 def record_of(state) -> DataBounds:

@@ -136,7 +136,7 @@ def _passed(x: str, source: str, producers, dtype: str) -> list[str] | None:
 def computed_from(body: onnx.GraphProto, sources: set[str]) -> set[str]:
     """The body tensors computed from ``sources`` (by data or shape), a nested body's
     reads of them included."""
-    from graphmem.frontend.control_flow import outer_reads
+    from graphmem.frontend.body_reads import outer_reads
     found = set(sources)
     for nd in body.node:
         reads = [t for t in nd.input if t]
