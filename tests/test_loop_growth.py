@@ -216,3 +216,42 @@ def test_torch_keypoint_loop_two_values_through_casts(tmp_path, capsys):
     assert main(["verify", KEYPOINT, "--plan", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"{grown[1]} (Loop, node {loop}): " in printed, printed
+
+
+def test_a_growing_loop_in_a_branch_has_a_symbol_of_that_body(tmp_path, capsys):
+    """The growing Loop of :func:`growing_loop` in an If's then_branch, its value summed
+    there (its size stays in the branch); returned whole instead, refused in one line."""
+    def model(escapes):
+        n = helper.make_node
+        inner = growing_loop().graph
+        loop = inner.node[0]
+        body = [loop, n("ReduceSum", ["res", "ax0"], ["out"], keepdims=0)] if not escapes \
+            else [loop, n("Identity", ["res"], ["out"])]
+        shape = ["r", 6] if escapes else [6]
+        then = helper.make_graph(
+            body, "then", [], [helper.make_tensor_value_info("out", F, shape)],
+            [i for i in inner.initializer if i.name in ("trips", "true", "empty")]
+            + [const("ax0", [0])])
+        other = helper.make_graph(
+            [n("Constant", [], ["out2"], value=numpy_helper.from_array(
+                np.zeros((2, 6) if escapes else (6,), np.float32)))], "else", [],
+            [helper.make_tensor_value_info("out2", F, shape)])
+        nodes = [n("ReduceSum", ["x"], ["s"], keepdims=0), n("Greater", ["s", "zero"], ["c"]),
+                 n("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+        return make_model(nodes, [("x", F, [5, 6])], [("y", F, shape)],
+                          initializers=[const("zero", 0.0, np.float32)])
+    path = save(model(False), tmp_path)
+    graph = graphmem.load(path)
+    sym = graph.data_bounds.body_symbols["Loop_0_carried_0_2_then_branch"]
+    assert (sym.bound, sym.scope, sym.tensor) == (5, "2_then_branch", "res")
+    assert graph.scopes[2][0].graph.tensors["res"].shape == (5, 6)
+    plan = graphmem.plan_graph(graph).plan
+    graphmem.validate(plan, graph)
+    capsys.readouterr()
+    assert main(["verify", path]) == 0
+    assert "Loop_0_carried_0_2_then_branch (Loop, node 0 in the then_branch of node 2)" \
+        in capsys.readouterr().out
+    escaping = save(model(True), tmp_path, "e.onnx")
+    assert main(["plan", escaping, "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bounded by Loop_0_carried_0_2_then_branch" in err[0], err
