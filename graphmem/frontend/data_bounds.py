@@ -357,7 +357,11 @@ def governed(g, order, reads, record: DataBounds
     size: dict[str, set] = {}
     value: dict[str, set] = {}
     for s in record.symbols.values():
-        for o in nodes[s.node].outputs:
+        # a growing loop-carried value's symbol: its own output (the trip count's,
+        # Loop_N, governs them all)
+        outs = (s.tensor,) if s.op == "Loop" and "_carried_" in s.name else \
+            nodes[s.node].outputs
+        for o in outs:
             if o:
                 size.setdefault(o, set()).add(s.name)
     for idx in order:
