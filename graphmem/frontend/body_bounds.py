@@ -81,8 +81,10 @@ class ControlFlowBounds:
         shape changes depends on it."""
         from onnx import helper
         from graphmem.core.dtypes import ENUM_BY_NAME
-        mine = [s for s in self.record.body_symbols.values()
-                if s.scope == scope and s.op == "Loop"]
+        nodes = model.graph.node
+        mine = [s for s in self.record.body_symbols.values()  # (a name's scope is the
+                if s.scope == scope and s.op == "Loop"  # body's index and attribute)
+                and s.node < len(nodes) and nodes[s.node].op_type == "Loop"]
         if not mine:
             return
         grown = {}

@@ -17,7 +17,10 @@ for bit before the node runs, and every graph output at the end. The report says
 many elements each bounded tensor had, and each symbol's count (how many boxes each
 NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
 runs whole on ONNX Runtime, the tensors its bodies read from the graph given as inputs:
-its outputs are checked against their slots, its bodies' own plans are not run here.
+its outputs are checked against their slots, its bodies' own plans are not run here;
+but a Loop with a growing carried value also runs iteration by iteration, each value
+checked against its body's slots (graphmem/verify/loop_steps.py), and its trip count
+and final sizes are its symbols' counts. A body's own symbols are listed, not counted.
 """
 from __future__ import annotations
 
