@@ -110,6 +110,7 @@ def test_a_carried_value_grown_by_a_concat_plans_at_its_bound(tmp_path, capsys):
     assert inner.tensors["res_out"].bounded_by == {"Loop_0_carried_0": 5}
     assert inner.tensors["row1"].slice_of is None  # the bounded Concat is not written in place
     assert plan.bounds["Loop_0_carried_0"]["bound"] == 5
+    assert plan.bounds["Loop_0_carried_0"]["why"] == sym.why
     out = tmp_path / "p.json"
     assert main(["plan", path, "-q", "-o", str(out)]) == 0
     capsys.readouterr()

@@ -73,16 +73,17 @@ class DataBounds:
         return [n for n in self.given if n not in self.symbols and n not in self.body_symbols]
 
     def to_dict(self) -> dict:
-        """The symbols as the plan file writes them: the graph's, then those of If/Loop/
-        Scan bodies, each with its ``scope`` (the node whose body it is in, and the
+        """The symbols as the plan file writes them (each with ``why``, its bound in
+        words): the graph's, then those of If/Loop/Scan bodies, each with its ``scope`` (the node whose body it is in, and the
         attribute: ``{"node": 7, "attr": "else_branch"}``; ``node`` and ``tensor`` are
         then the body's own)."""
         out = {s.name: {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
-                        "tensor": s.tensor, "axis": s.axis} for s in self.symbols.values()}
+                        "tensor": s.tensor, "axis": s.axis, "why": s.why}
+               for s in self.symbols.values()}
         for s in self.body_symbols.values():
             node, _, attr = s.scope.partition("_")
             out[s.name] = {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
-                           "tensor": s.tensor, "axis": s.axis,
+                           "tensor": s.tensor, "axis": s.axis, "why": s.why,
                            "scope": {"node": int(node), "attr": attr}}
         return out
 
