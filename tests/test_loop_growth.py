@@ -256,3 +256,46 @@ def test_a_growing_loop_in_a_branch_has_a_symbol_of_that_body(tmp_path, capsys):
     assert main(["plan", escaping, "-o", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bounded by Loop_0_carried_0_2_then_branch" in err[0], err
+
+
+def test_a_growth_bounded_by_a_symbol_of_the_body(tmp_path, capsys):
+    """Each iteration appends the indices of row i's positive elements (a NonZero of
+    the body: at most 6), so the value grows by at most 6 an iteration: 5 x 6."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("Gather", ["x", "i"], ["row"], axis=0), n("Greater", ["row", "zero"], ["pos"]),
+         n("NonZero", ["pos"], ["nz"]), n("Transpose", ["nz"], ["nzt"], perm=[1, 0]),
+         n("Concat", ["res_in", "nzt"], ["res_out"], axis=0),
+         n("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("res_in", I64, ["r", 1])],
+        [helper.make_tensor_value_info("cond_out", B, []),
+         helper.make_tensor_value_info("res_out", I64, ["r", 1])],
+        [const("zero", 0.0, np.float32)])
+    model = make_model([n("Loop", ["trips", "true", "empty"], ["res"], body=body)],
+                       [("x", F, [5, 6])], [("res", I64, ["r", 1])],
+                       initializers=[const("trips", 5),
+                                     numpy_helper.from_array(np.array(True), "true"),
+                                     const("empty", np.zeros((0, 1)))])
+    path = save(model, tmp_path)
+    graph = graphmem.load(path)
+    sym = graph.data_bounds.symbols["Loop_0_carried_0"]
+    assert (sym.bound, sym.proven) == (30, 30) and "x at most 6" in sym.why
+    assert "NonZero_2_0_body" in graph.data_bounds.body_symbols
+    assert graph.tensors["res"].shape == (30, 1)
+    assert graph.scopes[0][0].graph.tensors["res_out"].shape == (36, 1)
+    graphmem.validate(graphmem.plan_graph(graph).plan, graph)
+    inputs = tmp_path / "in.npz"  # 2 positive elements a row: 10 in all
+    x = -np.ones((5, 6), np.float32)
+    x[:, 1:3] = 1
+    np.savez(inputs, x=x)
+    capsys.readouterr()
+    assert main(["verify", path, "--inputs", str(inputs)]) == 0
+    assert "Loop_0_carried_0 (Loop, node 0): 10 of at most 30" in capsys.readouterr().out
+    low = tmp_path / "low.json"
+    assert main(["plan", path, "-q", "--bound", "Loop_0_carried_0=9", "-o", str(low)]) == 0
+    capsys.readouterr()
+    assert main(["verify", path, "--plan", str(low), "--inputs", str(inputs)]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "FAIL: tensor 'res_in'" in printed and "Loop_0_carried_0 <= 9" in printed, printed
