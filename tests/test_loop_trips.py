@@ -172,9 +172,18 @@ def test_a_loop_in_a_body_gets_a_symbol_of_that_body(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", path, "--inputs", str(inputs)]) == 0
     out = capsys.readouterr().out
-    assert "Loop_0_2_then_branch (Loop, node 0 in the then_branch of node 2)" in out, out
+    assert "Loop_0_2_then_branch (Loop, node 0 in the then_branch of node 2): 5 of at " \
+        "most 10" in out, out
     tight = graphmem.load(path, bounds={"Loop_0_2_then_branch": 6})
     assert tight.scopes[2][0].graph.tensors["ys"].shape == (6, 3)
+    low = tmp_path / "low.json"
+    assert main(["plan", path, "-q", "--bound", "Loop_0_2_then_branch=4", "-o",
+                 str(low)]) == 0
+    capsys.readouterr()
+    assert main(["verify", path, "--plan", str(low), "--inputs", str(inputs)]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "FAIL: tensor 'ys' (the then_branch of node 2 (If))" in printed, printed
+    assert "Loop_0_2_then_branch <= 4" in printed, printed
 
 
 def test_a_bounded_loop_whose_size_leaves_its_body_is_refused(tmp_path, capsys):

@@ -20,7 +20,10 @@ runs whole on ONNX Runtime, the tensors its bodies read from the graph given as 
 its outputs are checked against their slots, its bodies' own plans are not run here;
 but a Loop with a growing carried value also runs iteration by iteration, each value
 checked against its body's slots (graphmem/verify/loop_steps.py), and its trip count
-and final sizes are its symbols' counts. A body's own symbols are listed, not counted.
+and final sizes are its symbols' counts; and an If whose branch holds a Loop bounded by
+a symbol of that branch runs that branch again, the Loop's outputs checked against
+their slots in the branch's plan and counted. Other body symbols are listed, not
+counted.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.verify.arena_run import Mismatch
 from graphmem.verify.compare import OutputCheck
-from graphmem.verify.loop_steps import grows, run_loop
+from graphmem.verify.loop_steps import branch_loops, grows, run_branch, run_loop
 from graphmem.verify.node_sessions import numpy_dtype, runtime_message, session_options
 
 POISON = 0xFF
@@ -225,6 +228,15 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
             if overflow is not None:
                 break
             observed.update(_observed(graph, idx, run, outs))
+        if node.op_type == "If" and branch_loops(graph, idx):
+            # issue 53: the bounded Loops of the branch it took, against their slots
+            named = dict(zip(node.inputs, values[:k]))
+            named.update(zip(node.implicit_inputs, values[k:]))
+            found, overflow = run_branch(model, graph, plan, node, named,
+                                         sessions.ir_version)
+            observed.update(found)
+            if overflow is not None:
+                break
         for o, v in zip(node.outputs, outs):
             if not o or v is None or o not in tensors:
                 continue
@@ -340,8 +352,12 @@ def count_lines(graph, counts, observed=None) -> list[str]:
         lines.append(f"{s} ({sym.op}, node {sym.node}): {axis:,} of at most {sym.bound:,}")
     for s, sym in graph.data_bounds.body_symbols.items():
         node, _, attr = sym.scope.partition("_")
-        lines.append(f"{s} ({sym.op}, node {sym.node} in the {attr} of node {node}): not "
-                     f"counted, at most {sym.bound:,} (the node runs whole on ONNX Runtime)")
+        where = f"{sym.op}, node {sym.node} in the {attr} of node {node}"
+        if observed and s in observed:
+            lines.append(f"{s} ({where}): {observed[s]:,} of at most {sym.bound:,}")
+            continue
+        lines.append(f"{s} ({where}): not counted, at most {sym.bound:,} (its node runs "
+                     "whole on ONNX Runtime)")
     return lines
 
 

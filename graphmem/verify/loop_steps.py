@@ -82,21 +82,28 @@ def run_loop(model: onnx.ModelProto, graph, plan, node, values: dict, ir_version
     return LoopRun(i, tuple(tuple(v.shape) for v in carried), None)
 
 
-def _past(body_plan, scope, name: str, value: np.ndarray, where: str) -> str | None:
-    """Words for ``value`` past the slot of body tensor ``name``, or None where it fits."""
+def _past(body_plan, scope, name: str, value: np.ndarray, where: str, symbol=None
+          ) -> str | None:
+    """Words for ``value`` past the slot of body tensor ``name``, or None where it fits
+    (``symbol``: the one that bounds it, where the body's plan does not mark it)."""
     t = body_plan.tensors.get(name)
     if t is None or value.nbytes <= t.bytes:
         return None
     planned = list(scope.graph.tensors[name].shape)
-    bound = ", ".join(f"{s} <= {b:,}" for s, b in (t.bounded_by or {}).items()) or "no bound"
+    marks = dict(t.bounded_by or {})
+    if symbol is not None:
+        marks.setdefault(symbol.name, symbol.bound)
+    bound = ", ".join(f"{s} <= {b:,}" for s, b in marks.items()) or "no bound"
     return (f"tensor {name!r} ({where}) holds {value.size:,} elements {list(value.shape)} "
             f"({value.nbytes:,} bytes), past its planned slot of {t.bytes:,} bytes "
             f"({planned} at the bound: {bound})")
 
 
-def _session(model, body: onnx.GraphProto, values: dict, scope, ir_version: int):
+def _session(model, body: onnx.GraphProto, values: dict, scope, ir_version: int,
+             more=()):
     """One ONNX Runtime session of the whole body: its formal inputs and outputs with
-    their element types only, the names it reads from the graph as inputs."""
+    their element types only, the names it reads from the graph as inputs; ``more``:
+    (name, element type) of body tensors to return after the formal outputs."""
     import onnxruntime as ort
     from graphmem.frontend.control_flow import outer_reads
     g = onnx.GraphProto()
@@ -108,12 +115,70 @@ def _session(model, body: onnx.GraphProto, values: dict, scope, ir_version: int)
     for name in outer:
         g.input.append(helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(np.asarray(values[name]).dtype), None))
+    for name, elem in more:
+        g.output.append(helper.make_tensor_value_info(name, elem, None))
     m = helper.make_model(g, opset_imports=list(model.opset_import))
     m.ir_version = ir_version
     try:
         sess = ort.InferenceSession(m.SerializeToString(), session_options(),
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise GraphmemError(f"ONNX Runtime cannot run the body of Loop node {scope.node} "
+        raise GraphmemError(f"ONNX Runtime cannot run the {scope.attr} of node {scope.node} "
                             f"alone: {runtime_message(exc)}") from None
     return sess, outer
+
+
+def branch_loops(graph, index: int) -> bool:
+    """Does a branch of If node ``index`` hold a Loop bounded by a symbol of its own?"""
+    record = graph.data_bounds
+    return record is not None and any(
+        s.op == "Loop" and s.scope.partition("_")[0] == str(index)
+        for s in record.body_symbols.values())
+
+
+def run_branch(model: onnx.ModelProto, graph, plan, node, values: dict, ir_version: int
+               ) -> tuple[dict[str, int], str | None]:
+    """The branch If ``node`` takes on ``values`` run again (one session), the outputs
+    of its Loops bounded by symbols of that branch returned too: each checked against
+    its slot in the branch's plan. Returns (symbol -> its count, the first output past
+    its slot in words or None)."""
+    from graphmem.core.dtypes import ENUM_BY_NAME
+    proto = model.graph.node[node.index]
+    cond = bool(np.asarray(values[proto.input[0]]).reshape(-1)[0])
+    attr = "then_branch" if cond else "else_branch"
+    mine = [s for s in graph.data_bounds.body_symbols.values()
+            if s.op == "Loop" and s.scope == f"{node.index}_{attr}"]
+    if not mine:
+        return {}, None
+    body = next(a.g for a in proto.attribute if a.name == attr)
+    scope = next(s for s in graph.scopes[node.index] if s.attr == attr)
+    body_plan = next(s.plan for s in plan.scopes if s.node == node.index and s.attr == attr)
+    wanted = {}  # symbol -> (its tensor, the axis of its count)
+    by_name = {s.name: s for s in mine}
+    for s in mine:
+        loop = body.node[s.node]
+        if "_carried_" in s.name:
+            j = int(s.name[:-len(s.scope) - 1].rsplit("_", 1)[1])
+            wanted[s.name] = (loop.output[j], s.axis)
+        else:
+            k = len(loop.input) - 2
+            scans = [o for o in loop.output[k:] if o]
+            if scans:
+                wanted[s.name] = (scans[0], 0)
+    names = sorted({t for t, _ in wanted.values() if t})
+    more = [(t, ENUM_BY_NAME[scope.graph.tensors[t].dtype]) for t in names]
+    sess, outer = _session(model, body, values, scope, ir_version, more)
+    try:
+        outs = sess.run(None, {name: np.asarray(values[name]) for name in outer})
+    except Exception as exc:
+        raise GraphmemError(f"ONNX Runtime failed on the {attr} of {node.label}: "
+                            f"{runtime_message(exc, 1000)}") from None
+    got = dict(zip(names, outs[len(body.output):]))
+    counts = {}
+    for sym, (t, axis) in wanted.items():
+        v = np.asarray(got[t])
+        past = _past(body_plan, scope, t, v, f"the {attr} of {node.label}", by_name[sym])
+        counts[sym] = int(v.shape[axis]) if axis < v.ndim else int(v.size)
+        if past:
+            return counts, past
+    return counts, None
