@@ -140,7 +140,12 @@ class ControlFlowBounds:
         trip = symbol_name("Loop", idx) + (f"_{scope}" if scope else "")
         count = (f"{trips:,} iterations (its trip count M)" if exact else
                  f"at most {trips:,} iterations ({trip})")
+        known = self.record.body_symbols if scope else self.record.symbols
         for j, g in grown.items():
+            name = f"Loop_{idx}_carried_{j}" + (f"_{scope}" if scope else "")
+            if name in known:  # settled before (a deferred round settles again)
+                out[j] = known[name].bound
+                continue
             why = (f"its initial {g.initial:,} + {count} x at most {g.step:,} (the Concat "
                    f"onto it, body node {g.concat})")
             tensor = n.output[j] if j < len(n.output) else ""
