@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import graphmem
 from graphmem.cli import main
 from graphmem.errors import GraphmemError
 from graphmem.frontend.reader import from_model, load
@@ -140,10 +141,19 @@ def test_loop_scan_output_sized_from_a_constant_trip_count():
     assert graph.tensors["ys"].shape == (5, 2)
 
 
-def test_loop_whose_condition_can_stop_it_early_is_refused():
+def test_loop_whose_condition_can_stop_it_early_is_bounded_by_its_trip_count(tmp_path):
+    """(issue 53: was refused) a condition computed in the body that may stop the Loop
+    before M: its scan output planned at M, a symbol Loop_0; it runs once here."""
     stop = helper.make_node("Greater", ["i", "i"], ["c_out"])  # computed: not static
-    with pytest.raises(GraphmemError, match="cannot size tensor 'ys'.*condition"):
-        from_model(_loop(stop))
+    onnx.save(_loop(stop), tmp_path / "m.onnx")
+    graph = load(str(tmp_path / "m.onnx"))
+    assert graph.tensors["ys"].shape == (3, 2)
+    sym = graph.data_bounds.symbols["Loop_0"]
+    assert (sym.bound, sym.proven, sym.tensor) == (3, 3, "ys")
+    from graphmem.verify.verifier import verify
+    report = verify(graphmem.plan_graph(graph).plan, graph)
+    assert report.passed, report
+    assert "Loop_0 (Loop, node 0): 1 of at most 3" in report.symbol_counts
 
 
 def test_if_branches_of_different_shapes_are_refused():

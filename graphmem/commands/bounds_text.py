@@ -12,10 +12,12 @@ def print_bounded(console, report) -> None:
     """verify's counts: each symbol's value at run time against its bound (every one:
     a detector has tens, and each is what the run proved of its bound), and the largest
     bounded tensors' elements against those planned."""
-    if not report.bounded:
+    if not report.bounded and not report.symbol_counts:
         return
     for line in report.symbol_counts:
         console.print(f"count         {shown(line)}", highlight=False, soft_wrap=True)
+    if not report.bounded:  # (a body's symbols alone: its node's outputs are static)
+        return
     console.print(f"bounded       {len(report.bounded)} tensors ran with the sizes the "
                   "data gave, each in the first bytes of its slot:")
     # the largest planned first: where the bounds cost the most

@@ -226,7 +226,7 @@ def print_report(console: Console, r: VerifyReport) -> None:
     if len(rows) < len(r.outputs):
         console.print(f"... and {len(r.outputs) - len(rows):,} more graph outputs, all ok")
     print_whole_model(console, r)
-    if r.bounded or r.overflow:  # issue 53
+    if r.bounded or r.overflow or r.symbol_counts:  # issue 53
         from graphmem.commands.bounds_text import print_bounded
         print_bounded(console, r)
     if r.overflow:

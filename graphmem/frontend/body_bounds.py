@@ -37,29 +37,150 @@ class ControlFlowBounds:
         return Tensor(name, a.dtype, tuple(bound if i == axis else d
                                            for i, d in enumerate(shape)), a.bits)
 
-    def trip_count(self, n, idx: int, values, refused: Exception, output: str) -> int:
-        """A Loop's iterations (of the graph itself, not a body's) where control_flow
-        cannot fix them (``refused``: its refusal): at most its trip count ``M``, a
-        constant where the condition may stop it sooner, or ``M`` evaluated at the
-        bounds; ``--bound Loop_N=K`` gives it where ``M`` is a value of the data (and
-        tightens it elsewhere). The count is a symbol ``Loop_N`` governing the Loop's
-        outputs (its scan outputs hold one slice an iteration)."""
+    def trip_count(self, n, idx: int, values, refused: Exception, output: str,
+                   counted=None, scope: str = "") -> int:
+        """A Loop's iterations where control_flow cannot fix them (``refused``: its
+        refusal): at most its trip count ``M``, a constant where the condition may stop
+        it sooner, or ``M`` evaluated at the bounds; at most the count its condition
+        stops it at (``counted``: graphmem/frontend/loop_trips.py), the least of the
+        two; ``--bound Loop_N=K`` gives it where neither bounds it (``M`` a value of the
+        data, or INT64_MAX) and tightens it elsewhere. The count is a symbol ``Loop_N``
+        (in a body, ``Loop_i_N_attr``) governing the Loop's outputs (its scan outputs
+        hold one slice an iteration)."""
         import numpy as np
         from graphmem.errors import GraphmemError
+        from graphmem.frontend.loop_trips import NO_TRIP_COUNT
         sym = symbol_name("Loop", idx)
-        if sym in self.record.symbols:
-            return self.record.symbols[sym].bound
+        full = sym + (f"_{scope}" if scope else "")
+        known = self.record.body_symbols if scope else self.record.symbols
+        if full in known:
+            return known[full].bound
         m = values(n.input[0]) if n.input[0] else None
         m = np.asarray(m) if m is not None else None
         if m is not None and (m.size != 1 or m.dtype.kind not in "iu"):
             raise refused
         proven = None if m is None else max(int(m.reshape(-1)[0]), 0)
-        if proven is None and sym not in self.record.given:
-            raise GraphmemError(f"{refused}; pass --bound {sym}=N (at most N iterations)") \
+        if proven is not None and proven >= NO_TRIP_COUNT:
+            proven = None  # INT64_MAX: a while-loop's, no count
+        why = None if proven is None else f"its trip count M at the bounds, {proven:,}"
+        if counted is not None and (proven is None or counted.trips < proven):
+            proven, why = counted.trips, counted.why
+        if proven is None and full not in self.record.given:
+            raise GraphmemError(f"{refused}; pass --bound {full}=N (at most N iterations)") \
                 from None
-        why = "given by --bound" if proven is None else (
-            f"its trip count M at the bounds, {proven:,}")
-        return self.record.add(sym, proven, "Loop", idx, output, why)
+        return self._add(sym, proven, "Loop", idx, output, why or "given by --bound", 0,
+                         scope)
+
+    def kept_inside(self, model, tensors, formal_out, scope: str, where: str, infer) -> None:
+        """Refuse a Loop of a body (``model``, inferred; the body ``scope``) bounded by a
+        symbol of that body (its trip count or a growing carried value) where the size
+        of a formal output of the body depends on it: the enclosing node's outputs
+        would then have sizes the data decides that no symbol of the enclosing graph
+        bounds. The body is inferred again with each such Loop's bounded outputs one
+        larger on their axis (``infer``: a model -> its types); a formal output whose
+        shape changes depends on it."""
+        from onnx import helper
+        from graphmem.core.dtypes import ENUM_BY_NAME
+        nodes = model.graph.node
+        mine = [s for s in self.record.body_symbols.values()  # (a name's scope is the
+                if s.scope == scope and s.op == "Loop"  # body's index and attribute)
+                and s.node < len(nodes) and nodes[s.node].op_type == "Loop"]
+        if not mine:
+            return
+        grown = {}
+        for s in mine:
+            nd = model.graph.node[s.node]
+            k = max(len(nd.input) - 2, 0)
+            if "_carried_" in s.name:
+                j = int(s.name[:-len(scope) - 1].rsplit("_", 1)[1])
+                outs = [(nd.output[j], s.axis)] if j < len(nd.output) else []
+            else:
+                outs = [(o, 0) for o in nd.output[k:]]
+            for o, axis in outs:
+                t = tensors.get(o) if o else None
+                if t is not None and axis < len(t.shape):
+                    shape = list(grown.get(o, t.shape))
+                    shape[axis] += 1
+                    grown[o] = (t, tuple(shape), s.name, s.node)
+        if not grown:
+            return
+        from graphmem.frontend.loop_growth import computed_from
+        out = type(model)()
+        out.CopyFrom(model)
+        # what follows those outputs inferred afresh (its types as inferred now dropped)
+        stale = computed_from(out.graph, set(grown))
+        for o in out.graph.output:
+            if o.name in stale:
+                o.type.tensor_type.ClearField("shape")
+        kept = [vi for vi in out.graph.value_info if vi.name not in stale]
+        del out.graph.value_info[:]
+        out.graph.value_info.extend(kept + [
+            helper.make_tensor_value_info(o, ENUM_BY_NAME[t.dtype], list(shape))
+            for o, (t, shape, _, _) in grown.items()])
+        again = infer(out)
+        for o in formal_out:
+            a, b = tensors.get(o), again.get(o)
+            if a is not None and (b is None or a.shape != b.shape):
+                from graphmem.errors import GraphmemError
+                _, _, name, node = next(iter(grown.values()))
+                raise GraphmemError(
+                    f"cannot size tensor {o!r}, an output{where}: its size depends on Loop "
+                    f"node {node} of that body, bounded by {name} (a size the data "
+                    "decides); graphmem plans such a Loop inside a body only where the "
+                    "sizes of the body's outputs do not depend on it")
+
+    def carried(self, n, idx: int, grown, trips: int, exact: bool, scope: str = ""
+                ) -> dict[int, int]:
+        """The bound of each loop-carried value that grows (``grown``: position ->
+        graphmem.frontend.loop_growth.Growth) of Loop ``n`` (node ``idx``): its initial
+        size plus ``trips`` (the trip count, or its bound ``Loop_N``) times its step, a
+        symbol ``Loop_N_carried_J`` (J: its position among the carried values) that
+        ``--bound`` may tighten. Returns position -> the size it is planned at."""
+        out = {}
+        trip = symbol_name("Loop", idx) + (f"_{scope}" if scope else "")
+        count = (f"{trips:,} iterations (its trip count M)" if exact else
+                 f"at most {trips:,} iterations ({trip})")
+        known = self.record.body_symbols if scope else self.record.symbols
+        for j, g in grown.items():
+            name = f"Loop_{idx}_carried_{j}" + (f"_{scope}" if scope else "")
+            if name in known:  # settled before (a deferred round settles again)
+                out[j] = known[name].bound
+                continue
+            why = (f"its initial {g.initial:,} + {count} x at most {g.step:,} (the Concat "
+                   f"onto it, body node {g.concat})")
+            tensor = n.output[j] if j < len(n.output) else ""
+            out[j] = self._add(f"Loop_{idx}_carried_{j}", g.initial + trips * g.step, "Loop",
+                               idx, tensor, why, g.axis, scope)
+        return out
+
+    def _add(self, name: str, proven, op: str, node: int, tensor: str, why: str, axis: int,
+             scope: str) -> int:
+        """Record a symbol of the graph (``scope`` empty) or of a body (its name then
+        suffixed ``_<node>_<attr>``, in ``body_symbols``); its planned value."""
+        if not scope:
+            return self.record.add(name, proven, op, node, tensor, why, axis)
+        full = f"{name}_{scope}"
+        one = DataBounds({full: self.record.given[full]} if full in self.record.given else {})
+        bound = one.add(full, proven, op, node, tensor, why, axis)
+        self.record.body_symbols[full] = one.symbols[full]._replace(scope=scope)
+        self.record.notes.extend(one.notes)
+        return bound
+
+    def body_record(self, s, idx: int, grown, scope: str = ""):
+        """``s`` (a Loop's body Scope) with the growing carried values marked in its
+        graph's ``data_bounds``: the tensors of each value's chain (formal input to
+        formal output) governed by its symbol, whose ``node`` and ``tensor`` there are
+        the body's Concat and formal output (the body's plan marks them ``bounded_by``,
+        and the concat pass leaves that Concat a copy)."""
+        from dataclasses import replace
+        body = DataBounds()
+        for j, g in grown.items():
+            name = f"Loop_{idx}_carried_{j}" + (f"_{scope}" if scope else "")
+            sym = (self.record.body_symbols if scope else self.record.symbols)[name]
+            body.symbols[name] = sym._replace(node=g.concat, tensor=g.formal_out, scope="")
+            for t in g.chain:
+                body.governed[t] = body.governed.get(t, ()) + (name,)
+        return replace(s, graph=replace(s.graph, data_bounds=body))
 
     def size_body(self, model, tensors, values, where: str):
         """``model`` (a body, inferred) with the types of its open data-dependent

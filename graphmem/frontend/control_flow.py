@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 from graphmem.core.dtypes import ENUM_BY_NAME, dtype_of
 from graphmem.core.ir import CONTROL_FLOW, Graph, Node, Scope, Tensor, standard_domain
 from graphmem.errors import GraphmemError, UnknownShape
+from graphmem.frontend.body_reads import outer_reads
 BODIES = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 
 
@@ -33,7 +34,7 @@ Values = Callable[[str], "np.ndarray | None"]
 
 def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
            infer: Callable[[onnx.ModelProto], onnx.ModelProto], values: Values,
-           where: str = "", bounds=None
+           where: str = "", bounds=None, scope: str = ""
            ) -> tuple[onnx.ModelProto, dict[str, Tensor], dict[int, tuple[Scope, ...]]]:
     """Size every control-flow node of ``model.graph`` (nodes in ``order``) whose inputs
     are known: its bodies become scopes, its outputs' types are added to the model's
@@ -41,7 +42,9 @@ def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
     Returns the model, every tensor's type (``tensors`` updated) and the scopes.
     ``bounds`` (issue 53: graphmem.frontend.data_bounds.ControlFlowBounds): sizes the
     data-dependent nodes of a body at their bounds (``size_body``) and bounds an If's
-    output whose branches differ in size by the larger (``merge``, None: refused)."""
+    output whose branches differ in size by the larger (``merge``, None: refused).
+    ``scope``: where ``model`` is a body, ``"<node>_<attr>"`` (the node whose body it
+    is), the suffix of the symbols of its own nodes."""
     scopes: dict[int, tuple[Scope, ...]] = {}
     while True:
         added = []
@@ -52,7 +55,8 @@ def settle(model: onnx.ModelProto, order: list[int], tensors: dict[str, Tensor],
             if not all(t in tensors for t in n.input if t):
                 continue
             try:
-                made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds)
+                made, outs = _node_scopes(n, idx, tensors, values, model, where, bounds,
+                                          scope)
             except UnknownShape:
                 if bounds is None:
                     raise
@@ -101,7 +105,7 @@ def _tensor(name: str, elem: int, dims) -> Tensor:
 
 
 def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], values: Values,
-                 model: onnx.ModelProto, where: str, bounds=None
+                 model: onnx.ModelProto, where: str, bounds=None, scope: str = ""
                  ) -> tuple[tuple[Scope, ...], dict[str, Tensor]]:
     label = f"node {idx} ({n.op_type}{' ' + repr(n.name) if n.name else ''}){where}"
     bodies = {a.name: a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH}
@@ -132,27 +136,7 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
         return tuple(scopes), made
     body = bodies["body"]
     if n.op_type == "Loop":
-        carried = [known[t] for t in n.input[2:]]
-        formal = [Tensor("", "int64", (), 64), Tensor("", "bool", (), 8)] + carried
-        s = _scope(body, idx, "body", formal, known, opsets, values, label, bounds)
-        outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
-        k = len(carried)
-        _same_state(label, s.formal_outputs[1:1 + k], carried, outs[1:1 + k])
-        made = _finals(n.output[:k], carried)
-        scan_outs = list(zip(n.output[k:], outs[1 + k:]))
-        if any(name for name, _ in scan_outs):
-            first = next(name for name, _ in scan_outs if name)
-            try:
-                trips = _trip_count(n, s, values, label, first)
-            except GraphmemError as exc:
-                if bounds is None or where:
-                    raise
-                # issue 53: a trip count the data decides, at its bound (body_bounds.py)
-                trips = bounds.trip_count(n, idx, values, exc, first)
-            for name, t in scan_outs:
-                if name:
-                    made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)
-        return (s,), made
+        return _loop(n, idx, body, known, opsets, values, label, where, bounds, scope)
     # Scan (opset 9 on; opset 8's has a batch axis and a sequence_lens input)
     opset = max((o.version for o in opsets if standard_domain(o.domain)), default=0)
     if opset < 9:
@@ -183,6 +167,82 @@ def _node_scopes(n: onnx.NodeProto, idx: int, known: Mapping[str, Tensor], value
             ax = ax + len(t.shape) + 1 if ax < 0 else ax
             made[name] = Tensor(name, t.dtype, t.shape[:ax] + (length,) + t.shape[ax:], t.bits)
     return (s,), made
+
+
+def _loop(n: onnx.NodeProto, idx: int, body: onnx.GraphProto, known: Mapping[str, Tensor],
+          opsets, values: Values, label: str, where: str, bounds, scope: str
+          ) -> tuple[tuple[Scope, ...], dict[str, Tensor]]:
+    """A Loop's body as a scope, and its outputs' types: the carried values' finals as
+    their initial values (or, issue 53, at the bound of a value that grows by a Concat
+    onto it each iteration: graphmem/frontend/loop_growth.py), the scan outputs one
+    slice an iteration."""
+    carried = [known[t] for t in n.input[2:]]
+    formal = [Tensor("", "int64", (), 64), Tensor("", "bool", (), 8)] + carried
+    s = _scope(body, idx, "body", formal, known, opsets, values, label, bounds)
+    outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
+    k = len(carried)
+    grown = {}
+    if any(o is None or (o.dtype, o.shape) != (t.dtype, t.shape)
+           for t, o in zip(carried, outs[1:1 + k])):
+        # issue 53: a carried value that grows each iteration (else refused in words)
+        from graphmem.frontend.loop_growth import changed, growth
+        grown = growth(label, body, s, carried, outs[1:1 + k], changed(carried, outs[1:1 + k]))
+        if bounds is None:
+            grown = {}  # (the data bounds apply where a Concat reads a carried value)
+    keep = [j for j in range(k) if j not in grown]
+    _same_state(label, [s.formal_outputs[1 + j] for j in keep], [carried[j] for j in keep],
+                [outs[1 + j] for j in keep])
+    made = _finals(n.output[:k], carried)
+    scan_named = [name for name in n.output[k:] if name]
+    trips, exact = None, True
+    if scan_named or grown:
+        first = scan_named[0] if scan_named else next(
+            (n.output[j] for j in grown if n.output[j]), "")
+        what = "a scan output" if scan_named else "a loop-carried value"
+        from graphmem.frontend.loop_trips import condition_count, condition_holds
+        counted = condition_count(n, body, values)
+        try:
+            # (a constant true body condition counts as passed through where the
+            # values are constants; with data bounds M may be a value at the bounds,
+            # and the Loop gets its symbol Loop_N below, as for any other condition)
+            trips = _trip_count(n, s, values, label, first, what, counted,
+                                bounds is None and condition_holds(body, values))
+        except GraphmemError as exc:
+            if bounds is None:
+                raise
+            # issue 53: a trip count the data decides, at its bound (body_bounds.py; in
+            # a body, a symbol of the body's scope)
+            trips = bounds.trip_count(n, idx, values, exc, first, counted, scope)
+            exact = False
+    if grown:
+        from graphmem.frontend.loop_growth import check_again, without_types
+        sizes = bounds.carried(n, idx, grown, trips, exact, scope)
+        # the body's formal input at the bound (it holds every value, the last one
+        # too: docs/plan-format.md's copies), its formal output one step more
+        at = {j: max(sizes[j], 0) for j in grown}
+        if any(at[j] != g.initial for j, g in grown.items()):
+            again = [_resized(t, grown[j].axis, at[j]) if j in grown else t
+                     for j, t in enumerate(carried)]
+            s2 = _scope(without_types(body, grown), idx, "body", formal[:2] + again, known,
+                        opsets, values, label, bounds)
+            check_again(label, body, s, s2, grown, at)
+            s = s2
+            outs = [s.graph.tensors.get(o) for o in s.formal_outputs]
+            _same_state(label, [s.formal_outputs[1 + j] for j in keep],
+                        [carried[j] for j in keep], [outs[1 + j] for j in keep])
+        s = bounds.body_record(s, idx, grown, scope)
+        for j, g in grown.items():
+            if n.output[j]:
+                made[n.output[j]] = _resized(carried[j], g.axis, sizes[j], n.output[j])
+    for name, t in zip(n.output[k:], outs[1 + k:]):
+        if name:
+            made[name] = Tensor(name, t.dtype, (trips,) + t.shape, t.bits)
+    return (s,), made
+
+
+def _resized(t: Tensor, axis: int, size: int, name: str = "") -> Tensor:
+    return Tensor(name, t.dtype, tuple(size if a == axis else d for a, d in enumerate(t.shape)),
+                  t.bits)
 
 
 def _check_structure(n: onnx.NodeProto, bodies, attrs, label: str) -> None:
@@ -237,34 +297,49 @@ def _same_state(label: str, names, initial, outs) -> None:
             got = f"{o.dtype}{list(o.shape)}" if o is not None else "of no static shape"
             raise GraphmemError(
                 f"{label}: loop-carried value {name!r} is {got}, its initial value "
-                f"{t.dtype}{list(t.shape)}; graphmem plans only loop-carried values of a "
-                "fixed shape")
+                f"{t.dtype}{list(t.shape)}; graphmem plans a loop-carried value that keeps "
+                "its shape, or grows on one axis by a Concat onto it")
 
 
-def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str) -> int:
+def _trip_count(n: onnx.NodeProto, s: Scope, values: Values, label: str, output: str,
+                what: str = "a scan output", counted=None, holds: bool = False) -> int:
     """A Loop's number of iterations, when it is fixed: a constant trip count ``M``, a
     condition that is absent or a constant true, and a body condition that passes its
-    input through (or is a constant true)."""
+    input through or is a constant true (``holds``); or (issue 53) a body condition that
+    counts (``counted``: graphmem/frontend/loop_trips.py, a counter compared with a
+    constant) with ``M`` absent, INT64_MAX or a constant."""
+    from graphmem.frontend.loop_trips import NO_TRIP_COUNT
     why = None
     trips = values(n.input[0]) if n.input[0] else None
-    if trips is None:
+    m = None
+    if trips is not None:
+        trips = np.asarray(trips)
+        if trips.size != 1:
+            raise GraphmemError(f"{label}: its trip count holds {trips.size} values, not one")
+        if trips.dtype.kind not in "iu":  # the spec's M is int64; a float has no count
+            raise GraphmemError(f"{label}: its trip count is of type {trips.dtype}, not an "
+                                "integer")
+        m = max(int(trips.reshape(-1)[0]), 0)
+        if m >= NO_TRIP_COUNT:
+            m = None  # INT64_MAX: a while-loop's, no count
+    cond = values(n.input[1]) if len(n.input) > 1 and n.input[1] else np.array(True)
+    starts = cond is not None and np.asarray(cond).size == 1 and \
+        bool(np.asarray(cond).reshape(-1)[0])
+    if starts and (holds or _passes_condition(s)):
+        if m is not None:
+            return m
+        why = ("its trip count is not a constant" if trips is None and n.input[0] else
+               "nothing stops it (its trip count is absent or INT64_MAX, its condition "
+               "constant)")
+    elif starts and counted is not None and counted.exact and (trips is not None or
+                                                              not n.input[0]):
+        return counted.trips if m is None else min(m, counted.trips)
+    elif trips is None and n.input[0]:
         why = "its trip count is not a constant"
     else:
-        cond = values(n.input[1]) if len(n.input) > 1 and n.input[1] else np.array(True)
-        body_cond = _passes_condition(s)
-        if cond is None or np.asarray(cond).size != 1 or \
-                not bool(np.asarray(cond).reshape(-1)[0]) or not body_cond:
-            why = "its condition can stop it before the trip count"
-    if why:
-        raise GraphmemError(f"cannot size tensor {output!r}, a scan output of {label}: {why}; "
-                            "graphmem needs a static shape for every tensor")
-    trips = np.asarray(trips)
-    if trips.size != 1:
-        raise GraphmemError(f"{label}: its trip count holds {trips.size} values, not one")
-    if trips.dtype.kind not in "iu":  # the spec's M is int64; a float has no count
-        raise GraphmemError(f"{label}: its trip count is of type {trips.dtype}, not an "
-                            "integer")
-    return max(int(trips.reshape(-1)[0]), 0)
+        why = "its condition can stop it before the trip count"
+    raise GraphmemError(f"cannot size tensor {output!r}, {what} of {label}: {why}; "
+                        "graphmem needs a static shape for every tensor")
 
 
 def _passes_condition(s: Scope) -> bool:
@@ -321,7 +396,7 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
         return local[name] if name in local else values(name)
     order = list(range(len(g.node)))
     m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where), body_values,
-                                where=where, bounds=bounds)
+                                where=where, bounds=bounds, scope=f"{idx}_{attr}")
     while bounds is not None and any(o and o not in tensors for nd in m.graph.node
                                      for o in nd.output):
         # issue 53: a body's data-dependent nodes at their bounds, then what follows
@@ -331,7 +406,8 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
         m = _infer(sized, where)
         tensors.update({k: v for k, v in types_of(m).items() if k not in tensors})
         m, tensors, nested = settle(m, order, tensors, lambda x: _infer(x, where),
-                                    body_values, where=where, bounds=bounds)
+                                    body_values, where=where, bounds=bounds,
+                                    scope=f"{idx}_{attr}")
     for nd in m.graph.node:
         for o in nd.output:
             if o and o not in tensors:
@@ -339,6 +415,9 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
                                     f"{nd.op_type} node{where}")
     formal_in = tuple(vi.name for vi in body.input)
     formal_out = tuple(o.name for o in body.output)
+    if bounds is not None:  # issue 53: a bounded Loop of this body stays in it
+        bounds.kept_inside(m, tensors, formal_out, f"{idx}_{attr}", where,
+                           lambda x: types_of(_infer(x, where)))
     for o in formal_out:
         if o not in tensors:
             raise GraphmemError(f"cannot infer the shape of tensor {o!r}, an output{where}")
@@ -416,18 +495,3 @@ def _infer(m: onnx.ModelProto, where: str) -> onnx.ModelProto:
     except Exception as exc:
         text = " ".join(str(exc).split())[:300]
         raise GraphmemError(f"ONNX shape inference failed{where}: {text}") from None
-
-
-def outer_reads(body: onnx.GraphProto) -> set[str]:
-    """Names a body reads from enclosing scopes (its nested bodies' included)."""
-    defined = {vi.name for vi in body.input} | {i.name for i in body.initializer}
-    outer: set[str] = set()
-    for nd in body.node:
-        reads = [t for t in nd.input if t]
-        for a in nd.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                reads.extend(sorted(outer_reads(a.g)))
-        outer.update(t for t in reads if t not in defined)
-        defined.update(o for o in nd.output if o)
-    outer.update(o.name for o in body.output if o.name not in defined)
-    return outer

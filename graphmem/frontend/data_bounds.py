@@ -73,16 +73,17 @@ class DataBounds:
         return [n for n in self.given if n not in self.symbols and n not in self.body_symbols]
 
     def to_dict(self) -> dict:
-        """The symbols as the plan file writes them: the graph's, then those of If/Loop/
-        Scan bodies, each with its ``scope`` (the node whose body it is in, and the
+        """The symbols as the plan file writes them (each with ``why``, its bound in
+        words): the graph's, then those of If/Loop/Scan bodies, each with its ``scope`` (the node whose body it is in, and the
         attribute: ``{"node": 7, "attr": "else_branch"}``; ``node`` and ``tensor`` are
         then the body's own)."""
         out = {s.name: {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
-                        "tensor": s.tensor, "axis": s.axis} for s in self.symbols.values()}
+                        "tensor": s.tensor, "axis": s.axis, "why": s.why}
+               for s in self.symbols.values()}
         for s in self.body_symbols.values():
             node, _, attr = s.scope.partition("_")
             out[s.name] = {"bound": s.bound, "proven": s.proven, "op": s.op, "node": s.node,
-                           "tensor": s.tensor, "axis": s.axis,
+                           "tensor": s.tensor, "axis": s.axis, "why": s.why,
                            "scope": {"node": int(node), "attr": attr}}
         return out
 
@@ -261,7 +262,8 @@ def _constants(state) -> dict:
 
 def has_data_dependent_ops(state) -> bool:
     """A node of :data:`RULES` in the graph, or (by its name in the bytes of a body) in
-    an If/Loop/Scan body."""
+    an If/Loop/Scan body; or a Loop that concatenates onto a carried value (its size
+    grows each iteration: graphmem/frontend/loop_growth.py)."""
     from graphmem.frontend.structure import GRAPH_ATTRS
     names = [op.encode() for op in RULES]
     for n in state.g.nodes:
@@ -270,7 +272,8 @@ def has_data_dependent_ops(state) -> bool:
         for a in n.attrs:
             if a.type in GRAPH_ATTRS and any(op in bytes(a.raw) for op in names):
                 return True
-    return False
+    from graphmem.frontend.loop_detect import loop_needs_bounds
+    return loop_needs_bounds(state)
 
 
 def record_of(state) -> DataBounds:
@@ -355,7 +358,11 @@ def governed(g, order, reads, record: DataBounds
     size: dict[str, set] = {}
     value: dict[str, set] = {}
     for s in record.symbols.values():
-        for o in nodes[s.node].outputs:
+        # a growing loop-carried value's symbol: its own output (the trip count's,
+        # Loop_N, governs them all)
+        outs = (s.tensor,) if s.op == "Loop" and "_carried_" in s.name else \
+            nodes[s.node].outputs
+        for o in outs:
             if o:
                 size.setdefault(o, set()).add(s.name)
     for idx in order:

@@ -425,6 +425,11 @@ def run_strategies(state: LoadState, strategies: tuple[Strategy, ...] | None = N
             sizing.append(Sizing(strategy.name, len(new), tuple(sorted(new))))
         if strategy.always:
             state.missing = None
+    record = getattr(state, "data_bounds", None)
+    if record is not None and record.symbols and not record.governed:
+        # issue 53: symbols of control flow where nothing was left open for the
+        # data-bounds strategy (a Loop whose carried value grows): what they govern
+        _data_bounds().govern(state, record, unknown)
     if state.missing is None:
         state.settle()
     if state.missing:

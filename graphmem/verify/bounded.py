@@ -21,7 +21,13 @@ leave the process once its node has run), and a node's session is dropped after 
 The report says how many elements each bounded tensor had, and each symbol's count (how
 many boxes each NonMaxSuppression kept, how many elements each NonZero found). An If, Loop or Scan
 runs whole on ONNX Runtime, the tensors its bodies read from the graph given as inputs:
-its outputs are checked against their slots, its bodies' own plans are not run here.
+its outputs are checked against their slots, its bodies' own plans are not run here;
+but a Loop with a growing carried value also runs iteration by iteration, each value
+checked against its body's slots (graphmem/verify/loop_steps.py), and its trip count
+and final sizes are its symbols' counts; and an If whose branch holds a Loop bounded by
+a symbol of that branch runs that branch again, the Loop's outputs checked against
+their slots in the branch's plan and counted. Other body symbols are listed, not
+counted.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.verify.arena_run import Mismatch
 from graphmem.verify.compare import OutputCheck
+from graphmem.verify.loop_steps import branch_loops, grows, run_branch, run_loop
 from graphmem.verify.node_sessions import numpy_dtype, runtime_message, session_options
 
 POISON = 0xFF
@@ -69,6 +76,13 @@ class _Sessions:
         whole), inputs of the session under their own names."""
         from onnx import helper
         proto = self.model.graph.node[index]
+        # a name its bodies read that is also one of its inputs (a Loop's condition the
+        # body passes on, as torch writes it): an input of the session under its own
+        # name too
+        both = _read_and_input(proto, implicit)
+        implicit = tuple(implicit) + both
+        implicit_values = list(implicit_values) + [
+            feeds[list(proto.input).index(t)] for t in both]
         sess = self._cache.get(index)
         if sess is None:
             import onnxruntime as ort
@@ -104,6 +118,19 @@ class _Sessions:
 
     def drop(self, index: int) -> None:
         self._cache.pop(index, None)
+
+
+def _read_and_input(proto, implicit) -> tuple[str, ...]:
+    """The names ``proto``'s bodies read from its scope that are also its inputs."""
+    import onnx
+    if not any(a.type == onnx.AttributeProto.GRAPH for a in proto.attribute):
+        return ()
+    from graphmem.frontend.control_flow import outer_reads
+    reads = set()
+    for a in proto.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            reads |= outer_reads(a.g)
+    return tuple(sorted(t for t in reads if t and t in proto.input and t not in implicit))
 
 
 class _Failed(Exception):
@@ -148,6 +175,7 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     overflow = None
     mismatch = None
     reads = 0
+    observed: dict[str, int] = {}  # symbol -> its count, where counted apart (a Loop's)
 
     def write(name, value):
         t = tensors[name]
@@ -200,6 +228,25 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
         except _Failed as exc:
             raise GraphmemError(f"ONNX Runtime failed on {exc.node.label} in the arena run: "
                                 f"{exc.error}") from None
+        if node.op_type == "Loop" and grows(graph, idx):
+            # issue 53: its carried values that grow, checked against their body slots
+            # iteration by iteration (graphmem/verify/loop_steps.py)
+            named = dict(zip(node.inputs, values[:k]))
+            named.update(zip(node.implicit_inputs, values[k:]))
+            run = run_loop(model, graph, plan, node, named, sessions.ir_version)
+            overflow = run.overflow
+            if overflow is not None:
+                break
+            observed.update(_observed(graph, idx, run, outs))
+        if node.op_type == "If" and branch_loops(graph, idx):
+            # issue 53: the bounded Loops of the branch it took, against their slots
+            named = dict(zip(node.inputs, values[:k]))
+            named.update(zip(node.implicit_inputs, values[k:]))
+            found, overflow = run_branch(model, graph, plan, node, named,
+                                         sessions.ir_version)
+            observed.update(found)
+            if overflow is not None:
+                break
         del values
         for o, v in zip(node.outputs, outs):
             if not o or v is None or o not in tensors:
@@ -240,7 +287,7 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     return replace(base, nodes_run=len(order) if overflow is None and mismatch is None else
                    step + 1, sessions_built=sessions.built, outputs=tuple(outputs),
                    mismatch=mismatch, reads_checked=reads, bounded=tuple(counts),
-                   symbol_counts=tuple(count_lines(graph, counts)),
+                   symbol_counts=tuple(count_lines(graph, counts, observed)),
                    overflow=overflow, reference_bytes=ref.peak_bytes,
                    seconds=time.perf_counter() - start)
 
@@ -324,8 +371,31 @@ def _overlapping(plan, name: str, step: int) -> tuple[str, ...]:
                  and u.live[0] <= step <= u.live[1])[:8]
 
 
-def count_lines(graph, counts) -> list[str]:
-    """Each symbol's count at run time against its bound, in words."""
+def _observed(graph, idx: int, run, outs) -> dict[str, int]:
+    """The counts of Loop ``idx``'s symbols from its run by iterations: its trip count
+    and each growing carried value's final size on its axis; that run must agree with
+    ONNX Runtime's of the whole node."""
+    found = {}
+    for s in graph.data_bounds.symbols.values():
+        if s.op != "Loop" or s.node != idx:
+            continue
+        if "_carried_" in s.name:
+            j = int(s.name.rsplit("_", 1)[1])
+            shape = run.finals[j]
+            if outs[j] is not None and tuple(outs[j].shape) != shape:
+                raise GraphmemError(
+                    f"the verifier's run of Loop node {idx} by iterations ends with its "
+                    f"carried value {j} of shape {list(shape)}, ONNX Runtime's with "
+                    f"{list(outs[j].shape)}")
+            found[s.name] = shape[s.axis]
+        else:
+            found[s.name] = run.iterations
+    return found
+
+
+def count_lines(graph, counts, observed=None) -> list[str]:
+    """Each symbol's count at run time against its bound, in words (``observed``: the
+    counts known apart, symbol -> count)."""
     lines = []
     seen = {}
     for c in counts:
@@ -335,11 +405,23 @@ def count_lines(graph, counts) -> list[str]:
                 seen[s] = c
     for s, sym in graph.data_bounds.symbols.items():
         c = seen.get(s)
+        if observed and s in observed:
+            lines.append(f"{s} ({sym.op}, node {sym.node}): {observed[s]:,} of at most "
+                         f"{sym.bound:,}")
+            continue
         if c is None:
             lines.append(f"{s} ({sym.op}, node {sym.node}): not run")
             continue
         axis = _count_axis(sym.op, c, sym.axis)
         lines.append(f"{s} ({sym.op}, node {sym.node}): {axis:,} of at most {sym.bound:,}")
+    for s, sym in graph.data_bounds.body_symbols.items():
+        node, _, attr = sym.scope.partition("_")
+        where = f"{sym.op}, node {sym.node} in the {attr} of node {node}"
+        if observed and s in observed:
+            lines.append(f"{s} ({where}): {observed[s]:,} of at most {sym.bound:,}")
+            continue
+        lines.append(f"{s} ({where}): not counted, at most {sym.bound:,} (its node runs "
+                     "whole on ONNX Runtime)")
     return lines
 
 
