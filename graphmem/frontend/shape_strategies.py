@@ -154,7 +154,7 @@ def control_flow_bodies(state: LoadState) -> None:
     bounds = None
     if _data_bounds().has_data_dependent_ops(state):  # issue 53: sizes at their bounds
         from graphmem.frontend.body_bounds import ControlFlowBounds
-        bounds = ControlFlowBounds(_data_bounds().record_of(state))
+        bounds = ControlFlowBounds(_data_bounds().record_of(state), state)
     try:
         # settle adds the types it finds to the proto it is given, in place
         model, _, state.scopes = settle(state.model.proto, order, dict(tensors),
@@ -377,9 +377,12 @@ STRATEGIES: tuple[Strategy, ...] = (
     # issue 53 (graphmem/frontend/data_bounds.py): data-dependent sizes at their bounds
     Strategy("data-bounds",
              lambda state: _data_bounds().bounded_sizes(state, sys.modules[__name__]),
-             applies=lambda state: _data_bounds().has_data_dependent_ops(state),
-             summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k: "
-                     "their outputs at the upper bounds the graph proves (or --bound)"),
+             applies=lambda state: _data_bounds().has_data_dependent_ops(state) or
+             _data_bounds().sizes_from_values(state),
+             summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k, "
+                     "and sizes read from the data's values (Resize, ConstantOfShape, "
+                     "Slice, ...): their outputs at the upper bounds the graph proves (or "
+                     "--bound)"),
     Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
              summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
                      "with the contrib rules in front of its handlers"),
@@ -478,7 +481,8 @@ def unknown_shape_message(state: LoadState) -> str:
                 "shape rule for it: pass --infer-by-running to take the shapes from one "
                 "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
                 "in the model's value_info")
-    hint = hint or _data_bounds().refusal(state.g, name, state.tensors) or \
+    hint = hint or _data_bounds().refusal(state.g, name, state.tensors,
+                                          getattr(state, "data_bounds", None)) or \
         data_dependence(state.g, name, state.tensors)
     said = state.unread or state.notes
     caught = f" (on the way: {said[0]})" if said else ""
