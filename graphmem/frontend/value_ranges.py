@@ -535,8 +535,7 @@ class Analysis:
                 axis = n.attr("axis", 0)
                 return Span(np.concatenate([s.lo for s in a], axis),
                             np.concatenate([s.hi for s in a], axis))
-            except (ValueError, np.exceptions.AxisError if hasattr(np, "exceptions")
-                    else ValueError):
+            except ValueError:  # numpy's AxisError is one
                 pass
         return _union([s.whole() for s in a])
 

@@ -39,16 +39,16 @@ def ranges(state) -> Analysis:
 
 def top_level(state) -> Analysis:
     """The spans of the top-level graph's tensors as sized so far."""
-    from graphmem.frontend.data_bounds import _constants, record_of
-    record = record_of(state)
-    key = (len(state.tensors), len(record.symbols))
+    from graphmem.frontend.rule_inputs import graph_constants
+    symbols = getattr(getattr(state, "data_bounds", None), "symbols", {})
+    key = (len(state.tensors), len(symbols))
     cached = getattr(state, "_value_ranges", None)
     if cached is not None and cached[0] == key:
         return cached[1]
     proto = state.model.source_proto
     tensors = state.tensors
-    consts = _constants(state)
-    varying = symbol_axes(record.symbols.values(), lambda i: proto.graph.node[i].output,
+    consts = graph_constants(state)
+    varying = symbol_axes(symbols.values(), lambda i: proto.graph.node[i].output,
                           tensors)
     analysis = Analysis(lambda t: tensors[t].shape if t in tensors else None,
                         lambda t: tensors[t].dtype if t in tensors else "",
@@ -126,7 +126,7 @@ def _shape(state, name):
 def _sized(state, record, node, index: int, op: str, elem: int, dims: list[Dim]):
     """The output's type from ``dims``, each inexact dim a bounded symbol; None where
     one has no bound (it is noted in ``record.wanted`` for the refusal)."""
-    from graphmem.frontend.data_bounds import symbol_name
+    from graphmem.frontend.rule_inputs import symbol_name
     open_dims = [k for k, d in enumerate(dims) if not d.exact]
     if not open_dims:
         return {node.outputs[0]: (elem, tuple(d.value for d in dims))}
@@ -151,12 +151,12 @@ def _sized(state, record, node, index: int, op: str, elem: int, dims: list[Dim])
 
 
 def _attr(node, name, default=None):
-    from graphmem.frontend.data_bounds import _attr as attr
+    from graphmem.frontend.rule_inputs import attr_of as attr
     return attr(node, name, default)
 
 
 def _elem(state, name):
-    from graphmem.frontend.data_bounds import _elem as elem
+    from graphmem.frontend.rule_inputs import elem_of as elem
     return elem(state, name)
 
 
