@@ -345,8 +345,8 @@ class Analysis:
                 elif dtype:
                     s = fit(s, dtype)
                 shape = self.shape_of(o)
-                if s.lo.shape and (shape is None or tuple(s.lo.shape) != tuple(shape)
-                                   or self.axes(o)):
+                if s.lo.shape and (s.lo.size > SMALL or self.axes(o) or shape is not None
+                                   and tuple(s.lo.shape) != tuple(shape)):
                     s = s.whole()
                 self.spans[o] = s
         return self
@@ -589,7 +589,16 @@ class Analysis:
             return {o: x for o in n.outputs if o}
         if op in ("Resize", "Upsample") and n.attr("mode", b"nearest") in (b"cubic", "cubic"):
             return {}
-        if op == "RoiAlign" or op == "MaxPool" and len(n.outputs) > 1:
+        if op in ("ScatterND", "ScatterElements"):  # the data's, or the updates'
+            return {n.outputs[0]: _union([x.whole()] + ([a[2].whole()] if len(a) > 2 and
+                                                          a[2] is not None else [span(-INF, INF)]))}
+        if op == "RoiAlign":  # averages or maxima of samples, 0 outside the map
+            return {n.outputs[0]: _union([x.whole(), span(0, 0)])}
+        if op in ("Resize", "Upsample") and n.attr("coordinate_transformation_mode", b"") in (
+                b"tf_crop_and_resize", "tf_crop_and_resize"):
+            fill = float(n.attr("extrapolation_value", 0.0))
+            return {n.outputs[0]: _union([x.whole(), span(fill, fill)])}
+        if op == "MaxPool" and len(n.outputs) > 1:
             return {n.outputs[0]: x.whole()}
         out = self._per_element(n, a)
         if out is not None:
