@@ -213,3 +213,51 @@ def test_random_data_stays_within_the_spans(chain, data):
         s = a.get(name)
         v = np.asarray(v, np.float64)
         assert np.all(s.lo <= v) and np.all(v <= s.hi), (name, s, v)
+
+
+def loop_over_clipped_boxes():
+    """torchvision's paste-mask loop in small: a Loop over 3 boxes (clipped to [0, 10],
+    cast to int64 outside it) whose body makes a ConstantOfShape of a box's width; a
+    NonZero beside it (the graph's data-dependent op)."""
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["boxes", "i"], ["box"], axis=0),
+         helper.make_node("Gather", ["box", "one_i"], ["x1"], axis=0),
+         helper.make_node("Gather", ["box", "zero_i"], ["x0"], axis=0),
+         helper.make_node("Sub", ["x1", "x0"], ["w"]),
+         helper.make_node("Unsqueeze", ["w", "ax0_b"], ["wv"]),
+         helper.make_node("Concat", ["wv", "one_v"], ["ws"], axis=0),
+         helper.make_node("ReduceMax", ["ws"], ["wm"], keepdims=1),
+         helper.make_node("Concat", ["wm", "two_v"], ["shape"], axis=0),
+         helper.make_node("ConstantOfShape", ["shape"], ["z"],
+                          value=numpy_helper.from_array(np.array([1.0], np.float32))),
+         helper.make_node("ReduceSum", ["z"], ["total"], keepdims=0),
+         helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []),
+                 helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("total", F, [])],
+        [const("one_i", 1), const("zero_i", 0), const("ax0_b", [0]), const("one_v", [1]),
+         const("two_v", [2])])
+    nodes = [helper.make_node("Clip", ["b", "lo", "hi"], ["bc"]),
+             helper.make_node("Cast", ["bc"], ["boxes"], to=I64),
+             helper.make_node("Loop", ["three", "true"], ["totals"], body=body),
+             helper.make_node("Greater", ["b", "lo"], ["pos"]),
+             helper.make_node("NonZero", ["pos"], ["nz"])]
+    return make_model(nodes, [("b", F, [3, 2])], [("totals", F, [3]), ("nz", I64, [2, "k"])],
+                      initializers=[const("lo", 0.0, np.float32), const("hi", 10.0, np.float32),
+                                    const("three", 3), const("true", True, np.bool_)])
+
+
+def test_a_loop_body_reads_the_graphs_value_ranges(tmp_path):
+    graph = graphmem.load(save(loop_over_clipped_boxes(), tmp_path))
+    body = graph.data_bounds.body_symbols
+    # the width x1 - x0 of boxes in [0, 10] is at most 10; the ReduceMax with 1 at least 1
+    assert {s: body[s].bound for s in body} == {"ConstantOfShape_8_2_body": 10}
+    (scope,) = graph.scopes[2]
+    assert scope.graph.tensors["z"].shape == (10, 2)
+    plan = graphmem.plan_graph(graph).plan
+    assert plan.bounds["ConstantOfShape_8_2_body"]["scope"] == {"node": 2, "attr": "body"}
+    assert problems(plan, graph) == []
+    feeds = {"b": np.array([[1.5, 7.9], [3.0, 2.0], [-4.0, 30.0]], np.float32)}
+    report = verify(plan, graph, inputs=feeds)
+    assert report.passed, report
