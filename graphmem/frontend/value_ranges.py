@@ -724,6 +724,90 @@ class Analysis:
             self.varying[o] = frozenset(i for i, d in enumerate(tp.tensor_type.shape.dim)
                                         if not d.HasField("dim_value"))
 
+    def _value_axes(self, n: Node):
+        """The decided axes of the output of an op sized by an input's values, element by
+        element of that input (None: not such an op, or not known here)."""
+        op, ins = n.op_type, n.inputs
+        out = self.shape_of(n.outputs[0]) if n.outputs and n.outputs[0] else None
+        x = self.shape_of(ins[0]) if ins and ins[0] else None
+        if out is None:
+            return None
+        xv = self.axes(ins[0]) if ins and ins[0] else frozenset()
+        rank = len(out)
+        if op == "ConstantOfShape":
+            e = _exact_elements(self.get(ins[0]), rank)
+            return None if e is None else frozenset(k for k in range(rank) if not e[k])
+        if op in ("Expand", "Tile") and x is not None and len(ins) > 1:
+            size = self.shape_of(ins[1])
+            e = _exact_elements(self.get(ins[1]), size[0] if size else 0)
+            if e is None:
+                return None
+            pad = rank - len(x)
+            epad = rank - len(e)
+            return frozenset(k for k in range(rank)
+                             if (k >= epad and not e[k - epad]) or (k - pad) in xv)
+        if op == "Reshape" and x is not None and len(ins) > 1:
+            s = self.get(ins[1])
+            if s is None or len(out) == 0:
+                return None
+            s = self._full(ins[1], s)
+            if s.lo.shape != (rank,):
+                return None
+            found = set()
+            for k, (lo, hi) in enumerate(zip(s.lo, s.hi)):
+                if lo != hi:
+                    found.add(k)
+                elif lo == 0 and not n.attr("allowzero", 0):
+                    if k in xv:
+                        found.add(k)
+                elif lo == -1 and (xv or any(a != b for a, b in zip(s.lo, s.hi))):
+                    found.add(k)
+            return frozenset(found)
+        if op == "Slice" and x is not None:
+            if len(ins) < 3:
+                return None
+            axes = self.known_value(ins[3]) if len(ins) > 3 and ins[3] else None
+            if len(ins) > 3 and ins[3] and axes is None:
+                return frozenset(range(rank))
+            count = self.shape_of(ins[1])
+            if not count:
+                return None
+            axes = range(count[0]) if axes is None else [int(k) % rank for k in axes.reshape(-1)]
+            exact = [_exact_elements(self.get(t), count[0]) if t else [True] * count[0]
+                     for t in (ins[1], ins[2], ins[4] if len(ins) > 4 else "")]
+            if any(e is None for e in exact):
+                return None
+            return frozenset(xv) | {k for j, k in enumerate(axes)
+                                    if not all(e[j] for e in exact)}
+        if op in ("Resize", "Pad") and x is not None:
+            return None if any(self.exact(t) is None for t in ins[1:] if t) and op == "Pad" \
+                else self._resize_axes(n, x, xv)
+        return None
+
+
+    def _resize_axes(self, n: Node, x, xv):
+        ins = n.inputs
+        if n.op_type == "Pad":
+            return frozenset(xv)
+        sizes = ins[3] if len(ins) > 3 and ins[3] else ""
+        scales = ins[2] if len(ins) > 2 and ins[2] else ""
+        axes = n.attr("axes", None)
+        axes = list(range(len(x))) if axes is None else [int(k) % len(x) for k in axes]
+        e = _exact_elements(self.get(sizes or scales), len(axes)) if sizes or scales else None
+        if e is None:
+            return None
+        return frozenset(k for j, k in enumerate(axes) if not e[j] or (not sizes and k in xv))
+
+
+def _exact_elements(s, n: int) -> list | None:
+    """Whether each of the ``n`` elements of ``s`` is exact (None: no span)."""
+    if s is None:
+        return None
+    if s.lo.shape and s.lo.size == n:
+        return [bool(a == b and np.isfinite(a)) for a, b in zip(s.lo.reshape(-1),
+                                                                s.hi.reshape(-1))]
+    return [s.exact() is not None] * n
+
 
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"})
@@ -746,91 +830,3 @@ def _reference(n: Node, ins: dict) -> dict | None:
         return None
     return {o: np.asarray(v) for o, v in zip([o for o in n.outputs if o], outs)}
 
-
-def _elements(s, n: int) -> list | None:
-    """Whether each of the ``n`` elements of ``s`` is exact (None: no span)."""
-    if s is None:
-        return None
-    if s.lo.shape and s.lo.size == n:
-        return [bool(a == b and np.isfinite(a)) for a, b in zip(s.lo.reshape(-1),
-                                                                s.hi.reshape(-1))]
-    return [s.exact() is not None] * n
-
-
-def _value_axes(self, n: Node):
-    """The decided axes of the output of an op sized by an input's values, element by
-    element of that input (None: not such an op, or not known here)."""
-    op, ins = n.op_type, n.inputs
-    out = self.shape_of(n.outputs[0]) if n.outputs and n.outputs[0] else None
-    x = self.shape_of(ins[0]) if ins and ins[0] else None
-    if out is None:
-        return None
-    xv = self.axes(ins[0]) if ins and ins[0] else frozenset()
-    rank = len(out)
-    if op == "ConstantOfShape":
-        e = _elements(self.get(ins[0]), rank)
-        return None if e is None else frozenset(k for k in range(rank) if not e[k])
-    if op in ("Expand", "Tile") and x is not None and len(ins) > 1:
-        size = self.shape_of(ins[1])
-        e = _elements(self.get(ins[1]), size[0] if size else 0)
-        if e is None:
-            return None
-        pad = rank - len(x)
-        epad = rank - len(e)
-        return frozenset(k for k in range(rank)
-                         if (k >= epad and not e[k - epad]) or (k - pad) in xv)
-    if op == "Reshape" and x is not None and len(ins) > 1:
-        s = self.get(ins[1])
-        if s is None or len(out) == 0:
-            return None
-        s = self._full(ins[1], s)
-        if s.lo.shape != (rank,):
-            return None
-        found = set()
-        for k, (lo, hi) in enumerate(zip(s.lo, s.hi)):
-            if lo != hi:
-                found.add(k)
-            elif lo == 0 and not n.attr("allowzero", 0):
-                if k in xv:
-                    found.add(k)
-            elif lo == -1 and (xv or any(a != b for a, b in zip(s.lo, s.hi))):
-                found.add(k)
-        return frozenset(found)
-    if op == "Slice" and x is not None:
-        if len(ins) < 3:
-            return None
-        axes = self.known_value(ins[3]) if len(ins) > 3 and ins[3] else None
-        if len(ins) > 3 and ins[3] and axes is None:
-            return frozenset(range(rank))
-        count = self.shape_of(ins[1])
-        if not count:
-            return None
-        axes = range(count[0]) if axes is None else [int(k) % rank for k in axes.reshape(-1)]
-        exact = [_elements(self.get(t), count[0]) if t else [True] * count[0]
-                 for t in (ins[1], ins[2], ins[4] if len(ins) > 4 else "")]
-        if any(e is None for e in exact):
-            return None
-        return frozenset(xv) | {k for j, k in enumerate(axes)
-                                if not all(e[j] for e in exact)}
-    if op in ("Resize", "Pad") and x is not None:
-        return None if any(self.exact(t) is None for t in ins[1:] if t) and op == "Pad" \
-            else self._resize_axes(n, x, xv)
-    return None
-
-
-def _resize_axes(self, n: Node, x, xv):
-    ins = n.inputs
-    if n.op_type == "Pad":
-        return frozenset(xv)
-    sizes = ins[3] if len(ins) > 3 and ins[3] else ""
-    scales = ins[2] if len(ins) > 2 and ins[2] else ""
-    axes = n.attr("axes", None)
-    axes = list(range(len(x))) if axes is None else [int(k) % len(x) for k in axes]
-    e = _elements(self.get(sizes or scales), len(axes)) if sizes or scales else None
-    if e is None:
-        return None
-    return frozenset(k for j, k in enumerate(axes) if not e[j] or (not sizes and k in xv))
-
-
-Analysis._value_axes = _value_axes
-Analysis._resize_axes = _resize_axes
