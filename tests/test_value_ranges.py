@@ -261,3 +261,19 @@ def test_a_loop_body_reads_the_graphs_value_ranges(tmp_path):
     feeds = {"b": np.array([[1.5, 7.9], [3.0, 2.0], [-4.0, 30.0]], np.float32)}
     report = verify(plan, graph, inputs=feeds)
     assert report.passed, report
+
+
+def test_a_body_sized_from_values_plans_without_a_data_dependent_op(tmp_path):
+    """The same loop without the NonZero: the body's size read from the data is bounded
+    all the same (the settling is tried again with the bounds where it was refused)."""
+    model = loop_over_clipped_boxes()
+    del model.graph.node[3:]
+    del model.graph.output[1:]
+    graph = graphmem.load(save(model, tmp_path))
+    assert {s: b.bound for s, b in graph.data_bounds.body_symbols.items()} == \
+        {"ConstantOfShape_8_2_body": 10}
+    plan = graphmem.plan_graph(graph).plan
+    assert problems(plan, graph) == []
+    report = verify(plan, graph, inputs={"b": np.array([[1.5, 7.9], [3.0, 2.0],
+                                                        [-4.0, 30.0]], np.float32)})
+    assert report.passed, report

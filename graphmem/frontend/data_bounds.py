@@ -229,6 +229,13 @@ def sizes_from_values(state) -> bool:
                for _, node in state.missing or ())
 
 
+def sized_from_values_in_body(refusal: str) -> bool:
+    """Is ``refusal`` the control-flow settling's for an output of a body's op that
+    sizes it from an input's values (VALUE_RULES)?"""
+    return " in the " in refusal and any(f"output of a {op} node in the " in refusal
+                                         for op in VALUE_RULES)
+
+
 def record_of(state) -> DataBounds:
     record = getattr(state, "data_bounds", None)
     if record is None:

@@ -165,6 +165,18 @@ def control_flow_bodies(state: LoadState) -> None:
             state.deferred_control_flow = True  # issue 53: data-bounds settles it later
             return
         raise GraphmemError(f"{exc}{why}") from None
+    except GraphmemError as exc:
+        if bounds is not None or not _data_bounds().sized_from_values_in_body(str(exc)):
+            raise
+        # issue 53: a body's size read from the data's values, with no data-dependent op
+        # in the model: settled again with the bounds (only where it was refused)
+        from graphmem.frontend.body_bounds import ControlFlowBounds
+        bounds = ControlFlowBounds(_data_bounds().record_of(state), state)
+        try:
+            model, _, state.scopes = settle(state.model.proto, order, dict(tensors),
+                                            inference.infer_proto, values, bounds=bounds)
+        except (GraphmemError, UnknownShape):
+            raise exc from None
     state.model.set_proto(model)
     state.tensors = state.model.tensors()
     if bounds is not None and len(state.scopes) < sum(
