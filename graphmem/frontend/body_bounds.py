@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from graphmem.frontend.data_bounds import RULES, DataBounds, symbol_name
+from graphmem.frontend.data_bounds import (RULES, DataBounds, rule_order, symbol_name,
+                                          wanted_hint)
 
 
 class ControlFlowBounds:
@@ -20,8 +21,32 @@ class ControlFlowBounds:
     control_flow.py): a body's data-dependent nodes at their bounds, and an If's output
     whose branches differ in size bounded by the larger (a symbol ``If_N``)."""
 
-    def __init__(self, record: DataBounds):
+    def __init__(self, record: DataBounds, state=None):
         self.record = record
+        self.state = state  # the loader's: the top-level graph's value ranges
+        # (body, tensor) -> the hint naming the --bound a body's size read from the
+        # data needs (graphmem/frontend/value_sizes.py)
+        self.wanted: dict[tuple[str, str], str] = {}
+
+    def hint(self, where: str, tensor: str) -> str:
+        """The refusal's hint for ``tensor`` of the body ``where`` left open."""
+        return self.wanted.get((where, tensor), "")
+
+    def _ranges(self, model, tensors, values, where: str):
+        """The value ranges of a body's tensors (value_ranges.Analysis), those it reads
+        from the graph's as the graph's analysis has them."""
+        from graphmem.core.ir import standard_domain
+        from graphmem.frontend.value_ranges import Analysis, node_of
+        from graphmem.frontend.value_sizes import symbol_axes, top_level
+        outer = top_level(self.state) if self.state is not None else None
+        syms = [s for s in self.record.body_symbols.values() if s.scope == where]
+        varying = symbol_axes(syms, lambda i: model.graph.node[i].output, tensors)
+        opset = max((o.version for o in model.opset_import if standard_domain(o.domain)),
+                    default=21)
+        analysis = Analysis(lambda t: tensors[t].shape if t in tensors else None,
+                            lambda t: tensors[t].dtype if t in tensors else "",
+                            _Lookup(values).get, varying, outer)
+        return analysis.run(node_of(nd, opset) for nd in model.graph.node)
 
     def merge(self, idx: int, name: str, a, b):
         from graphmem.core.ir import Tensor
@@ -188,10 +213,17 @@ class ControlFlowBounds:
         symbols are ``Op_<node>_<body>_<i>`` (bounds of the body's own plan)."""
         from onnx import helper
         body = _BodyState(tensors, values)
+        made = []
+
+        def ranges():  # made once a rule asks
+            if not made:
+                made.append(self._ranges(model, tensors, values, where))
+            return made[0]
+        body.ranges = ranges
         found = {}
-        for late in (False, True):
+        for late in (0, 1, 2):
             for i, nd in enumerate(model.graph.node):
-                if nd.op_type not in RULES or (nd.op_type == "TopK") != late or \
+                if nd.op_type not in RULES or rule_order(nd.op_type) != late or \
                         all(o in tensors for o in nd.output if o):
                     continue
                 node = ProtoNode(tuple(nd.input), tuple(nd.output), nd.attribute)
@@ -200,6 +232,11 @@ class ControlFlowBounds:
                 record = DataBounds({k[:-len(suffix)]: v for k, v in self.record.given.items()
                                      if k.endswith(suffix)})
                 sized = rule(body, record, node, i)
+                for k, names in record.wanted.items():
+                    for o in nd.output:
+                        self.wanted[(where, o)] = wanted_hint(
+                            nd.op_type, nd.name, f"node {k} of the body",
+                            [n + suffix for n in names])
                 if sized:
                     for sym in record.symbols.values():
                         name = sym.name + suffix

@@ -411,8 +411,9 @@ def _scope(body: onnx.GraphProto, idx: int, attr: str, formal: list[Tensor],
     for nd in m.graph.node:
         for o in nd.output:
             if o and o not in tensors:
+                hint = bounds.hint(f"{idx}_{attr}", o) if bounds is not None else ""
                 raise GraphmemError(f"cannot infer the shape of tensor {o!r}, output of a "
-                                    f"{nd.op_type} node{where}")
+                                    f"{nd.op_type} node{where}{hint}")
     formal_in = tuple(vi.name for vi in body.input)
     formal_out = tuple(o.name for o in body.output)
     if bounds is not None:  # issue 53: a bounded Loop of this body stays in it

@@ -21,9 +21,13 @@ from __future__ import annotations
 from math import prod
 from typing import Mapping, NamedTuple
 
-from graphmem.core.dtypes import ENUM_BY_NAME
 from graphmem.core.ir import standard_domain
+from graphmem.frontend.rule_inputs import attr_of as _attr
+from graphmem.frontend.rule_inputs import constant_int, symbol_name  # noqa: F401
+from graphmem.frontend.rule_inputs import elem_of as _elem
+from graphmem.frontend.rule_inputs import shape_of as _shape
 from graphmem.frontend.structure import nearest_upstream
+from graphmem.frontend.value_sizes import VALUE_RULES
 
 _INT64 = 7  # TensorProto.INT64
 
@@ -53,6 +57,9 @@ class DataBounds:
         # the symbols of data-dependent nodes in If/Loop/Scan bodies: Op_<i>_<node>_<attr>
         # (i: the node's index in its body), planned at their bounds in the body's plan
         self.body_symbols: dict[str, Symbol] = {}
+        # node -> the symbols a size read from the data needs and the graph does not
+        # bound (graphmem/frontend/value_sizes.py): named in the refusal
+        self.wanted: dict[int, list[str]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.symbols)
@@ -88,33 +95,7 @@ class DataBounds:
         return out
 
 
-def symbol_name(op: str, index: int) -> str:
-    return f"{op}_{index}"
-
-
 # --------------------------------------------------------------------------- the rules
-
-def _attr(node, name: str, default=None):
-    from graphmem.frontend import attributes
-    if hasattr(node, "attribute"):  # a body's node (body_bounds.ProtoNode)
-        from onnx import helper
-        return next((helper.get_attribute_value(a) for a in node.attribute
-                     if a.name == name), default)
-    for a in node.attrs:
-        if a.name == name:
-            v = attributes.decode(a.type, a.raw)
-            return default if v is attributes.NOT_DECODED else v
-    return default
-
-
-def _elem(state, name: str) -> int:
-    return ENUM_BY_NAME[state.tensors[name].dtype]
-
-
-def _shape(state, name: str):
-    t = state.tensors.get(name) if name else None
-    return None if t is None else tuple(t.shape)
-
 
 def _bounded(state, record: DataBounds, op: str, index: int, tensor: str, proven, why,
              axis: int = 0):
@@ -209,53 +190,14 @@ def _topk(state, record, node, index):
     return found
 
 
-def _range(state, record, node, index):
-    """A Range whose bounds are data: nothing proves its length, a ``--bound`` may."""
-    name = symbol_name("Range", index)
-    if name not in record.given:
-        return None
-    k = record.add(name, None, "Range", index, node.outputs[0], "given by --bound")
-    elem = next((_elem(state, t) for t in node.inputs if t and t in state.tensors), _INT64)
-    return {node.outputs[0]: (elem, (k,))}
-
-
 RULES = {"NonZero": _nonzero, "NonMaxSuppression": _nms, "Compress": _compress,
-         "Unique": _unique, "TopK": _topk, "Range": _range}
-# the ops the refusal names with the option that bounds them
-NEEDS_GIVEN = frozenset({"Range"})
-
-
-def constant_int(state, name: str) -> int | None:
-    """The one integer value of a constant input (an initializer or a Constant's
-    output), or None where it is computed or absent."""
-    values = _constants(state)
-    v = values.get(name)
-    if v is None:
-        return None
-    import numpy as np
-    flat = np.asarray(v).reshape(-1)
-    return int(flat[0]) if flat.size == 1 else None
-
-
-def _constants(state) -> dict:
-    found = getattr(state, "_data_bound_constants", None)
-    if found is not None:
-        return found
-    from onnx import numpy_helper
-    model = state.model.source_proto
-    found = {}
-    for t in model.graph.initializer:
-        if t.data_location != 1 and len(t.raw_data) <= 64 and len(t.dims) <= 1:
-            found[t.name] = numpy_helper.to_array(t)
-    for n in model.graph.node:
-        if n.op_type == "Constant" and standard_domain(n.domain):
-            for a in n.attribute:
-                if a.name == "value" and a.HasField("t"):
-                    found[n.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name in ("value_int", "value_ints"):
-                    found[n.output[0]] = a.i if a.name == "value_int" else list(a.ints)
-    state._data_bound_constants = found
-    return found
+         "Unique": _unique, "TopK": _topk}
+# the ops whose presence makes a model's sizes depend on the data (and a Range, whose
+# bounds usually are shapes: the loader sizes it on its own where they are)
+DATA_DEPENDENT_OPS = frozenset(RULES) | {"Range"}
+# the ops that size an output from an input's values, bounded by its value range
+# (graphmem/frontend/value_sizes.py: the Range's rule among them)
+RULES.update(VALUE_RULES)
 
 
 # --------------------------------------------------------------------------- the strategy
@@ -265,15 +207,36 @@ def has_data_dependent_ops(state) -> bool:
     an If/Loop/Scan body; or a Loop that concatenates onto a carried value (its size
     grows each iteration: graphmem/frontend/loop_growth.py)."""
     from graphmem.frontend.structure import GRAPH_ATTRS
-    names = [op.encode() for op in RULES]
+    names = [op.encode() for op in DATA_DEPENDENT_OPS]
     for n in state.g.nodes:
-        if n.op_type in RULES and standard_domain(n.domain):
+        if n.op_type in DATA_DEPENDENT_OPS and standard_domain(n.domain):
             return True
         for a in n.attrs:
             if a.type in GRAPH_ATTRS and any(op in bytes(a.raw) for op in names):
                 return True
     from graphmem.frontend.loop_detect import loop_needs_bounds
     return loop_needs_bounds(state)
+
+
+def rule_order(op: str) -> int:
+    """When a rule is tried in a round: the data-dependent ops first, a TopK next (its k
+    may be shape arithmetic at their bounds), the sizes read from values last (their
+    value ranges are those of what is sized before them)."""
+    return 2 if op in VALUE_RULES else 1 if op == "TopK" else 0
+
+
+def sizes_from_values(state) -> bool:
+    """An open output of an op that sizes it from an input's values (VALUE_RULES): asked
+    only while something is open, so a model that plans without it is not touched."""
+    return any(node.op_type in VALUE_RULES and standard_domain(node.domain)
+               for _, node in state.missing or ())
+
+
+def sized_from_values_in_body(refusal: str) -> bool:
+    """Is ``refusal`` the control-flow settling's for an output of a body's op that
+    sizes it from an input's values (VALUE_RULES)?"""
+    return " in the " in refusal and any(f"output of a {op} node in the " in refusal
+                                         for op in VALUE_RULES)
 
 
 def record_of(state) -> DataBounds:
@@ -296,10 +259,10 @@ def bounded_sizes(state, strategies) -> None:
         found: dict = {}
         # a TopK last: its k may be shape arithmetic the constant values compute at the
         # bounds once the others are sized (tighter than its input's dim)
-        for late in (False, True):
+        for late in (0, 1, 2):
             for name, node in state.missing:
                 rule = RULES.get(node.op_type) if standard_domain(node.domain) else None
-                if rule is None or name in found or (node.op_type == "TopK") != late or \
+                if rule is None or name in found or rule_order(node.op_type) != late or \
                         symbol_name(node.op_type, node.index) in record.symbols:
                     continue
                 sized = rule(state, record, nodes[node.index], node.index)
@@ -393,19 +356,24 @@ def governed(g, order, reads, record: DataBounds
     return {t: tuple(sorted(s)) for t, s in size.items()}, value
 
 
-def refusal(g, name: str, tensors) -> str:
-    """The hint for an open tensor a data-dependent op upstream leaves open: the op,
-    and the ``--bound`` to pass where one would size it ('' when none is upstream)."""
+def refusal(g, name: str, tensors, record: DataBounds | None = None) -> str:
+    """The hint for an open tensor a size read from the data leaves open, where the
+    graph proves no bound for it: the op, and the ``--bound`` to pass ('' when none is
+    upstream)."""
+    wanted = record.wanted if record is not None else {}
     found = nearest_upstream(g, name, tensors, lambda i, n: (
-        n.op_type in NEEDS_GIVEN and standard_domain(n.domain)
-        and n.outputs[0] not in tensors))
+        i in wanted and n.outputs[0] not in tensors))
     if found is None:
         return ""
     i, n = found
-    label = f" {n.name!r}" if n.name else ""
-    return (f"; its size depends on the values computed at run time ({n.op_type}"
-            f"{label}, node {i}), which the graph does not bound: pass --bound "
-            f"{symbol_name(n.op_type, i)}=N (at most N elements)")
+    return wanted_hint(n.op_type, n.name, f"node {i}", wanted[i])
+
+
+def wanted_hint(op: str, name: str, where: str, symbols: list[str]) -> str:
+    label = f" {name!r}" if name else ""
+    return (f"; its size depends on the values computed at run time ({op}{label}, "
+            f"{where}), which the graph does not bound: pass "
+            + " and ".join(f"--bound {s}=N" for s in symbols) + " (at most N)")
 
 
 def attach(graph, record: DataBounds):

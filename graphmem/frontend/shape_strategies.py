@@ -154,7 +154,7 @@ def control_flow_bodies(state: LoadState) -> None:
     bounds = None
     if _data_bounds().has_data_dependent_ops(state):  # issue 53: sizes at their bounds
         from graphmem.frontend.body_bounds import ControlFlowBounds
-        bounds = ControlFlowBounds(_data_bounds().record_of(state))
+        bounds = ControlFlowBounds(_data_bounds().record_of(state), state)
     try:
         # settle adds the types it finds to the proto it is given, in place
         model, _, state.scopes = settle(state.model.proto, order, dict(tensors),
@@ -165,6 +165,18 @@ def control_flow_bodies(state: LoadState) -> None:
             state.deferred_control_flow = True  # issue 53: data-bounds settles it later
             return
         raise GraphmemError(f"{exc}{why}") from None
+    except GraphmemError as exc:
+        if bounds is not None or not _data_bounds().sized_from_values_in_body(str(exc)):
+            raise
+        # issue 53: a body's size read from the data's values, with no data-dependent op
+        # in the model: settled again with the bounds (only where it was refused)
+        from graphmem.frontend.body_bounds import ControlFlowBounds
+        bounds = ControlFlowBounds(_data_bounds().record_of(state), state)
+        try:
+            model, _, state.scopes = settle(state.model.proto, order, dict(tensors),
+                                            inference.infer_proto, values, bounds=bounds)
+        except (GraphmemError, UnknownShape):
+            raise exc from None
     state.model.set_proto(model)
     state.tensors = state.model.tensors()
     if bounds is not None and len(state.scopes) < sum(
@@ -383,9 +395,12 @@ STRATEGIES: tuple[Strategy, ...] = (
     # issue 53 (graphmem/frontend/data_bounds.py): data-dependent sizes at their bounds
     Strategy("data-bounds",
              lambda state: _data_bounds().bounded_sizes(state, sys.modules[__name__]),
-             applies=lambda state: _data_bounds().has_data_dependent_ops(state),
-             summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k: "
-                     "their outputs at the upper bounds the graph proves (or --bound)"),
+             applies=lambda state: _data_bounds().has_data_dependent_ops(state) or
+             _data_bounds().sizes_from_values(state),
+             summary="NonZero, NonMaxSuppression, Compress, Unique, TopK with a computed k, "
+                     "and sizes read from the data's values (Resize, ConstantOfShape, "
+                     "Slice, ...): their outputs at the upper bounds the graph proves (or "
+                     "--bound)"),
     Strategy("onnxruntime-symbolic", onnxruntime_symbolic,
              summary="ONNX Runtime's SymbolicShapeInference (contrib ops, attention), "
                      "with the contrib rules in front of its handlers"),
@@ -489,7 +504,8 @@ def unknown_shape_message(state: LoadState) -> str:
                 "shape rule for it: pass --infer-by-running to take the shapes from one "
                 "ONNX Runtime run at the bound dims, or give the shapes of its outputs "
                 "in the model's value_info")
-    hint = hint or _data_bounds().refusal(state.g, name, state.tensors) or \
+    hint = hint or _data_bounds().refusal(state.g, name, state.tensors,
+                                          getattr(state, "data_bounds", None)) or \
         data_dependence(state.g, name, state.tensors)
     said = state.unread or state.notes
     caught = f" (on the way: {said[0]})" if said else ""

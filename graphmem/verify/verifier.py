@@ -137,8 +137,9 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
     found = found or runtime_problems(plan, graph)
     if found:
         return _replace(base, problems=tuple(found), seconds=time.perf_counter() - start)
-    if graph.data_bounds is not None:  # issue 53: run with the sizes the data gives
-        # (a body's symbols alone too: its node runs whole on ONNX Runtime)
+    bounds = graph.data_bounds
+    if bounds is not None and (bounds.symbols or bounds.body_symbols):
+        # issue 53: run with the sizes the data gives (a body's too: its If/Loop whole)
         if device != "cpu":
             raise GraphmemError("the verifier runs a model with data-dependent sizes on the "
                                 "CPU provider only; verify it with --provider cpu")
