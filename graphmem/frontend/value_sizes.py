@@ -19,6 +19,7 @@ import numpy as np
 from graphmem.frontend.value_ranges import Analysis, Span, node_of
 
 _INT64 = 7
+_INTEGERS = {2, 3, 4, 5, 6, 7, 12, 13}  # (u)int8/16/32/64 of TensorProto
 # the most bytes a bound is believed for: past it, a --bound is asked for
 MAX_BOUND_BYTES = 2 ** 40
 # a float result rounds to nearest: a count computed in float32 may round up past an
@@ -378,13 +379,21 @@ def _range(state, record, node, index):
         n = max(int(math.ceil((float(exact[1]) - float(exact[0])) / float(exact[2]))), 0)
         return {node.outputs[0]: (elem, (n,))}
     bound = None
-    with np.errstate(all="ignore"):
-        if float(d.lo) > 0:
-            bound = (float(lim.hi) - float(s.lo)) / float(d.lo)
-        elif float(d.hi) < 0:
-            bound = (float(s.hi) - float(lim.lo)) / -float(d.hi)
+    ends = (s.lo, lim.hi, d.lo) if float(d.lo) > 0 else (lim.lo, s.hi, -d.hi)
+    if elem in _INTEGERS and all(math.isfinite(float(v)) for v in ends) and \
+            float(ends[2]) > 0:
+        # integers: the count exactly, -(-(hi - lo) // step) (no float rounding margin)
+        lo, hi, step = (int(v) for v in ends)
+        bound = max(-(-(hi - lo) // step), 0)
+    else:
+        with np.errstate(all="ignore"):
+            if float(d.lo) > 0:
+                bound = (float(lim.hi) - float(s.lo)) / float(d.lo)
+            elif float(d.hi) < 0:
+                bound = (float(s.hi) - float(lim.lo)) / -float(d.hi)
+        if bound is not None and math.isfinite(bound):
+            bound = max(int(math.ceil(bound * _ROUNDING)), 0)
     if bound is not None and math.isfinite(bound):
-        bound = max(int(math.ceil(bound * _ROUNDING)), 0)
         dim = Dim(bound, False, f"limit - start over delta, at most {bound:,}")
     else:
         dim = Dim(None, False, "")

@@ -390,6 +390,7 @@ def _observed(graph, idx: int, run, outs) -> dict[str, int]:
             found[s.name] = shape[s.axis]
         else:
             found[s.name] = run.iterations
+    found.update(run.body_counts)
     return found
 
 

@@ -25,6 +25,9 @@ class LoopRun(NamedTuple):
     iterations: int
     finals: tuple[tuple[int, ...], ...]  # each carried value's final shape
     overflow: str | None  # the first value past its slot, in words
+    # the body's own symbols (a Resize to a box's size): the most each counted in an
+    # iteration
+    body_counts: dict = {}
 
 
 def grows(graph, index: int) -> bool:
@@ -45,7 +48,19 @@ def run_loop(model: onnx.ModelProto, graph, plan, node, values: dict, ir_version
     scope = graph.scopes[node.index][0]
     body_plan = next(s.plan for s in plan.scopes if s.node == node.index and s.attr == "body")
     fin, fout = scope.formal_inputs, scope.formal_outputs
-    sess, outer = _session(model, body, values, scope, ir_version)
+    # every tensor the body's nodes make, returned too: each iteration's checked against
+    # its slot in the body's plan (the body's own symbols' tensors among them, counted)
+    from graphmem.core.dtypes import ENUM_BY_NAME
+    formal = set(scope.formal_outputs)
+    made = [o for nd in body.node for o in nd.output
+            if o and o not in formal and o in body_plan.tensors and o in scope.graph.tensors]
+    mine = [sy for sy in graph.data_bounds.body_symbols.values()
+            if sy.scope == f"{node.index}_body" and sy.tensor in made]
+    more = [(t, ENUM_BY_NAME[scope.graph.tensors[t].dtype]) for t in made]
+    sess, outer = _session(model, body, values, scope, ir_version, more)
+    counts: dict[str, int] = {sy.name: 0 for sy in mine}
+    by_tensor = {sy.tensor: sy for sy in mine}
+    first = len(body.output)
     ins = list(proto.input)
     trips = values.get(ins[0]) if ins[0] else None
     trips = None if trips is None else int(np.asarray(trips).reshape(-1)[0])
@@ -71,15 +86,24 @@ def run_loop(model: onnx.ModelProto, graph, plan, node, values: dict, ir_version
                                 f"{i}: {runtime_message(exc, 1000)}") from None
         cond = bool(np.asarray(outs[0]).reshape(-1)[0])
         carried = [np.asarray(v) for v in outs[1:1 + k]]
+        where = f"the body of {node.label}, iteration {i}"
+        got = dict(zip(made, outs[first:]))
+        for sy in mine:
+            v = np.asarray(got[sy.tensor])
+            counts[sy.name] = max(counts[sy.name],
+                                  int(v.shape[sy.axis]) if sy.axis < v.ndim else int(v.size))
+        for t, v in got.items():
+            past = _past(body_plan, scope, t, np.asarray(v), where, by_tensor.get(t))
+            if past:
+                return LoopRun(i + 1, (), past, counts)
         for j, v in enumerate(carried):
-            where = f"the body of {node.label}, iteration {i}"
             past = (_past(body_plan, scope, fout[1 + j], v, f"{where}, its formal output")
                     or _past(body_plan, scope, fin[2 + j], v,
                              f"{where}, copied to its formal input"))
             if past:
-                return LoopRun(i + 1, (), past)
+                return LoopRun(i + 1, (), past, counts)
         i += 1
-    return LoopRun(i, tuple(tuple(v.shape) for v in carried), None)
+    return LoopRun(i, tuple(tuple(v.shape) for v in carried), None, counts)
 
 
 def _past(body_plan, scope, name: str, value: np.ndarray, where: str, symbol=None
