@@ -41,7 +41,8 @@ from graphmem.core.records import record
 from graphmem.errors import GraphmemError
 from graphmem.verify.arena_run import Mismatch
 from graphmem.verify.compare import OutputCheck
-from graphmem.verify.loop_steps import branch_loops, grows, run_branch, run_loop
+from graphmem.verify.loop_steps import branch_loops, grows, past_bound, run_branch, \
+    run_loop
 from graphmem.verify.node_sessions import numpy_dtype, runtime_message, session_options
 
 POISON = 0xFF
@@ -176,6 +177,9 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
     mismatch = None
     reads = 0
     observed: dict[str, int] = {}  # symbol -> its count, where counted apart (a Loop's)
+    own: dict[str, list] = {}  # tensor -> the symbols whose count it holds
+    for sym in graph.data_bounds.symbols.values():
+        own.setdefault(sym.tensor, []).append(sym)
 
     def write(name, value):
         t = tensors[name]
@@ -256,6 +260,10 @@ def verify_bounded(plan, graph, plain, base, *, seed: int = 0,
                 planned = int(np.prod(graph.tensors[o].shape, dtype=np.int64))
                 counts.append(BoundedCount(o, governed[o], int(v.size), planned,
                                            tuple(v.shape)))
+            if too_many is None:
+                overflow = past_bound(o, node.label, v, own.get(o, ()))
+                if overflow is not None:
+                    break
             if too_many is not None:
                 symbols = governed.get(o, ())
                 bound = ", ".join(f"{s} <= {graph.data_bounds.symbols[s].bound:,}"

@@ -92,6 +92,9 @@ def run_loop(model: onnx.ModelProto, graph, plan, node, values: dict, ir_version
             v = np.asarray(got[sy.tensor])
             counts[sy.name] = max(counts[sy.name],
                                   int(v.shape[sy.axis]) if sy.axis < v.ndim else int(v.size))
+            past = past_bound(sy.tensor, where, v, (sy,))
+            if past:
+                return LoopRun(i + 1, (), past, counts)
         for t, v in got.items():
             past = _past(body_plan, scope, t, np.asarray(v), where, by_tensor.get(t))
             if past:
@@ -104,6 +107,20 @@ def run_loop(model: onnx.ModelProto, graph, plan, node, values: dict, ir_version
                 return LoopRun(i + 1, (), past, counts)
         i += 1
     return LoopRun(i, tuple(tuple(v.shape) for v in carried), None, counts)
+
+
+def past_bound(tensor: str, where: str, value: np.ndarray, symbols) -> str | None:
+    """Words for ``value`` (of ``tensor``, made at ``where``) holding more than one of
+    ``symbols`` (those whose count it holds) allows on its axis, or None. A value can fit
+    its slot's bytes and still break the plan's bound: a Resize's height past its bound
+    where its width is under its own."""
+    for sym in symbols:
+        n = int(value.shape[sym.axis]) if sym.axis < value.ndim else int(value.size)
+        if n > sym.bound:
+            return (f"tensor {tensor!r} ({where}) holds {value.size:,} elements "
+                    f"{list(value.shape)}: {n:,} on axis {sym.axis}, past the bound "
+                    f"{sym.name} <= {sym.bound:,} its plan is made at")
+    return None
 
 
 def _past(body_plan, scope, name: str, value: np.ndarray, where: str, symbol=None
