@@ -39,6 +39,9 @@ def models(names):
         "maskrcnn_masks": lambda: (MaskProbs(det.maskrcnn_resnet50_fpn(
             weights=None, weights_backbone=None, num_classes=91, min_size=320,
             max_size=320, **low)), (3, 320, 320)),
+        "keypointrcnn": lambda: (det.keypointrcnn_resnet50_fpn(
+            weights=None, weights_backbone=None, min_size=320, max_size=320, **low),
+            (3, 320, 320)),
         "yolo": lambda: (YoloHead(), (3, 64, 64)),
         "tiny_fasterrcnn": lambda: (tiny_rcnn(det.FasterRCNN), TINY),
         "tiny_maskrcnn": lambda: (tiny_rcnn(det.MaskRCNN), TINY),
@@ -248,11 +251,12 @@ def MaskProbs(model):
     return Masks(model)
 
 
-# the models of the corpus (maskrcnn: the whole model, whose mask-pasting Loop graphmem
-# refuses; maskrcnn_masks: the same up to the masks' probabilities)
+# the models of the corpus (maskrcnn: the whole model, its masks pasted into the image
+# by a Loop; maskrcnn_masks: the same up to the masks' probabilities; keypointrcnn: its
+# keypoints from the heatmaps by a Loop too)
 MODELS = ("ssdlite", "fasterrcnn_mobilenet", "retinanet", "maskrcnn", "maskrcnn_masks",
-          "yolo")
-# their tiny versions (tests/data/detection keeps those graphmem plans)
+          "keypointrcnn", "yolo")
+# their tiny versions (kept in tests/data/detection)
 TINY_MODELS = ("tiny_fasterrcnn", "tiny_maskrcnn", "tiny_maskrcnn_masks",
                "tiny_keypointrcnn", "tiny_retinanet", "tiny_fcos", "tiny_ssd",
                "tiny_ssdlite")
