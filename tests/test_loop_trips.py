@@ -193,3 +193,36 @@ def test_a_bounded_loop_whose_size_leaves_its_body_is_refused(tmp_path, capsys):
     assert len(err) == 1 and "cannot size tensor 'out'" in err[0], err
     assert "its size depends on Loop node 0 of that body, bounded by Loop_0_2_then_branch" \
         in err[0], err
+
+
+def test_an_int32_counter_that_wraps_proves_no_count(tmp_path, capsys):
+    """k += 1,500,000,000 in int32 wraps past 2**31 before it reaches 2,000,000,000:
+    the condition holds all of M = 10 iterations, not the 2 the arithmetic says. No
+    count is proven from a 32-bit counter: the Loop is planned at M, and verify passes."""
+    i32 = TensorProto.INT32
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int32), name)  # noqa: E731
+    body = helper.make_graph(
+        [helper.make_node("Add", ["k", "step"], ["k_out"]),
+         helper.make_node("Less", ["k_out", "lim"], ["c_out"]),
+         helper.make_node("Cast", ["k"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["x", "f"], ["y"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("k", i32, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("k_out", i32, []),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [c("step", 1500000000), c("lim", 2000000000)])
+    m = make_model([helper.make_node("Loop", ["M", "true", "k0"], ["kf", "ys"], body=body)],
+                   [("x", TensorProto.FLOAT, [3])],
+                   [("ys", TensorProto.FLOAT, ["t", 3]), ("kf", i32, [])],
+                   initializers=[numpy_helper.from_array(np.array(10, np.int64), "M"),
+                                 numpy_helper.from_array(np.array(True), "true"), c("k0", 0)])
+    path, plan_file = tmp_path / "m.onnx", tmp_path / "p.json"
+    onnx.save(m, path)
+    assert main(["plan", str(path), "-o", str(plan_file), "--quiet"]) == 0
+    assert graphmem.Plan.load(str(plan_file)).bounds["Loop_0"]["bound"] == 10
+    capsys.readouterr()
+    assert main(["verify", str(path), "--plan", str(plan_file)]) == 0
+    out = capsys.readouterr().out
+    assert "Loop_0 (Loop, node 0): 10 of at most 10" in out and "PASS" in out, out

@@ -277,3 +277,58 @@ def test_a_body_sized_from_values_plans_without_a_data_dependent_op(tmp_path):
     report = verify(plan, graph, inputs={"b": np.array([[1.5, 7.9], [3.0, 2.0],
                                                         [-4.0, 30.0]], np.float32)})
     assert report.passed, report
+
+
+def _sized_by(first_value_nodes, inputs, extra_inits, rank):
+    """x -> the nodes (ending in ``si``, an int64 [k]) -> ConstantOfShape(si) -> y."""
+    nodes = first_value_nodes + [
+        helper.make_node("ConstantOfShape", ["si"], ["z"],
+                         value=numpy_helper.from_array(np.array([1.0], np.float32))),
+        helper.make_node("Relu", ["z"], ["y"])]
+    return make_model(nodes, inputs, [("y", F, [f"d{k}" for k in range(rank)])],
+                      initializers=extra_inits, opset=17)
+
+
+def test_a_scatter_that_adds_is_not_bounded_by_its_data_and_updates(tmp_path, capsys):
+    """ScatterElements with reduction="add" sums updates into one place: 4 + 4 + 4 + 4
+    from values in [0, 4]; its span is not theirs (planned at 4, it held 16), so the
+    size it gives is open and the refusal names the --bound."""
+    m = _sized_by([
+        helper.make_node("Clip", ["x", "lo", "hi"], ["xc"]),
+        helper.make_node("Clip", ["u", "lo", "hi"], ["uc"]),
+        helper.make_node("ScatterElements", ["xc", "idx", "uc"], ["s"], axis=0,
+                         reduction="add"),
+        helper.make_node("Cast", ["s"], ["s64"], to=I64),
+        helper.make_node("Slice", ["s64", "zero", "one"], ["si"])],
+        [("x", F, [3]), ("u", F, [3])],
+        [const("lo", 0.0, np.float32), const("hi", 4.0, np.float32), const("idx", [0, 0, 0]),
+         const("zero", [0]), const("one", [1])], 1)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    capsys.readouterr()
+    assert main(["plan", str(path), "-o", str(tmp_path / "p.json"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--bound ConstantOfShape_5=N" in err and err.count("\n") == 1, err
+
+
+def test_a_reduce_sum_with_no_axes_and_noop_passes_its_input_through(tmp_path, capsys):
+    """ReduceSum(noop_with_empty_axes=1) of no axes is its input: values in [-3, -2]
+    plus 10 size a ConstantOfShape at most [8, 8, 8] (not the [-9, -6] of a sum)."""
+    m = _sized_by([
+        helper.make_node("Clip", ["x", "lo", "hi"], ["xc"]),
+        helper.make_node("ReduceSum", ["xc", "noaxes"], ["s"], keepdims=1,
+                         noop_with_empty_axes=1),
+        helper.make_node("Add", ["s", "ten"], ["s10"]),
+        helper.make_node("Cast", ["s10"], ["si"], to=I64)],
+        [("x", F, [3])],
+        [const("lo", -3.0, np.float32), const("hi", -2.0, np.float32),
+         const("ten", 10.0, np.float32), const("noaxes", np.zeros(0, np.int64))], 3)
+    path, plan_file = tmp_path / "m.onnx", tmp_path / "p.json"
+    onnx.save(m, path)
+    assert main(["plan", str(path), "-o", str(plan_file), "--quiet"]) == 0
+    assert graphmem.Plan.load(str(plan_file)).tensors["z"].bytes == 8 * 8 * 8 * 4
+    np.savez(tmp_path / "in.npz", x=np.full(3, -2, np.float32))
+    capsys.readouterr()
+    assert main(["verify", str(path), "--plan", str(plan_file), "--inputs",
+                 str(tmp_path / "in.npz")]) == 0
+    assert "PASS" in capsys.readouterr().out

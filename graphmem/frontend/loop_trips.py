@@ -137,7 +137,8 @@ def _count(name, producers, env, counters, top: bool) -> ConditionCount | None:
     p, q = diff.get(1, 0) - (1 if inclusive else 0), diff.get("i", 0)
     if q <= 0:
         return None
-    trips = max(0, math.ceil(-p / q)) + 1 if abs(p) < (1 << 52) else None
+    # (both under 2**52: the count exact in a float, and q x trips within int64)
+    trips = max(0, math.ceil(-p / q)) + 1 if abs(p) < (1 << 52) and q < (1 << 52) else None
     if trips is None:
         return None
     why = (f"its condition (a {nd.op_type} of a count going up by {q} an iteration) "
@@ -146,8 +147,12 @@ def _count(name, producers, env, counters, top: bool) -> ConditionCount | None:
 
 
 def _scalar(v):
+    """A constant's one value, where counting with it cannot wrap: a bool, or a 64-bit
+    integer (int32 arithmetic wraps past 2**31 and the condition holds longer than the
+    count says)."""
     a = np.asarray(v)
-    if a.size != 1 or a.dtype.kind not in "iub":
+    if a.size != 1 or not (a.dtype.kind == "b" or (a.dtype.kind in "iu" and
+                                                   a.dtype.itemsize == 8)):
         return None
     return int(a.reshape(-1)[0])
 
@@ -204,7 +209,7 @@ class _Affine:
         op = nd.op_type
         if op in _PASS and ins and ins[0] is not None:
             if op == "Cast" and next((a.i for a in nd.attribute if a.name == "to"), 0) \
-                    not in (2, 3, 4, 5, 6, 7, 12, 13):  # the integer types
+                    not in (7, 13):  # int64, uint64: a narrower integer wraps
                 return None
             return ins[0]
         if op == "Neg" and ins[0] is not None:

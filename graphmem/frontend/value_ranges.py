@@ -562,6 +562,9 @@ class Analysis:
         if x is None or shape is None:
             return {}
         axes = a[1].exact() if len(a) > 1 and a[1] is not None else n.attr("axes", None)
+        if (axes is None or len(np.asarray(axes)) == 0) and \
+                n.attr("noop_with_empty_axes", 0):
+            return {n.outputs[0]: x}  # no axes: the input, unchanged
         axes = range(len(shape)) if axes is None or len(np.asarray(axes)) == 0 else \
             [int(k) % len(shape) for k in np.asarray(axes).reshape(-1)]
         most = int(np.prod([shape[k] for k in axes])) if axes else 1
@@ -590,6 +593,11 @@ class Analysis:
         if op in ("Resize", "Upsample") and n.attr("mode", b"nearest") in (b"cubic", "cubic"):
             return {}
         if op in ("ScatterND", "ScatterElements"):  # the data's, or the updates'
+            reduction = n.attr("reduction", b"none")
+            reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+            if reduction not in ("none", "max", "min"):
+                # add / mul combine them: past both (the type's whole span)
+                return {n.outputs[0]: type_span(self.dtype_of(n.outputs[0]) or "float32")}
             return {n.outputs[0]: _union([x.whole()] + ([a[2].whole()] if len(a) > 2 and
                                                           a[2] is not None else [span(-INF, INF)]))}
         if op == "RoiAlign":  # averages or maxima of samples, 0 outside the map
