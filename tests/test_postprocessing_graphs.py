@@ -506,13 +506,6 @@ def test_a_shape_of_a_bounded_tensor_never_folds(tmp_path):
     assert {"dshape", "pad_shape"} <= {o for n in graph.nodes for o in n.outputs}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "h-values (value_ranges.py): the pad's 50 - n rows (n the NonZero's count, read by a "
-    "Shape) are sized at the bound n = 50, [0, 5], where they are most at n = 0 (a size "
-    "that falls as the count grows is planned at its least); plan and the validator "
-    "accept the plan, and verify fails: \"tensor 'pad' (node 11 (ConstantOfShape)) "
-    "holds 160 elements [32, 5] (640 bytes), past its planned slot of 0 bytes ([0, 5] at "
-    "the bound: NonZero_1 <= 50)\"; the same for an Expand, a Tile and a Slice from n"))
 @pytest.mark.parametrize("fill", ["ConstantOfShape", "Expand", "Tile", "Slice"])
 def test_detections_padded_to_a_fixed_count(tmp_path, capsys, fill):
     rng = np.random.default_rng(9)

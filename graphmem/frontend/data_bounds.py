@@ -12,7 +12,9 @@ the graph cannot bound (a Range whose limit is data) needs one, and the refusal 
 The loader sizes those outputs at their bounds, and every later tensor follows from
 onnx's inference at the bounds, with the shape arithmetic (``Min(300, n)`` as
 torchvision writes it for TopK) evaluated at them: planned there, every tensor holds
-what the data gives. What the bounds govern is every tensor computed from a bounded
+what the data gives, where its size grows with the counts; one that falls as a count
+grows (a pad of 50 - n rows) is sized again by its value rule
+(:mod:`graphmem.frontend.falling_sizes`). What the bounds govern is every tensor computed from a bounded
 one (its bytes or its shape): a Shape of a bounded tensor runs instead of folding, as
 does the arithmetic after it, since its value is known only at run time.
 """
@@ -252,8 +254,20 @@ def bounded_sizes(state, strategies) -> None:
     which tensors the bounds govern and fold none of them. ``strategies``: the module
     :mod:`graphmem.frontend.shape_strategies` (its ``add_types``, ``constant_values``
     and ``unknown``; passed in, it imports this one)."""
-    add_types, constant_values = strategies.add_types, strategies.constant_values
+    from graphmem.frontend.falling_sizes import resize_falling
     record = record_of(state)
+    while True:
+        _sizes_at_the_bounds(state, record, strategies)
+        if record:
+            govern(state, record, strategies.unknown)
+        # a size that falls as a count grows: sized again by its value rule
+        if not resize_falling(state, record, strategies):
+            break
+
+
+def _sizes_at_the_bounds(state, record: DataBounds, strategies) -> None:
+    """The rounds of :func:`bounded_sizes` while something is open."""
+    add_types, constant_values = strategies.add_types, strategies.constant_values
     nodes = state.g.nodes
     while state.missing:
         found: dict = {}
@@ -279,8 +293,6 @@ def bounded_sizes(state, strategies) -> None:
         state.settle()
         if state.missing:
             constant_values(state)
-    if record:
-        govern(state, record, strategies.unknown)
 
 
 def _control_flow(state, record: DataBounds, strategies) -> bool:
