@@ -575,3 +575,24 @@ def test_a_size_that_falls_as_the_count_grows_is_planned_at_its_most(tmp_path, s
                                          "scores": scores})
     assert report.passed, report
     assert {c.tensor: c.shape for c in report.bounded}["out"][0] == 33
+
+
+def test_two_nonzero_of_one_tensor_are_one_symbol(tmp_path):
+    """Two NonZero of the same mask count the same: the second is an alias of the
+    first (one symbol, both outputs governed by it), and a --bound of the alias's name
+    tightens both; verify passes."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["a"]),
+             helper.make_node("NonZero", ["mask"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    model = make_model(nodes, [("x", F, [4, 6])], [("y", I64, [2, "k"])],
+                       initializers=[const("t", 0.2, np.float32)])
+    graph, plan = planned(tmp_path, model)
+    assert list(graph.data_bounds.symbols) == ["NonZero_1"]
+    assert graph.data_bounds.aliases == {"NonZero_2": "NonZero_1"}
+    assert plan.tensors["b"].bounded_by == {"NonZero_1": 24}
+    assert problems(plan, graph) == []
+    assert verify(plan, graph).passed
+    tight, _ = planned(tmp_path, model, bounds={"NonZero_2": 5})
+    assert tight.tensors["a"].shape == tight.tensors["b"].shape == (2, 5)
+    assert not tight.load_notes

@@ -169,7 +169,7 @@ def falling_node(state, record, skip: set[int]) -> int | None:
     """The first node (in order) of :data:`SIZE_INPUTS`'s ops sized at the bounds whose
     size may be larger at run time (see :func:`falls`), not one of ``skip``."""
     g = state.g
-    symbol_nodes = {s.node for s in record.symbols.values()}
+    symbol_nodes = set(record.nodes())
     values = None
     for idx in state.order:
         n = g.nodes[idx]
