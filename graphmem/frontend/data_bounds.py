@@ -24,6 +24,7 @@ does the arithmetic after it, since its value is known only at run time.
 """
 from __future__ import annotations
 
+import sys
 from math import prod
 from typing import Mapping, NamedTuple
 
@@ -318,7 +319,7 @@ def bounded_sizes(state, strategies) -> None:
         if record:
             govern(state, record, strategies.unknown)
         # a size that falls as a count grows: sized again by its value rule
-        if not resize_falling(state, record, strategies):
+        if not resize_falling(state, record, strategies, sys.modules[__name__]):
             break
 
 

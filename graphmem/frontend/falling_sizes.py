@@ -168,6 +168,8 @@ def falls(values: _Values, node) -> bool:
 def falling_node(state, record, skip: set[int]) -> int | None:
     """The first node (in order) of :data:`SIZE_INPUTS`'s ops sized at the bounds whose
     size may be larger at run time (see :func:`falls`), not one of ``skip``."""
+    if not record.symbols:  # no dim a symbol decides: every value at the bounds is exact
+        return None
     g = state.g
     symbol_nodes = set(record.nodes())
     values = None
@@ -195,10 +197,11 @@ def falling_node(state, record, skip: set[int]) -> int | None:
     return None
 
 
-def resize_falling(state, record, strategies) -> bool:
+def resize_falling(state, record, strategies, bounds) -> bool:
     """Size again, by its value rule, the first node whose size may be larger at run
-    time than at the bounds (:func:`falling_node`), and what follows it: did it?"""
-    from graphmem.frontend.data_bounds import RULES, govern
+    time than at the bounds (:func:`falling_node`), and what follows it: did it?
+    ``strategies``: :mod:`graphmem.frontend.shape_strategies`; ``bounds``:
+    :mod:`graphmem.frontend.data_bounds` (passed in: it imports this one)."""
     tried = getattr(state, "resized_falling", None)
     if tried is None:
         tried = state.resized_falling = set()
@@ -207,7 +210,7 @@ def resize_falling(state, record, strategies) -> bool:
         return False
     tried.add(idx)
     node = state.g.nodes[idx]
-    after = downstream(state, idx)
+    after = downstream(state, idx, bounds)
     unsize(state, after)
     for name in [s.name for s in record.symbols.values()
                  if s.node != idx and any(o in after for o in state.g.nodes[s.node].outputs)]:
@@ -216,21 +219,21 @@ def resize_falling(state, record, strategies) -> bool:
     if any(state.g.nodes[i].op_type in CONTROL_FLOW and
            any(o in after for o in state.g.nodes[i].outputs) for i in state.order):
         state.deferred_control_flow = True  # their bodies settled again
-    sized = RULES[node.op_type](state, record, node, idx)
+    sized = bounds.RULES[node.op_type](state, record, node, idx)
     strategies.add_types(state, sized or {})
     if not sized:
         strategies.infer_again(state)
-    govern(state, record, strategies.unknown)
+    bounds.govern(state, record, strategies.unknown)
     return True
 
 
-def downstream(state, idx: int) -> set[str]:
-    """The tensors whose size may depend on node ``idx``'s outputs (its outputs too)."""
-    from graphmem.frontend.data_bounds import DataBounds, Symbol, governed
-    probe = DataBounds()
+def downstream(state, idx: int, bounds) -> set[str]:
+    """The tensors whose size may depend on node ``idx``'s outputs (its outputs too):
+    those a symbol of that node would govern (``bounds.governed``)."""
+    probe = bounds.DataBounds()
     n = state.g.nodes[idx]
-    probe.symbols["probe"] = Symbol("probe", 0, 0, n.op_type, idx, n.outputs[0], "")
-    return set(governed(state.g, state.order, state.reads, probe)[0])
+    probe.symbols["probe"] = bounds.Symbol("probe", 0, 0, n.op_type, idx, n.outputs[0], "")
+    return set(bounds.governed(state.g, state.order, state.reads, probe)[0])
 
 
 def unsize(state, names: set[str]) -> None:
