@@ -18,9 +18,10 @@ onnx's inference at the bounds, with the shape arithmetic (``Min(300, n)`` as
 torchvision writes it for TopK) evaluated at them: planned there, every tensor holds
 what the data gives, where its size grows with the counts; one that falls as a count
 grows (a pad of 50 - n rows) is sized again by its value rule
-(:mod:`graphmem.frontend.falling_sizes`). What the bounds govern is every tensor computed from a bounded
-one (its bytes or its shape): a Shape of a bounded tensor runs instead of folding, as
-does the arithmetic after it, since its value is known only at run time.
+(:mod:`graphmem.frontend.falling_sizes`). What the bounds govern is every tensor
+computed from a bounded one (its bytes or its shape): a Shape of a bounded tensor runs
+instead of folding, as does the arithmetic after it, since its value is known only at
+run time.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from graphmem.core.ir import CONTROL_FLOW, standard_domain
 from graphmem.frontend.value_ranges import Analysis, Span, node_of
-from graphmem.frontend.value_sizes import _elements, ranges
+from graphmem.frontend.value_sizes import element_spans, ranges
 
 # the inputs whose values size each op's output
 SIZE_INPUTS = {"ConstantOfShape": (0,), "Expand": (1,), "Tile": (1,), "Pad": (1, 3),
@@ -84,7 +84,7 @@ def _largest_at_hi(values: _Values, name: str) -> bool | None:
     p = values.point(name)
     if p is None:
         return None
-    spans = _elements(s, p.size)
+    spans = element_spans(s, p.size)
     return all(_at(float(v), float(e.hi), float(e.lo), float(e.hi))
                for v, e in zip(p, spans))
 
@@ -100,7 +100,7 @@ def _slice_largest(values: _Values, node) -> bool | None:
         p = values.point(name)
         if s is None or p is None:
             return None
-        parts[name] = (p, _elements(s, p.size))
+        parts[name] = (p, element_spans(s, p.size))
     if axes and values.span(axes) is not None and values.span(axes).exact() is None:
         return False  # which axes is data: any may be cut
     if starts not in parts or ends not in parts:

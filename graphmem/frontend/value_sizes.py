@@ -76,7 +76,7 @@ def symbol_axes(symbols, outputs_of, tensors) -> dict[str, set]:
     return found
 
 
-def _elements(s: Span | None, n: int) -> list[Span] | None:
+def element_spans(s: Span | None, n: int) -> list[Span] | None:
     """``s`` of a vector of ``n`` elements, one span each (the whole one for each where
     it has one for all)."""
     if s is None:
@@ -176,7 +176,7 @@ def _constant_of_shape(state, record, node, index):
     if s is None or len(s) != 1:
         return None
     a = _ready(state, node, (0,))
-    spans = _elements(a.get(node.inputs[0]), s[0]) if a is not None else None
+    spans = element_spans(a.get(node.inputs[0]), s[0]) if a is not None else None
     if spans is None:
         return None
     dims = [_count(e, f"element {k} of its shape") for k, e in enumerate(spans)]
@@ -189,7 +189,7 @@ def _expand(state, record, node, index):
     if x is None or s is None or len(s) != 1:
         return None
     a = _ready(state, node, (1,))
-    spans = _elements(a.get(node.inputs[1]), s[0]) if a is not None else None
+    spans = element_spans(a.get(node.inputs[1]), s[0]) if a is not None else None
     if spans is None:
         return None
     rank = max(len(x), s[0])
@@ -213,7 +213,7 @@ def _tile(state, record, node, index):
     if x is None:
         return None
     a = _ready(state, node, (1,))
-    spans = _elements(a.get(node.inputs[1]), len(x)) if a is not None else None
+    spans = element_spans(a.get(node.inputs[1]), len(x)) if a is not None else None
     if spans is None:
         return None
     dims = []
@@ -237,7 +237,7 @@ def _pad(state, record, node, index):
         if v is None:
             return None
         axes = [int(k) % len(x) for k in v.reshape(-1)]
-    spans = _elements(a.get(node.inputs[1]), 2 * len(axes))
+    spans = element_spans(a.get(node.inputs[1]), 2 * len(axes))
     if spans is None:
         return None
     dims = [Dim(d, True) for d in x]
@@ -257,7 +257,7 @@ def _reshape(state, record, node, index):
     if x is None or s is None or len(s) != 1:
         return None
     a = _ready(state, node, (1,))
-    spans = _elements(a.get(node.inputs[1]), s[0]) if a is not None else None
+    spans = element_spans(a.get(node.inputs[1]), s[0]) if a is not None else None
     if spans is None:
         return None
     numel = math.prod(x)
@@ -301,13 +301,13 @@ def _resize(state, record, node, index):
     sizes = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else ""
     scales = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
     if sizes:
-        spans = _elements(a.get(sizes), len(axes))
+        spans = element_spans(a.get(sizes), len(axes))
         if spans is None:
             return None
         for j, k in enumerate(axes):
             dims[k] = _count(spans[j], f"sizes[{j}]")
     elif scales:
-        spans = _elements(a.get(scales), len(axes))
+        spans = element_spans(a.get(scales), len(axes))
         if spans is None:
             return None
         for j, k in enumerate(axes):
@@ -340,8 +340,9 @@ def _slice(state, record, node, index):
     if len(node.inputs) > 3 and node.inputs[3]:
         v = a.exact(node.inputs[3])
         axes = None if v is None else [int(k) % len(x) for k in v.reshape(-1)]
-    starts, ends = _elements(a.get(node.inputs[1]), n[0]), _elements(a.get(node.inputs[2]), n[0])
-    steps = _elements(a.get(node.inputs[4]), n[0]) if len(node.inputs) > 4 and \
+    starts = element_spans(a.get(node.inputs[1]), n[0])
+    ends = element_spans(a.get(node.inputs[2]), n[0])
+    steps = element_spans(a.get(node.inputs[4]), n[0]) if len(node.inputs) > 4 and \
         node.inputs[4] else [Span(np.array(1.0), np.array(1.0))] * n[0]
     if starts is None or ends is None or steps is None:
         return None
