@@ -524,3 +524,75 @@ def test_a_loop_whose_trip_count_is_data_needs_a_bound(tmp_path, capsys):
     low = graphmem.load(path, bounds={"Loop_7": kept - 1})
     report = verify(graphmem.plan_graph(low).plan, low)
     assert not report.passed and "tensor 'rows'" in report.overflow
+
+
+def falling(size_op):
+    """The rows a NonZero keeps (n, read by a Shape), then a size computed as 50 - n
+    (``size_op``: a ConstantOfShape of [50 - n, 3], a Range(n, 50), a TopK of k =
+    50 - n), beside a Reshape of the kept rows to [n, 2, 2] (a size that grows with n)."""
+    nodes = [helper.make_node("Greater", ["scores", "thr"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "ax0"], ["idx"]),
+             helper.make_node("Gather", ["boxes", "idx"], ["kb"], axis=0),
+             helper.make_node("Shape", ["kb"], ["kshape"]),
+             helper.make_node("Slice", ["kshape", "ax0", "one1", "ax0"], ["n"]),
+             helper.make_node("Concat", ["n", "two_two"], ["grid"], axis=0),
+             helper.make_node("Reshape", ["kb", "grid"], ["kb22"]),
+             helper.make_node("Sub", ["fifty", "n"], ["rest"])]
+    if size_op == "ConstantOfShape":
+        nodes += [helper.make_node("Concat", ["rest", "three"], ["pad_shape"], axis=0),
+                  helper.make_node("ConstantOfShape", ["pad_shape"], ["out"])]
+    elif size_op == "Range":
+        nodes += [helper.make_node("Squeeze", ["n", "ax0"], ["n0"]),
+                  helper.make_node("Range", ["n0", "fifty0", "step"], ["out"])]
+    else:
+        nodes += [helper.make_node("TopK", ["scores", "rest"], ["out", "out_i"])]
+    inits = [const("thr", 0.5, np.float32), const("ax0", [0]), const("one1", [1]),
+             const("two_two", [2, 2]), const("fifty", [50]), const("three", [3]),
+             const("fifty0", 50), const("step", 1)]
+    return make_model(nodes, [("boxes", F, [50, 4]), ("scores", F, [50])],
+                      [("out", F if size_op != "Range" else I64,
+                        ["r", 3] if size_op == "ConstantOfShape" else ["r"]),
+                       ("kb22", F, ["n", 2, 2])], initializers=inits)
+
+
+@pytest.mark.parametrize("size_op", ["ConstantOfShape", "Range", "TopK"])
+def test_a_size_that_falls_as_the_count_grows_is_planned_at_its_most(tmp_path, size_op):
+    """50 - n is 0 at n's bound (50) and 50 at n = 0: the output is sized by its value
+    rule (a symbol at 50 - n's hi), not at the bound; the Reshape to [n, 2, 2], whose
+    size grows with n, stays at the bound with no symbol of its own; verify passes with
+    fewer rows kept (the output larger than at the bound)."""
+    graph, plan = planned(tmp_path, falling(size_op))
+    assert graph.tensors["out"].shape[0] == 50
+    syms = graph.data_bounds.symbols
+    (own,) = [s for s in syms.values() if s.tensor == "out"]
+    assert own.op == size_op and own.bound == own.proven == 50
+    assert graph.tensors["kb22"].shape == (50, 2, 2)
+    assert {s.op for s in syms.values()} == {"NonZero", size_op}
+    assert problems(plan, graph) == []
+    scores = np.where(np.arange(50) % 3 == 0, 0.9, 0.1).astype(np.float32)  # 17 kept
+    report = verify(plan, graph, inputs={"boxes": np.ones((50, 4), np.float32),
+                                         "scores": scores})
+    assert report.passed, report
+    assert {c.tensor: c.shape for c in report.bounded}["out"][0] == 33
+
+
+def test_two_nonzero_of_one_tensor_are_one_symbol(tmp_path):
+    """Two NonZero of the same mask count the same: the second is an alias of the
+    first (one symbol, both outputs governed by it), and a --bound of the alias's name
+    tightens both; verify passes."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["a"]),
+             helper.make_node("NonZero", ["mask"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    model = make_model(nodes, [("x", F, [4, 6])], [("y", I64, [2, "k"])],
+                       initializers=[const("t", 0.2, np.float32)])
+    graph, plan = planned(tmp_path, model)
+    assert list(graph.data_bounds.symbols) == ["NonZero_1"]
+    assert graph.data_bounds.aliases == {"NonZero_2": "NonZero_1"}
+    assert plan.tensors["b"].bounded_by == {"NonZero_1": 24}
+    assert problems(plan, graph) == []
+    assert verify(plan, graph).passed
+    tight, _ = planned(tmp_path, model, bounds={"NonZero_2": 5})
+    assert tight.tensors["a"].shape == tight.tensors["b"].shape == (2, 5)
+    assert not tight.load_notes

@@ -335,18 +335,19 @@ def test_compress(tmp_path, capsys):
     inputs, full = _compress_inputs()
     _, _, counts = planned_and_verified(tmp_path, capsys, compress_boxes(), inputs, full=full)
     kept = int((inputs["scores"] > 0.5).sum())  # 19 of 50
-    assert counts == {"Compress_1": kept, "Compress_2": kept}
+    # the two Compress read the same condition: one count, Compress_2 its alias
+    assert counts == {"Compress_1": kept}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "h-values (data_bounds.py): the two Compress nodes read the same condition, so their "
-    "counts are equal at run time, but each is a symbol of its own; --bound "
-    "Compress_2=18 alone makes Mul's inputs [50, 4] and [18, 1], and plan refuses: "
-    "\"cannot infer the shape of tensor 'weighted', output of node 4 (Mul)\""))
 def test_compress_one_bound_lowered(tmp_path, capsys):
     inputs, _ = _compress_inputs()
     path, given, counts = planned_and_verified(tmp_path, capsys, compress_boxes(), inputs)
     lowered_bound_is_caught(tmp_path, capsys, path, inputs, given, counts)
+    # the alias's name tightens the count both Compress nodes hold
+    graph = graphmem.load(path, bounds={"Compress_2": 18})
+    assert graph.tensors["kb"].shape == (18, 4) and graph.tensors["ks"].shape == (18,)
+    assert list(graph.data_bounds.symbols) == ["Compress_1"] and not graph.load_notes
+    assert graph.data_bounds.governed["weighted"] == ("Compress_1",)
 
 
 def unique_classes():
@@ -418,18 +419,17 @@ def slice_to_count():
                       [("det", F, ["n", 5])], initializers=inits)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "h-values (value_ranges.py): a Slice whose end is a value of the data (a ReduceSum of "
-    "the mask) is at most its input's 50 on the axis, but plan refuses naming no bound: "
-    "\"cannot infer the shape of tensor 'head', output of node 4 (Slice); 4 more tensors "
-    "are unknown too\""))
 def test_slice_with_its_end_from_the_data(tmp_path, capsys):
+    """The two Slices cut the same rows (the same starts, ends and axes, inputs of one
+    shape): one symbol, Slice_5 its alias, so lowering it lowers both."""
     rng = np.random.default_rng(7)
-    counts = meets_the_bar(tmp_path, capsys, slice_to_count(),
-                           {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4)},
+    feeds = {"boxes": _boxes(rng, (50, 4)), "scores": _scores(rng, (50,), 0.4)}
+    counts = meets_the_bar(tmp_path, capsys, slice_to_count(), feeds,
                            full={"boxes": _boxes(rng, (50, 4)),
                                  "scores": np.full(50, 0.9, np.float32)})
-    print(counts)
+    assert counts == {"Slice_4": int((feeds["scores"] > 0.5).sum())}
+    graph = graphmem.load(tmp_path / "m.onnx", bounds={"Slice_5": 30})
+    assert graph.tensors["head"].shape == (30,) and graph.tensors["head_i"].shape == (30,)
 
 
 def range_of_count():
@@ -506,13 +506,6 @@ def test_a_shape_of_a_bounded_tensor_never_folds(tmp_path):
     assert {"dshape", "pad_shape"} <= {o for n in graph.nodes for o in n.outputs}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "h-values (value_ranges.py): the pad's 50 - n rows (n the NonZero's count, read by a "
-    "Shape) are sized at the bound n = 50, [0, 5], where they are most at n = 0 (a size "
-    "that falls as the count grows is planned at its least); plan and the validator "
-    "accept the plan, and verify fails: \"tensor 'pad' (node 11 (ConstantOfShape)) "
-    "holds 160 elements [32, 5] (640 bytes), past its planned slot of 0 bytes ([0, 5] at "
-    "the bound: NonZero_1 <= 50)\"; the same for an Expand, a Tile and a Slice from n"))
 @pytest.mark.parametrize("fill", ["ConstantOfShape", "Expand", "Tile", "Slice"])
 def test_detections_padded_to_a_fixed_count(tmp_path, capsys, fill):
     rng = np.random.default_rng(9)

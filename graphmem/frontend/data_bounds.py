@@ -8,16 +8,24 @@ NonMaxSuppression's at most batch x classes x min(boxes, max_output_boxes_per_cl
 input's, TopK's k at most its input's dim on the axis. Each bound is a named symbol
 (``NonZero_3``: the op and the node's index) that ``--bound NAME=N`` may tighten; an op
 the graph cannot bound (a Range whose limit is data) needs one, and the refusal names it.
+Nodes whose counts are always equal (two NonZero of one tensor, two Compress on one
+condition, two Slices with the same starts, ends, axes and steps of inputs of one fixed
+shape) are one symbol, the first's; the others' names are its aliases
+(``DataBounds.aliases``), and a ``--bound`` of any of them tightens it.
 
 The loader sizes those outputs at their bounds, and every later tensor follows from
 onnx's inference at the bounds, with the shape arithmetic (``Min(300, n)`` as
 torchvision writes it for TopK) evaluated at them: planned there, every tensor holds
-what the data gives. What the bounds govern is every tensor computed from a bounded
-one (its bytes or its shape): a Shape of a bounded tensor runs instead of folding, as
-does the arithmetic after it, since its value is known only at run time.
+what the data gives, where its size grows with the counts; one that falls as a count
+grows (a pad of 50 - n rows) is sized again by its value rule
+(:mod:`graphmem.frontend.falling_sizes`). What the bounds govern is every tensor
+computed from a bounded one (its bytes or its shape): a Shape of a bounded tensor runs
+instead of folding, as does the arithmetic after it, since its value is known only at
+run time.
 """
 from __future__ import annotations
 
+import sys
 from math import prod
 from typing import Mapping, NamedTuple
 
@@ -60,24 +68,52 @@ class DataBounds:
         # node -> the symbols a size read from the data needs and the graph does not
         # bound (graphmem/frontend/value_sizes.py): named in the refusal
         self.wanted: dict[int, list[str]] = {}
+        # a node whose count is always another's (a Compress on the same condition, a
+        # NonZero of the same tensor): its symbol's name -> the symbol it is, and its
+        # node -> that symbol
+        self.aliases: dict[str, str] = {}
+        self.alias_nodes: dict[int, str] = {}
 
     def __bool__(self) -> bool:
         return bool(self.symbols)
 
     def add(self, name: str, proven: int | None, op: str, node: int, tensor: str,
-            why: str, axis: int = 0) -> int:
-        """Record a symbol; return the value it is planned at."""
-        given = self.given.get(name)
+            why: str, axis: int = 0, same: tuple[str, ...] = ()) -> int:
+        """Record a symbol; return the value it is planned at. ``same``: the names of
+        the symbols whose count is always this one's, the first of them the symbol
+        they all are (the first made; the others its aliases: a ``--bound`` of any
+        tightens it)."""
+        first = next((self.symbols[n] for n in same if n != name and n in self.symbols),
+                     None)
+        if first is not None:
+            self.aliases[name] = first.name
+            self.alias_nodes[node] = first.name
+            return first.bound
+        given, said = self.given.get(name), name
+        if same:
+            givens = [(self.given[n], n) for n in same if n in self.given]
+            given, said = min(givens) if givens else (None, name)
         bound = proven if given is None else given
         if given is not None and proven is not None and given > proven:
-            self.notes.append(f"--bound {name}={given}: the graph proves at most {proven:,} "
+            self.notes.append(f"--bound {said}={given}: the graph proves at most {proven:,} "
                               f"({why}); planned at {proven:,}")
             bound = proven
         self.symbols[name] = Symbol(name, int(bound), proven, op, node, tensor, why, axis)
         return int(bound)
 
     def unused(self) -> list[str]:
-        return [n for n in self.given if n not in self.symbols and n not in self.body_symbols]
+        return [n for n in self.given if n not in self.symbols and n not in self.body_symbols
+                and n not in self.aliases]
+
+    def nodes(self) -> dict[int, list[str]]:
+        """node -> the symbols its outputs hold the count of (an alias's node too)."""
+        found: dict[int, list[str]] = {}
+        for s in self.symbols.values():
+            found.setdefault(s.node, []).append(s.name)
+        for node, name in self.alias_nodes.items():
+            if name in self.symbols:
+                found.setdefault(node, []).append(name)
+        return found
 
     def to_dict(self) -> dict:
         """The symbols as the plan file writes them (each with ``why``, its bound in
@@ -98,16 +134,31 @@ class DataBounds:
 # --------------------------------------------------------------------------- the rules
 
 def _bounded(state, record: DataBounds, op: str, index: int, tensor: str, proven, why,
-             axis: int = 0):
-    return record.add(symbol_name(op, index), proven, op, index, tensor, why, axis)
+             axis: int = 0, same: tuple[str, ...] = ()):
+    return record.add(symbol_name(op, index), proven, op, index, tensor, why, axis, same)
+
+
+def same_count(state, op: str, index: int, key) -> tuple[str, ...]:
+    """The symbols of the nodes of ``op`` whose ``key`` (node -> a key, None: none) is
+    node ``index``'s, in order: their counts are always equal."""
+    if not hasattr(state, "g"):  # a body's node (body_bounds): its own symbols
+        return ()
+    mine = key(state.g.nodes[index])
+    if mine is None:
+        return ()
+    found = tuple(symbol_name(op, i) for i in state.order
+                  if state.g.nodes[i].op_type == op and
+                  standard_domain(state.g.nodes[i].domain) and key(state.g.nodes[i]) == mine)
+    return found if len(found) > 1 else ()
 
 
 def _nonzero(state, record, node, index):
     x = _shape(state, node.inputs[0])
     if x is None:
         return None
+    same = same_count(state, "NonZero", index, lambda n: n.inputs[0] if n.inputs else None)
     k = _bounded(state, record, "NonZero", index, node.outputs[0], prod(x),
-                 f"the {prod(x):,} elements of its input", axis=1)
+                 f"the {prod(x):,} elements of its input", axis=1, same=same)
     return {node.outputs[0]: (_INT64, (len(x), k))}
 
 
@@ -136,16 +187,26 @@ def _compress(state, record, node, index):
     axis = _attr(node, "axis")
     if axis is None:
         proven = min(prod(x), prod(cond))
+        same = () if prod(x) < prod(cond) else _same_condition(state, index)
         k = _bounded(state, record, "Compress", index, node.outputs[0], proven,
-                     f"the {proven:,} elements of its input and condition")
+                     f"the {proven:,} elements of its input and condition", same=same)
         return {node.outputs[0]: (_elem(state, node.inputs[0]), (k,))}
     axis = axis % len(x)
     proven = min(x[axis], prod(cond))
+    same = () if x[axis] < prod(cond) else _same_condition(state, index)
     k = _bounded(state, record, "Compress", index, node.outputs[0], proven,
-                 f"its input's {x[axis]} on axis {axis}", axis=axis)
+                 f"its input's {x[axis]} on axis {axis}", axis=axis, same=same)
     shape = list(x)
     shape[axis] = k
     return {node.outputs[0]: (_elem(state, node.inputs[0]), tuple(shape))}
+
+
+def _same_condition(state, index: int) -> tuple[str, ...]:
+    """The Compress nodes on node ``index``'s condition: where the input is no shorter
+    than the condition (on the axis, or flattened), the count is the condition's trues,
+    whatever the axis."""
+    return same_count(state, "Compress", index,
+                      lambda n: n.inputs[1] if len(n.inputs) > 1 and n.inputs[1] else None)
 
 
 def _unique(state, record, node, index):
@@ -252,8 +313,20 @@ def bounded_sizes(state, strategies) -> None:
     which tensors the bounds govern and fold none of them. ``strategies``: the module
     :mod:`graphmem.frontend.shape_strategies` (its ``add_types``, ``constant_values``
     and ``unknown``; passed in, it imports this one)."""
-    add_types, constant_values = strategies.add_types, strategies.constant_values
+    from graphmem.frontend.falling_sizes import resize_falling
     record = record_of(state)
+    while True:
+        _sizes_at_the_bounds(state, record, strategies)
+        if record:
+            govern(state, record, strategies.unknown)
+        # a size that falls as a count grows: sized again by its value rule
+        if not resize_falling(state, record, strategies, sys.modules[__name__]):
+            break
+
+
+def _sizes_at_the_bounds(state, record: DataBounds, strategies) -> None:
+    """The rounds of :func:`bounded_sizes` while something is open."""
+    add_types, constant_values = strategies.add_types, strategies.constant_values
     nodes = state.g.nodes
     while state.missing:
         found: dict = {}
@@ -279,8 +352,6 @@ def bounded_sizes(state, strategies) -> None:
         state.settle()
         if state.missing:
             constant_values(state)
-    if record:
-        govern(state, record, strategies.unknown)
 
 
 def _control_flow(state, record: DataBounds, strategies) -> bool:
@@ -328,9 +399,15 @@ def governed(g, order, reads, record: DataBounds
         for o in outs:
             if o:
                 size.setdefault(o, set()).add(s.name)
+    aliases = getattr(record, "alias_nodes", {})
+    for node, name in aliases.items():
+        for o in nodes[node].outputs:
+            if o and name in record.symbols:
+                size.setdefault(o, set()).add(name)
+    own = {s.node for s in record.symbols.values()} | set(aliases)
     for idx in order:
         n = nodes[idx]
-        if idx in {s.node for s in record.symbols.values()}:
+        if idx in own:
             continue
         args = VALUE_ARGUMENTS.get(n.op_type, ()) if standard_domain(n.domain) else ()
         shape_only = n.op_type in ("Shape", "Size") and standard_domain(n.domain)

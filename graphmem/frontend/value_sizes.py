@@ -76,7 +76,7 @@ def symbol_axes(symbols, outputs_of, tensors) -> dict[str, set]:
     return found
 
 
-def _elements(s: Span | None, n: int) -> list[Span] | None:
+def element_spans(s: Span | None, n: int) -> list[Span] | None:
     """``s`` of a vector of ``n`` elements, one span each (the whole one for each where
     it has one for all)."""
     if s is None:
@@ -124,9 +124,11 @@ def _shape(state, name):
     return None if t is None else tuple(t.shape)
 
 
-def _sized(state, record, node, index: int, op: str, elem: int, dims: list[Dim]):
+def _sized(state, record, node, index: int, op: str, elem: int, dims: list[Dim],
+           same: tuple[int, ...] = ()):
     """The output's type from ``dims``, each inexact dim a bounded symbol; None where
-    one has no bound (it is noted in ``record.wanted`` for the refusal)."""
+    one has no bound (it is noted in ``record.wanted`` for the refusal). ``same``: the
+    nodes of ``op`` whose output's dims are always this one's (their symbols one)."""
     from graphmem.frontend.rule_inputs import symbol_name
     open_dims = [k for k, d in enumerate(dims) if not d.exact]
     if not open_dims:
@@ -147,7 +149,9 @@ def _sized(state, record, node, index: int, op: str, elem: int, dims: list[Dim])
             record.wanted[index] = [names[j] for j in open_dims]
             return None
         why = d.why if proven is not None else "given by --bound"
-        shape[k] = record.add(name, proven, op, index, node.outputs[0], why, axis=k)
+        suffix = name[len(base):]
+        shape[k] = record.add(name, proven, op, index, node.outputs[0], why, axis=k,
+                              same=tuple(symbol_name(op, i) + suffix for i in same))
     return {node.outputs[0]: (elem, tuple(shape))}
 
 
@@ -172,7 +176,7 @@ def _constant_of_shape(state, record, node, index):
     if s is None or len(s) != 1:
         return None
     a = _ready(state, node, (0,))
-    spans = _elements(a.get(node.inputs[0]), s[0]) if a is not None else None
+    spans = element_spans(a.get(node.inputs[0]), s[0]) if a is not None else None
     if spans is None:
         return None
     dims = [_count(e, f"element {k} of its shape") for k, e in enumerate(spans)]
@@ -185,7 +189,7 @@ def _expand(state, record, node, index):
     if x is None or s is None or len(s) != 1:
         return None
     a = _ready(state, node, (1,))
-    spans = _elements(a.get(node.inputs[1]), s[0]) if a is not None else None
+    spans = element_spans(a.get(node.inputs[1]), s[0]) if a is not None else None
     if spans is None:
         return None
     rank = max(len(x), s[0])
@@ -209,7 +213,7 @@ def _tile(state, record, node, index):
     if x is None:
         return None
     a = _ready(state, node, (1,))
-    spans = _elements(a.get(node.inputs[1]), len(x)) if a is not None else None
+    spans = element_spans(a.get(node.inputs[1]), len(x)) if a is not None else None
     if spans is None:
         return None
     dims = []
@@ -233,7 +237,7 @@ def _pad(state, record, node, index):
         if v is None:
             return None
         axes = [int(k) % len(x) for k in v.reshape(-1)]
-    spans = _elements(a.get(node.inputs[1]), 2 * len(axes))
+    spans = element_spans(a.get(node.inputs[1]), 2 * len(axes))
     if spans is None:
         return None
     dims = [Dim(d, True) for d in x]
@@ -253,7 +257,7 @@ def _reshape(state, record, node, index):
     if x is None or s is None or len(s) != 1:
         return None
     a = _ready(state, node, (1,))
-    spans = _elements(a.get(node.inputs[1]), s[0]) if a is not None else None
+    spans = element_spans(a.get(node.inputs[1]), s[0]) if a is not None else None
     if spans is None:
         return None
     numel = math.prod(x)
@@ -297,13 +301,13 @@ def _resize(state, record, node, index):
     sizes = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else ""
     scales = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
     if sizes:
-        spans = _elements(a.get(sizes), len(axes))
+        spans = element_spans(a.get(sizes), len(axes))
         if spans is None:
             return None
         for j, k in enumerate(axes):
             dims[k] = _count(spans[j], f"sizes[{j}]")
     elif scales:
-        spans = _elements(a.get(scales), len(axes))
+        spans = element_spans(a.get(scales), len(axes))
         if spans is None:
             return None
         for j, k in enumerate(axes):
@@ -336,15 +340,18 @@ def _slice(state, record, node, index):
     if len(node.inputs) > 3 and node.inputs[3]:
         v = a.exact(node.inputs[3])
         axes = None if v is None else [int(k) % len(x) for k in v.reshape(-1)]
-    starts, ends = _elements(a.get(node.inputs[1]), n[0]), _elements(a.get(node.inputs[2]), n[0])
-    steps = _elements(a.get(node.inputs[4]), n[0]) if len(node.inputs) > 4 and \
+    starts = element_spans(a.get(node.inputs[1]), n[0])
+    ends = element_spans(a.get(node.inputs[2]), n[0])
+    steps = element_spans(a.get(node.inputs[4]), n[0]) if len(node.inputs) > 4 and \
         node.inputs[4] else [Span(np.array(1.0), np.array(1.0))] * n[0]
     if starts is None or ends is None or steps is None:
         return None
     dims = [Dim(d, True) for d in x]
+    same = _same_slices(state, node, x)
     if axes is None:  # which axes is data: any may be cut
         dims = [Dim(d, False, f"its input's {d} on axis {k}") for k, d in enumerate(x)]
-        return _sized(state, record, node, index, "Slice", _elem(state, node.inputs[0]), dims)
+        return _sized(state, record, node, index, "Slice", _elem(state, node.inputs[0]), dims,
+                      same)
     for j, k in enumerate(axes):
         d = x[k]
         s, e, st = starts[j].exact(), ends[j].exact(), steps[j].exact()
@@ -361,7 +368,27 @@ def _slice(state, record, node, index):
                 bound, why = tight, (f"ends of at most {float(ends[j].hi):,.0f} less starts "
                                      f"of at least {float(starts[j].lo):,.0f}")
         dims[k] = Dim(bound, False, why)
-    return _sized(state, record, node, index, "Slice", _elem(state, node.inputs[0]), dims)
+    return _sized(state, record, node, index, "Slice", _elem(state, node.inputs[0]), dims,
+                  same)
+
+
+def _same_slices(state, node, x) -> tuple[int, ...]:
+    """The Slice nodes (top-level) with ``node``'s starts, ends, axes and steps, of
+    inputs of its shape ``x`` on which no symbol decides a dim: their outputs' dims are
+    always equal (one symbol)."""
+    from graphmem.core.ir import standard_domain
+    if not hasattr(state, "g"):  # a body's node (body_bounds): its own symbols
+        return ()
+    a = ranges(state)
+    if a.axes(node.inputs[0]):
+        return ()
+    key = tuple(node.inputs[1:])
+    found = tuple(i for i in state.order if state.g.nodes[i].op_type == "Slice" and
+                  standard_domain(state.g.nodes[i].domain) and
+                  tuple(state.g.nodes[i].inputs[1:]) == key and
+                  _shape(state, state.g.nodes[i].inputs[0]) == tuple(x) and
+                  not a.axes(state.g.nodes[i].inputs[0]))
+    return found if len(found) > 1 else ()
 
 
 def _range(state, record, node, index):
