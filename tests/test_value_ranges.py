@@ -332,3 +332,31 @@ def test_a_reduce_sum_with_no_axes_and_noop_passes_its_input_through(tmp_path, c
     assert main(["verify", str(path), "--plan", str(plan_file), "--inputs",
                  str(tmp_path / "in.npz")]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_a_static_size_the_run_does_not_give_fails_verify_naming_the_tensor(tmp_path, capsys):
+    """A known gap, caught: onnx's inference gives a Resize with keep_aspect_ratio_policy
+    "not_smaller" and sizes from the data its input's shape, [1, 1, 4, 8], and the plan
+    takes it as static; ONNX Runtime computes [4, 4, 16, 32] (every axis scaled by the
+    largest ratio) and refuses to write it into the planned slot. verify says so as a
+    FAIL of the plan naming the tensor, exit 1 (it was an ONNX Runtime error, exit 2)."""
+    nodes = [helper.make_node("Clip", ["s", "one", "sixteen"], ["sc"]),
+             helper.make_node("Cast", ["sc"], ["si"], to=I64),
+             helper.make_node("Concat", ["ones", "si"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["mask", "", "", "sizes"], ["r"], mode="nearest",
+                              keep_aspect_ratio_policy="not_smaller"),
+             helper.make_node("Sigmoid", ["r"], ["y"])]
+    m = make_model(nodes, [("mask", F, [1, 1, 4, 8]), ("s", F, [2])],
+                   [("y", F, [1, 1, "h", "w"])],
+                   initializers=[const("one", 1.0, np.float32),
+                                 const("sixteen", 16.0, np.float32), const("ones", [1, 1])],
+                   opset=18)
+    path, plan_file, npz = tmp_path / "m.onnx", tmp_path / "p.json", tmp_path / "in.npz"
+    onnx.save(m, path)
+    assert main(["plan", str(path), "-o", str(plan_file), "--quiet"]) == 0
+    np.savez(npz, mask=np.ones((1, 1, 4, 8), np.float32), s=np.array([16, 16], np.float32))
+    capsys.readouterr()
+    assert main(["verify", str(path), "--plan", str(plan_file), "--inputs", str(npz)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: tensor 'r' (node 3 (Resize)) is [4,4,16,32] at run time, planned " \
+           "[1,1,4,8]" in out, out

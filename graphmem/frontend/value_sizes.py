@@ -184,17 +184,25 @@ def _constant_of_shape(state, record, node, index):
                   _value_elem(state, node, index), dims)
 
 
-def _expand(state, record, node, index):
+def _target_spans(state, node):
+    """(the data's shape, its target shape's element spans) of an Expand or Reshape
+    whose target is a 1-D tensor whose spans are ready, or None."""
     x, s = _shape(state, node.inputs[0]), _shape(state, node.inputs[1])
     if x is None or s is None or len(s) != 1:
         return None
     a = _ready(state, node, (1,))
     spans = element_spans(a.get(node.inputs[1]), s[0]) if a is not None else None
-    if spans is None:
+    return None if spans is None else (x, spans)
+
+
+def _expand(state, record, node, index):
+    found = _target_spans(state, node)
+    if found is None:
         return None
-    rank = max(len(x), s[0])
+    x, spans = found
+    rank = max(len(x), len(spans))
     xs = (1,) * (rank - len(x)) + tuple(x)
-    vs = [None] * (rank - s[0]) + spans
+    vs = [None] * (rank - len(spans)) + list(spans)
     dims = []
     for k in range(rank):
         if vs[k] is None:
@@ -253,13 +261,10 @@ def _pad(state, record, node, index):
 
 
 def _reshape(state, record, node, index):
-    x, s = _shape(state, node.inputs[0]), _shape(state, node.inputs[1])
-    if x is None or s is None or len(s) != 1:
+    found = _target_spans(state, node)
+    if found is None:
         return None
-    a = _ready(state, node, (1,))
-    spans = element_spans(a.get(node.inputs[1]), s[0]) if a is not None else None
-    if spans is None:
-        return None
+    x, spans = found
     numel = math.prod(x)
     allowzero = _attr(node, "allowzero", 0)
     dims, infer = [], None

@@ -2,6 +2,7 @@
 addresses in an arena: the step both the plan's run and the reference run take."""
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import numpy as np
@@ -18,6 +19,23 @@ class NodeFailed(GraphmemError):
     def __init__(self, message: str, node: Node, error: str):
         super().__init__(message)
         self.node, self.error = node, error
+
+
+class ShapeRefused(NodeFailed):
+    """ONNX Runtime refused to write a node's output into its planned slot: the run
+    computed another shape for it than the plan's (``tensor``, ``planned``, ``actual``:
+    its name and the two shapes in words): the plan is wrong, not the inputs."""
+
+    def __init__(self, message: str, node: Node, error: str, tensor: str, planned: str,
+                 actual: str):
+        super().__init__(message, node, error)
+        self.tensor, self.planned, self.actual = tensor, planned, actual
+
+
+# ONNX Runtime's words for an output bound at one shape that the run computes at another
+_REFUSED = re.compile(r"output OrtValue provided for output '([^']*)'(?: of node '[^']*' "
+                      r"\([^)]*\))? has shape \{([^}]*)\} but the computed output shape "
+                      r"for this run is \{([^}]*)\}")
 
 
 def raw(arena, offset: int, nbytes: int) -> np.ndarray:
@@ -63,6 +81,11 @@ class NodeRunner:
             sess.run_with_iobinding(io)
         except Exception as exc:
             error = runtime_message(exc, 1000)
+            m = _REFUSED.search(str(exc))
+            if m and m[1] in outs:
+                tensor = node.outputs[list(outs).index(m[1])]
+                raise ShapeRefused(f"ONNX Runtime failed on {node.label}{what}: {error}", node,
+                                   error, tensor, m[2], m[3]) from None
             raise NodeFailed(f"ONNX Runtime failed on {node.label}{what}: {error}", node,
                              f"ONNX Runtime failed on {node.label}: {error}") from None
 

@@ -30,7 +30,7 @@ from graphmem.core.ir import Graph
 from graphmem.frontend.reader import read_model
 from graphmem.verify.compare import OutputCheck, close, max_abs_diff, tolerance_dtypes
 from graphmem.verify.arena import POISON
-from graphmem.verify.execute import NodeFailed, NodeRunner, raw, typed
+from graphmem.verify.execute import NodeFailed, NodeRunner, ShapeRefused, raw, typed
 from graphmem.verify.inputs import feeding, random_inputs  # noqa: F401 (re-exported)
 from graphmem.verify.node_sessions import bind_at, runtime_message, session_options
 
@@ -271,6 +271,8 @@ class LiveReference:
             self.runner.run(_Addresses, node, self.offsets,
                             implicit=node.index in self.graph.scopes,
                             what=" in the reference run (every tensor in its own buffer)")
+        except ShapeRefused:  # the plan's size, not the inputs: a FAIL of the plan
+            raise
         except NodeFailed as exc:
             raise ReferenceFailed(exc) from None
 

@@ -43,7 +43,7 @@ from graphmem.core.ir import Graph
 from graphmem.plan.format import Plan
 from graphmem.plan.graph_digest import check_graph
 from graphmem.plan.validate import problems
-from graphmem.verify.execute import NodeFailed, typed
+from graphmem.verify.execute import NodeFailed, ShapeRefused, typed
 from graphmem.verify.inputs import checked_inputs, random_inputs, read_inputs
 from graphmem.verify.reference import (LiveReference, ReferenceFailed, ReferenceRun,
                                        WholeModel, constant_values,
@@ -181,6 +181,9 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
                            runner.new_arena, deterministic)
         try:
             reference = ref.run(feeds)
+        except ShapeRefused as exc:
+            return _replace(base, overflow=_refused_shape(plan, graph, exc),
+                            seconds=time.perf_counter() - start)
         except NodeFailed as exc:
             raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
                                                        inputs is not None)) from None
@@ -200,6 +203,9 @@ def verify(plan: Plan, graph: Graph, *, provider: str = "cpu", runtime_only: boo
             if mismatch is None:
                 mismatch = runner.explain_output(outputs)
         reference.complete()  # past where the plan's run stopped at a difference
+    except ShapeRefused as exc:
+        return _replace(base, overflow=_refused_shape(plan, graph, exc),
+                        seconds=time.perf_counter() - start)
     except ReferenceFailed as exc:  # (the reference in step with the plan's run)
         raise GraphmemError(refused_inputs_message(plain, exc.node, exc.error,
                                                    inputs is not None)) from None
@@ -355,3 +361,13 @@ def runtime_problems(plan: Plan, graph: Graph) -> list[str]:
             out += [f"scope {scope.attr} of node {idx}: {p}"
                     for p in runtime_problems(sub, graph_for_plan(scope.graph, sub))]
     return out
+
+
+def _refused_shape(plan: Plan, graph: Graph, exc) -> str:
+    """A FAIL's words for an output ONNX Runtime computed at another shape than the one
+    planned (the plan sized it wrong: a static shape the run does not give)."""
+    t = plan.tensors.get(exc.tensor)
+    slot = f", its slot of {t.bytes:,} bytes" if t is not None else ""
+    return (f"tensor {exc.tensor!r} ({exc.node.label}) is [{exc.actual}] at run time, "
+            f"planned [{exc.planned}]{slot}: ONNX Runtime refused to write it there")
+

@@ -166,8 +166,7 @@ def check(model: Path, runner: Runner, work: Path, default_bound: int) -> dict:
     tensor = m[1]
     row["lowered"]["tensor"] = tensor
     lowered = json.loads(low_file.read_text())
-    by = (lowered["tensors"].get(tensor) or {}).get("bounded_by") or {}
-    if sym not in by or f"{sym} <= {count - 1:,}" not in m[3]:
+    if sym not in _bounded_by(lowered, tensor) or f"{sym} <= {count - 1:,}" not in m[3]:
         return fail(f"verify --plan (--bound {low})",
                     f"the FAIL names tensor {tensor!r} (at the bound: {m[3]}), which "
                     f"{sym} <= {count - 1:,} does not bound")
@@ -256,3 +255,14 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _bounded_by(plan: dict, tensor: str) -> dict:
+    """The symbols that bound ``tensor`` in ``plan`` (a plan file's JSON): the graph's
+    tensor, or a body's in the plans of ``scopes`` (a Loop's carried value fails in its
+    body's slot, iteration by iteration, before the Loop's output is written)."""
+    found = dict((plan.get("tensors", {}).get(tensor) or {}).get("bounded_by") or {})
+    for scope in plan.get("scopes") or ():  # each a body's plan, its own scopes nested
+        found.update(_bounded_by(scope, tensor))
+    return found
+
