@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -676,3 +678,26 @@ def test_a_loop_over_the_kept_detections(tmp_path, capsys, trip, bound):
     kept = int((feeds["scores"] > 0.5).sum())
     assert counts == ({"NonZero_1": kept} if bound is None else
                       {"NonZero_1": kept, "Loop_6": kept})
+
+
+def test_detection_bar_takes_a_body_tensor_bounded_in_its_scope_plan():
+    """A lowered Loop_N_carried_J fails in the body's slot first (its formal input, in
+    the scope's plan): the symbol bounds that tensor there, not in the graph's tensors."""
+    plan = {"tensors": {"out": {"bounded_by": {"NonZero_1": 9}}},
+            "scopes": [{"node": 7, "attr": "body", "tensors": {
+                "res.11": {"bounded_by": {"Loop_7_carried_0": 99}}},
+                "scopes": [{"tensors": {"deep": {"bounded_by": {"Loop_2_7_body": 3}}}}]}]}
+    assert detection_bar._bounded_by(plan, "out") == {"NonZero_1": 9}
+    assert detection_bar._bounded_by(plan, "res.11") == {"Loop_7_carried_0": 99}
+    assert detection_bar._bounded_by(plan, "deep") == {"Loop_2_7_body": 3}
+    assert detection_bar._bounded_by(plan, "other") == {}
+
+
+def test_detection_bar_runs_as_a_module(tmp_path):
+    """python -m tools.checks.detection_bar DIR, as the docs give it (a helper defined
+    after the module's main guard was missing there)."""
+    shutil.copy(DATA / "yolo.onnx", tmp_path / "yolo.onnx")
+    shutil.copy(DATA / "yolo.npz", tmp_path / "yolo.npz")
+    p = subprocess.run([sys.executable, "-m", "tools.checks.detection_bar", str(tmp_path)],
+                       capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert p.returncode == 0 and "1 of 1 models meet the bar" in p.stdout, p.stdout + p.stderr

@@ -253,10 +253,6 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _bounded_by(plan: dict, tensor: str) -> dict:
     """The symbols that bound ``tensor`` in ``plan`` (a plan file's JSON): the graph's
     tensor, or a body's in the plans of ``scopes`` (a Loop's carried value fails in its
@@ -266,3 +262,6 @@ def _bounded_by(plan: dict, tensor: str) -> dict:
         found.update(_bounded_by(scope, tensor))
     return found
 
+
+if __name__ == "__main__":
+    sys.exit(main())
