@@ -338,6 +338,8 @@ def _sizes_at_the_bounds(state, record: DataBounds, strategies) -> None:
                 if rule is None or name in found or rule_order(node.op_type) != late or \
                         symbol_name(node.op_type, node.index) in record.symbols:
                     continue
+                if node.op_type in VALUE_RULES and _constant_sizes(state, nodes[node.index]):
+                    continue  # a constant that did not compute: its failure is the refusal
                 sized = rule(state, record, nodes[node.index], node.index)
                 if sized:
                     found.update(sized)
@@ -352,6 +354,18 @@ def _sizes_at_the_bounds(state, record: DataBounds, strategies) -> None:
         state.settle()
         if state.missing:
             constant_values(state)
+
+
+def _constant_sizes(state, node) -> bool:
+    """Are the inputs ``node`` (of VALUE_RULES) sizes its output from all constants (the
+    graph's, or folded nodes' outputs)? Then no data decides its size: a value that did
+    not compute (a Gather past its data) is the model's fault, refused as such, not a
+    size to bound."""
+    from graphmem.frontend.rule_inputs import graph_constants
+    constants = set(state.folding.constants) | set(graph_constants(state))
+    sizing = node.inputs[:1] if node.op_type == "ConstantOfShape" else node.inputs[1:]
+    sizing = [t for t in sizing if t]
+    return bool(sizing) and all(t in constants for t in sizing)
 
 
 def _control_flow(state, record: DataBounds, strategies) -> bool:
