@@ -679,8 +679,7 @@ class Analysis:
         steps = [1] * len(starts) if steps is None else steps
         index = [slice(None)] * rank
         for k, s, e, st in zip(axes, starts, ends, steps):
-            index[k] = slice(int(max(min(s, 2 ** 62), -2 ** 62)),
-                             int(max(min(e, 2 ** 62), -2 ** 62)), int(st))
+            index[k] = onnx_slice(s, e, st)
         lo, hi = x.lo[tuple(index)], x.hi[tuple(index)]
         if tuple(lo.shape) != tuple(shape):
             return None
@@ -805,6 +804,15 @@ class Analysis:
         if e is None:
             return None
         return frozenset(k for j, k in enumerate(axes) if not e[j] or (not sizes and k in xv))
+
+
+def onnx_slice(start, end, step) -> slice:
+    """An ONNX Slice's start, end and step on one axis as a Python slice, which clamps
+    them to the axis the way ONNX does; held within +-2**62 first (exporters write
+    INT64_MAX for "to the end")."""
+    def held(v) -> int:
+        return int(max(min(float(v), 2 ** 62), -2 ** 62))
+    return slice(held(start), held(end), int(step))
 
 
 def _exact_elements(s, n: int) -> list | None:

@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from graphmem.frontend.value_ranges import Analysis, Span, node_of
+from graphmem.core.dtypes import dtype_of
+from graphmem.frontend.value_ranges import Analysis, Span, node_of, onnx_slice
 
 _INT64 = 7
 _INTEGERS = {2, 3, 4, 5, 6, 7, 12, 13}  # (u)int8/16/32/64 of TensorProto
@@ -136,7 +137,7 @@ def _sized(state, record, node, index: int, op: str, elem: int, dims: list[Dim],
     base = symbol_name(op, index)
     names = {k: base if len(open_dims) == 1 else f"{base}_axis{k}" for k in open_dims}
     shape = [d.value if d.exact else 0 for d in dims]
-    size = {1: 4, 7: 8, 6: 4, 9: 1, 10: 2, 11: 8}.get(elem, 4)  # bytes an element
+    size = dtype_of(elem, node.outputs[0])[1] / 8  # bytes an element
     for k in open_dims:
         d = dims[k]
         proven = d.value
@@ -361,8 +362,7 @@ def _slice(state, record, node, index):
         d = x[k]
         s, e, st = starts[j].exact(), ends[j].exact(), steps[j].exact()
         if s is not None and e is not None and st is not None and int(st) != 0:
-            clip = lambda v: int(max(min(float(v), 2 ** 62), -2 ** 62))  # noqa: E731
-            dims[k] = Dim(len(range(*slice(clip(s), clip(e), int(st)).indices(d))), True)
+            dims[k] = Dim(len(range(*onnx_slice(s, e, st).indices(d))), True)
             continue
         bound, why = d, f"its input's {d} on axis {k}"
         if st is not None and int(st) > 0 and float(starts[j].lo) >= 0 and \
