@@ -38,6 +38,18 @@ def _files(name):
     return str(DATA / f"{name}.onnx"), str(DATA / f"{name}.npz")
 
 
+def _verify_lowered(model, image, tmp_path, capsys, symbol: str, bound: int) -> str:
+    """Plan ``model`` with ``--bound symbol=bound`` (planned there) and verify it on
+    ``image``: it must exit 1; returns what it printed."""
+    low = tmp_path / "low.json"
+    assert main(["plan", model, "-o", str(low), "--quiet",
+                 "--bound", f"{symbol}={bound}"]) == 0
+    assert Plan.load(str(low)).bounds[symbol]["bound"] == bound
+    capsys.readouterr()
+    assert main(["verify", model, "--plan", str(low), "--inputs", image]) == 1
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize("name", TINY)
 def test_tiny_detector_plans_validates_verifies_and_catches_a_lowered_bound(
         name, tmp_path, capsys):
@@ -71,13 +83,7 @@ def test_tiny_detector_plans_validates_verifies_and_catches_a_lowered_bound(
 
     # the last NMS's count lowered by one: its output overflows its slot, exit 1
     kept = counts[last][2]
-    low = tmp_path / "low.json"
-    assert main(["plan", model, "-o", str(low), "--quiet",
-                 "--bound", f"{last}={kept - 1}"]) == 0
-    assert Plan.load(str(low)).bounds[last]["bound"] == kept - 1
-    capsys.readouterr()
-    assert main(["verify", model, "--plan", str(low), "--inputs", image]) == 1
-    text = capsys.readouterr().out
+    text = _verify_lowered(model, image, tmp_path, capsys, last, kept - 1)
     tensor = plan.bounds[last]["tensor"]
     assert f"FAIL: tensor '{tensor}' (node {plan.bounds[last]['node']} (If" in text, text
     assert f"{last} <= {kept - 1}" in text, text
@@ -111,11 +117,7 @@ def test_paste_and_keypoint_loops_count_their_body_sizes_and_catch_a_lowered_one
 
     sym = resized[0]
     n = body[sym][0]
-    low = tmp_path / "low.json"
-    assert main(["plan", model, "-o", str(low), "--quiet", "--bound", f"{sym}={n - 1}"]) == 0
-    capsys.readouterr()
-    assert main(["verify", model, "--plan", str(low), "--inputs", image]) == 1
-    text = capsys.readouterr().out
+    text = _verify_lowered(model, image, tmp_path, capsys, sym, n - 1)
     tensor = plan.bounds[sym]["tensor"]
     assert f"FAIL: tensor '{tensor}' (the body of node" in text, text
     assert f"{sym} <= {n - 1}" in text, text
